@@ -1,0 +1,69 @@
+"""ccsynth: synthesize, verify, simulate and run collective-communication schedules.
+
+Public API (see README.md):
+
+>>> import ccsynth
+>>> topo = ccsynth.get_topology("ring:4")
+>>> ccsynth.Collective("allreduce", 4).size_chunks
+1
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+# In a source checkout the subpackages live beside this folder (topologies/,
+# collectives/, synth/, ...) and are mapped under ``ccsynth`` at install
+# time. Adding the checkout root to __path__ makes ``import ccsynth.synth``
+# work from the checkout too (e.g. ``python -m ccsynth`` in the repo root).
+_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "topologies")) and _os.path.isfile(
+    _os.path.join(_root, "topologies", "model.py")
+):
+    __path__.append(_root)  # type: ignore[name-defined]
+
+__version__ = "0.1.0"
+
+from ccsynth.errors import *  # noqa: E402,F401,F403
+from ccsynth.errors import __all__ as _errors_all  # noqa: E402
+from ccsynth.collectives.spec import Collective  # noqa: E402
+from ccsynth.collectives.schedule import Chunks, Op, Schedule, load_schedule, save_schedule  # noqa: E402
+from ccsynth.collectives.builder import ScheduleBuilder  # noqa: E402
+from ccsynth.topologies.model import Link, Switch, SharedPort, Dimension, Topology  # noqa: E402
+
+
+def __getattr__(name):
+    # Heavier pieces load on first use so that ``import ccsynth`` stays cheap.
+    lazy = {
+        "get_topology": ("ccsynth.topologies", "get_topology"),
+        "verify": ("ccsynth.collectives.verify", "verify"),
+        "simulate": ("ccsynth.synth.simulate", "simulate"),
+        "Communicator": ("ccsynth.collectives.communicator", "Communicator"),
+    }
+    if name in lazy:
+        import importlib
+
+        mod, attr = lazy[name]
+        return getattr(importlib.import_module(mod), attr)
+    raise AttributeError(f"module 'ccsynth' has no attribute {name!r}")
+
+
+__all__ = [
+    "Collective",
+    "Chunks",
+    "Op",
+    "Schedule",
+    "ScheduleBuilder",
+    "load_schedule",
+    "save_schedule",
+    "Link",
+    "Switch",
+    "SharedPort",
+    "Dimension",
+    "Topology",
+    "get_topology",
+    "verify",
+    "simulate",
+    "Communicator",
+    *_errors_all,
+]

@@ -1,0 +1,3 @@
+from ccsynth.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""The ccsynth exception hierarchy.
+
+Every error a user can cause (a malformed file, an unknown name, an
+infeasible sketch, a mismatched buffer) is raised as a subclass of
+:class:`CCSynthError` with a message that names what is wrong. The CLI turns
+these into one line on stderr and exit status 2; anything else is a bug.
+"""
+
+
+class CCSynthError(Exception):
+    """Base class of every error ccsynth raises on purpose."""
+
+
+class TopologyError(CCSynthError, ValueError):
+    """A topology is malformed, inconsistent, or unknown."""
+
+
+class CollectiveError(CCSynthError, ValueError):
+    """A collective name or its parameters are invalid."""
+
+
+class ScheduleError(CCSynthError, ValueError):
+    """A schedule is malformed or does not implement its collective."""
+
+
+class ScheduleFormatError(ScheduleError):
+    """A schedule file cannot be read (corrupted, wrong version, bad XML)."""
+
+
+class SketchError(CCSynthError, ValueError):
+    """A communication sketch is malformed or contradicts its topology."""
+
+
+class InfeasibleError(CCSynthError):
+    """The synthesis problem has no solution (or none was found in time)."""
+
+
+class SolverError(CCSynthError):
+    """The MILP solver is missing or failed."""
+
+
+class BufferMismatchError(CCSynthError, ValueError):
+    """Buffers passed to a collective do not match (size, dtype, layout)."""
+
+
+class PlanError(CCSynthError, ValueError):
+    """An algorithm plan (per-size table) is malformed."""
+
+
+
+__all__ = [
+    "CCSynthError",
+    "TopologyError",
+    "CollectiveError",
+    "ScheduleError",
+    "ScheduleFormatError",
+    "SketchError",
+    "InfeasibleError",
+    "SolverError",
+    "BufferMismatchError",
+    "PlanError",
+]

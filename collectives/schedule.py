@@ -1,0 +1,364 @@
+"""The schedule IR: per-rank operations on chunked buffers, with dependencies.
+
+A :class:`Schedule` is data, never code. Every rank has three buffers cut
+into chunks: ``"i"`` (input, ``collective.in_chunks`` chunks), ``"o"``
+(output, ``collective.out_chunks``) and ``"s"`` (scratch,
+``scratch_chunks``). Operations (:class:`Op`) act on a contiguous range of
+chunks (:class:`Chunks`):
+
+``send``    read ``src`` on ``rank`` and send it to ``peer``;
+``recv``    receive from ``peer`` into ``dst``; with ``reduce=True`` the data
+            received is combined into ``dst`` instead of overwriting it;
+``copy``    ``dst = src`` on the same rank;
+``reduce``  ``dst = dst (op) src`` on the same rank.
+
+Matching: the k-th send (in ``id`` order) from rank ``a`` to rank ``b``
+matches the k-th receive on ``b`` from ``a``; both move the same number of
+chunks. Dependencies (``deps``) name operations *on the same rank* that must
+complete first; cross-rank order comes only from send/recv matching. An op
+may start as soon as its dependencies are done (dataflow, no global steps).
+
+The JSON form (``format: ccsynth.schedule``, ``version: 1``) round-trips
+exactly: ``Schedule.from_dict(s.to_dict()) == s``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable
+
+from ccsynth.collectives.spec import Collective
+from ccsynth.errors import CCSynthError, ScheduleError, ScheduleFormatError
+
+FORMAT = "ccsynth.schedule"
+VERSION = 1
+BUFFERS = ("i", "o", "s")
+OP_KINDS = ("send", "recv", "copy", "reduce")
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """``count`` consecutive chunks of buffer ``buf`` starting at ``index``."""
+
+    buf: str
+    index: int
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.buf not in BUFFERS:
+            raise ScheduleError(f"unknown buffer {self.buf!r}; buffers are 'i' (input), 'o' (output), 's' (scratch)")
+        for what, v, lo in (("index", self.index, 0), ("count", self.count, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ScheduleError(f"chunk {what} must be an integer >= {lo}, got {v!r}")
+
+    def indices(self) -> range:
+        return range(self.index, self.index + self.count)
+
+    def to_list(self) -> list:
+        return [self.buf, self.index, self.count]
+
+    @classmethod
+    def of(cls, value: "Chunks | tuple | list") -> "Chunks":
+        """Accept a Chunks, or ``(buf, index)`` / ``(buf, index, count)``."""
+        if isinstance(value, Chunks):
+            return value
+        if isinstance(value, (tuple, list)) and len(value) in (2, 3):
+            return cls(*value)
+        raise ScheduleError(f"a chunk range is [buffer, index, count], got {value!r}")
+
+    def __str__(self) -> str:
+        if self.count == 1:
+            return f"{self.buf}[{self.index}]"
+        return f"{self.buf}[{self.index}:{self.index + self.count}]"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of one rank. ``id`` is its index in ``Schedule.ops``."""
+
+    id: int
+    rank: int
+    kind: str
+    src: Chunks | None = None
+    dst: Chunks | None = None
+    peer: int = -1
+    reduce: bool = False
+    deps: tuple[int, ...] = ()
+    channel: int = 0
+
+    @property
+    def count(self) -> int:
+        c = self.src if self.src is not None else self.dst
+        return c.count if c is not None else 0
+
+    def reads(self) -> tuple[Chunks, ...]:
+        """Chunk ranges this op reads on its own rank."""
+        if self.kind == "send":
+            return (self.src,)
+        if self.kind == "copy":
+            return (self.src,)
+        if self.kind == "reduce":
+            return (self.src, self.dst)
+        if self.kind == "recv" and self.reduce:
+            return (self.dst,)
+        return ()
+
+    def writes(self) -> tuple[Chunks, ...]:
+        """Chunk ranges this op writes on its own rank."""
+        return () if self.kind == "send" else (self.dst,)
+
+    def describe(self) -> str:
+        if self.kind == "send":
+            return f"op {self.id} (rank {self.rank}: send {self.src} -> rank {self.peer})"
+        if self.kind == "recv":
+            verb = "recv-reduce" if self.reduce else "recv"
+            return f"op {self.id} (rank {self.rank}: {verb} {self.dst} <- rank {self.peer})"
+        return f"op {self.id} (rank {self.rank}: {self.kind} {self.src} -> {self.dst})"
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"id": self.id, "rank": self.rank, "op": self.kind}
+        if self.peer >= 0:
+            d["peer"] = self.peer
+        if self.src is not None:
+            d["src"] = self.src.to_list()
+        if self.dst is not None:
+            d["dst"] = self.dst.to_list()
+        if self.reduce:
+            d["reduce"] = True
+        if self.deps:
+            d["deps"] = list(self.deps)
+        if self.channel:
+            d["channel"] = self.channel
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Op":
+        if not isinstance(d, dict):
+            raise ScheduleFormatError(f"an operation must be an object, got {d!r}")
+        try:
+            return cls(
+                id=_int(d["id"], "id"),
+                rank=_int(d["rank"], "rank"),
+                kind=str(d["op"]),
+                src=Chunks.of(d["src"]) if "src" in d else None,
+                dst=Chunks.of(d["dst"]) if "dst" in d else None,
+                peer=_int(d.get("peer", -1), "peer"),
+                reduce=bool(d.get("reduce", False)),
+                deps=tuple(_int(x, "dependency") for x in d.get("deps", ())),
+                channel=_int(d.get("channel", 0), "channel"),
+            )
+        except KeyError as e:
+            raise ScheduleFormatError(f"operation {d.get('id', '?')} is missing field {e.args[0]!r}") from None
+        except ScheduleError as e:
+            raise ScheduleFormatError(f"operation {d.get('id', '?')}: {e}") from None
+
+
+def _int(v, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ScheduleFormatError(f"{what} must be an integer, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A complete schedule for one collective.
+
+    ``check_structure()`` (called on construction) enforces what can be
+    checked without simulation: op ids are ``0..len-1`` in order, kinds and
+    fields fit, chunk ranges are inside their buffers, dependencies name
+    earlier-or-later ops *of the same rank*. Full proof that it implements
+    the collective is :func:`ccsynth.collectives.verify.verify`.
+    """
+
+    name: str
+    collective: Collective
+    ops: tuple[Op, ...]
+    scratch_chunks: int = 0
+    topology: str = ""
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+        self.check_structure()
+
+    @property
+    def n_ranks(self) -> int:
+        return self.collective.n_ranks
+
+    def buffer_chunks(self, buf: str) -> int:
+        return {"i": self.collective.in_chunks, "o": self.collective.out_chunks, "s": self.scratch_chunks}[buf]
+
+    @cached_property
+    def _by_rank(self) -> tuple[tuple[Op, ...], ...]:
+        out: list[list[Op]] = [[] for _ in range(self.n_ranks)]
+        for op in self.ops:
+            out[op.rank].append(op)
+        return tuple(tuple(x) for x in out)
+
+    def ops_of(self, rank: int) -> tuple[Op, ...]:
+        """The ops of ``rank`` in id order."""
+        return self._by_rank[rank]
+
+    @cached_property
+    def matches(self) -> dict[int, int]:
+        """send id -> recv id and recv id -> send id (see module doc).
+
+        Raises :class:`ScheduleError` if some send or recv has no partner
+        or partners move different chunk counts.
+        """
+        sends: dict[tuple[int, int], list[Op]] = {}
+        recvs: dict[tuple[int, int], list[Op]] = {}
+        for op in self.ops:
+            if op.kind == "send":
+                sends.setdefault((op.rank, op.peer), []).append(op)
+            elif op.kind == "recv":
+                recvs.setdefault((op.peer, op.rank), []).append(op)
+        out: dict[int, int] = {}
+        for pair in sorted(set(sends) | set(recvs)):
+            s, r = sends.get(pair, []), recvs.get(pair, [])
+            for a, b in zip(s, r):
+                if a.count != b.count:
+                    raise ScheduleError(f"{a.describe()} sends {a.count} chunk(s) but the matching {b.describe()} expects {b.count}")
+                out[a.id] = b.id
+                out[b.id] = a.id
+            if len(s) != len(r):
+                extra = (s if len(s) > len(r) else r)[min(len(s), len(r))]
+                kind = "send" if len(s) > len(r) else "receive"
+                raise ScheduleError(
+                    f"rank {pair[0]} sends {len(s)} message(s) to rank {pair[1]}, which posts {len(r)} receive(s): "
+                    f"unmatched {kind} {extra.describe()}"
+                )
+        return out
+
+    def check_structure(self) -> None:
+        n = self.n_ranks
+        if isinstance(self.scratch_chunks, bool) or not isinstance(self.scratch_chunks, int) or self.scratch_chunks < 0:
+            raise ScheduleError(f"scratch_chunks must be a non-negative integer, got {self.scratch_chunks!r}")
+        ranks_of = [op.rank for op in self.ops]
+        for i, op in enumerate(self.ops):
+            if op.id != i:
+                raise ScheduleError(f"operation at position {i} has id {op.id}; ids must be 0..{len(self.ops) - 1} in order")
+            if not 0 <= op.rank < n:
+                raise ScheduleError(f"{op.describe()} names rank {op.rank}, but the collective has {n} ranks")
+            if op.kind not in OP_KINDS:
+                raise ScheduleError(f"operation {op.id} has unknown kind {op.kind!r}; kinds are {', '.join(OP_KINDS)}")
+            if op.kind in ("send", "recv"):
+                if not 0 <= op.peer < n or op.peer == op.rank:
+                    raise ScheduleError(f"{op.describe()} has bad peer {op.peer}")
+            elif op.peer != -1:
+                raise ScheduleError(f"local {op.describe()} must not name a peer")
+            need_src = op.kind in ("send", "copy", "reduce")
+            need_dst = op.kind in ("recv", "copy", "reduce")
+            if need_src != (op.src is not None) or need_dst != (op.dst is not None):
+                raise ScheduleError(f"operation {op.id} ({op.kind}) needs {'src' if need_src else ''}{' and ' if need_src and need_dst else ''}{'dst' if need_dst else ''}")
+            if op.reduce and op.kind != "recv":
+                raise ScheduleError(f"{op.describe()}: only a recv can carry reduce=true (use a 'reduce' op)")
+            if op.src is not None and op.dst is not None and op.src.count != op.dst.count:
+                raise ScheduleError(f"{op.describe()} moves {op.src.count} chunk(s) into {op.dst.count}")
+            for c in (op.src, op.dst):
+                if c is not None and c.index + c.count > self.buffer_chunks(c.buf):
+                    raise ScheduleError(
+                        f"{op.describe()} touches {c}, past the end of buffer {c.buf!r} ({self.buffer_chunks(c.buf)} chunks)"
+                    )
+            if op.kind in ("copy", "reduce") and op.src.buf == op.dst.buf:
+                a, b = op.src.indices(), op.dst.indices()
+                if a.start < b.stop and b.start < a.stop:
+                    raise ScheduleError(f"{op.describe()} reads and writes overlapping chunks")
+            for d in op.deps:
+                if not 0 <= d < len(self.ops):
+                    raise ScheduleError(f"{op.describe()} depends on unknown operation {d}")
+                if ranks_of[d] != op.rank:
+                    raise ScheduleError(f"{op.describe()} depends on op {d} of rank {ranks_of[d]}; dependencies must stay on one rank")
+                if d == op.id:
+                    raise ScheduleError(f"{op.describe()} depends on itself")
+
+    # ----------------------------------------------------------------- JSON
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "name": self.name,
+            "collective": self.collective.to_dict(),
+            "topology": self.topology,
+            "scratch_chunks": self.scratch_chunks,
+            "meta": self.meta,
+            "ops": [op.to_dict() for op in self.ops],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Schedule":
+        if not isinstance(d, dict):
+            raise ScheduleFormatError(f"a schedule file must hold a JSON object, got {type(d).__name__}")
+        if d.get("format") != FORMAT:
+            raise ScheduleFormatError(f"not a ccsynth schedule (format is {d.get('format')!r}, expected {FORMAT!r})")
+        if d.get("version") != VERSION:
+            raise ScheduleFormatError(f"schedule format version {d.get('version')!r} is not supported (this ccsynth reads version {VERSION})")
+        ops = d.get("ops")
+        if not isinstance(ops, list):
+            raise ScheduleFormatError("schedule has no 'ops' list")
+        try:
+            return cls(
+                name=str(d.get("name", "")),
+                collective=Collective.from_dict(d.get("collective")),
+                ops=tuple(Op.from_dict(o) for o in ops),
+                scratch_chunks=d.get("scratch_chunks", 0),
+                topology=str(d.get("topology", "")),
+                meta=dict(d.get("meta") or {}),
+            )
+        except ScheduleFormatError:
+            raise
+        except CCSynthError as e:
+            raise ScheduleFormatError(str(e)) from None
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, separators=(",", ":") if indent is None else None)
+
+    def with_meta(self, **kv) -> "Schedule":
+        return Schedule(self.name, self.collective, self.ops, self.scratch_chunks, self.topology, {**self.meta, **kv})
+
+    def __repr__(self) -> str:
+        return f"Schedule({self.name!r}, {self.collective.describe()}, {len(self.ops)} ops)"
+
+
+def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:
+    """Write ``schedule`` as ccsynth JSON."""
+    with open(path, "w") as f:
+        f.write(schedule.to_json())
+        f.write("\n")
+
+
+def load_schedule(path: str | os.PathLike, *, topology=None, verify: bool = True) -> Schedule:
+    """Read a ccsynth JSON (or MSCCL XML) schedule and verify it.
+
+    Raises :class:`ScheduleFormatError` for unreadable files and
+    :class:`ScheduleError` if the schedule does not implement its collective
+    (or, with ``topology``, uses a missing link).
+    """
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise ScheduleFormatError(f"cannot read schedule {os.fspath(path)!r}: {e.strerror}") from None
+    if text.lstrip().startswith("<"):
+        from ccsynth.synth.msccl import schedule_from_msccl_xml
+
+        sched = schedule_from_msccl_xml(text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ScheduleFormatError(f"{os.fspath(path)!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
+        sched = Schedule.from_dict(data)
+    if verify:
+        from ccsynth.collectives.verify import verify as _verify
+
+        _verify(sched, topology)
+    return sched
+
+
+def iter_chunks(chunks: Iterable[Chunks]):
+    for c in chunks:
+        yield from ((c.buf, i) for i in c.indices())

@@ -1,0 +1,1 @@
+"""ccsynth.synth.baselines"""
