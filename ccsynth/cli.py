@@ -1,0 +1,83 @@
+"""The ``ccsynth`` command line.
+
+Each sub-command lives in its own module under ``ccsynth/commands/`` and
+exposes ``register(subparsers)``, which adds its parser and sets
+``func=run`` (``run(args) -> int``). This module wires them together, sets up
+logging, and turns every :class:`~ccsynth.errors.CCSynthError` into one line
+on stderr and exit status 2 -- users never see a traceback for their own
+mistakes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from ccsynth import __version__
+from ccsynth.errors import CCSynthError
+
+# Order here is the order in ``ccsynth --help``.
+COMMANDS = ("topo", "baseline", "synth", "verify", "simulate", "export", "reshard", "bench")
+
+log = logging.getLogger("ccsynth")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with exit status 2 and the program name on every error."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="ccsynth",
+        description="Synthesize, verify, simulate and run collective-communication schedules.",
+    )
+    parser.add_argument("--version", action="version", version=f"ccsynth {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"ccsynth.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"ccsynth.commands.{name}":
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def setup_logging(verbose: int, quiet: bool) -> None:
+    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose + 1, 2)]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s" if verbose < 2 else "%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("ccsynth")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose, args.quiet)
+    try:
+        return int(args.func(args) or 0)
+    except CCSynthError as e:
+        print(f"ccsynth {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ccsynth: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Sub-commands of the ``ccsynth`` CLI, one module each (see ccsynth/cli.py)."""

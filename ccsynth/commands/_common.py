@@ -1,0 +1,112 @@
+"""Pieces shared by the CLI sub-commands: argument types, tables, JSON output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Iterable, Sequence
+
+from ccsynth.collectives.spec import KINDS, Collective
+from ccsynth.errors import CCSynthError
+from ccsynth.units import format_size, parse_size, parse_sizes
+
+
+def add_topology_arg(p, required: bool = True, help_extra: str = "") -> None:
+    p.add_argument(
+        "-t",
+        "--topology",
+        required=required,
+        metavar="T",
+        help="catalog name with parameters (dgx1, ndv2x2, dgx_a100x4, ring:8, torus:4x4, "
+        "hierarchical:4x8x4@200,100,50) or a topology JSON file" + help_extra,
+    )
+
+
+def add_collective_args(p, required: bool = True) -> None:
+    p.add_argument("-c", "--collective", required=required, metavar="C", help=f"one of: {', '.join(KINDS)}")
+    p.add_argument("--chunks", type=int, default=1, metavar="K", help="chunks per piece (chunk factor, default 1)")
+    p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce/gather/scatter (default 0)")
+
+
+def add_json_arg(p) -> None:
+    p.add_argument("--json", action="store_true", help="print the figures as JSON (for scripts)")
+
+
+def add_size_args(p, default: str = "1M") -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-s", "--size", default=None, metavar="S", help=f"message size, e.g. 1M (default {default})")
+    g.add_argument("--sizes", default=None, metavar="MIN:MAX", help="a range of sizes in powers of two, e.g. 1K:1G, or a list 1K,1M")
+    p.set_defaults(_default_size=default)
+
+
+def sizes_from(args) -> list[int]:
+    if getattr(args, "sizes", None):
+        return parse_sizes(args.sizes)
+    return [parse_size(args.size if args.size is not None else args._default_size)]
+
+
+def topology_from(spec: str):
+    from ccsynth.topologies import get_topology
+
+    return get_topology(spec)
+
+
+def collective_from(args, n_ranks: int) -> Collective:
+    return Collective(args.collective, n_ranks, args.chunks, args.root)
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=_json_default)
+    sys.stdout.write("\n")
+
+
+def _json_default(o):
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    raise TypeError(f"cannot serialize {type(o).__name__}")
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], out=None) -> None:
+    """Aligned columns; numbers right-aligned, text left-aligned."""
+    out = out or sys.stdout
+    rows = [[_cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, v in enumerate(row):
+            widths[i] = max(widths[i], len(v))
+    numeric = [all(_is_num(r[i]) for r in rows) if rows else False for i in range(len(headers))]
+    fmt = lambda vals: "  ".join(v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))
+    out.write(fmt(list(headers)).rstrip() + "\n")
+    for row in rows:
+        out.write(fmt(row).rstrip() + "\n")
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        if abs(v) >= 100:
+            return f"{v:.1f}"
+        if abs(v) >= 1:
+            return f"{v:.2f}"
+        return f"{v:.3g}"
+    return str(v)
+
+
+def _is_num(s: str) -> bool:
+    try:
+        float(s.rstrip("x"))
+        return True
+    except ValueError:
+        return False
+
+
+def human(nbytes: int) -> str:
+    return format_size(nbytes)
+
+
+def fail(message: str) -> None:
+    """Raise a user error (exit status 2 through ccsynth.cli.main)."""
+    raise CCSynthError(message)

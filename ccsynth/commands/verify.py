@@ -1,0 +1,35 @@
+"""``ccsynth verify FILE``: prove that a schedule implements its collective."""
+
+from __future__ import annotations
+
+from ccsynth.commands._common import add_json_arg, print_json, topology_from
+
+
+def register(sub) -> None:
+    p = sub.add_parser("verify", help="verify a schedule file (ccsynth JSON or MSCCL XML)", description=__doc__)
+    p.add_argument("file", help="schedule file")
+    p.add_argument("-t", "--topology", metavar="T", help="also check that every transfer uses a link of this topology")
+    add_json_arg(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ccsynth.collectives.schedule import load_schedule
+    from ccsynth.collectives.verify import verify
+
+    sched = load_schedule(args.file, verify=False)
+    topo = topology_from(args.topology) if args.topology else None
+    report = verify(sched, topo)
+    if args.json:
+        d = {"file": args.file, "name": sched.name, "collective": sched.collective.to_dict(), "ok": True}
+        d.update({k: v for k, v in report.to_dict().items() if k not in d})
+        if topo is not None:
+            d["topology"] = topo.name
+        print_json(d)
+    else:
+        where = f" on {topo.name}" if topo is not None else ""
+        print(
+            f"OK: {args.file} ({sched.name!r}) implements {sched.collective.describe()}{where}: "
+            f"{report.n_ops} ops, {report.n_transfers} transfers, depth {report.max_depth}"
+        )
+    return 0

@@ -1,0 +1,367 @@
+"""Prove that a schedule implements its collective (SCCL / msccl-tools style).
+
+:func:`verify` checks a :class:`~ccsynth.collectives.schedule.Schedule`
+without running it, in this order, and raises
+:class:`~ccsynth.errors.ScheduleError` at the first problem with a message
+that names the rank, the chunk and the operation:
+
+1. *matching* -- every send has its receive and both move the same number
+   of chunks (:attr:`Schedule.matches`);
+2. *links* (only with a topology) -- the topology has as many ranks as the
+   collective and a connection for every send ``a -> b``;
+3. *deadlock freedom* -- intra-rank dependencies plus ``send -> recv`` edges
+   form an acyclic graph (a receive waits for its send; a send completes on
+   its own, like ``MPI_Isend``, so there is no ``recv -> send`` edge);
+4. *race freedom* -- two ops of one rank that touch the same chunk, at least
+   one of them writing it, are ordered by happens-before (paths through
+   other ranks count); otherwise the result would depend on timing;
+5. *symbolic execution* -- chunk values (sorted tuples of contributions,
+   see :mod:`ccsynth.collectives.spec`) flow through the ops in a
+   topological order; reading a chunk nothing wrote, or reducing one
+   contribution into a chunk twice, is an error. Race freedom makes every
+   topological order give the same result;
+6. *postcondition* -- every output chunk named by
+   :meth:`Collective.postcondition` holds exactly the required value.
+
+Reachability for the race check uses, per op, a Python-int bitset of its
+ancestors indexed by topological position; a bitset is dropped as soon as
+the last successor of its op has been visited, and the topological order is
+depth-first so that few bitsets are alive at once. Each chunk keeps its last
+writer and the readers since; a new access is tested only against those.
+
+Example:
+    >>> from ccsynth.collectives.spec import Collective
+    >>> from ccsynth.collectives.builder import ScheduleBuilder
+    >>> b = ScheduleBuilder(Collective("allgather", 2), "pairwise")
+    >>> for r in range(2):
+    ...     _ = b.copy(r, ("i", 0), ("o", r))
+    >>> _ = b.transfer(0, 1, ("i", 0), ("o", 0))
+    >>> _ = b.transfer(1, 0, ("i", 0), ("o", 1))
+    >>> verify(b.build())
+    VerifyReport(n_ops=6, n_transfers=2, n_bytes_moved_chunks=2, max_depth=2, ranks=2, ok=True)
+    >>> bad = ScheduleBuilder(Collective("allgather", 2), "half")
+    >>> _ = bad.copy(0, ("i", 0), ("o", 0))
+    >>> is_valid(bad.build())
+    False
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from ccsynth.collectives.schedule import Op, Schedule
+from ccsynth.collectives.spec import Contribution, Value
+from ccsynth.errors import ScheduleError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ccsynth.topologies.model import Topology
+
+log = logging.getLogger(__name__)
+
+# How many items an error message lists before saying "and N more".
+_MAX_LISTED = 3
+_MAX_CYCLE_OPS = 6
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What :func:`verify` proved, with a few size figures of the schedule.
+
+    ``n_bytes_moved_chunks`` is the sum of the chunk counts of all sends
+    (multiply by the chunk size in bytes for bytes on the wire);
+    ``max_depth`` is the number of ops on the longest dependency chain
+    (a receive counts as one step after its send).
+    """
+
+    n_ops: int
+    n_transfers: int
+    n_bytes_moved_chunks: int
+    max_depth: int
+    ranks: int
+    ok: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def verify(schedule: Schedule, topology: "Topology | None" = None) -> VerifyReport:
+    """Prove that ``schedule`` implements ``schedule.collective``.
+
+    With ``topology``, also check that it has the collective's rank count and
+    that every send uses one of its connections. Raises
+    :class:`~ccsynth.errors.ScheduleError` naming the rank, chunk and op at
+    fault; returns a :class:`VerifyReport` otherwise.
+    """
+    matches = schedule.matches  # raises on unmatched sends/recvs and count mismatches
+    if topology is not None:
+        _check_topology(schedule, topology)
+    preds, succs = _graph(schedule, matches)
+    order, max_depth = _topological_order(schedule, preds, succs)
+    _check_races(schedule, order, preds, succs)
+    final, last_writer = _execute(schedule, order, matches)
+    _check_postcondition(schedule, final, last_writer)
+    sends = [op for op in schedule.ops if op.kind == "send"]
+    report = VerifyReport(
+        n_ops=len(schedule.ops),
+        n_transfers=len(sends),
+        n_bytes_moved_chunks=sum(op.count for op in sends),
+        max_depth=max_depth,
+        ranks=schedule.n_ranks,
+    )
+    log.debug("verified %r (%s): %s", schedule.name, schedule.collective.describe(), report)
+    return report
+
+
+def is_valid(schedule: Schedule, topology: "Topology | None" = None) -> bool:
+    """True if :func:`verify` accepts ``schedule`` (on ``topology``)."""
+    try:
+        verify(schedule, topology)
+    except ScheduleError as e:
+        log.debug("schedule %r is invalid: %s", schedule.name, e)
+        return False
+    return True
+
+
+# --------------------------------------------------------------- 2. links
+def _check_topology(schedule: Schedule, topology: "Topology") -> None:
+    coll = schedule.collective
+    if topology.n_ranks != coll.n_ranks:
+        raise ScheduleError(
+            f"topology {topology.name!r} has {topology.n_ranks} ranks but schedule {schedule.name!r} "
+            f"is a {coll.kind} on {coll.n_ranks} ranks"
+        )
+    for op in schedule.ops:
+        if op.kind == "send" and not topology.has_connection(op.rank, op.peer):
+            raise ScheduleError(
+                f"{op.describe()} uses no link: topology {topology.name!r} has no connection {op.rank}->{op.peer}"
+            )
+
+
+# ----------------------------------------------------------- 3. deadlock
+def _graph(schedule: Schedule, matches: dict[int, int]) -> tuple[list[tuple[int, ...]], list[list[int]]]:
+    """Predecessor and successor lists: deps, plus send -> matching recv."""
+    n = len(schedule.ops)
+    preds: list[tuple[int, ...]] = [()] * n
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for op in schedule.ops:
+        p = op.deps
+        if op.kind == "recv":
+            p = p + (matches[op.id],)
+        if len(set(p)) != len(p):
+            p = tuple(dict.fromkeys(p))
+        preds[op.id] = p
+        for d in p:
+            succs[d].append(op.id)
+    return preds, succs
+
+
+def _topological_order(
+    schedule: Schedule, preds: list[tuple[int, ...]], succs: list[list[int]]
+) -> tuple[list[int], int]:
+    """Kahn's algorithm with a stack (depth-first, to keep few bitsets alive).
+
+    Returns the order and the longest path length in ops; raises on a cycle.
+    """
+    n = len(preds)
+    indeg = [len(p) for p in preds]
+    stack = [i for i in range(n - 1, -1, -1) if indeg[i] == 0]
+    depth = [0] * n
+    order: list[int] = []
+    while stack:
+        x = stack.pop()
+        order.append(x)
+        dx = depth[x] + 1
+        depth[x] = dx
+        for s in succs[x]:
+            if depth[s] < dx:
+                depth[s] = dx
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                stack.append(s)
+    if len(order) < n:
+        raise ScheduleError(_describe_cycle(schedule, preds, indeg))
+    return order, max(depth, default=0)
+
+
+def _describe_cycle(schedule: Schedule, preds: list[tuple[int, ...]], indeg: list[int]) -> str:
+    # Every op Kahn could not visit has an unvisited predecessor, so walking
+    # unvisited predecessors must come back to an op already on the walk.
+    start = next(i for i, d in enumerate(indeg) if d > 0)
+    walk: list[int] = []
+    seen: dict[int, int] = {}
+    x = start
+    while x not in seen:
+        seen[x] = len(walk)
+        walk.append(x)
+        x = next(p for p in preds[x] if indeg[p] > 0)
+    cycle = walk[seen[x]:][::-1]  # in execution direction: each op waits for the one before it
+    ops = schedule.ops
+    shown = " -> ".join(ops[i].describe() for i in cycle[:_MAX_CYCLE_OPS])
+    more = f" -> ... ({len(cycle) - _MAX_CYCLE_OPS} more)" if len(cycle) > _MAX_CYCLE_OPS else ""
+    ranks = sorted({ops[i].rank for i in cycle})
+    return (
+        f"schedule {schedule.name!r} deadlocks: dependency cycle of {len(cycle)} op(s) on rank(s) "
+        f"{', '.join(map(str, ranks))}: {shown}{more} -> back to op {cycle[0]} "
+        "(each op waits for the one before it; a recv waits for its matching send)"
+    )
+
+
+# -------------------------------------------------------------- 4. races
+def _check_races(
+    schedule: Schedule, order: list[int], preds: list[tuple[int, ...]], succs: list[list[int]]
+) -> None:
+    ops = schedule.ops
+    pos = [0] * len(ops)
+    for i, x in enumerate(order):
+        pos[x] = i
+    pending = [len(s) for s in succs]  # successors not yet visited
+    reach: dict[int, int] = {}  # op -> bitset (by topological position) of itself and its ancestors
+    writer: dict[tuple[int, str, int], int] = {}
+    readers: dict[tuple[int, str, int], list[int]] = {}
+
+    for x in order:
+        px = preds[x]
+        anc = 0
+        for p in px:
+            anc |= reach[p]
+            pending[p] -= 1
+            if pending[p] == 0:
+                del reach[p]
+        op = ops[x]
+        r = op.rank
+
+        def before(a: int) -> bool:
+            # Direct dependencies are by far the common case (the builder adds them).
+            return a in px or (anc >> pos[a]) & 1 == 1
+
+        written = {(c.buf, i) for c in op.writes() for i in c.indices()}
+        for c in op.reads():
+            for i in c.indices():
+                if (c.buf, i) in written:
+                    continue  # a read-modify-write is checked as a write below
+                key = (r, c.buf, i)
+                w = writer.get(key)
+                if w is not None and not before(w):
+                    raise ScheduleError(_race(schedule, key, ops[w], "writes", op, "reads"))
+                readers.setdefault(key, []).append(x)
+        for c in op.writes():
+            for i in c.indices():
+                key = (r, c.buf, i)
+                w = writer.get(key)
+                if w is not None and not before(w):
+                    raise ScheduleError(_race(schedule, key, ops[w], "writes", op, "writes"))
+                for q in readers.pop(key, ()):
+                    if not before(q):
+                        raise ScheduleError(_race(schedule, key, ops[q], "reads", op, "writes"))
+                writer[key] = x
+        if pending[x]:
+            reach[x] = anc | (1 << pos[x])
+
+
+def _race(schedule: Schedule, key, a: Op, a_does: str, b: Op, b_does: str) -> str:
+    rank, buf, idx = key
+    if a_does == "reads":
+        hint = "the write may overtake the read"
+    elif b_does == "reads":
+        hint = "the read may see the chunk before or after the write"
+    else:
+        hint = "the two writes may land in either order"
+    return (
+        f"race on rank {rank}, chunk {buf}[{idx}]: {a.describe()} {a_does} it and {b.describe()} {b_does} it, "
+        f"but neither depends on the other (directly or through messages): {hint}; add a dependency"
+    )
+
+
+# ------------------------------------------------- 5. symbolic execution
+def _execute(
+    schedule: Schedule, order: list[int], matches: dict[int, int]
+) -> tuple[dict[tuple[int, str, int], Value], dict[tuple[int, str, int], int]]:
+    ops = schedule.ops
+    state: dict[tuple[int, str, int], Value] = dict(schedule.collective.precondition())
+    last_writer: dict[tuple[int, str, int], int] = {}
+    in_flight: dict[int, list[Value]] = {}
+
+    def read(op: Op, buf: str, idx: int) -> Value:
+        v = state.get((op.rank, buf, idx))
+        if v is None:
+            raise ScheduleError(
+                f"{op.describe()} reads {buf}[{idx}] of rank {op.rank}, which is uninitialised "
+                "(nothing wrote it before this op)"
+            )
+        return v
+
+    for x in order:
+        op = ops[x]
+        r = op.rank
+        if op.kind == "send":
+            in_flight[x] = [read(op, op.src.buf, i) for i in op.src.indices()]
+            continue
+        if op.kind == "recv":
+            values = in_flight.pop(matches[x])
+        else:
+            values = [read(op, op.src.buf, i) for i in op.src.indices()]
+        combine = op.kind == "reduce" or op.reduce
+        buf = op.dst.buf
+        for i, v in zip(op.dst.indices(), values):
+            key = (r, buf, i)
+            state[key] = _merge(op, buf, i, read(op, buf, i), v) if combine else v
+            last_writer[key] = x
+    return state, last_writer
+
+
+def _merge(op: Op, buf: str, idx: int, a: Value, b: Value) -> Value:
+    merged = tuple(sorted(a + b))
+    for u, v in zip(merged, merged[1:]):
+        if u == v:
+            raise ScheduleError(
+                f"{op.describe()} reduces contribution (rank {u[0]}, chunk {u[1]}) into {buf}[{idx}] "
+                f"of rank {op.rank} twice"
+            )
+    return merged
+
+
+# ------------------------------------------------------ 6. postcondition
+def _check_postcondition(
+    schedule: Schedule,
+    final: dict[tuple[int, str, int], Value],
+    last_writer: dict[tuple[int, str, int], int],
+) -> None:
+    coll = schedule.collective
+    for key, want in sorted(coll.postcondition().items()):
+        got = final.get(key)
+        if got == want:
+            continue
+        rank, buf, idx = key
+        where = f"rank {rank} output {buf}[{idx}]"
+        if got is None:
+            raise ScheduleError(
+                f"{where} is uninitialised (no op writes it) but {coll.kind} needs {_fmt_value(want)}"
+            )
+        missing = sorted(set(want) - set(got))
+        extra = sorted(set(got) - set(want))
+        parts = []
+        if missing:
+            parts.append(f"missing {_fmt_contribs(missing)}")
+        if extra:
+            parts.append(f"unexpected {_fmt_contribs(extra)}")
+        writer = last_writer.get(key)
+        by = f"; last written by {schedule.ops[writer].describe()}" if writer is not None else ""
+        raise ScheduleError(
+            f"{where} holds {_fmt_value(got)} but {coll.kind} needs {_fmt_value(want)}: {', '.join(parts)}{by}"
+        )
+
+
+def _fmt_value(v: Value) -> str:
+    items = [f"({q},{j})" for q, j in v]
+    if len(items) > 2 * _MAX_LISTED:
+        return f"{'+'.join(items[:_MAX_LISTED])}+...+{items[-1]} [{len(items)} contributions]"
+    return "+".join(items)
+
+
+def _fmt_contribs(cs: list[Contribution]) -> str:
+    noun = "contribution" if len(cs) == 1 else "contributions"
+    shown = ", ".join(f"from rank {q} (input chunk {j})" for q, j in cs[:_MAX_LISTED])
+    more = f" and {len(cs) - _MAX_LISTED} more" if len(cs) > _MAX_LISTED else ""
+    return f"{noun} {shown}{more}"

@@ -1,0 +1,195 @@
+"""Per-size algorithm tables ("plans"): which schedule to run for which size.
+
+A :class:`Plan` is a list of :class:`PlanEntry` rows. Each row covers one
+collective kind on one rank count over a half-open byte range
+``[min_bytes, max_bytes)`` (``max_bytes=None`` means no upper end) and carries
+a complete, verified :class:`~ccsynth.collectives.schedule.Schedule`. Sizes
+are nccl-tests message sizes (the larger per-rank buffer, see
+:class:`~ccsynth.collectives.spec.Collective`).
+
+The drop-in communicator asks ``plan.select(kind, n_ranks, nbytes)`` on every
+call and falls back to the MPI library's own collective when it gets None.
+
+JSON (``format: ccsynth.plan``, ``version: 1``)::
+
+    {"format": "ccsynth.plan", "version": 1, "topology": "ndv2x2",
+     "entries": [{"kind": "allreduce", "n_ranks": 16, "min_bytes": 0,
+                  "max_bytes": 65536, "algorithm": "ring",
+                  "predicted_us": 12.5, "schedule": {...}}]}
+
+Example:
+    >>> from ccsynth.collectives.spec import Collective
+    >>> from ccsynth.collectives.builder import ScheduleBuilder
+    >>> b = ScheduleBuilder(Collective("allgather", 2), "pairwise")
+    >>> for r in range(2):
+    ...     _ = b.copy(r, ("i", 0), ("o", r))
+    >>> _ = b.transfer(0, 1, ("i", 0), ("o", 0)); _ = b.transfer(1, 0, ("i", 0), ("o", 1))
+    >>> plan = Plan((PlanEntry("allgather", 2, 0, None, b.build()),))
+    >>> plan.select("allgather", 2, 4096).name
+    'pairwise'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import canonical_kind
+from ccsynth.errors import CCSynthError, PlanError
+
+FORMAT = "ccsynth.plan"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """One row: use ``schedule`` for ``kind`` on ``n_ranks`` when min_bytes <= size < max_bytes."""
+
+    kind: str
+    n_ranks: int
+    min_bytes: int
+    max_bytes: int | None
+    schedule: Schedule
+    algorithm: str = ""
+    predicted_us: float | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "kind", canonical_kind(self.kind))
+        except CCSynthError as e:
+            raise PlanError(str(e)) from None
+        if self.min_bytes < 0 or (self.max_bytes is not None and self.max_bytes <= self.min_bytes):
+            raise PlanError(f"plan entry for {self.kind} has an empty byte range [{self.min_bytes}, {self.max_bytes})")
+        c = self.schedule.collective
+        if c.kind != self.kind or c.n_ranks != self.n_ranks:
+            raise PlanError(
+                f"plan entry says {self.kind} on {self.n_ranks} ranks but its schedule {self.schedule.name!r} is "
+                f"{c.kind} on {c.n_ranks} ranks"
+            )
+        if not self.algorithm:
+            object.__setattr__(self, "algorithm", self.schedule.name)
+
+    def covers(self, nbytes: int) -> bool:
+        return self.min_bytes <= nbytes and (self.max_bytes is None or nbytes < self.max_bytes)
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {
+            "kind": self.kind,
+            "n_ranks": self.n_ranks,
+            "min_bytes": self.min_bytes,
+            "max_bytes": self.max_bytes,
+            "algorithm": self.algorithm,
+        }
+        if self.predicted_us is not None:
+            d["predicted_us"] = self.predicted_us
+        d["schedule"] = self.schedule.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "entry") -> "PlanEntry":
+        if not isinstance(d, dict):
+            raise PlanError(f"plan {where} must be an object")
+        try:
+            mx = d["max_bytes"]
+            return cls(
+                kind=d["kind"],
+                n_ranks=int(d["n_ranks"]),
+                min_bytes=int(d["min_bytes"]),
+                max_bytes=None if mx is None else int(mx),
+                schedule=Schedule.from_dict(d["schedule"]),
+                algorithm=str(d.get("algorithm", "")),
+                predicted_us=d.get("predicted_us"),
+            )
+        except KeyError as e:
+            raise PlanError(f"plan {where} is missing field {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            if isinstance(e, CCSynthError):
+                raise PlanError(f"plan {where}: {e}") from None
+            raise PlanError(f"plan {where} has a bad field: {e}") from None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A per-size algorithm table; entries of one (kind, n_ranks) never overlap."""
+
+    entries: tuple[PlanEntry, ...]
+    topology: str = ""
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entries", tuple(sorted(self.entries, key=lambda e: (e.kind, e.n_ranks, e.min_bytes))))
+        prev: PlanEntry | None = None
+        for e in self.entries:
+            if prev is not None and (prev.kind, prev.n_ranks) == (e.kind, e.n_ranks):
+                if prev.max_bytes is None or prev.max_bytes > e.min_bytes:
+                    raise PlanError(
+                        f"plan entries for {e.kind} on {e.n_ranks} ranks overlap: "
+                        f"[{prev.min_bytes}, {prev.max_bytes}) and [{e.min_bytes}, {e.max_bytes})"
+                    )
+            prev = e
+
+    def select(self, kind: str, n_ranks: int, nbytes: int) -> Schedule | None:
+        """The schedule for this call, or None if no entry covers it."""
+        entry = self.entry_for(kind, n_ranks, nbytes)
+        return entry.schedule if entry is not None else None
+
+    def entry_for(self, kind: str, n_ranks: int, nbytes: int) -> PlanEntry | None:
+        kind = canonical_kind(kind)
+        for e in self.entries:
+            if e.kind == kind and e.n_ranks == n_ranks and e.covers(nbytes):
+                return e
+        return None
+
+    def kinds(self) -> list[tuple[str, int]]:
+        return sorted({(e.kind, e.n_ranks) for e in self.entries})
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "topology": self.topology,
+            "meta": self.meta,
+            "entries": [e.to_dict() for e in self.entries],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Plan":
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise PlanError(f"not a ccsynth plan (format must be {FORMAT!r})")
+        if d.get("version") != VERSION:
+            raise PlanError(f"plan format version {d.get('version')!r} is not supported (this ccsynth reads version {VERSION})")
+        entries = d.get("entries")
+        if not isinstance(entries, list):
+            raise PlanError("plan has no 'entries' list")
+        return cls(
+            tuple(PlanEntry.from_dict(e, f"entries[{i}]") for i, e in enumerate(entries)),
+            str(d.get("topology", "")),
+            dict(d.get("meta") or {}),
+        )
+
+
+def save_plan(plan: Plan, path: str | os.PathLike) -> None:
+    with open(path, "w") as f:
+        json.dump(plan.to_dict(), f, separators=(",", ":"))
+        f.write("\n")
+
+
+def load_plan(path: str | os.PathLike, *, verify: bool = True) -> Plan:
+    """Read a plan file; every schedule in it is verified unless ``verify=False``."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as e:
+        raise PlanError(f"cannot read plan {os.fspath(path)!r}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{os.fspath(path)!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    plan = Plan.from_dict(data)
+    if verify:
+        from ccsynth.collectives.verify import verify as _verify
+
+        for e in plan.entries:
+            _verify(e.schedule)
+    return plan

@@ -1,0 +1,111 @@
+"""The schedule IR: structure checks, matching, JSON round trip, file errors."""
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ccsynth.collectives.builder import ScheduleBuilder
+from ccsynth.collectives.schedule import Chunks, Op, Schedule, load_schedule, save_schedule
+from ccsynth.collectives.spec import Collective
+from ccsynth.errors import ScheduleError, ScheduleFormatError
+
+
+def direct_allgather(n, c=1):
+    b = ScheduleBuilder(Collective("allgather", n, c), "direct")
+    for r in range(n):
+        b.copy(r, ("i", 0, c), ("o", r * c, c))
+    for k in range(1, n):
+        for r in range(n):
+            b.transfer(r, (r + k) % n, ("i", 0, c), ("o", r * c, c))
+    return b.build(algorithm="direct")
+
+
+def test_builder_derives_minimal_dependencies():
+    b = ScheduleBuilder(Collective("allreduce", 2), "t")
+    c0 = b.copy(0, ("i", 0), ("o", 0))
+    s, r = b.transfer(1, 0, ("i", 0), ("o", 0), reduce=True)  # RAW+WAW on rank 0's o[0]
+    s2, r2 = b.transfer(0, 1, ("o", 0), ("o", 0))  # reads o[0] after the reduce
+    c1 = b.copy(0, ("i", 0), ("s", 0))  # independent of everything on rank 0's o
+    sched = b.build()
+    assert sched.ops[r].deps == (c0,)
+    assert sched.ops[s].deps == ()
+    assert sched.ops[s2].deps == (r,)
+    assert sched.ops[c1].deps == ()
+    assert sched.scratch_chunks == 1
+    assert sched.matches[s] == r and sched.matches[r2] == s2
+
+
+@given(n=st.integers(2, 6), c=st.integers(1, 3))
+@settings(max_examples=20, deadline=None)
+def test_json_round_trip_is_exact(n, c):
+    s = direct_allgather(n, c)
+    again = Schedule.from_dict(json.loads(s.to_json()))
+    assert again == s and again.meta == s.meta
+    assert again.to_dict() == s.to_dict()
+
+
+def test_file_round_trip(tmp_path):
+    s = direct_allgather(3)
+    p = tmp_path / "s.json"
+    save_schedule(s, p)
+    assert load_schedule(p, verify=False) == s
+
+
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda d: d.update(version=7), "version 7 is not supported"),
+        (lambda d: d.update(format="other"), "not a ccsynth schedule"),
+        (lambda d: d.pop("ops"), "no 'ops' list"),
+        (lambda d: d["ops"][0].pop("rank"), "missing field 'rank'"),
+        (lambda d: d["ops"][0].update(op="teleport"), "unknown kind 'teleport'"),
+        (lambda d: d["ops"][0].update(src=["x", 0, 1]), "unknown buffer 'x'"),
+        (lambda d: d["ops"][0].update(dst=["o", 99, 1]), "past the end of buffer 'o'"),
+        (lambda d: d["ops"][3].update(deps=[1]), "dependencies must stay on one rank"),
+        (lambda d: d["ops"][3].update(deps=[1000]), "unknown operation 1000"),
+        (lambda d: d["collective"].update(kind="allsum"), "unknown collective"),
+        (lambda d: d["ops"][0].update(id="zero"), "id must be an integer"),
+    ],
+)
+def test_corrupted_files_are_rejected(tmp_path, mutate, words):
+    d = direct_allgather(3).to_dict()
+    mutate(d)
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ScheduleFormatError, match=words):
+        load_schedule(p, verify=False)
+
+
+def test_not_json_and_missing_file(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text("{not json")
+    with pytest.raises(ScheduleFormatError, match="not valid JSON"):
+        load_schedule(p)
+    with pytest.raises(ScheduleFormatError, match="cannot read"):
+        load_schedule(tmp_path / "missing.json")
+
+
+def test_unmatched_send_is_named():
+    col = Collective("allgather", 2)
+    ops = (Op(0, 0, "send", Chunks("i", 0), peer=1), Op(1, 0, "copy", Chunks("i", 0), Chunks("o", 0)))
+    s = Schedule("x", col, ops)
+    with pytest.raises(ScheduleError, match="unmatched send op 0"):
+        s.matches
+
+
+def test_count_mismatch_between_send_and_recv():
+    col = Collective("allgather", 2, 2)
+    ops = (Op(0, 0, "send", Chunks("i", 0, 2), peer=1), Op(1, 1, "recv", dst=Chunks("o", 0, 1), peer=0))
+    with pytest.raises(ScheduleError, match="sends 2 chunk"):
+        Schedule("x", col, ops).matches
+
+
+def test_local_op_shape_errors():
+    col = Collective("allgather", 4)
+    with pytest.raises(ScheduleError, match="overlapping"):
+        Schedule("x", col, (Op(0, 0, "copy", Chunks("o", 0, 2), Chunks("o", 1, 2)),))
+    with pytest.raises(ScheduleError, match="only a recv can carry reduce"):
+        Schedule("x", col, (Op(0, 0, "copy", Chunks("i", 0), Chunks("o", 0), reduce=True),))
+    with pytest.raises(ScheduleError, match="bad peer"):
+        Schedule("x", col, (Op(0, 0, "send", Chunks("i", 0), peer=0),))
