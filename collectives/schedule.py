@@ -254,6 +254,9 @@ class Schedule:
             need_dst = op.kind in ("recv", "copy", "reduce")
             if need_src != (op.src is not None) or need_dst != (op.dst is not None):
                 raise ScheduleError(f"operation {op.id} ({op.kind}) needs {'src' if need_src else ''}{' and ' if need_src and need_dst else ''}{'dst' if need_dst else ''}")
+            if op.dst is not None and op.dst.buf == "i":
+                # MPI send buffers are read-only; a schedule must leave the input intact.
+                raise ScheduleError(f"{op.describe()} writes the input buffer; schedules may only write 'o' and 's'")
             if op.reduce and op.kind != "recv":
                 raise ScheduleError(f"{op.describe()}: only a recv can carry reduce=true (use a 'reduce' op)")
             if op.src is not None and op.dst is not None and op.src.count != op.dst.count:

@@ -130,7 +130,7 @@ def _check_topology(schedule: Schedule, topology: "Topology") -> None:
     if topology.n_ranks != coll.n_ranks:
         raise ScheduleError(
             f"topology {topology.name!r} has {topology.n_ranks} ranks but schedule {schedule.name!r} "
-            f"is a {coll.kind} on {coll.n_ranks} ranks"
+            f"needs {coll.n_ranks} ({coll.describe()})"
         )
     for op in schedule.ops:
         if op.kind == "send" and not topology.has_connection(op.rank, op.peer):
@@ -262,6 +262,8 @@ def _check_races(
 
 def _race(schedule: Schedule, key, a: Op, a_does: str, b: Op, b_does: str) -> str:
     rank, buf, idx = key
+    if b.id < a.id:  # the pair is unordered: name it in program (id) order, whatever the visit order
+        a, a_does, b, b_does = b, b_does, a, a_does
     if a_does == "reads":
         hint = "the write may overtake the read"
     elif b_does == "reads":

@@ -109,3 +109,9 @@ def test_local_op_shape_errors():
         Schedule("x", col, (Op(0, 0, "copy", Chunks("i", 0), Chunks("o", 0), reduce=True),))
     with pytest.raises(ScheduleError, match="bad peer"):
         Schedule("x", col, (Op(0, 0, "send", Chunks("i", 0), peer=0),))
+
+
+def test_input_buffer_is_read_only():
+    col = Collective("allgather", 2)
+    with pytest.raises(ScheduleError, match="writes the input buffer"):
+        Schedule("x", col, (Op(0, 0, "copy", Chunks("o", 0), Chunks("i", 0)),))

@@ -1,1 +1,70 @@
-"""ccsynth.topologies"""
+"""ccsynth.topologies: the network model, the catalog, JSON files and TACCL import.
+
+>>> from ccsynth.topologies import get_topology
+>>> t = get_topology("ndv2x2")
+>>> t.n_ranks, t.n_nodes, t.name
+(16, 2, 'ndv2x2')
+>>> [row[0] for row in list_topologies()][:3]
+['dgx1', 'dgx2', 'ndv2']
+"""
+
+from ccsynth.topologies.model import (
+    BandwidthConstraint,
+    Connection,
+    Dimension,
+    Link,
+    SharedPort,
+    Switch,
+    Topology,
+)
+from ccsynth.topologies.catalog import (
+    dgx1,
+    dgx2,
+    dgx_a100,
+    dgx_h100,
+    fully_connected,
+    hierarchical,
+    ndv2,
+    ring,
+    torus,
+)
+from ccsynth.topologies.names import list_topologies, parse_topology_spec
+from ccsynth.topologies.io import (
+    load_topology,
+    save_topology,
+    topology_from_dict,
+    topology_to_dict,
+    topology_to_json,
+)
+from ccsynth.topologies.taccl import load_taccl_topology
+
+#: ``get_topology(spec)``: the agreed public name of :func:`parse_topology_spec`.
+get_topology = parse_topology_spec
+
+__all__ = [
+    "BandwidthConstraint",
+    "Connection",
+    "Dimension",
+    "Link",
+    "SharedPort",
+    "Switch",
+    "Topology",
+    "get_topology",
+    "parse_topology_spec",
+    "list_topologies",
+    "ring",
+    "fully_connected",
+    "torus",
+    "hierarchical",
+    "dgx1",
+    "dgx2",
+    "ndv2",
+    "dgx_a100",
+    "dgx_h100",
+    "load_topology",
+    "save_topology",
+    "topology_to_dict",
+    "topology_from_dict",
+    "topology_to_json",
+    "load_taccl_topology",
+]

@@ -1,0 +1,522 @@
+"""The topology catalog: generic shapes and the machines collectives run on.
+
+Every function returns an immutable :class:`~ccsynth.topologies.model.Topology`
+whose ``name`` is the canonical spec string that
+:func:`ccsynth.topologies.names.parse_topology_spec` turns back into the same
+topology (``ndv2(2).name == "ndv2x2"``).
+
+Units: ``alpha`` in microseconds, bandwidth in GB/s, *per direction*.
+
+Figures and where they come from
+--------------------------------
+* NVLink2 (V100): 25 GB/s per link and direction; a V100 has 6 links,
+  300 GB/s in total both ways (NVIDIA Tesla V100 datasheet). DGX-1 wires
+  the 8 GPUs as a hybrid cube-mesh in which 8 GPU pairs share two links
+  (NVIDIA DGX-1 with Tesla V100 System Architecture, WP-08437-002).
+* DGX-2: 16 V100 on 12 NVSwitches, each GPU with its 6 NVLinks = 150 GB/s per
+  direction into the switch fabric (NVIDIA DGX-2 datasheet).
+* Azure NDv2: 8 V100 in a DGX-1-like cube-mesh, one 100 Gb/s EDR InfiniBand
+  NIC per VM = 12.5 GB/s (Microsoft Learn, "NDv2-series").
+* DGX A100: 8 A100 on 6 NVSwitches, 600 GB/s bidirectional = 300 GB/s per
+  direction per GPU; 8 single-port ConnectX-6 200 Gb/s HDR compute NICs
+  = 25 GB/s each, one per GPU (NVIDIA DGX A100 datasheet and user guide);
+  rail-optimized wiring as in the DGX SuperPOD reference architecture.
+* DGX H100: 8 H100 on 4 NVSwitches, 900 GB/s bidirectional = 450 GB/s per
+  direction per GPU; 8 ConnectX-7 400 Gb/s NDR = 50 GB/s each (NVIDIA DGX
+  H100 datasheet).
+* Latency: TACCL (Shah et al., NSDI'23) profiled NDv2 at alpha = 0.3 us on
+  NVLink and 2.6 us across InfiniBand (``taccl/examples/topo/topo-ndv2-1MB.json``).
+  A collective kernel also pays a per-hop synchronisation cost (NCCL's tuning
+  model charges about 0.5 us per NVLink hop for its LL protocol and more for
+  Simple), so ccsynth uses :data:`NVLINK_ALPHA_US` = 0.7 us for one NVLink or
+  NVSwitch hop and :data:`IB_ALPHA_US` = 2.6 us for one InfiniBand hop.
+
+Example:
+    >>> t = dgx1()
+    >>> t.n_ranks, t.connection(0, 1).bw, t.connection(0, 2).bw
+    (8, 50.0, 25.0)
+    >>> ndv2(2).name
+    'ndv2x2'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ccsynth.errors import TopologyError
+from ccsynth.topologies.model import Dimension, Link, SharedPort, Switch, Topology
+
+#: latency of one NVLink / NVSwitch hop (us); see the module docstring.
+NVLINK_ALPHA_US = 0.7
+#: latency of one InfiniBand hop (us), TACCL's NDv2 profile.
+IB_ALPHA_US = 2.6
+#: NVLink2 bandwidth per link and direction (GB/s), V100.
+NVLINK2_GBPS = 25.0
+
+#: Defaults of the generic shapes (ring, fully connected, torus).
+DEFAULT_BW = 25.0
+DEFAULT_ALPHA = 0.7
+
+#: Guards against typos such as ``ring:80000``: building is O(connections).
+MAX_RANKS = 4096
+MAX_CONNECTIONS = 300_000
+
+#: NVLink count between GPU pairs of a DGX-1 (V100) / NDv2 node, row = GPU 0..7.
+DGX1_NVLINKS: tuple[tuple[int, ...], ...] = (
+    (0, 2, 1, 1, 2, 0, 0, 0),
+    (2, 0, 1, 2, 0, 1, 0, 0),
+    (1, 1, 0, 2, 0, 0, 2, 0),
+    (1, 2, 2, 0, 0, 0, 0, 1),
+    (2, 0, 0, 0, 0, 2, 1, 1),
+    (0, 1, 0, 0, 2, 0, 1, 2),
+    (0, 0, 2, 0, 1, 1, 0, 2),
+    (0, 0, 0, 1, 1, 2, 2, 0),
+)
+
+_SRC_V100 = "NVIDIA Tesla V100 datasheet: NVLink2 300 GB/s per GPU = 6 links x 25 GB/s per direction"
+_SRC_DGX1 = "NVIDIA DGX-1 with Tesla V100 System Architecture (WP-08437-002): hybrid cube-mesh NVLink topology"
+_SRC_DGX2 = "NVIDIA DGX-2 datasheet: 16 V100 on 12 NVSwitches, 6 NVLinks (150 GB/s per direction) per GPU"
+_SRC_NDV2 = "Microsoft Learn, NDv2-series: 8 V100 with NVLink, one 100 Gb/s EDR InfiniBand NIC (12.5 GB/s)"
+_SRC_A100 = ("NVIDIA DGX A100 datasheet / user guide: 6 NVSwitches, 600 GB/s bidirectional NVLink per GPU; "
+             "8 single-port ConnectX-6 HDR 200 Gb/s (25 GB/s) compute NICs, one per GPU")
+_SRC_H100 = ("NVIDIA DGX H100 datasheet: 4 NVSwitches, 900 GB/s bidirectional NVLink per GPU; "
+             "8 ConnectX-7 NDR 400 Gb/s (50 GB/s) NICs, one per GPU")
+_SRC_RAIL = "NVIDIA DGX SuperPOD reference architecture: rail-optimized InfiniBand (NIC i of every node on leaf/rail i)"
+_SRC_TACCL = ("TACCL (Shah et al., NSDI'23), taccl/examples/topo/topo-ndv2-1MB.json: alpha 0.3 us NVLink, "
+              "2.6 us InfiniBand")
+_SRC_ALPHA = ("ccsynth: 0.7 us per NVLink/NVSwitch hop (TACCL's 0.3 us link latency plus kernel per-hop cost, "
+              "cf. NCCL tuning model ~0.5 us/NVLink hop for LL)")
+
+
+# ----------------------------------------------------------------- helpers
+def _int_param(value, what: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TopologyError(f"{what} must be an integer, got {value!r}")
+    if value < minimum:
+        raise TopologyError(f"{what} must be at least {minimum}, got {value}")
+    return value
+
+
+def _float_param(value, what: str, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TopologyError(f"{what} must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise TopologyError(f"{what} must be a finite {'positive' if positive else 'non-negative'} number, got {value!r}")
+    return v
+
+
+def _per_dim(value, k: int, what: str, *, positive: bool) -> tuple[float, ...]:
+    """A number for every one of ``k`` dimensions, from a scalar or a sequence."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (_float_param(value, what, positive=positive),) * k
+    values = tuple(value)
+    if len(values) != k:
+        raise TopologyError(f"{what} needs one value or one per dimension ({k}), got {len(values)}")
+    return tuple(_float_param(v, f"{what}[{i}]", positive=positive) for i, v in enumerate(values))
+
+
+def _check_size(n_ranks: int, n_connections: int, what: str) -> None:
+    if n_ranks > MAX_RANKS:
+        raise TopologyError(f"{what}: {n_ranks} ranks is more than ccsynth builds ({MAX_RANKS})")
+    if n_connections > MAX_CONNECTIONS:
+        raise TopologyError(
+            f"{what}: would create {n_connections} directed connections, more than ccsynth builds ({MAX_CONNECTIONS})"
+        )
+
+
+def fmt_number(x: float) -> str:
+    """The shortest exact decimal form of ``x`` for spec strings: 200.0 -> '200'."""
+    s = repr(float(x))
+    return s[:-2] if s.endswith(".0") else s
+
+
+def _fmt_list(values: Sequence[float], default: float | None = None) -> str | None:
+    """'25' when all values agree, '25,50' otherwise; None when all equal ``default``."""
+    if default is not None and all(v == default for v in values):
+        return None
+    if len(set(values)) == 1:
+        return fmt_number(values[0])
+    return ",".join(fmt_number(v) for v in values)
+
+
+def _spec_suffix(bws: Sequence[float], alphas: Sequence[float], bw_default, alpha_default) -> str:
+    out = ""
+    b = _fmt_list(bws, bw_default)
+    a = _fmt_list(alphas, alpha_default)
+    if b is not None:
+        out += f"@{b}"
+    if a is not None:
+        out += f"/{a}"
+    return out
+
+
+def _ring_links(ranks: Sequence[int], bw: float, alpha: float) -> list[Link]:
+    """Bidirectional ring through ``ranks`` (one link each way for two ranks)."""
+    s = len(ranks)
+    if s < 2:
+        return []
+    if s == 2:
+        a, b = ranks
+        return [Link(a, b, alpha, bw), Link(b, a, alpha, bw)]
+    out = []
+    for i in range(s):
+        a, b = ranks[i], ranks[(i + 1) % s]
+        out += [Link(a, b, alpha, bw), Link(b, a, alpha, bw)]
+    return out
+
+
+def _cube_mesh_links(base: int, alpha: float) -> list[Link]:
+    """DGX-1 hybrid cube-mesh of GPUs ``base..base+7``; a doubled NVLink is one 50 GB/s link."""
+    out = []
+    for i, row in enumerate(DGX1_NVLINKS):
+        for j, count in enumerate(row):
+            if count:
+                out.append(Link(base + i, base + j, alpha, count * NVLINK2_GBPS))
+    return out
+
+
+def _mixed_radix_groups(sizes: Sequence[int], d: int) -> list[list[int]]:
+    """Groups of ranks that differ only in coordinate ``d`` (dimension 0 fastest).
+
+    Group ``k`` is numbered by the rank's other coordinates, read as a mixed
+    radix number in the same order.
+    """
+    stride = math.prod(sizes[:d])
+    size = sizes[d]
+    n = math.prod(sizes)
+    groups = []
+    for k in range(n // size):
+        low, high = k % stride, k // stride
+        start = high * stride * size + low
+        groups.append([start + c * stride for c in range(size)])
+    return groups
+
+
+# ----------------------------------------------------------- generic shapes
+def ring(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA) -> Topology:
+    """A bidirectional ring of ``n`` ranks: ``i <-> i+1 (mod n)``.
+
+    Each direction of each link carries ``bw`` GB/s with ``alpha`` us latency
+    (defaults: one NVLink2, 25 GB/s, 0.7 us). Two ranks get one link each way.
+
+    >>> [ (l.src, l.dst) for l in ring(3).links ][:2]
+    [(0, 1), (1, 0)]
+    """
+    n = _int_param(n, "ring: number of ranks", 2)
+    bw = _float_param(bw, "ring: bandwidth", positive=True)
+    alpha = _float_param(alpha, "ring: latency", positive=False)
+    _check_size(n, 2 * n, f"ring:{n}")
+    egress = bw if n == 2 else 2 * bw
+    return Topology(
+        name=f"ring:{n}" + _spec_suffix([bw], [alpha], DEFAULT_BW, DEFAULT_ALPHA),
+        n_ranks=n,
+        links=tuple(_ring_links(list(range(n)), bw, alpha)),
+        dims=(Dimension("ring", n, egress, alpha),),
+        description=f"bidirectional ring of {n} ranks, {fmt_number(bw)} GB/s per direction, {fmt_number(alpha)} us",
+        sources=(_SRC_V100, _SRC_ALPHA),
+    )
+
+
+def fully_connected(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA) -> Topology:
+    """Direct links between every ordered pair of ``n`` ranks.
+
+    The generic model of an MPI world (every process can reach every other at
+    the same cost). Each link has ``bw`` GB/s and ``alpha`` us.
+
+    >>> len(fully_connected(4).links)
+    12
+    """
+    n = _int_param(n, "fully_connected: number of ranks", 2)
+    bw = _float_param(bw, "fully_connected: bandwidth", positive=True)
+    alpha = _float_param(alpha, "fully_connected: latency", positive=False)
+    _check_size(n, n * (n - 1), f"fully_connected:{n}")
+    links = tuple(Link(a, b, alpha, bw) for a in range(n) for b in range(n) if a != b)
+    return Topology(
+        name=f"fully_connected:{n}" + _spec_suffix([bw], [alpha], DEFAULT_BW, DEFAULT_ALPHA),
+        n_ranks=n,
+        links=links,
+        dims=(Dimension("full", n, bw * (n - 1), alpha),),
+        description=f"{n} ranks with direct links between all pairs, {fmt_number(bw)} GB/s per direction, "
+        f"{fmt_number(alpha)} us",
+        sources=("ccsynth generic model",),
+    )
+
+
+def torus(
+    dims: Sequence[int],
+    bw: float | Sequence[float] = DEFAULT_BW,
+    alpha: float | Sequence[float] = DEFAULT_ALPHA,
+) -> Topology:
+    """A multi-dimensional torus, e.g. ``torus((4, 4))``.
+
+    Ranks have mixed-radix coordinates (dimension 0 varies fastest). In every
+    dimension each rank links to its +1 and -1 neighbours with wrap-around; a
+    dimension of size 2 gets one link each way, a dimension of size 1 none.
+    ``bw`` and ``alpha`` are one value or one per dimension. ``dims`` of the
+    result carries a :class:`Dimension` per axis whose ``bw`` is a rank's
+    total egress in that axis (two links, or one for size 2).
+
+    >>> t = torus((4, 4))
+    >>> t.n_ranks, len(t.links), t.coords(5)
+    (16, 64, (1, 1))
+    """
+    sizes = tuple(dims) if not isinstance(dims, int) else (dims,)
+    if not sizes:
+        raise TopologyError("torus needs at least one dimension, e.g. torus((4, 4))")
+    sizes = tuple(_int_param(s, f"torus: size of dimension {i}", 1) for i, s in enumerate(sizes))
+    bws = _per_dim(bw, len(sizes), "torus: bandwidth", positive=True)
+    alphas = _per_dim(alpha, len(sizes), "torus: latency", positive=False)
+    n = math.prod(sizes)
+    if n < 2:
+        raise TopologyError(f"torus {'x'.join(map(str, sizes))} has {n} rank; it needs at least 2")
+    _check_size(n, 4 * n * len(sizes), f"torus:{'x'.join(map(str, sizes))}")
+    links: list[Link] = []
+    dimensions = []
+    for d, size in enumerate(sizes):
+        for group in _mixed_radix_groups(sizes, d):
+            links += _ring_links(group, bws[d], alphas[d])
+        egress = 0.0 if size == 1 else (bws[d] if size == 2 else 2 * bws[d])
+        dimensions.append(Dimension(f"dim{d}", size, egress or bws[d], alphas[d]))
+    shape = "x".join(map(str, sizes))
+    return Topology(
+        name=f"torus:{shape}" + _spec_suffix(bws, alphas, DEFAULT_BW, DEFAULT_ALPHA),
+        n_ranks=n,
+        links=tuple(links),
+        dims=tuple(dimensions),
+        description=f"{len(sizes)}-D torus {shape} ({n} ranks), GB/s per direction per dimension "
+        f"{[fmt_number(b) for b in bws]}",
+        sources=("ccsynth generic model",),
+    )
+
+
+def default_hierarchy_alpha(d: int) -> float:
+    """Default latency of hierarchy dimension ``d``: NVLink-class for 0, InfiniBand-class above."""
+    return NVLINK_ALPHA_US if d == 0 else IB_ALPHA_US
+
+
+def hierarchical(dims: Sequence[Sequence[float]]) -> Topology:
+    """A multi-dimension switched hierarchy (Themis-style), ``dims = [(size, GB/s[, alpha_us]), ...]``.
+
+    Ranks have mixed-radix coordinates, dimension 0 varying fastest. For each
+    dimension ``d`` the ranks that differ only in coordinate ``d`` form one
+    group, joined by a :class:`Switch` named ``d{d}.g{k}`` whose every port
+    carries that dimension's GB/s (``k`` numbers the group by the ranks' other
+    coordinates). An omitted alpha defaults to 0.7 us for dimension 0 and
+    2.6 us for the others (:func:`default_hierarchy_alpha`). Dimensions of
+    size 1 get no switch. ``nodes`` is ``rank // size of dimension 0``: the
+    first dimension is taken as the inside of a node.
+
+    >>> t = hierarchical([(4, 200), (2, 50)])
+    >>> t.n_ranks, t.n_nodes, [s.name for s in t.switches][:3]
+    (8, 2, ['d0.g0', 'd0.g1', 'd1.g0'])
+    >>> t.connection(0, 4).bw
+    50.0
+    """
+    entries = list(dims)
+    if not entries:
+        raise TopologyError("hierarchical needs at least one dimension, e.g. hierarchical([(8, 300), (4, 25)])")
+    sizes, bws, alphas = [], [], []
+    for d, entry in enumerate(entries):
+        entry = tuple(entry)
+        if len(entry) not in (2, 3):
+            raise TopologyError(f"hierarchical: dimension {d} must be (size, GB/s) or (size, GB/s, alpha_us), got {entry!r}")
+        sizes.append(_int_param(entry[0], f"hierarchical: size of dimension {d}", 1))
+        bws.append(_float_param(entry[1], f"hierarchical: bandwidth of dimension {d}", positive=True))
+        a = entry[2] if len(entry) == 3 else default_hierarchy_alpha(d)
+        alphas.append(_float_param(a, f"hierarchical: latency of dimension {d}", positive=False))
+    n = math.prod(sizes)
+    shape = "x".join(map(str, sizes))
+    if n < 2:
+        raise TopologyError(f"hierarchical {shape} has {n} rank; it needs at least 2")
+    _check_size(n, n * sum(s - 1 for s in sizes), f"hierarchical:{shape}")
+    switches = []
+    for d, size in enumerate(sizes):
+        if size < 2:
+            continue
+        for k, group in enumerate(_mixed_radix_groups(sizes, d)):
+            switches.append(Switch(f"d{d}.g{k}", tuple(group), bws[d], alphas[d]))
+    name = f"hierarchical:{shape}@" + ",".join(fmt_number(b) for b in bws)
+    if any(a != default_hierarchy_alpha(d) for d, a in enumerate(alphas)):
+        name += "/" + ",".join(fmt_number(a) for a in alphas)
+    return Topology(
+        name=name,
+        n_ranks=n,
+        switches=tuple(switches),
+        nodes=tuple(r // sizes[0] for r in range(n)),
+        dims=tuple(Dimension(f"dim{d}", s, b, a) for d, (s, b, a) in enumerate(zip(sizes, bws, alphas))),
+        description=f"{len(sizes)}-dimension switched hierarchy {shape} ({n} ranks), GB/s per port per dimension "
+        f"{[fmt_number(b) for b in bws]}",
+        sources=("ccsynth generic model (Themis-style multi-dimension network, ISCA'22)",),
+    )
+
+
+# ----------------------------------------------------------------- machines
+def _nodes_param(nodes, what: str, limit: int) -> int:
+    nodes = _int_param(nodes, f"{what}: number of nodes", 1)
+    if nodes > limit:
+        raise TopologyError(f"{what}: {nodes} nodes is more than ccsynth builds ({limit})")
+    return nodes
+
+
+def _family_name(base: str, nodes: int) -> str:
+    return base if nodes == 1 else f"{base}x{nodes}"
+
+
+def dgx1() -> Topology:
+    """NVIDIA DGX-1 (V100): 8 GPUs in a hybrid cube-mesh of NVLink2.
+
+    Each GPU has 6 NVLinks of 25 GB/s per direction; 8 GPU pairs have two
+    links, modelled as one :class:`Link` of 50 GB/s (:data:`DGX1_NVLINKS`).
+    Latency 0.7 us per hop.
+
+    >>> t = dgx1()
+    >>> len(t.links), t.connection(0, 4).bw, t.has_connection(0, 5)
+    (32, 50.0, False)
+    """
+    return Topology(
+        name="dgx1",
+        n_ranks=8,
+        links=tuple(_cube_mesh_links(0, NVLINK_ALPHA_US)),
+        dims=(Dimension("nvlink", 8, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US),),
+        description="NVIDIA DGX-1: 8 V100, hybrid cube-mesh NVLink2 (25 GB/s per link per direction, "
+        "doubled pairs 50 GB/s)",
+        sources=(_SRC_DGX1, _SRC_V100, _SRC_TACCL, _SRC_ALPHA),
+    )
+
+
+def dgx2() -> Topology:
+    """NVIDIA DGX-2: 16 V100 on NVSwitch, 150 GB/s per GPU port and direction.
+
+    >>> t = dgx2()
+    >>> t.n_ranks, t.connection(3, 12).bw, t.connection(3, 12).via
+    (16, 150.0, 'nvswitch')
+    """
+    return Topology(
+        name="dgx2",
+        n_ranks=16,
+        switches=(Switch("nvswitch", tuple(range(16)), 6 * NVLINK2_GBPS, NVLINK_ALPHA_US),),
+        dims=(Dimension("nvswitch", 16, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US),),
+        description="NVIDIA DGX-2: 16 V100 on NVSwitch, 150 GB/s per GPU per direction",
+        sources=(_SRC_DGX2, _SRC_V100, _SRC_ALPHA),
+    )
+
+
+NDV2_NIC_GBPS = 12.5
+
+
+def ndv2(nodes: int = 1) -> Topology:
+    """Azure NDv2 x ``nodes``: DGX-1-like cube-mesh nodes joined by one 100 Gb/s NIC each.
+
+    Rank ``r`` is GPU ``r % 8`` of node ``r // 8``. Between nodes every GPU
+    has a link to every GPU of every other node (alpha 2.6 us, 12.5 GB/s),
+    and all of them share the node's NIC: shared ports ``nic{k}.tx`` (node
+    ``k``'s ranks to everyone else) and ``nic{k}.rx`` (everyone else to node
+    ``k``), 12.5 GB/s each. ``ndv2(1)`` is :func:`dgx1` named ``ndv2``.
+
+    >>> t = ndv2(2)
+    >>> t.n_ranks, t.nodes[8], t.connection(0, 9).resources
+    (16, 1, ('link:0->9', 'nic0.tx', 'nic1.rx'))
+    """
+    nodes = _nodes_param(nodes, "ndv2", 32)
+    n = 8 * nodes
+    _check_size(n, 32 * nodes + n * (n - 8), f"ndv2x{nodes}")
+    links: list[Link] = []
+    for k in range(nodes):
+        links += _cube_mesh_links(8 * k, NVLINK_ALPHA_US)
+    ports = []
+    for a in range(nodes):
+        mine = tuple(range(8 * a, 8 * a + 8))
+        others = tuple(r for r in range(n) if r // 8 != a)
+        for s in mine:
+            links += [Link(s, d, IB_ALPHA_US, NDV2_NIC_GBPS) for d in others]
+        if others:
+            ports.append(SharedPort(f"nic{a}.tx", mine, others, NDV2_NIC_GBPS))
+            ports.append(SharedPort(f"nic{a}.rx", others, mine, NDV2_NIC_GBPS))
+    dims = [Dimension("nvlink", 8, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US)]
+    if nodes > 1:
+        # a rank's fair share of its node's single NIC
+        dims.append(Dimension("ib", nodes, NDV2_NIC_GBPS / 8, IB_ALPHA_US))
+    return Topology(
+        name=_family_name("ndv2", nodes),
+        n_ranks=n,
+        links=tuple(links),
+        shared_ports=tuple(ports),
+        nodes=tuple(r // 8 for r in range(n)),
+        dims=tuple(dims),
+        description="Azure NDv2 (one node): 8 V100 in a DGX-1 cube-mesh NVLink2"
+        if nodes == 1
+        else f"Azure NDv2 x{nodes}: per node 8 V100 in a DGX-1 cube-mesh; one 100 Gb/s InfiniBand NIC "
+        f"(12.5 GB/s) per node shared by its 8 GPUs",
+        sources=(_SRC_NDV2, _SRC_DGX1, _SRC_V100, _SRC_TACCL, _SRC_ALPHA),
+    )
+
+
+def _dgx_switched(base: str, nodes: int, nvswitch_gbps: float, nic_gbps: float, gpu: str, sources) -> Topology:
+    nodes = _nodes_param(nodes, base, 128)
+    n = 8 * nodes
+    switches = [Switch(f"nvswitch{k}", tuple(range(8 * k, 8 * k + 8)), nvswitch_gbps, NVLINK_ALPHA_US) for k in range(nodes)]
+    dims = [Dimension("nvswitch", 8, nvswitch_gbps, NVLINK_ALPHA_US)]
+    if nodes > 1:
+        # rail-aligned: NIC i of every node hangs off rail switch i; cross-rail
+        # traffic first crosses the NVSwitch (as NCCL's PXN does).
+        switches += [Switch(f"rail{i}", tuple(range(i, n, 8)), nic_gbps, IB_ALPHA_US) for i in range(8)]
+        dims.append(Dimension("rail", nodes, nic_gbps, IB_ALPHA_US))
+    nic = f"; 8 x {fmt_number(nic_gbps * 8)} Gb/s NICs ({fmt_number(nic_gbps)} GB/s) per node, rail-aligned"
+    count = "(one node):" if nodes == 1 else f"x{nodes}:"
+    if nodes == 1:
+        nic = ""
+    return Topology(
+        name=_family_name(base, nodes),
+        n_ranks=n,
+        switches=tuple(switches),
+        nodes=tuple(r // 8 for r in range(n)),
+        dims=tuple(dims),
+        description=f"NVIDIA {base.upper().replace('_', ' ')} {count} 8 {gpu} per node on NVSwitch "
+        f"({fmt_number(nvswitch_gbps)} GB/s per GPU per direction){nic}",
+        sources=tuple(sources) + (_SRC_RAIL, _SRC_TACCL, _SRC_ALPHA),
+    )
+
+
+def dgx_a100(nodes: int = 1) -> Topology:
+    """NVIDIA DGX A100 x ``nodes``: NVSwitch (300 GB/s per GPU), 8 HDR NICs per node on rails.
+
+    Rank ``r`` is GPU ``r % 8`` of node ``r // 8``. Inside a node one switch
+    ``nvswitch{k}``; GPU ``i`` of every node sits on rail switch ``rail{i}``
+    (25 GB/s per port = its own 200 Gb/s HDR NIC, alpha 2.6 us).
+
+    >>> t = dgx_a100(2)
+    >>> t.connection(1, 9).via, t.connection(1, 9).bw, t.has_connection(1, 10)
+    ('rail1', 25.0, False)
+    """
+    return _dgx_switched("dgx_a100", nodes, 300.0, 25.0, "A100", (_SRC_A100,))
+
+
+def dgx_h100(nodes: int = 1) -> Topology:
+    """NVIDIA DGX H100 x ``nodes``: NVSwitch (450 GB/s per GPU), 8 NDR NICs (50 GB/s) per node on rails.
+
+    Same shape as :func:`dgx_a100`.
+
+    >>> dgx_h100(2).connection(0, 8).bw
+    50.0
+    """
+    return _dgx_switched("dgx_h100", nodes, 450.0, 50.0, "H100", (_SRC_H100,))
+
+
+__all__ = [
+    "ring",
+    "fully_connected",
+    "torus",
+    "hierarchical",
+    "dgx1",
+    "dgx2",
+    "ndv2",
+    "dgx_a100",
+    "dgx_h100",
+    "DGX1_NVLINKS",
+    "NVLINK_ALPHA_US",
+    "IB_ALPHA_US",
+    "default_hierarchy_alpha",
+    "fmt_number",
+]

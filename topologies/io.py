@@ -1,0 +1,333 @@
+"""ccsynth's own topology file: versioned JSON that round-trips exactly.
+
+Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
+
+    {
+      "format": "ccsynth.topology", "version": 1,
+      "name": "ndv2x2", "n_ranks": 16,
+      "description": "...", "sources": ["datasheet ..."],
+      "nodes": [0, 0, ..., 1],                      # node of each rank (optional: all 0)
+      "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0}, ...],
+      "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7}],
+      "shared_ports": [{"name": "nic0.tx", "srcs": [0, ...], "dsts": [8, ...], "bw_GBps": 12.5}],
+      "dims":         [{"name": "nvlink", "size": 8, "bw_GBps": 150.0, "alpha_us": 0.7}]
+    }
+
+``format``, ``version``, ``name`` and ``n_ranks`` are required; the lists,
+``description`` and ``sources`` may be left out. Keys starting with ``_`` are
+comments and ignored; any other unknown key is an error (a typo such as
+``"lnks"`` would otherwise silently drop every link). Bandwidths are GB/s
+per direction, latencies microseconds.
+
+Every problem is one :class:`~ccsynth.errors.TopologyError` naming the JSON
+path, e.g. ``links[3].bw_GBps must be positive, got -1``.
+
+:func:`load_topology` also accepts a TACCL topology profile (detected by its
+``gpus_per_node`` field) and imports it with
+:func:`ccsynth.topologies.taccl.load_taccl_topology`'s defaults.
+
+>>> from ccsynth.topologies.catalog import ring
+>>> d = topology_to_dict(ring(3))
+>>> d["format"], d["n_ranks"], d["links"][0]
+('ccsynth.topology', 3, {'src': 0, 'dst': 1, 'alpha_us': 0.7, 'bw_GBps': 25.0})
+>>> topology_from_dict(d) == ring(3)
+True
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from typing import Any, Mapping
+
+from ccsynth.errors import TopologyError
+from ccsynth.topologies.model import Dimension, Link, SharedPort, Switch, Topology
+
+log = logging.getLogger(__name__)
+
+FORMAT = "ccsynth.topology"
+VERSION = 1
+
+_TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "nodes", "links", "switches",
+             "shared_ports", "dims")
+_ENTRY_KEYS = {
+    "links": ("src", "dst", "alpha_us", "bw_GBps"),
+    "switches": ("name", "ranks", "bw_GBps", "alpha_us"),
+    "shared_ports": ("name", "srcs", "dsts", "bw_GBps"),
+    "dims": ("name", "size", "bw_GBps", "alpha_us"),
+}
+
+
+# ------------------------------------------------------------------- writing
+def topology_to_dict(topology: Topology) -> dict:
+    """The JSON-ready dict of ``topology`` (every field written out)."""
+    t = topology
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": t.name,
+        "n_ranks": t.n_ranks,
+        "description": t.description,
+        "sources": list(t.sources),
+        "nodes": list(t.nodes),
+        "links": [{"src": l.src, "dst": l.dst, "alpha_us": float(l.alpha), "bw_GBps": float(l.bw)} for l in t.links],
+        "switches": [
+            {"name": s.name, "ranks": list(s.ranks), "bw_GBps": float(s.bw), "alpha_us": float(s.alpha)}
+            for s in t.switches
+        ],
+        "shared_ports": [
+            {"name": p.name, "srcs": list(p.srcs), "dsts": list(p.dsts), "bw_GBps": float(p.bw)}
+            for p in t.shared_ports
+        ],
+        "dims": [
+            {"name": d.name, "size": d.size, "bw_GBps": float(d.bw), "alpha_us": float(d.alpha)} for d in t.dims
+        ],
+    }
+
+
+def topology_to_json(topology: Topology) -> str:
+    """JSON text with one line per link, switch, port and dimension (diff-friendly)."""
+    d = topology_to_dict(topology)
+    lines = ["{"]
+    items = list(d.items())
+    for i, (key, value) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            body = ",\n".join(f"    {json.dumps(v)}" for v in value)
+            lines.append(f"  {json.dumps(key)}: [\n{body}\n  ]{comma}")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)}{comma}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def save_topology(topology: Topology, path: str | os.PathLike) -> None:
+    """Write ``topology`` to ``path`` in the ccsynth JSON format."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(topology_to_json(topology))
+    except OSError as e:
+        raise TopologyError(f"cannot write topology {os.fspath(path)!r}: {e.strerror}") from None
+
+
+# ------------------------------------------------------------------- reading
+def _type_name(v: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(v), type(v).__name__
+    )
+
+
+def _get(obj: Mapping, key: str, where: str):
+    if key not in obj:
+        raise TopologyError(f"{where} is missing field {key!r}")
+    return obj[key]
+
+
+def _int(v, where: str, minimum: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TopologyError(f"{where} must be an integer, got {_type_name(v)} {v!r}")
+    if v < minimum:
+        raise TopologyError(f"{where} must be at least {minimum}, got {v}")
+    return v
+
+
+def _number(v, where: str, *, positive: bool) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TopologyError(f"{where} must be a number, got {_type_name(v)} {v!r}")
+    x = float(v)
+    if not math.isfinite(x):
+        raise TopologyError(f"{where} must be a finite number, got {v!r}")
+    if positive and x <= 0:
+        raise TopologyError(f"{where} must be positive, got {v!r}")
+    if x < 0:
+        raise TopologyError(f"{where} must not be negative, got {v!r}")
+    return x
+
+
+def _str(v, where: str, *, empty_ok: bool = False) -> str:
+    if not isinstance(v, str):
+        raise TopologyError(f"{where} must be a string, got {_type_name(v)} {v!r}")
+    if not empty_ok and not v:
+        raise TopologyError(f"{where} must not be empty")
+    return v
+
+
+def _list(v, where: str) -> list:
+    if not isinstance(v, list):
+        raise TopologyError(f"{where} must be a list, got {_type_name(v)}")
+    return v
+
+
+def _rank(v, where: str, n: int) -> int:
+    r = _int(v, where)
+    if r >= n:
+        raise TopologyError(f"{where} names unknown rank {r} (ranks are 0..{n - 1})")
+    return r
+
+
+def _ranks(v, where: str, n: int) -> tuple[int, ...]:
+    return tuple(_rank(r, f"{where}[{i}]", n) for i, r in enumerate(_list(v, where)))
+
+
+def _check_keys(obj: Mapping, allowed, where: str) -> None:
+    for key in obj:
+        if key not in allowed and not (isinstance(key, str) and key.startswith("_")):
+            raise TopologyError(f"{where} has unknown field {key!r} (expected {', '.join(allowed)})")
+
+
+def _entries(d: Mapping, key: str):
+    """(path, object) for each entry of list ``key``, each checked to be an object with known fields."""
+    for i, entry in enumerate(_list(d.get(key, []), key)):
+        where = f"{key}[{i}]"
+        if not isinstance(entry, dict):
+            raise TopologyError(f"{where} must be an object, got {_type_name(entry)}")
+        _check_keys(entry, _ENTRY_KEYS[key], where)
+        yield where, entry
+
+
+def topology_from_dict(d: Any) -> Topology:
+    """Build a :class:`Topology` from its JSON dict, validating every field.
+
+    Raises :class:`TopologyError` naming the JSON path of the first problem.
+    """
+    if not isinstance(d, dict):
+        raise TopologyError(f"a topology must be a JSON object, got {_type_name(d)}")
+    if "format" not in d:
+        raise TopologyError(f"not a ccsynth topology: missing field 'format' (expected {FORMAT!r})")
+    if d["format"] != FORMAT:
+        raise TopologyError(f"not a ccsynth topology (format is {d['format']!r}, expected {FORMAT!r})")
+    version = _get(d, "version", "topology")
+    if version != VERSION or isinstance(version, bool):
+        raise TopologyError(f"topology format version {version!r} is not supported (this ccsynth reads version {VERSION})")
+    _check_keys(d, _TOP_KEYS, "topology")
+    name = _str(_get(d, "name", "topology"), "name")
+    n = _int(_get(d, "n_ranks", "topology"), "n_ranks", 1)
+    description = _str(d.get("description", ""), "description", empty_ok=True)
+    sources = tuple(_str(s, f"sources[{i}]", empty_ok=True) for i, s in enumerate(_list(d.get("sources", []), "sources")))
+
+    nodes: tuple[int, ...] = ()
+    if "nodes" in d:
+        raw = _list(d["nodes"], "nodes")
+        if len(raw) != n:
+            raise TopologyError(f"nodes has {len(raw)} entries for {n} ranks")
+        nodes = tuple(_int(v, f"nodes[{i}]") for i, v in enumerate(raw))
+
+    links = []
+    for where, e in _entries(d, "links"):
+        src = _rank(_get(e, "src", where), f"{where}.src", n)
+        dst = _rank(_get(e, "dst", where), f"{where}.dst", n)
+        if src == dst:
+            raise TopologyError(f"{where} is a self-loop {src}->{dst}")
+        alpha = _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False)
+        bw = _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True)
+        links.append(Link(src, dst, alpha, bw))
+
+    switches = []
+    for where, e in _entries(d, "switches"):
+        switches.append(
+            Switch(
+                _str(_get(e, "name", where), f"{where}.name"),
+                _ranks(_get(e, "ranks", where), f"{where}.ranks", n),
+                _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
+                _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
+            )
+        )
+
+    ports = []
+    for where, e in _entries(d, "shared_ports"):
+        ports.append(
+            SharedPort(
+                _str(_get(e, "name", where), f"{where}.name"),
+                _ranks(_get(e, "srcs", where), f"{where}.srcs", n),
+                _ranks(_get(e, "dsts", where), f"{where}.dsts", n),
+                _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
+            )
+        )
+
+    dims = []
+    for where, e in _entries(d, "dims"):
+        dims.append(
+            Dimension(
+                _str(_get(e, "name", where), f"{where}.name"),
+                _int(_get(e, "size", where), f"{where}.size", 1),
+                _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
+                _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
+            )
+        )
+
+    # The model checks what spans entries (duplicate connections, names, dims product).
+    return Topology(
+        name=name,
+        n_ranks=n,
+        links=tuple(links),
+        switches=tuple(switches),
+        shared_ports=tuple(ports),
+        nodes=nodes,
+        dims=tuple(dims),
+        description=description,
+        sources=sources,
+    )
+
+
+def read_json(path: str | os.PathLike, what: str = "topology") -> Any:
+    """Parsed JSON of ``path``; unreadable or malformed files raise :class:`TopologyError`."""
+    p = os.fspath(path)
+    try:
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise TopologyError(f"cannot read {what} {p!r}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise TopologyError(f"{what} file {p!r} is not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TopologyError(f"{what} file {p!r} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+
+
+def is_taccl_dict(d: Any) -> bool:
+    """True for a TACCL topology profile (it has ``gpus_per_node`` and no ``format``)."""
+    return isinstance(d, dict) and "format" not in d and "gpus_per_node" in d
+
+
+def load_topology_or_taccl(path: str | os.PathLike, options: Mapping[str, str] | None = None) -> Topology:
+    """Load a ccsynth topology file, or import a TACCL profile with string ``options``.
+
+    ``options`` (from a spec such as ``file.json?nodes=2&scale=10``) apply to
+    TACCL files only: ``nodes``, ``kind``, ``chunk``, ``scale``.
+    """
+    p = os.fspath(path)
+    d = read_json(p)
+    if is_taccl_dict(d):
+        from ccsynth.topologies.taccl import taccl_topology_from_dict, taccl_options
+
+        log.info("%s is a TACCL topology profile; importing it", p)
+        return taccl_topology_from_dict(d, source=p, **taccl_options(options or {}, p))
+    if options:
+        raise TopologyError(f"{p!r}: options {sorted(options)} apply to TACCL topology files only")
+    try:
+        return topology_from_dict(d)
+    except TopologyError as e:
+        raise TopologyError(f"{p}: {e}") from None
+
+
+def load_topology(path: str | os.PathLike) -> Topology:
+    """Read a topology file: ccsynth's format, or a TACCL profile (imported with defaults).
+
+    Raises :class:`TopologyError` naming the file and the problem (not found,
+    not JSON, wrong version, a bad field with its JSON path).
+    """
+    return load_topology_or_taccl(path, None)
+
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "topology_to_dict",
+    "topology_from_dict",
+    "topology_to_json",
+    "save_topology",
+    "load_topology",
+]

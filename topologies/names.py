@@ -1,0 +1,219 @@
+"""Topology spec strings: ``dgx1``, ``ndv2x2``, ``ring:8``, ``torus:4x4``, a JSON path, ...
+
+Grammar (names are case-insensitive; ``-`` may stand for ``_``)::
+
+    dgx1 | dgx2                      single machines
+    ndv2[xN] | dgx_a100[xN] | dgx_h100[xN]
+                                     N nodes of that machine (default 1)
+    ring:N[@BW][/ALPHA]              generic shapes; BW in GB/s per direction,
+    fully_connected:N[@BW][/ALPHA]   ALPHA in us (defaults 25 GB/s, 0.7 us);
+    full:N ...                       alias of fully_connected
+    torus:AxB[xC...][@BW[,BW...]][/ALPHA[,ALPHA...]]
+                                     one value, or one per dimension
+    hierarchical:AxB[xC...]@BW,BW,...[/ALPHA,ALPHA,...]
+                                     GB/s per port of each dimension (one
+                                     value is used for every dimension);
+                                     alphas default to 0.7 us for dimension 0
+                                     and 2.6 us for the others
+    PATH.json[?OPTIONS]              a ccsynth topology file, or a TACCL
+                                     topology profile (detected from its
+                                     fields); OPTIONS for TACCL files only:
+                                     nodes=N, kind=ndv2|dgx2|hub_and_spoke|custom,
+                                     chunk=SIZE (bytes the betas are for,
+                                     e.g. 32K), scale=S (time unit is 1/S us)
+
+The topology a catalog spec builds is named by the canonical form of the
+spec, so ``parse_topology_spec(t.name) == t`` (``ndv2x1`` -> ``ndv2``,
+``full:4`` -> ``fully_connected:4``).
+
+>>> parse_topology_spec("ndv2x2").n_ranks
+16
+>>> parse_topology_spec("hierarchical:4x8@200,50").name
+'hierarchical:4x8@200,50'
+>>> parse_topology_spec("torus:4x4@25").name
+'torus:4x4'
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from typing import Callable
+
+from ccsynth.errors import TopologyError
+from ccsynth.topologies import catalog
+from ccsynth.topologies.io import load_topology_or_taccl
+from ccsynth.topologies.model import Topology
+
+_SHAPE_RE = re.compile(r"^(?P<shape>[^@/]*)(?:@(?P<bw>[^/]*))?(?:/(?P<alpha>.*))?$")
+
+# machines: base name -> (builder taking a node count, whether it takes nodes)
+_MACHINES: dict[str, tuple[Callable[..., Topology], bool]] = {
+    "dgx1": (catalog.dgx1, False),
+    "dgx2": (catalog.dgx2, False),
+    "ndv2": (catalog.ndv2, True),
+    "dgx_a100": (catalog.dgx_a100, True),
+    "dgx_h100": (catalog.dgx_h100, True),
+}
+_FAMILY_RE = re.compile(r"^(?P<base>" + "|".join(map(re.escape, _MACHINES)) + r")(?:x(?P<nodes>\d+))?$")
+_SHAPES = ("ring", "fully_connected", "full", "torus", "hierarchical")
+_EXAMPLES = {
+    "ring": "ring:8",
+    "fully_connected": "fully_connected:4",
+    "full": "full:4",
+    "torus": "torus:4x4",
+    "hierarchical": "hierarchical:4x8@200,50",
+}
+
+
+def _valid_names() -> list[str]:
+    return [*_MACHINES, *(s for s in _SHAPES if s != "full")]
+
+
+def _unknown(spec: str, word: str) -> TopologyError:
+    guess = difflib.get_close_matches(word, [*_MACHINES, *_SHAPES], n=1, cutoff=0.6)
+    hint = f" (did you mean {guess[0]!r}?)" if guess else ""
+    return TopologyError(
+        f"unknown topology {spec!r}{hint}. Valid names: {', '.join(_valid_names())}, "
+        f"or a path to a .json topology file (see 'ccsynth topo list')"
+    )
+
+
+def _numbers(text: str | None, what: str, spec: str) -> list[float] | None:
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise TopologyError(f"topology {spec!r}: {what} must be numbers separated by commas, got {text!r}") from None
+    return out
+
+
+def _shape(text: str, kind: str, spec: str, example: str) -> list[int]:
+    parts = text.lower().split("x")
+    if not text or not all(p.isdigit() for p in parts):
+        raise TopologyError(f"topology {spec!r}: {kind} needs sizes like {example!r}, got {text!r}")
+    return [int(p) for p in parts]
+
+
+def _parse_shape(kind: str, rest: str, spec: str) -> Topology:
+    m = _SHAPE_RE.match(rest)
+    if not m:  # pragma: no cover - the pattern matches any string
+        raise TopologyError(f"topology {spec!r}: cannot parse {rest!r}")
+    bws = _numbers(m.group("bw"), "bandwidths after '@'", spec)
+    alphas = _numbers(m.group("alpha"), "latencies after '/'", spec)
+    shape_text = m.group("shape")
+    if kind in ("ring", "fully_connected"):
+        sizes = _shape(shape_text, kind, spec, f"{kind}:8")
+        if len(sizes) != 1:
+            raise TopologyError(f"topology {spec!r}: {kind} takes one rank count, e.g. '{kind}:8'")
+        for values, what in ((bws, "bandwidth"), (alphas, "latency")):
+            if values is not None and len(values) != 1:
+                raise TopologyError(f"topology {spec!r}: {kind} takes one {what}, got {len(values)}")
+        build = catalog.ring if kind == "ring" else catalog.fully_connected
+        return build(
+            sizes[0],
+            bws[0] if bws else catalog.DEFAULT_BW,
+            alphas[0] if alphas else catalog.DEFAULT_ALPHA,
+        )
+    sizes = _shape(shape_text, kind, spec, f"{kind}:4x4")
+    if kind == "torus":
+        return catalog.torus(
+            sizes,
+            bws if bws and len(bws) > 1 else (bws[0] if bws else catalog.DEFAULT_BW),
+            alphas if alphas and len(alphas) > 1 else (alphas[0] if alphas else catalog.DEFAULT_ALPHA),
+        )
+    # hierarchical
+    if not bws:
+        raise TopologyError(
+            f"topology {spec!r}: hierarchical needs the GB/s of each dimension, e.g. 'hierarchical:4x8@200,50'"
+        )
+    k = len(sizes)
+    for values, what in ((bws, "bandwidths"), (alphas, "latencies")):
+        if values is not None and len(values) not in (1, k):
+            raise TopologyError(f"topology {spec!r}: give 1 or {k} {what} for {k} dimensions, got {len(values)}")
+    bws = bws * k if len(bws) == 1 else bws
+    if alphas is None:
+        alphas = [catalog.default_hierarchy_alpha(d) for d in range(k)]
+    elif len(alphas) == 1:
+        alphas = alphas * k
+    return catalog.hierarchical(list(zip(sizes, bws, alphas)))
+
+
+def _looks_like_path(spec: str) -> bool:
+    path = spec.split("?", 1)[0]
+    return path.lower().endswith(".json") or os.sep in path or "/" in path or os.path.exists(path)
+
+
+def _load_file(spec: str) -> Topology:
+    path, _, query = spec.partition("?")
+    options: dict[str, str] = {}
+    if query:
+        for item in query.split("&"):
+            key, eq, value = item.partition("=")
+            if not eq or not key:
+                raise TopologyError(f"topology {spec!r}: options after '?' must look like key=value, got {item!r}")
+            options[key.strip().lower()] = value.strip()
+    return load_topology_or_taccl(path, options)
+
+
+def parse_topology_spec(spec: str) -> Topology:
+    """The topology a spec string names (see the module docstring for the grammar).
+
+    A :class:`Topology` passed in is returned as it is, so callers may accept
+    either. Raises :class:`~ccsynth.errors.TopologyError` for an unknown name (with
+    the valid names and a "did you mean"), bad parameters, or a bad file.
+
+    >>> parse_topology_spec("full:4").name
+    'fully_connected:4'
+    """
+    if isinstance(spec, Topology):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise TopologyError(f"a topology spec must be a non-empty string, got {spec!r}")
+    text = spec.strip()
+    word, colon, rest = text.partition(":")
+    kind = word.lower().replace("-", "_")
+    if colon and kind in _SHAPES:
+        return _parse_shape("fully_connected" if kind == "full" else kind, rest, text)
+    if not colon:
+        m = _FAMILY_RE.match(kind)
+        if m:
+            build, takes_nodes = _MACHINES[m.group("base")]
+            if m.group("nodes") is None:
+                return build()
+            if not takes_nodes:
+                several = "ndv2xN (DGX-1-like nodes)" if m.group("base") == "dgx1" else "dgx_a100xN or dgx_h100xN"
+                raise TopologyError(f"topology {text!r}: {m.group('base')} is a single machine; for several use {several}")
+            return build(int(m.group("nodes")))
+        if kind in _SHAPES:
+            raise TopologyError(f"topology {text!r}: {kind} needs sizes, e.g. {_EXAMPLES[kind]!r}")
+    if _looks_like_path(text):
+        return _load_file(text)
+    raise _unknown(text, re.sub(r"x\d+$", "", kind))
+
+
+def list_topologies() -> list[tuple[str, str]]:
+    """Rows ``(spec example, description)`` for ``ccsynth topo list``."""
+    rows = []
+    for spec in ("dgx1", "dgx2", "ndv2", "ndv2x2", "dgx_a100", "dgx_a100x4", "dgx_h100", "dgx_h100x2"):
+        rows.append((spec, parse_topology_spec(spec).description))
+    rows += [
+        ("ring:8", "bidirectional ring of N ranks: ring:N[@GBps][/us], default 25 GB/s, 0.7 us"),
+        ("fully_connected:4", "direct links between all N ranks (alias full:N): fully_connected:N[@GBps][/us]"),
+        ("torus:4x4", "torus, ring links per dimension: torus:AxB[xC][@GBps[,...]][/us[,...]]"),
+        (
+            "hierarchical:4x8x4@200,100,50",
+            "one switch per group in each dimension: hierarchical:AxBxC@GBps,...[/us,...] "
+            "(alpha default 0.7 us for dim 0, 2.6 us above)",
+        ),
+        ("PATH.json", "a ccsynth topology file ('ccsynth.topology' format version 1)"),
+        (
+            "PATH.json?nodes=2&scale=10",
+            "a TACCL topology profile; options nodes, kind, chunk (bytes the betas are for), scale",
+        ),
+    ]
+    return rows
