@@ -1,0 +1,113 @@
+"""Ring algorithms: allgather, reduce-scatter, allreduce, broadcast, reduce.
+
+One ring through every rank, following connections of the topology (a
+Hamiltonian cycle of its directed connection graph, see
+:func:`~ccsynth.synth.baselines._util.find_ring`).
+
+* allgather / reduce-scatter: ``n - 1`` steps; in each, every rank forwards
+  one rank's piece to its successor (reduce-scatter adds its own value on the
+  way, fused receive-reduce).
+* allreduce: reduce-scatter then allgather over ``n`` blocks of the buffer
+  (Patarasuk and Yuan, bandwidth-optimal on a ring). The ``c`` chunks are
+  split into ``n`` near-equal blocks, so a chunk factor that is a multiple of
+  ``n`` uses the ring fully; smaller ones leave some blocks empty.
+* broadcast / reduce: a pipelined chain along the ring starting (ending) at
+  the root.
+
+Every piece travels chunk by chunk, so with chunk factor ``c`` a rank
+forwards chunk ``j`` while ``j + 1`` is still arriving.
+
+Example:
+    >>> from ccsynth.collectives.spec import Collective
+    >>> from ccsynth.topologies.model import Link, Topology
+    >>> t = Topology("r3", 3, links=tuple(Link(a, (a + 1) % 3, 1.0, 10.0) for a in range(3)))
+    >>> s = build(Collective("allgather", 3), t)
+    >>> s.meta["ring"]
+    [0, 1, 2]
+"""
+
+from __future__ import annotations
+
+from ccsynth.collectives.builder import ScheduleBuilder
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import Collective
+from ccsynth.errors import CollectiveError
+from ccsynth.synth.baselines._util import (
+    Places,
+    chain_broadcast,
+    chain_reduce,
+    check_sizes,
+    piece,
+    require_ring,
+    ring_allgather,
+    ring_reduce_scatter,
+    rotate,
+    split,
+)
+from ccsynth.topologies.model import Topology
+
+NAME = "ring"
+KINDS = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce")
+DESCRIPTION = "one ring along the topology's links: allgather, reduce-scatter, allreduce (RS+AG), pipelined chain broadcast/reduce"
+
+
+def check(collective: Collective, topology: Topology) -> tuple[int, ...]:
+    """The ring order to use; raises :class:`CollectiveError` if not applicable."""
+    check_sizes(NAME, collective, topology)
+    if collective.kind not in KINDS:
+        raise CollectiveError(f"{NAME} does not implement {collective.kind}; it implements {', '.join(KINDS)}")
+    return require_ring(NAME, topology)
+
+
+def build(collective: Collective, topology: Topology) -> Schedule:
+    """The ring schedule (not yet verified; :func:`make_baseline` verifies)."""
+    order = list(check(collective, topology))
+    n, c, kind = collective.n_ranks, collective.chunk_factor, collective.kind
+    b = ScheduleBuilder(collective, NAME, topology=topology.name)
+
+    if kind == "allgather":
+        p = Places(b, lambda r, k: ("o", k))
+        for r in range(n):
+            for j in range(c):
+                p.put(r, r * c + j, ("i", j))
+        ring_allgather(p, order, [piece(r, c) for r in order])
+        for r in range(n):
+            p.settle(r, piece(r, c))
+    elif kind == "reduce_scatter":
+        def home(r: int, k: int):
+            return ("o", k - r * c) if r * c <= k < (r + 1) * c else ("s", k)
+
+        p = Places(b, home)
+        for r in range(n):
+            for k in range(n * c):
+                p.put(r, k, ("i", k))
+        ring_reduce_scatter(p, order, [piece(r, c) for r in order])
+        for r in range(n):
+            p.settle(r, piece(r, c))
+    elif kind == "allreduce":
+        p = Places(b, lambda r, k: ("o", k))
+        for r in range(n):
+            for k in range(c):
+                p.put(r, k, ("i", k))
+        blocks = split(range(c), n)
+        ring_reduce_scatter(p, order, blocks)
+        ring_allgather(p, order, blocks)
+        for r in range(n):
+            p.settle(r, range(c))
+    elif kind == "broadcast":
+        chain = rotate(order, collective.root)
+        p = Places(b, lambda r, k: ("o", k))
+        for k in range(c):
+            p.put(collective.root, k, ("i", k))
+        chain_broadcast(p, chain, range(c))
+        p.settle(collective.root, range(c))
+    else:  # reduce: the chain ends at the root
+        root = collective.root
+        chain = rotate(order, root)[1:] + [root]
+        p = Places(b, lambda r, k: ("o", k) if r == root else ("s", k))
+        for r in range(n):
+            for k in range(c):
+                p.put(r, k, ("i", k))
+        chain_reduce(p, chain, range(c))
+        p.settle(root, range(c))
+    return b.build(algorithm=NAME, ring=order)
