@@ -24,7 +24,8 @@ def add_topology_arg(p, required: bool = True, help_extra: str = "") -> None:
 
 def add_collective_args(p, required: bool = True) -> None:
     p.add_argument("-c", "--collective", required=required, metavar="C", help=f"one of: {', '.join(KINDS)}")
-    p.add_argument("--chunks", type=int, default=1, metavar="K", help="chunks per piece (chunk factor, default 1)")
+    p.add_argument("--chunks", type=int, default=None, metavar="K",
+                   help="chunk factor: chunks per piece (default: what the algorithm needs to keep every link busy, else 1)")
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce/gather/scatter (default 0)")
 
 
@@ -51,8 +52,9 @@ def topology_from(spec: str):
     return get_topology(spec)
 
 
-def collective_from(args, n_ranks: int) -> Collective:
-    return Collective(args.collective, n_ranks, args.chunks, args.root)
+def collective_from(args, n_ranks: int, default_chunks: int = 1) -> Collective:
+    chunks = args.chunks if args.chunks is not None else default_chunks
+    return Collective(args.collective, n_ranks, chunks, args.root)
 
 
 def print_json(obj: Any) -> None:

@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ccsynth.synth.baselines import BASELINES, applicable_baselines, make_baseline
+    from ccsynth.synth.baselines import BASELINES, applicable_baselines, make_baseline  # noqa: F401
 
     if args.algo == "list":
         rows = [(b.name, ", ".join(b.kinds), b.description) for b in BASELINES.values()]
@@ -38,8 +38,13 @@ def run(args) -> int:
         from ccsynth.errors import CCSynthError
 
         raise CCSynthError("baseline needs --topology and --collective (or ALGO 'list')")
+    from ccsynth.collectives.spec import canonical_kind
+    from ccsynth.synth.baselines import get_baseline, min_chunk_factor
+
     topo = topology_from(args.topology)
-    sched = make_baseline(args.algo, collective_from(args, topo.n_ranks), topo)
+    get_baseline(args.algo)  # unknown names fail here, before anything else
+    default = min_chunk_factor(args.algo, canonical_kind(args.collective), topo)
+    sched = make_baseline(args.algo, collective_from(args, topo.n_ranks, default), topo)
     if args.output:
         save_schedule(sched, args.output)
     info = {

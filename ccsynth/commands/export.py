@@ -1,0 +1,159 @@
+"""``ccsynth export FILE``: convert a schedule between ccsynth JSON and MSCCL XML.
+
+JSON -> MSCCL XML writes a file the MSCCL runtimes load (``minBytes`` /
+``maxBytes``, threadblocks, step types and dependencies); MSCCL XML -> JSON
+reads one back into a ccsynth schedule. A plan (``ccsynth.plan`` JSON)
+exports to one MSCCL XML per size range, into the directory ``-o`` names.
+Every schedule is verified on the way in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ccsynth.commands._common import topology_from
+from ccsynth.errors import CCSynthError
+from ccsynth.units import format_size, parse_size
+
+FORMATS = ("msccl-xml", "json")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="convert a schedule (or plan) to MSCCL XML, or MSCCL XML to ccsynth JSON",
+        description=__doc__,
+    )
+    p.add_argument("file", help="schedule (ccsynth JSON or MSCCL XML) or plan (ccsynth JSON) to convert")
+    p.add_argument("-f", "--format", choices=FORMATS, default=None,
+                   help="output format (default: from the -o suffix, else the other format than the input's)")
+    p.add_argument("-o", "--output", metavar="OUT", default=None,
+                   help="output file (a directory for a plan exported to MSCCL XML); default: standard output")
+    p.add_argument("-t", "--topology", metavar="T",
+                   help="check that every transfer uses a link of this topology, and simulate MSCCL layouts on it "
+                        "(default: the topology the schedule names)")
+    g = p.add_argument_group("MSCCL XML options")
+    g.add_argument("--min-bytes", metavar="S", default=None, help="smallest message size the algorithm is for (default 0)")
+    g.add_argument("--max-bytes", metavar="S", default=None,
+                   help="largest message size, inclusive as in MSCCL (default: no upper end; 'inf' for none)")
+    g.add_argument("--proto", choices=("Simple", "LL", "LL128"), default=None, help="NCCL protocol (default Simple)")
+    g.add_argument("--channels", type=int, default=None, metavar="K",
+                   help="run K/C copies side by side on K channels, C being the channels the schedule uses")
+    g.add_argument("--inplace", action="store_true", help="write the in-place form (input and output buffers aliased)")
+    g.add_argument("--name", default=None, help="algorithm name in the file (default: the schedule's)")
+    g.add_argument("--coll", default=None, metavar="NAME",
+                   help="collective name to write (default: the executor's, e.g. 'reducescatter'; "
+                        "'reduce_scatter' for the older microsoft/msccl)")
+    p.set_defaults(func=run)
+
+
+def _size(text: str | None, what: str) -> int | None:
+    if text is None or str(text).strip().lower() in ("inf", "none", ""):
+        return None
+    try:
+        return parse_size(text)
+    except CCSynthError as e:
+        raise CCSynthError(f"--{what}: {e}") from None
+
+
+def _read(path: str):
+    """('plan', Plan) or ('schedule', Schedule), verified; and whether the input was XML."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise CCSynthError(f"cannot read {path!r}: {e.strerror}") from None
+    is_xml = text.lstrip().startswith("<")
+    if not is_xml:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None
+        if isinstance(data, dict) and data.get("format") == "ccsynth.plan":
+            from ccsynth.synth.plan import load_plan
+
+            return "plan", load_plan(path), False
+    from ccsynth.collectives.schedule import load_schedule
+
+    return "schedule", load_schedule(path, verify=False), is_xml
+
+
+def _write(path: str | None, text: str) -> None:
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise CCSynthError(f"cannot write {path!r}: {e.strerror}") from None
+
+
+def run(args) -> int:
+    from ccsynth.collectives.verify import verify
+    from ccsynth.synth.msccl import describe_xml, plan_to_msccl_xmls, schedule_to_msccl_xml
+
+    what, obj, was_xml = _read(args.file)
+    topo = topology_from(args.topology) if args.topology else None
+    fmt = args.format
+    if fmt is None and args.output not in (None, "-"):
+        ext = os.path.splitext(args.output)[1].lower()
+        fmt = {".xml": "msccl-xml", ".json": "json"}.get(ext)
+    if fmt is None:
+        fmt = "json" if was_xml else "msccl-xml"
+    xml_opts = dict(
+        proto=args.proto,
+        nchannels=args.channels,
+        inplace=args.inplace,
+        coll=args.coll,
+        topology=topo,
+    )
+    min_b, max_b = _size(args.min_bytes, "min-bytes"), _size(args.max_bytes, "max-bytes")
+    to_file = args.output not in (None, "-")
+
+    if what == "plan":
+        if fmt != "msccl-xml":
+            raise CCSynthError(f"{args.file} is a plan (ccsynth JSON already); export it with --format msccl-xml -o DIR")
+        if not to_file:
+            raise CCSynthError("a plan exports to one MSCCL XML per size range: name a directory with -o")
+        if args.min_bytes is not None or args.max_bytes is not None or args.name is not None:
+            raise CCSynthError("--min-bytes/--max-bytes/--name come from the plan's rows; drop them for a plan")
+        if topo is not None:
+            for e in obj.entries:
+                verify(e.schedule, topo)
+        files = plan_to_msccl_xmls(obj, **xml_opts)
+        try:
+            os.makedirs(args.output, exist_ok=True)
+        except OSError as e:
+            raise CCSynthError(f"cannot create directory {args.output!r}: {e.strerror}") from None
+        for fname, text in files:
+            _write(os.path.join(args.output, fname), text)
+        print(f"wrote {len(files)} MSCCL XML file(s) to {args.output}:")
+        for (fname, _), e in zip(files, obj.entries):
+            hi = "inf" if e.max_bytes is None else format_size(e.max_bytes)
+            print(f"  {fname}  ({e.kind} on {e.n_ranks} ranks, {format_size(e.min_bytes)}..{hi}, {e.algorithm})")
+        return 0
+
+    sched = obj
+    verify(sched, topo)
+    if fmt == "json":
+        if any(v is not None for v in (args.min_bytes, args.max_bytes, args.proto, args.channels, args.name, args.coll)) or args.inplace:
+            raise CCSynthError("MSCCL XML options (--min-bytes, --max-bytes, --proto, --channels, --inplace, --name, --coll) "
+                               "need --format msccl-xml")
+        _write(args.output, sched.to_json() + "\n")
+        if to_file:
+            print(f"wrote {args.output}: {sched.name!r}, {sched.collective.describe()}, {len(sched.ops)} ops (verified)")
+        return 0
+    text = schedule_to_msccl_xml(sched, min_bytes=min_b, max_bytes=max_b, name=args.name, **xml_opts)
+    _write(args.output, text)
+    if to_file:
+        d = describe_xml(text)
+        types = ", ".join(f"{k} {v}" for k, v in d["step_types"].items())
+        print(
+            f"wrote {args.output}: MSCCL XML of {sched.name!r} ({sched.collective.describe()}): {d['ngpus']} gpus, "
+            f"{d['nchannels']} channel(s), {d['threadblocks']} threadblocks (at most {d['max_threadblocks_per_gpu']} "
+            f"per gpu), {d['steps']} steps ({types})"
+        )
+    return 0

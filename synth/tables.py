@@ -1,0 +1,217 @@
+"""Per-size algorithm tables: simulate candidates at many sizes, keep the fastest.
+
+:func:`build_plan` simulates every candidate schedule of a collective at
+every message size (:func:`ccsynth.synth.simulate.simulate`), picks the
+fastest per size -- on a tie (within :data:`TIE_REL`) the one with fewer ops,
+then the earlier candidate -- and merges neighbouring sizes with the same
+winner into one byte range of a :class:`~ccsynth.synth.plan.Plan`. The
+boundary between two measured sizes ``a < b`` with different winners is
+their geometric midpoint ``round(sqrt(a * b))`` (sizes are spaced by
+factors, so the midpoint is in the same sense "halfway"); the first range
+starts at 0 and the last one has no upper end. Each row's ``predicted_us``
+is the winner's simulated time at the largest measured size of its range.
+
+``plan.meta["tables"]`` keeps, per collective, the sizes, each candidate's
+simulated times and the winner per size, for :func:`plan_table` (and the
+CLI) to print.
+
+:func:`candidates_for` builds every baseline that applies to a collective on
+a topology; the synthesizer adds its schedules to that list.
+
+Example:
+    >>> from ccsynth.collectives.spec import Collective, canonical_kind
+    >>> from ccsynth.topologies.model import Link, Topology
+    >>> t = Topology("r4", 4, links=tuple(Link(a, b, 1.0, 10.0) for a in range(4) for b in range(4) if a != b))
+    >>> plan = build_plan(candidates_for(Collective("allgather", 4), t), t, [1024, 1 << 20])
+    >>> plan.select("allgather", 4, 4096) is not None
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Iterable, Mapping, Sequence
+
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import Collective, canonical_kind
+from ccsynth.errors import CCSynthError, PlanError
+from ccsynth.synth.plan import Plan, PlanEntry
+from ccsynth.topologies.model import Topology
+from ccsynth.units import format_size
+
+log = logging.getLogger(__name__)
+
+#: Simulated times this close (relative) count as a tie.
+TIE_REL = 1e-9
+
+Candidates = Mapping[tuple[str, int], Sequence[Schedule]] | Iterable[Schedule]
+
+
+def candidates_for(collective: Collective, topology: Topology) -> list[Schedule]:
+    """Every applicable baseline of ``collective`` on ``topology`` (verified).
+
+    A baseline that fails to build is skipped with a warning (the others
+    still make a table).
+    """
+    from ccsynth.synth.baselines import applicable_baselines, make_baseline
+
+    out = []
+    for name in applicable_baselines(collective, topology):
+        try:
+            out.append(make_baseline(name, collective, topology))
+        except CCSynthError as e:
+            log.warning("baseline %s cannot build %s on %s: %s", name, collective.describe(), topology.name, e)
+    return out
+
+
+def _groups(candidates: Candidates) -> dict[tuple[str, int], list[Schedule]]:
+    if isinstance(candidates, Mapping):
+        groups: dict[tuple[str, int], list[Schedule]] = {}
+        for key, scheds in candidates.items():
+            for s in scheds:
+                k = (s.collective.kind, s.n_ranks)
+                if (canonical_kind(key[0]), key[1]) != k:
+                    raise PlanError(f"candidate {s.name!r} is a {k[0]} on {k[1]} ranks, listed under {tuple(key)}")
+                groups.setdefault(k, []).append(s)
+        return groups
+    groups = {}
+    for s in candidates:
+        if not isinstance(s, Schedule):
+            raise PlanError(f"a candidate must be a Schedule, got {type(s).__name__}")
+        groups.setdefault((s.collective.kind, s.n_ranks), []).append(s)
+    return groups
+
+
+def _labels(scheds: list[Schedule]) -> list[str]:
+    """Unique names: the schedule's name, with #2, #3, ... for repeats."""
+    seen: dict[str, int] = {}
+    out = []
+    for s in scheds:
+        base = s.name or "schedule"
+        seen[base] = seen.get(base, 0) + 1
+        out.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+    return out
+
+
+def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int], *, local_bw: float | None = None) -> Plan:
+    """The fastest candidate per size range, for every collective given.
+
+    ``candidates``: a flat list of schedules, or a dict ``(kind, n_ranks) ->
+    list of schedules``; they must be verified (baselines and synthesized
+    schedules are). ``sizes``: the message sizes (bytes) to simulate at.
+    ``local_bw`` is passed to the simulator (cost of local copies).
+    Raises :class:`PlanError` for no sizes, no candidates, or a candidate
+    whose rank count differs from the topology's.
+    """
+    from ccsynth.synth.simulate import simulate_sizes
+
+    sizes = sorted({int(s) for s in sizes})
+    if not sizes:
+        raise PlanError("no message sizes to build a plan for")
+    if sizes[0] <= 0:
+        raise PlanError(f"message sizes must be positive, got {sizes[0]}")
+    groups = _groups(candidates)
+    if not groups:
+        raise PlanError("no candidate schedules to build a plan from")
+    entries: list[PlanEntry] = []
+    tables = []
+    for (kind, n), scheds in sorted(groups.items()):
+        if n != topology.n_ranks:
+            raise PlanError(
+                f"candidate {scheds[0].name!r} ({kind} on {n} ranks) does not fit topology {topology.name!r} "
+                f"({topology.n_ranks} ranks)"
+            )
+        labels = _labels(scheds)
+        times = []
+        for s, label in zip(scheds, labels):
+            log.info("simulating %s (%s, %d ops) at %d sizes", label, kind, len(s.ops), len(sizes))
+            times.append([r.time_us for r in simulate_sizes(s, topology, sizes, local_bw=local_bw)])
+        winners = []
+        for j in range(len(sizes)):
+            best = None
+            for i, s in enumerate(scheds):
+                t = times[i][j]
+                if not math.isfinite(t):
+                    continue
+                if best is None:
+                    best = i
+                    continue
+                tb = times[best][j]
+                if t < tb * (1 - TIE_REL) or (abs(t - tb) <= TIE_REL * max(t, tb) and len(s.ops) < len(scheds[best].ops)):
+                    best = i
+            if best is None:
+                raise PlanError(f"no candidate for {kind} on {n} ranks has a finite simulated time at {sizes[j]} bytes")
+            winners.append(best)
+        # merge runs of one winner; boundaries at geometric midpoints
+        start = 0
+        for j in range(1, len(sizes) + 1):
+            if j < len(sizes) and winners[j] == winners[start]:
+                continue
+            lo = 0 if start == 0 else _midpoint(sizes[start - 1], sizes[start])
+            hi = None if j == len(sizes) else _midpoint(sizes[j - 1], sizes[j])
+            w = winners[start]
+            entries.append(PlanEntry(kind, n, lo, hi, scheds[w], algorithm=labels[w], predicted_us=times[w][j - 1]))
+            start = j
+        tables.append(
+            {
+                "kind": kind,
+                "n_ranks": n,
+                "sizes": sizes,
+                "candidates": [
+                    {"algorithm": label, "ops": len(s.ops), "times_us": t} for s, label, t in zip(scheds, labels, times)
+                ],
+                "winners": [labels[w] for w in winners],
+            }
+        )
+    return Plan(tuple(entries), topology.name, {"sizes": sizes, "tables": tables})
+
+
+def _midpoint(a: int, b: int) -> int:
+    """Geometric midpoint of two sizes, strictly inside ``(a, b]``."""
+    m = int(round(math.sqrt(a * b)))
+    return min(max(m, a + 1), b)
+
+
+PLAN_HEADERS = ("collective", "ranks", "from", "to", "algorithm", "predicted_us")
+
+
+def plan_table(plan: Plan, *, times: bool = False, human: bool = True) -> tuple[list[str], list[list]]:
+    """Headers and rows for printing a plan.
+
+    By default one row per plan entry (collective, ranks, byte range,
+    algorithm, predicted time). With ``times=True`` the simulated time of
+    every candidate at every measured size (from ``plan.meta``), one row per
+    collective and size, with the winner last. ``human`` writes sizes as
+    ``64K`` instead of ``65536``.
+    """
+    fmt = format_size if human else (lambda x: x)
+    if not times:
+        rows = [
+            [e.kind, e.n_ranks, fmt(e.min_bytes), "inf" if e.max_bytes is None else fmt(e.max_bytes), e.algorithm,
+             e.predicted_us if e.predicted_us is not None else float("nan")]
+            for e in plan.entries
+        ]
+        return list(PLAN_HEADERS), rows
+    tables = plan.meta.get("tables") or []
+    if not tables:
+        raise PlanError("this plan has no table of simulated times (it was not made by build_plan)")
+    names: list[str] = []
+    for t in tables:
+        for c in t["candidates"]:
+            if c["algorithm"] not in names:
+                names.append(c["algorithm"])
+    headers = ["collective", "ranks", "size"] + [f"{a}_us" for a in names] + ["best"]
+    rows = []
+    for t in tables:
+        by_name = {c["algorithm"]: c["times_us"] for c in t["candidates"]}
+        for j, size in enumerate(t["sizes"]):
+            rows.append(
+                [t["kind"], t["n_ranks"], fmt(size)]
+                + [by_name[a][j] if a in by_name else "-" for a in names]
+                + [t["winners"][j]]
+            )
+    return headers, rows
+
+
+__all__ = ["build_plan", "candidates_for", "plan_table", "PLAN_HEADERS", "TIE_REL"]
