@@ -1,0 +1,528 @@
+"""Event-driven alpha-beta simulation of a schedule, with bandwidth contention.
+
+Model
+-----
+* **Sizes.** A message of ``size_bytes`` (nccl-tests size) cuts into chunks
+  of ``size_bytes / collective.size_chunks`` bytes; an op on ``count`` chunks
+  moves ``count`` chunk sizes.
+* **Readiness.** An op is *ready* once all its dependencies (ops of the same
+  rank) have completed.
+* **Transfers (rendezvous).** Each matched send/recv pair is one transfer on
+  the connection ``topology.connection(sender, receiver)``. It starts when
+  *both* the send and the recv are ready -- the receiver must have posted its
+  buffer, as with a rendezvous protocol or an NCCL/MSCCL kernel waiting for
+  its peer's slot -- and both ops complete when the transfer completes. A
+  consequence: two ranks that each wait for their own send to finish before
+  posting the matching receive deadlock here, as they would for large
+  messages over MPI; the simulator reports that as a :class:`ScheduleError`.
+* **Cost of a transfer.** First the connection's latency ``alpha``, which
+  uses no bandwidth and overlaps with other transfers, then a data phase in
+  which the bytes flow at a rate limited by every resource of the connection
+  (``Connection.resources``: the link, or the switch's egress and ingress
+  ports, plus shared NIC ports; bandwidths from ``topology.resource_bw``).
+  Alone on its resources a transfer takes ``alpha + bytes / bw``, i.e.
+  ``Connection.time_us``.
+* **Streams: one transfer at a time per connection and channel.** The data
+  phases of the transfers from ``a`` to ``b`` on one channel (``Op.channel``)
+  run one after another, first come first served (by the time their latency
+  phase ends, then op id), like the single in-order stream of an
+  NCCL/MSCCL channel or a DMA queue. Two transfers on one link that are
+  ready together therefore still take ``alpha + 2 * bytes / bw`` in all,
+  but the first completes after ``alpha + bytes / bw`` and can be forwarded
+  at once -- what lets a pipelined ring run at the speed of its slowest link.
+  Use separate channels for transfers that should run side by side.
+* **Contention: max-min fair bandwidth sharing.** At every moment the
+  streams moving data share each resource by max-min fairness (progressive
+  filling / water-filling: all rates grow together; when a resource
+  saturates, the streams through it freeze at their current rate; the
+  others keep growing). Rates are recomputed whenever a stream starts or
+  stops moving data, only for the streams connected to the changed
+  resources (max-min allocations decompose over connected components).
+  Sends of one rank are not serialised otherwise: a rank may drive all its
+  connections at once, as far as its ports allow.
+* **Local ops.** ``copy`` and ``reduce`` cost ``count * chunk_bytes /
+  (local_bw * 1e3)`` us when ``local_bw`` (GB/s) is given, else nothing; they
+  do not contend with each other or with transfers. The reduction of a
+  ``recv`` with ``reduce=True`` is taken as fused into the receive (free).
+* **Result.** The makespan: when the last op completes. Events at the same
+  instant (within ``1e-12`` relative) are processed together, ties broken by
+  op id, so the result is a deterministic, pure function of the inputs.
+
+Implementation: one *class* per (connection, channel) holds the stream's
+current transfer, its queue, and its rate; a transfer handing over to the next
+one of its queue keeps the rate, so only streams starting or stopping trigger
+a reshare, whose cost is linear in the size of the affected component.
+Measured on two shared cores (CPU time, bound included): a 32-rank direct
+alltoall of 1e5 ops on one switch in about 1 s; a pipelined ring allreduce of
+1.2e5 ops in about 1 s; a 1e5-op alltoall of random-sized transfers on one
+switch in 0.8 s when all are posted at once, 2.6 s when each rank sends one
+at a time (every transfer then starts or stops a stream: 5e4 reshares).
+
+The simulator does not check that the schedule implements its collective
+(that is :func:`ccsynth.collectives.verify.verify`); it checks only what it
+needs to run: rank counts agree, every send has a connection, every send has
+its matching recv, and nothing deadlocks.
+
+Example:
+    >>> from ccsynth.collectives.builder import ScheduleBuilder
+    >>> from ccsynth.collectives.spec import Collective
+    >>> from ccsynth.topologies.model import Link, Topology
+    >>> t = Topology("pair", 2, links=(Link(0, 1, 1.0, 10.0), Link(1, 0, 1.0, 10.0)))
+    >>> b = ScheduleBuilder(Collective("allgather", 2), "pairwise")
+    >>> for r in range(2):
+    ...     _ = b.copy(r, ("i", 0), ("o", r))
+    >>> _ = b.transfer(0, 1, ("i", 0), ("o", 0))
+    >>> _ = b.transfer(1, 0, ("i", 0), ("o", 1))
+    >>> r = simulate(b.build(), t, 20_000)   # 10 KB per chunk: 1 us + 1 us
+    >>> r.time_us, r.algbw
+    (2.0, 10.0)
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.errors import ScheduleError, TopologyError
+from ccsynth.synth.bounds import Bound, lower_bound
+from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
+from ccsynth.units import SizeError
+
+log = logging.getLogger(__name__)
+
+# op kinds, as small ints for the hot loop
+_SEND, _RECV, _LOCAL = 0, 1, 2
+# events closer than this (relative to the current time) are simultaneous
+_REL_TOL = 1e-12
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Predicted cost of one schedule at one message size.
+
+    ``algbw``/``busbw`` in GB/s (nccl-tests definitions); ``gap`` is
+    ``time_us / lower_bound_us`` (1.0 is optimal; inf if the bound is 0 and
+    the time is not). ``busy_us`` maps each resource that carried data to
+    the time it would need at full bandwidth for the bytes it carried;
+    ``utilisation`` divides that by ``time_us``.
+    """
+
+    size_bytes: float
+    time_us: float
+    algbw: float
+    busbw: float
+    lower_bound_us: float
+    gap: float
+    n_ops: int
+    bound_which: str = ""
+    schedule: str = ""
+    topology: str = ""
+    busy_us: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def utilisation(self) -> dict[str, float]:
+        """Fraction of the makespan each resource was busy (at full bandwidth)."""
+        if self.time_us <= 0:
+            return {k: 0.0 for k in self.busy_us}
+        return {k: v / self.time_us for k, v in self.busy_us.items()}
+
+    def to_dict(self, *, resources: bool = False) -> dict:
+        """JSON-ready dict (non-finite numbers become None)."""
+        d = {
+            "size_bytes": self.size_bytes,
+            "time_us": _finite(self.time_us),
+            "algbw": _finite(self.algbw),
+            "busbw": _finite(self.busbw),
+            "lower_bound_us": _finite(self.lower_bound_us),
+            "gap": _finite(self.gap),
+            "n_ops": self.n_ops,
+            "bound": self.bound_which,
+            "schedule": self.schedule,
+            "topology": self.topology,
+        }
+        if resources:
+            d["utilisation"] = {k: _finite(v) for k, v in sorted(self.utilisation.items())}
+        return d
+
+
+def _finite(x: float):
+    return x if math.isfinite(x) else None
+
+
+# ------------------------------------------------------------ preparation
+class _Prepared:
+    """Size-independent tables of a schedule on a topology (reused across sizes).
+
+    Sends are grouped into *classes*, one per (connection, channel) used: a
+    class is one stream (see the module docstring) and the unit the
+    bandwidth is shared between.
+    """
+
+    def __init__(self, schedule: Schedule, topology: Topology):
+        coll = schedule.collective
+        if topology.n_ranks != coll.n_ranks:
+            raise ScheduleError(
+                f"schedule {schedule.name!r} is for {coll.n_ranks} ranks but topology {topology.name!r} has "
+                f"{topology.n_ranks}"
+            )
+        ops = schedule.ops
+        n = len(ops)
+        matches = schedule.matches  # raises ScheduleError on unmatched sends/recvs
+        self.schedule = schedule
+        self.n_ops = n
+        self.kind = [0] * n
+        self.count = [0] * n
+        self.partner = [-1] * n
+        self.ndeps = [0] * n
+        self.dependents: list[list[int]] = [[] for _ in range(n)]
+        self.cls = [-1] * n  # class (connection) of each send
+        self.class_alpha: list[float] = []
+        self.class_res: list[tuple[int, ...]] = []
+        self.res_names: list[str] = []
+        self.res_cap: list[float] = []  # bytes per us
+        class_of: dict[tuple[int, int, int], int] = {}
+        res_index: dict[str, int] = {}
+        rbw = topology.resource_bw
+        for op in ops:
+            i = op.id
+            self.count[i] = op.count
+            deps = set(op.deps)
+            self.ndeps[i] = len(deps)
+            for d in deps:
+                self.dependents[d].append(i)
+            if op.kind == "send":
+                self.kind[i] = _SEND
+                self.partner[i] = matches[i]
+                key = (op.rank, op.peer, op.channel)
+                c = class_of.get(key)
+                if c is None:
+                    conn = topology.connection(op.rank, op.peer)
+                    if conn is None:
+                        raise ScheduleError(
+                            f"{op.describe()} needs a connection {op.rank}->{op.peer}, "
+                            f"which topology {topology.name!r} lacks"
+                        )
+                    idx = []
+                    for name in conn.resources:
+                        j = res_index.get(name)
+                        if j is None:
+                            j = res_index[name] = len(self.res_names)
+                            self.res_names.append(name)
+                            self.res_cap.append(rbw[name] * BYTES_PER_US_PER_GBPS)
+                        idx.append(j)
+                    c = class_of[key] = len(self.class_res)
+                    self.class_res.append(tuple(idx))
+                    self.class_alpha.append(conn.alpha)
+                self.cls[i] = c
+            elif op.kind == "recv":
+                self.kind[i] = _RECV
+                self.partner[i] = matches[i]
+            else:
+                self.kind[i] = _LOCAL
+
+
+def _maxmin(
+    seeds: Iterable[int],
+    res_active: list[set[int]],
+    res_weight: list[int],
+    weight: list[int],
+    class_res: list[tuple[int, ...]],
+    caps: list[float],
+) -> dict[int, float]:
+    """Max-min fair per-transfer rates of the component of resources ``seeds``.
+
+    Class ``c`` stands for ``weight[c]`` transfers crossing resources
+    ``class_res[c]``; ``res_active[r]`` holds the classes with transfers on
+    resource ``r`` and ``res_weight[r]`` their total weight. First the
+    connected component (classes linked through shared resources) of the
+    seeds is collected; max-min allocations decompose over components, so
+    the rates elsewhere do not change. Then progressive filling with a lazy
+    heap over resources keyed by their fair share ``(cap - used) /
+    unfrozen weight``: shares only grow as classes freeze elsewhere, so a
+    popped entry whose share is still current is the next bottleneck.
+    O((C + R) log R) for C classes and R resources in the component.
+    """
+    seen = set(seeds)
+    todo = list(seen)
+    comp: set[int] = set()
+    while todo:
+        r = todo.pop()
+        for c in res_active[r]:
+            if c not in comp:
+                comp.add(c)
+                for r2 in class_res[c]:
+                    if r2 not in seen:
+                        seen.add(r2)
+                        todo.append(r2)
+    cnt = {r: res_weight[r] for r in seen if res_weight[r] > 0}
+    used = dict.fromkeys(cnt, 0.0)
+    heap = [(caps[r] / w, r) for r, w in cnt.items()]
+    heapq.heapify(heap)
+    rate: dict[int, float] = {}
+    while heap:
+        key, r = heapq.heappop(heap)
+        w = cnt[r]
+        if w == 0:
+            continue
+        share = (caps[r] - used[r]) / w
+        if share > key * (1 + 1e-12):
+            heapq.heappush(heap, (share, r))
+            continue
+        if share < 0.0:
+            share = 0.0
+        for c in sorted(res_active[r]):
+            if c in rate:
+                continue
+            rate[c] = share
+            wc = weight[c]
+            for r2 in class_res[c]:
+                cnt[r2] -= wc
+                used[r2] += share * wc
+    return rate
+
+
+def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[float, dict[str, float]]:
+    """Simulate once; returns (makespan in us, busy time per resource name)."""
+    n = p.n_ops
+    kind, count, partner, dependents, cls = p.kind, p.count, p.partner, p.dependents, p.cls
+    class_res, class_alpha, caps = p.class_res, p.class_alpha, p.res_cap
+    n_cls = len(class_res)
+    ndeps = list(p.ndeps)
+    ready = bytearray(n)
+    done = bytearray(n)
+    local_cost = chunk_bytes / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
+    # timed events other than transfer ends: (time, op id, 1 = data phase starts / 0 = local op ends)
+    heap: list[tuple[float, int, int]] = []
+    push, pop = heapq.heappush, heapq.heappop
+    # Per class (connection and channel): the transfer moving data now (-1 if
+    # none), its bytes left as of time tupd, its rate, the transfers queued
+    # behind it, and when it completes (t_next, numpy for a fast minimum).
+    busy = [0] * n_cls
+    cur = [-1] * n_cls
+    rem = [0.0] * n_cls
+    rate = [0.0] * n_cls
+    tupd = [0.0] * n_cls
+    t_next = np.full(n_cls, math.inf)
+    queue: list[deque[int]] = [deque() for _ in range(n_cls)]
+    res_active: list[set[int]] = [set() for _ in caps]
+    res_weight = [0] * len(caps)  # busy classes on each resource
+    n_busy = 0
+    res_bytes = [0.0] * len(caps)
+    dirty: set[int] = set()
+    touched: set[int] = set()
+    now = 0.0
+    makespan = 0.0
+    n_done = 0
+    stack = [i for i in range(n) if ndeps[i] == 0]
+    stack.reverse()  # pop in id order
+
+    def finish(i: int) -> None:
+        nonlocal n_done, makespan
+        done[i] = 1
+        n_done += 1
+        makespan = now
+        for d in dependents[i]:
+            ndeps[d] -= 1
+            if ndeps[d] == 0:
+                stack.append(d)
+
+    def start_data(s: int) -> None:
+        nonlocal n_busy
+        nbytes = count[s] * chunk_bytes
+        if nbytes <= 0:
+            finish(s)
+            finish(partner[s])
+            return
+        c = cls[s]
+        for r in class_res[c]:
+            res_bytes[r] += nbytes
+        if busy[c]:
+            queue[c].append(s)
+            return
+        busy[c] = 1
+        n_busy += 1
+        cur[c], rem[c], tupd[c] = s, nbytes, now
+        for r in class_res[c]:
+            res_weight[r] += 1
+            res_active[r].add(c)
+            dirty.add(r)
+        touched.add(c)
+
+    def drain() -> None:
+        while stack:
+            i = stack.pop()
+            k = kind[i]
+            if k == _LOCAL:
+                cost = count[i] * local_cost
+                if cost > 0:
+                    push(heap, (now + cost, i, 0))
+                else:
+                    finish(i)
+                continue
+            ready[i] = 1
+            j = partner[i]
+            if ready[j]:
+                s = i if k == _SEND else j
+                a = class_alpha[cls[s]]
+                if a > 0:
+                    push(heap, (now + a, s, 1))
+                else:
+                    start_data(s)
+
+    def class_done(c: int) -> None:
+        nonlocal n_busy
+        s = cur[c]
+        finish(s)
+        finish(partner[s])
+        q = queue[c]
+        if q:
+            # the next transfer of the queue takes over at the same rate
+            s = q.popleft()
+            cur[c], rem[c], tupd[c] = s, count[s] * chunk_bytes, now
+            t_next[c] = now + rem[c] / rate[c]
+            return
+        busy[c] = 0
+        n_busy -= 1
+        cur[c], rem[c], rate[c], tupd[c] = -1, 0.0, 0.0, now
+        t_next[c] = math.inf
+        for r in class_res[c]:
+            res_weight[r] -= 1
+            res_active[r].discard(c)
+            dirty.add(r)
+
+    def reshare() -> None:
+        new_rates = _maxmin(dirty, res_active, res_weight, busy, class_res, caps)
+        dirty.clear()
+        idx, val = [], []
+        for c, new in new_rates.items():
+            if new == rate[c] and c not in touched:
+                continue  # same rate: its completion time stands
+            rem[c] -= rate[c] * (now - tupd[c])
+            tupd[c] = now
+            rate[c] = new
+            idx.append(c)
+            val.append(now + rem[c] / new if new > 0 else math.inf)
+        if idx:
+            t_next[idx] = val
+        touched.clear()
+
+    drain()
+    if dirty:
+        reshare()
+    while True:
+        tc = float(t_next.min()) if n_busy else math.inf
+        th = heap[0][0] if heap else math.inf
+        t0 = tc if tc < th else th
+        if not math.isfinite(t0):
+            break
+        now = t0
+        horizon = t0 + _REL_TOL * max(1.0, abs(t0))
+        if tc <= horizon:
+            for c in np.flatnonzero(t_next <= horizon).tolist():
+                class_done(c)
+            drain()
+        while heap and heap[0][0] <= horizon:
+            _, i, is_data = pop(heap)
+            if is_data:
+                start_data(i)
+            else:
+                finish(i)
+            drain()
+        if dirty:
+            reshare()
+
+    if n_done < n:
+        raise ScheduleError(_deadlock_message(p, done, ready, ndeps))
+    busy_us = {p.res_names[r]: res_bytes[r] / caps[r] for r in range(len(caps)) if res_bytes[r] > 0}
+    return makespan, busy_us
+
+
+def _deadlock_message(p: _Prepared, done: bytearray, ready: bytearray, ndeps: list[int]) -> str:
+    ops = p.schedule.ops
+    stuck = [i for i in range(p.n_ops) if not done[i]]
+    # prefer an op that is ready but waits for its partner: it names the cross-rank cycle
+    for i in stuck:
+        if p.kind[i] != _LOCAL and ready[i] and not ready[p.partner[i]]:
+            j = p.partner[i]
+            waits = [d for d in ops[j].deps if not done[d]]
+            on = f"; it waits for {ops[waits[0]].describe()}" if waits else ""
+            return (
+                f"schedule {p.schedule.name!r} deadlocks: {ops[i].describe()} is ready but its matching "
+                f"{ops[j].describe()} never becomes ready{on} ({len(stuck)} ops never complete)"
+            )
+    i = stuck[0]
+    waits = [d for d in ops[i].deps if not done[d]]
+    on = f"; it waits for {ops[waits[0]].describe()}" if waits else ""
+    return f"schedule {p.schedule.name!r} deadlocks: {ops[i].describe()} never completes{on} ({len(stuck)} ops never complete)"
+
+
+# ------------------------------------------------------------ public API
+def _check_args(size_bytes, local_bw) -> float:
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, float)):
+        raise SizeError(f"message size must be a number of bytes, got {size_bytes!r}")
+    size = float(size_bytes)
+    if not math.isfinite(size) or size < 0:
+        raise SizeError(f"message size must be a non-negative number of bytes, got {size_bytes!r}")
+    if local_bw is not None:
+        if isinstance(local_bw, bool) or not isinstance(local_bw, (int, float)) or not (
+            math.isfinite(local_bw) and local_bw > 0
+        ):
+            raise TopologyError(f"local copy bandwidth must be a positive number of GB/s, got {local_bw!r}")
+    return size
+
+
+def _result(p: _Prepared, topology: Topology, size_bytes, local_bw) -> SimResult:
+    size = _check_args(size_bytes, local_bw)
+    coll = p.schedule.collective
+    time_us, busy = _run(p, coll.chunk_bytes(size), local_bw)
+    log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)
+    bound: Bound = lower_bound(coll, topology, size)
+    algbw = size / (time_us * BYTES_PER_US_PER_GBPS) if time_us > 0 else (math.inf if size > 0 else 0.0)
+    if bound.time_us > 0:
+        gap = time_us / bound.time_us
+    else:
+        gap = 1.0 if time_us <= 0 else math.inf
+    return SimResult(
+        size_bytes=size_bytes,
+        time_us=time_us,
+        algbw=algbw,
+        busbw=algbw * coll.busbw_factor(),
+        lower_bound_us=bound.time_us,
+        gap=gap,
+        n_ops=p.n_ops,
+        bound_which=bound.which,
+        schedule=p.schedule.name,
+        topology=topology.name,
+        busy_us=busy,
+    )
+
+
+def simulate(schedule: Schedule, topology: Topology, size_bytes: float, *, local_bw: float | None = None) -> SimResult:
+    """Predict the time of ``schedule`` on ``topology`` for a ``size_bytes`` message.
+
+    See the module docstring for the model. ``local_bw`` (GB/s) charges local
+    copies and reductions; by default they are free.
+
+    Raises :class:`ScheduleError` if the rank counts differ, a send has no
+    connection (the message names the op), a send/recv is unmatched, or the
+    schedule deadlocks; :class:`~ccsynth.units.SizeError` for a bad size.
+    """
+    return _result(_Prepared(schedule, topology), topology, size_bytes, local_bw)
+
+
+def simulate_sizes(
+    schedule: Schedule, topology: Topology, sizes: Iterable[float], *, local_bw: float | None = None
+) -> list[SimResult]:
+    """:func:`simulate` at each of ``sizes`` (the schedule is prepared once)."""
+    p = _Prepared(schedule, topology)
+    return [_result(p, topology, s, local_bw) for s in sizes]
+
+
+__all__ = ["SimResult", "simulate", "simulate_sizes"]

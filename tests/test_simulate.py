@@ -1,0 +1,375 @@
+"""Tests of the event-driven alpha-beta simulator with max-min bandwidth sharing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ccsynth.collectives.builder import ScheduleBuilder
+from ccsynth.collectives.schedule import Chunks, Op, Schedule
+from ccsynth.collectives.spec import Collective
+from ccsynth.errors import ScheduleError, TopologyError
+from ccsynth.synth.simulate import SimResult, simulate, simulate_sizes
+from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
+from ccsynth.units import SizeError
+
+GB = 1e3  # bytes per us per GB/s
+
+
+def links(*specs, n=None, ports=(), switches=()):
+    """Topology from (src, dst, alpha, bw) tuples."""
+    ls = tuple(Link(*s) for s in specs)
+    n = n or 1 + max([max(l.src, l.dst) for l in ls] + [r for sw in switches for r in sw.ranks] + [0])
+    return Topology("t", n, links=ls, shared_ports=tuple(ports), switches=tuple(switches))
+
+
+def alltoall_builder(n, c=1):
+    return ScheduleBuilder(Collective("alltoall", n, chunk_factor=c), "hand")
+
+
+# --------------------------------------------------------------- exact times
+def test_one_transfer_is_alpha_plus_bytes_over_bw():
+    t = links((0, 1, 1.5, 10.0), (1, 0, 1.5, 10.0))
+    b = alltoall_builder(2)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    s = b.build()
+    size = 80_000  # 2 chunks of 40 KB
+    r = simulate(s, t, size)
+    assert r.time_us == pytest.approx(1.5 + 40_000 / (10 * GB), rel=1e-12)
+    assert r.n_ops == 2
+    assert r.algbw == pytest.approx(size / (r.time_us * GB))
+    assert r.busbw == pytest.approx(r.algbw * 0.5)
+    assert r.busy_us == {"link:0->1": pytest.approx(4.0)}
+
+
+def test_two_transfers_sharing_a_link_each_get_half():
+    t = links((0, 1, 2.0, 10.0), (1, 0, 2.0, 10.0))
+    b = alltoall_builder(2, c=2)
+    b.transfer(0, 1, ("i", 2), ("o", 0))
+    b.transfer(0, 1, ("i", 3), ("o", 1))
+    size = 4 * 10_000  # 10 KB chunks
+    r = simulate(b.build(), t, size)
+    assert r.time_us == pytest.approx(2.0 + 2 * 10_000 / (10 * GB), rel=1e-12)
+    assert r.utilisation["link:0->1"] == pytest.approx(2.0 / 4.0)
+
+
+def test_two_transfers_on_different_links_run_in_parallel():
+    t = links((0, 1, 2.0, 10.0), (1, 0, 2.0, 10.0))
+    b = alltoall_builder(2)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    b.transfer(1, 0, ("i", 0), ("o", 1))
+    r = simulate(b.build(), t, 20_000)
+    assert r.time_us == pytest.approx(2.0 + 1.0, rel=1e-12)
+
+
+def test_chain_of_dependencies_adds_up():
+    # 0 -> 1 -> 2: rank 1 forwards what it received (builder adds the dependency)
+    t = links((0, 1, 1.0, 10.0), (1, 2, 3.0, 5.0))
+    b = ScheduleBuilder(Collective("broadcast", 3), "chain")
+    b.transfer(0, 1, ("i", 0), ("o", 0))
+    b.transfer(1, 2, ("o", 0), ("o", 0))
+    s = b.build()
+    assert s.ops[2].deps == (1,)
+    r = simulate(s, t, 10_000)
+    assert r.time_us == pytest.approx((1.0 + 1.0) + (3.0 + 2.0), rel=1e-12)
+
+
+def test_shared_port_caps_two_links():
+    port = SharedPort("nic0", (0,), (1, 2), 10.0)
+    t = links((0, 1, 1.0, 10.0), (0, 2, 1.0, 10.0), ports=(port,))
+    b = ScheduleBuilder(Collective("scatter", 3), "s")
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    b.transfer(0, 2, ("i", 2), ("o", 0))
+    r = simulate(b.build(), t, 30_000)  # 10 KB chunks: 1 us each alone
+    assert r.time_us == pytest.approx(1.0 + 2.0, rel=1e-12)
+    assert r.busy_us["nic0"] == pytest.approx(2.0)
+
+
+def test_switch_ports_are_shared_between_senders_into_one_rank():
+    t = Topology("sw", 3, switches=(Switch("sw", (0, 1, 2), 10.0, 0.5),))
+    b = ScheduleBuilder(Collective("gather", 3), "g")
+    b.transfer(1, 0, ("i", 0), ("o", 1))
+    b.transfer(2, 0, ("i", 0), ("o", 2))
+    r = simulate(b.build(), t, 30_000)
+    assert r.time_us == pytest.approx(0.5 + 2.0, rel=1e-12)
+    assert set(r.busy_us) == {"sw:tx1", "sw:tx2", "sw:rx0"}
+
+
+def test_short_transfer_leaves_and_the_long_one_speeds_up():
+    # 1 and 3 chunks of 1000 B on a 1 GB/s link: 500 B/us each until t=2, then 1000 B/us
+    t = links((0, 1, 0.0, 1.0), (1, 0, 0.0, 1.0))
+    b = alltoall_builder(2, c=4)
+    b.transfer(0, 1, ("i", 4, 1), ("o", 0, 1))
+    b.transfer(0, 1, ("i", 5, 3), ("o", 1, 3))
+    r = simulate(b.build(), t, 8 * 1000)
+    assert r.time_us == pytest.approx(4.0, rel=1e-12)
+
+
+def test_a_stream_serves_transfers_in_order_while_channels_share():
+    # two 10 KB chunks 0 -> 1 (1 us each alone), then rank 1 forwards the first to rank 2
+    t = links((0, 1, 0.0, 10.0), (1, 2, 0.0, 10.0), n=3)
+
+    def sched(channel_b):
+        b = alltoall_builder(3, c=2)
+        b.transfer(0, 1, ("i", 0), ("o", 0))
+        b.transfer(0, 1, ("i", 1), ("o", 1), channel=channel_b)
+        b.transfer(1, 2, ("o", 0), ("o", 0))
+        return b.build()
+
+    # one stream: the first chunk lands at 1 us and is forwarded during 1..2 us
+    assert simulate(sched(0), t, 60_000).time_us == pytest.approx(2.0)
+    # two channels share the link: both land at 2 us, the forward ends at 3 us
+    assert simulate(sched(1), t, 60_000).time_us == pytest.approx(3.0)
+
+
+def test_max_min_fairness_gives_the_unconstrained_flow_the_rest():
+    # flows A: port a only; B: ports a and p; C: port p only. cap(a)=10, cap(p)=4 GB/s
+    # max-min: B = C = 2, A = 8. Each moves 8 KB: A ends at t=1, then B, C share p until t=4.
+    port = SharedPort("p", (0, 1), (2,), 4.0)
+    a_port = SharedPort("a", (0,), (2, 3), 10.0)
+    t = links((0, 2, 0.0, 100.0), (1, 2, 0.0, 100.0), (0, 3, 0.0, 100.0), ports=(port, a_port), n=4)
+    b = alltoall_builder(4)
+    b.transfer(0, 3, ("i", 3), ("o", 0))  # A: port a
+    b.transfer(0, 2, ("i", 2), ("o", 0))  # B: ports a and p
+    b.transfer(1, 2, ("i", 2), ("o", 1))  # C: port p
+    r = simulate(b.build(), t, 4 * 8000)
+    assert r.time_us == pytest.approx(4.0, rel=1e-12)
+
+
+def test_zero_alpha_zero_size_takes_no_time_and_size_zero_costs_latency():
+    t = links((0, 1, 0.0, 10.0), (1, 0, 0.0, 10.0))
+    b = alltoall_builder(2)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    assert simulate(b.build(), t, 0).time_us == 0.0
+    t2 = links((0, 1, 2.5, 10.0), (1, 0, 2.5, 10.0))
+    r = simulate(b.build(), t2, 0)
+    assert r.time_us == 2.5
+    assert r.algbw == 0.0
+
+
+def test_local_ops_are_free_unless_local_bw_is_given():
+    t = links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0))
+    b = ScheduleBuilder(Collective("allgather", 2), "ag")
+    b.copy(0, ("i", 0), ("o", 0))
+    b.transfer(0, 1, ("o", 0), ("o", 0))  # depends on the copy
+    s = b.build()
+    assert simulate(s, t, 20_000).time_us == pytest.approx(2.0)
+    # 10 KB at 5 GB/s = 2 us of copy before the 2 us transfer
+    assert simulate(s, t, 20_000, local_bw=5.0).time_us == pytest.approx(4.0)
+    with pytest.raises(TopologyError, match="local copy bandwidth"):
+        simulate(s, t, 20_000, local_bw=0)
+
+
+def test_rendezvous_transfer_waits_for_the_receiver():
+    # rank 1 posts its receive only after its own send to 2 completes
+    t = links((0, 1, 1.0, 10.0), (1, 2, 1.0, 10.0))
+    ops = (
+        Op(0, 0, "send", src=Chunks("i", 0), peer=1),
+        Op(1, 1, "send", src=Chunks("i", 0), peer=2),
+        Op(2, 1, "recv", dst=Chunks("o", 0), peer=0, deps=(1,)),
+        Op(3, 2, "recv", dst=Chunks("o", 0), peer=1),
+    )
+    s = Schedule("rdv", Collective("allreduce", 3), ops)
+    assert simulate(s, t, 10_000).time_us == pytest.approx(4.0)
+
+
+# ------------------------------------------------------------------ errors
+def test_missing_connection_names_the_op():
+    t = links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0), n=3)
+    b = alltoall_builder(3)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    b.transfer(0, 2, ("i", 2), ("o", 0))
+    with pytest.raises(ScheduleError, match=r"op 2 \(rank 0: send i\[2\] -> rank 2\).*0->2"):
+        simulate(b.build(), t, 1000)
+
+
+def test_rank_count_mismatch():
+    t = links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0))
+    b = alltoall_builder(4)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    with pytest.raises(ScheduleError, match="4 ranks.*2"):
+        simulate(b.build(), t, 1000)
+
+
+def test_deadlock_is_reported():
+    # each rank waits for its own send before posting its receive (in-place swap)
+    t = links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0))
+    ops = (
+        Op(0, 0, "send", src=Chunks("o", 0), peer=1),
+        Op(1, 0, "recv", dst=Chunks("o", 0), peer=1, deps=(0,)),
+        Op(2, 1, "send", src=Chunks("o", 0), peer=0),
+        Op(3, 1, "recv", dst=Chunks("o", 0), peer=0, deps=(2,)),
+    )
+    s = Schedule("swap", Collective("allreduce", 2), ops)
+    with pytest.raises(ScheduleError, match="deadlocks"):
+        simulate(s, t, 1000)
+
+
+def test_bad_size():
+    t = links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0))
+    b = alltoall_builder(2)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    with pytest.raises(SizeError):
+        simulate(b.build(), t, -1)
+
+
+# ----------------------------------------------------------- result object
+def test_deterministic_and_sizes_and_json():
+    t = Topology("sw", 4, switches=(Switch("sw", (0, 1, 2, 3), 7.0, 0.3),))
+    b = alltoall_builder(4, c=2)
+    for q in range(4):
+        for d in range(4):
+            if q != d:
+                b.transfer(q, d, ("i", 2 * d, 2), ("o", 2 * q, 2))
+    s = b.build()
+    r1, r2 = simulate(s, t, 1 << 20), simulate(s, t, 1 << 20)
+    assert r1 == r2 and r1.busy_us == r2.busy_us
+    rs = simulate_sizes(s, t, [1024, 1 << 20, 1 << 24])
+    assert [r.size_bytes for r in rs] == [1024, 1 << 20, 1 << 24]
+    assert rs[1] == r1
+    assert all(a.time_us < b.time_us for a, b in zip(rs, rs[1:]))
+    assert all(r.time_us >= r.lower_bound_us * (1 - 1e-9) and r.gap >= 1 - 1e-9 for r in rs)
+    d = json.loads(json.dumps(r1.to_dict(resources=True)))
+    assert d["time_us"] == r1.time_us and d["lower_bound_us"] == r1.lower_bound_us
+    assert d["utilisation"]["sw:rx0"] == pytest.approx(r1.utilisation["sw:rx0"])
+    assert isinstance(r1, SimResult)
+
+
+def test_direct_alltoall_on_a_switch_meets_the_bound():
+    n = 8
+    t = Topology("sw", n, switches=(Switch("sw", tuple(range(n)), 50.0, 1.0),))
+    b = alltoall_builder(n)
+    for r in range(n):
+        b.copy(r, ("i", r), ("o", r))
+    for k in range(1, n):
+        for q in range(n):
+            d = (q + k) % n
+            b.transfer(q, d, ("i", d), ("o", q))
+    size = 1 << 26
+    r = simulate(b.build(), t, size)
+    # every port carries 7 chunks at once: alpha + 7/8 * size / bw
+    assert r.time_us == pytest.approx(1.0 + 7 / 8 * size / (50 * GB), rel=1e-9)
+    assert r.gap == pytest.approx(r.time_us / ((n - 1) / n * size / (50 * GB)), rel=1e-9)
+
+
+# ------------------------------------------- against a naive reference model
+def _maxmin_naive(flows, res_of, cap):
+    rate, active = {}, set(flows)
+    used = {r: 0.0 for f in flows for r in res_of[f]}
+    while active:
+        load = {r: sum(1 for f in active if r in res_of[f]) for r in used}
+        level = min((cap[r] - used[r]) / k for r, k in load.items() if k)
+        sat = {r for r, k in load.items() if k and (cap[r] - used[r]) / k <= level * (1 + 1e-12)}
+        for f in sorted(active):
+            if sat & set(res_of[f]):
+                rate[f] = level
+                active.discard(f)
+                for r in res_of[f]:
+                    used[r] += level
+    return rate
+
+
+def reference_time(schedule, topology, size, local_bw=None):
+    """Time-stepping re-implementation of the documented model, written plainly."""
+    ops, match = schedule.ops, schedule.matches
+    chunk = schedule.collective.chunk_bytes(size)
+    cap = {k: v * GB for k, v in topology.resource_bw.items()}
+    done, ready, started, timers = {}, set(), set(), []
+    heads, queues = {}, {}  # stream (src, dst, channel) -> [send id, bytes left] / waiting send ids
+    now = 0.0
+    while len(done) < len(ops):
+        changed = True
+        while changed:
+            changed = False
+            for op in ops:
+                if op.id not in ready and all(d in done for d in op.deps):
+                    ready.add(op.id)
+                    changed = True
+                    if op.kind in ("copy", "reduce"):
+                        cost = op.count * chunk / (local_bw * GB) if local_bw else 0.0
+                        if cost:
+                            timers.append((now + cost, op.id, "local"))
+                        else:
+                            done[op.id] = now
+            for op in ops:
+                if op.kind == "send" and op.id not in started and op.id in ready and match[op.id] in ready:
+                    started.add(op.id)
+                    changed = True
+                    timers.append((now + topology.connection(op.rank, op.peer).alpha, op.id, "data"))
+            for ev in sorted(e for e in timers if e[0] <= now * (1 + 1e-12)):
+                timers.remove(ev)
+                changed = True
+                t, i, what = ev
+                if what == "local":
+                    done[i] = now
+                elif ops[i].count * chunk == 0:
+                    done[i] = done[match[i]] = now
+                else:
+                    key = (ops[i].rank, ops[i].peer, ops[i].channel)
+                    if key in heads:
+                        queues.setdefault(key, []).append(i)
+                    else:
+                        heads[key] = [i, ops[i].count * chunk]
+        if len(done) == len(ops):
+            break
+        res_of = {k: topology.connection(k[0], k[1]).resources for k in heads}
+        rates = _maxmin_naive(list(heads), res_of, cap)
+        nxt = min([e[0] for e in timers] + [now + heads[k][1] / rates[k] for k in heads])
+        for k in sorted(heads):
+            heads[k][1] -= rates[k] * (nxt - now)
+            if heads[k][1] <= 1e-9 * chunk:
+                f = heads.pop(k)[0]
+                done[f] = done[match[f]] = nxt
+                if queues.get(k):
+                    g = queues[k].pop(0)
+                    heads[k] = [g, ops[g].count * chunk]
+        now = nxt
+    return max(done.values(), default=0.0)
+
+
+@st.composite
+def random_case(draw):
+    n = draw(st.integers(2, 4))
+    bws = st.sampled_from([5.0, 10.0, 25.0])
+    alphas = st.sampled_from([0.0, 0.5, 2.0])
+    if draw(st.booleans()):
+        topo_links = tuple(Link(a, b, draw(alphas), draw(bws)) for a in range(n) for b in range(n) if a != b)
+        switches = ()
+    else:
+        topo_links = ()
+        switches = (Switch("sw", tuple(range(n)), draw(bws), draw(alphas)),)
+    ports = ()
+    if draw(st.booleans()):
+        srcs = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
+        dsts = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
+        ports = (SharedPort("nic", srcs, dsts, draw(bws)),)
+    topo = Topology("rand", n, links=topo_links, switches=switches, shared_ports=ports)
+    c = 2
+    b = alltoall_builder(n, c)
+    for _ in range(draw(st.integers(1, 9))):
+        src = draw(st.integers(0, n - 1))
+        if draw(st.integers(0, 4)) == 0:
+            j = draw(st.integers(0, n * c - 2))
+            b.copy(src, ("i", j, 2), ("s", j, 2))
+            continue
+        dst = draw(st.integers(0, n - 2))
+        dst = dst + (dst >= src)
+        count = draw(st.integers(1, 2))
+        j = draw(st.integers(0, n * c - count))
+        k = draw(st.integers(0, n * c - count))
+        b.transfer(src, dst, ("i", j, count), ("o", k, count), reduce=draw(st.booleans()), channel=draw(st.integers(0, 1)))
+    size = draw(st.sampled_from([0, 1000, 64_000, 1 << 20]))
+    local_bw = draw(st.sampled_from([None, 2.0]))
+    return b.build(), topo, size, local_bw
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_case())
+def test_matches_naive_reference_model(case):
+    schedule, topo, size, local_bw = case
+    got = simulate(schedule, topo, size, local_bw=local_bw)
+    want = reference_time(schedule, topo, size, local_bw)
+    assert got.time_us == pytest.approx(want, rel=1e-9, abs=1e-9)
