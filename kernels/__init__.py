@@ -1,1 +1,44 @@
-"""ccsynth.kernels"""
+"""Buffer backends (NumPy, CuPy): allocation, reductions, fused receive-reduce-copy, pack/unpack.
+
+>>> from ccsynth.kernels import get_backend
+>>> get_backend("numpy").name
+'numpy'
+"""
+
+from ccsynth.kernels.base import (  # noqa: F401
+    DTYPES,
+    FLOAT_DTYPES,
+    KERNEL_OPS,
+    OPS,
+    Backend,
+    OpError,
+    backend_for,
+    backend_names,
+    canonical_op,
+    check_dtype,
+    get_backend,
+    is_device_array,
+    is_mpi_op,
+    kernel_op,
+    mpi_op_name,
+    tile_slices,
+)
+
+__all__ = [
+    "DTYPES",
+    "FLOAT_DTYPES",
+    "KERNEL_OPS",
+    "OPS",
+    "Backend",
+    "OpError",
+    "backend_for",
+    "backend_names",
+    "canonical_op",
+    "check_dtype",
+    "get_backend",
+    "is_device_array",
+    "is_mpi_op",
+    "kernel_op",
+    "mpi_op_name",
+    "tile_slices",
+]

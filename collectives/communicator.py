@@ -1,0 +1,725 @@
+"""A drop-in for an mpi4py communicator that runs ccsynth schedules.
+
+:class:`Communicator` wraps an mpi4py intracommunicator and offers its
+buffer-based collectives with the same signatures and conventions::
+
+    from mpi4py import MPI
+    import ccsynth
+    comm = ccsynth.Communicator(MPI.COMM_WORLD, plan="plan.json")
+    comm.Allreduce(sendbuf, recvbuf, op=MPI.SUM)
+    comm.Allgather([sendbuf, MPI.FLOAT], recvbuf)
+    comm.Allreduce(MPI.IN_PLACE, buf)
+    comm.Barrier()                       # anything else goes to the wrapped comm
+
+Covered: ``Allreduce``, ``Allgather``, ``Reduce_scatter_block``,
+``Alltoall``, ``Bcast`` and ``Reduce``, with ``MPI.IN_PLACE`` where MPI
+allows it (not for ``Bcast``; for ``Reduce`` only at the root), buffer specs
+``buf``, ``[buf, MPI.FLOAT]``, ``[buf, count, MPI.FLOAT]``,
+``[buf, (count, displ), MPI.FLOAT]`` (lists or tuples), NumPy arrays and
+GPU arrays (anything with ``__cuda_array_interface__``, run on the CuPy
+backend; that needs a CUDA-aware MPI). As in mpi4py, an explicit count of a
+buffer cut into one block per rank (the receive buffer of ``Allgather``, both
+buffers of ``Alltoall``, the send buffer of ``Reduce_scatter_block``) counts
+the elements of one block. Ops: ``MPI.SUM``, ``MPI.PROD``, ``MPI.MIN``,
+``MPI.MAX`` or ccsynth's names ``"sum"``, ``"prod"``, ``"min"``, ``"max"``,
+``"avg"`` (floating point only).
+
+Which algorithm: on each call the message size (nccl-tests convention: the
+larger per-rank buffer in bytes) selects a schedule from the plan
+(``plan.select(kind, n_ranks, nbytes)``). ``plan`` is a
+:class:`~ccsynth.synth.plan.Plan`, a path to a plan file, or None for the
+built-in default (recursive doubling/halving below 32 KiB, rings above,
+direct alltoall, binomial trees for broadcast and reduce, built on first use
+for the communicator's size). Compiled programs are cached per schedule
+(and inside per dtype and count), so a call costs the run and a few
+dictionary look-ups. Whatever no schedule covers -- a size outside the
+plan, an op or dtype without a ccsynth kernel (``MPI.BAND``, complex),
+derived datatypes -- goes to the MPI library's own collective with the
+original arguments, logged at INFO once per collective and size range
+(``fallback=False`` raises :class:`~ccsynth.errors.PlanError` instead).
+
+Errors: mismatched counts or dtypes between the buffers of a call,
+non-contiguous arrays, unknown ops and ``avg`` on integers raise (on the
+rank that sees them, before any communication):
+:class:`~ccsynth.errors.BufferMismatchError` naming the argument and the
+size it should have, :class:`~ccsynth.kernels.base.OpError`. A plan or
+schedule for another rank count raises :class:`~ccsynth.errors.ScheduleError`
+on every rank. Mistakes that only one rank makes (a different count on rank
+2) cannot be seen without communicating: the ranks then disagree about
+message sizes; a rank that receives more than it expects raises
+BufferMismatchError (MPI reports a truncated message) while the others wait
+for it, and where a rank receives less the results are wrong. Install
+:func:`~ccsynth.collectives.mpi_util.install_abort_handler` so that such an
+error aborts the job instead of leaving the other ranks waiting, and pass
+``debug=True`` (or set ``CCSYNTH_DEBUG=1``) while developing: every call then
+first agrees on its signature (collective, count, dtype, op, root) with one
+small ``Allreduce`` and raises BufferMismatchError on every rank if they
+differ.
+
+The communicator sends its point-to-point traffic on a duplicate of the
+wrapped communicator (``comm.Dup()`` in the constructor, a collective call),
+so it never mixes with the program's own messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ccsynth.collectives.executor import DEFAULT_SLICE_BYTES, CompiledSchedule
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import Collective, canonical_kind
+from ccsynth.errors import BufferMismatchError, CCSynthError, PlanError, ScheduleError
+from ccsynth.kernels.base import (
+    DTYPES,
+    OpError,
+    canonical_op,
+    get_backend,
+    is_device_array,
+    is_mpi_op,
+    mpi_op_name,
+)
+
+log = logging.getLogger(__name__)
+
+SMALL_BYTES = 32 * 1024  # below: latency-bound algorithms; above: bandwidth-bound
+
+# Default algorithm table: per kind, (min_bytes, max_bytes, baseline names in order of preference).
+DEFAULT_TABLE: dict[str, tuple[tuple[int, int | None, tuple[str, ...]], ...]] = {
+    "allreduce": ((0, SMALL_BYTES, ("recursive_doubling", "ring")), (SMALL_BYTES, None, ("ring", "recursive_halving"))),
+    "allgather": ((0, SMALL_BYTES, ("recursive_doubling", "ring")), (SMALL_BYTES, None, ("ring", "recursive_doubling"))),
+    "reduce_scatter": ((0, SMALL_BYTES, ("recursive_halving", "ring")), (SMALL_BYTES, None, ("ring", "recursive_halving"))),
+    "alltoall": ((0, None, ("direct",)),),
+    "broadcast": ((0, None, ("binomial_tree", "ring", "direct")),),
+    "reduce": ((0, None, ("binomial_tree", "ring", "direct")),),
+}
+
+
+def default_chunk_factor(name: str, kind: str, n: int) -> int:
+    """Chunk factor the default plan builds baseline ``name`` with.
+
+    Ring and Rabenseifner allreduce cut the buffer into one chunk per rank
+    (otherwise the ring would carry the whole buffer at every step).
+    """
+    if kind == "allreduce" and name in ("ring", "recursive_halving"):
+        return n
+    return 1
+
+
+def default_plan(n_ranks: int, kinds=None):
+    """The built-in plan for ``n_ranks`` ranks as a :class:`~ccsynth.synth.plan.Plan`.
+
+    Built from :mod:`ccsynth.synth.baselines` on a fully connected topology
+    (what a single MPI job on one switch looks like); rows whose algorithms
+    do not apply are left out (those calls fall back to MPI).
+    """
+    from ccsynth.synth.plan import Plan
+
+    entries = []
+    for kind in kinds or DEFAULT_TABLE:
+        entries.extend(_default_entries(canonical_kind(kind), n_ranks))
+    return Plan(tuple(entries), topology=f"fully_connected:{n_ranks}", meta={"default": True})
+
+
+def _default_entries(kind: str, n: int) -> list:
+    from ccsynth.synth.baselines import applicable_baselines, make_baseline
+    from ccsynth.synth.plan import PlanEntry
+    from ccsynth.topologies import fully_connected
+
+    if n < 2:
+        return []  # one rank: nothing to schedule; MPI's collective is a local copy
+    topo = fully_connected(n)
+    out = []
+    built: dict[tuple[str, int], Schedule] = {}
+    for lo, hi, names in DEFAULT_TABLE.get(kind, ()):
+        for name in names:
+            coll = Collective(kind, n, default_chunk_factor(name, kind, n))
+            if name not in applicable_baselines(coll, topo):
+                continue
+            key = (name, coll.chunk_factor)
+            if key not in built:
+                try:
+                    built[key] = make_baseline(name, coll, topo)
+                except CCSynthError as e:  # pragma: no cover - applicable baselines build
+                    log.debug("default plan: %s for %s skipped: %s", name, coll.describe(), e)
+                    continue
+            out.append(PlanEntry(kind, n, lo, hi, built[key], algorithm=name))
+            break
+    return out
+
+
+class _LazyDefaultPlan:
+    """The default plan, built per (kind, n_ranks) on first use."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, int], list] = {}
+        self.meta = {"default": True}
+
+    def entry_for(self, kind: str, n_ranks: int, nbytes: int):
+        key = (kind, n_ranks)
+        entries = self._entries.get(key)
+        if entries is None:
+            try:
+                entries = _default_entries(kind, n_ranks)
+            except ImportError as e:  # pragma: no cover - baselines are part of ccsynth
+                log.info("built-in baselines unavailable (%s); %s will use the MPI library", e, kind)
+                entries = []
+            self._entries[key] = entries
+        for e in entries:
+            if e.covers(nbytes):
+                return e
+        return None
+
+    def select(self, kind: str, n_ranks: int, nbytes: int):
+        e = self.entry_for(canonical_kind(kind), n_ranks, nbytes)
+        return e.schedule if e is not None else None
+
+    def kinds(self) -> list[tuple[str, int]]:
+        return sorted(k for k, v in self._entries.items() if v)
+
+
+_REDUCING = frozenset(("allreduce", "reduce_scatter", "reduce"))
+_KERNEL_DTYPES = frozenset(DTYPES)
+
+
+class _Fallback(Exception):
+    """Internal: this call goes to the MPI library (reason in args[0])."""
+
+
+@dataclass
+class _Buf:
+    array: Any  # flat, typed view (numpy or cupy)
+    count: int  # elements per block
+    explicit: bool  # count given in the spec
+
+
+# MPI datatype -> numpy dtype, by mpi4py typecode
+def _dtype_of(datatype) -> np.dtype:
+    try:
+        return np.dtype(datatype.tocode())
+    except Exception:
+        raise _Fallback(f"datatype {datatype!r} has no NumPy equivalent") from None
+
+
+class Communicator:
+    """mpi4py's buffer collectives, run by ccsynth schedules (see the module doc).
+
+    Parameters:
+        comm: the mpi4py intracommunicator to wrap (default ``MPI.COMM_WORLD``).
+        plan: a :class:`~ccsynth.synth.plan.Plan`, a plan file path, or None
+            for the built-in baselines.
+        backend: ``"auto"`` (by array type), ``"numpy"`` or ``"cupy"``.
+        fallback: use the MPI library's collective for calls no schedule
+            covers (else raise :class:`PlanError`).
+        slice_bytes: pipeline slice size of the executor (same on every rank).
+        debug: agree on every call's signature first (see the module doc).
+
+    Example (any number of ranks)::
+
+        >>> from mpi4py import MPI
+        >>> import numpy as np
+        >>> c = Communicator(MPI.COMM_SELF)
+        >>> out = np.zeros(3)
+        >>> c.Allreduce(np.arange(3.0), out, op=MPI.SUM)
+        >>> out.tolist(), c.Get_size()
+        ([0.0, 1.0, 2.0], 1)
+    """
+
+    def __init__(
+        self,
+        comm=None,
+        plan=None,
+        *,
+        backend: str = "auto",
+        fallback: bool = True,
+        slice_bytes: int = DEFAULT_SLICE_BYTES,
+        debug: bool | None = None,
+    ):
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        if self.comm.Is_inter():
+            raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
+        self._size = self.comm.Get_size()
+        self._rank = self.comm.Get_rank()
+        self.plan = self._resolve_plan(plan)
+        if backend not in ("auto", "numpy", "cupy"):
+            raise CCSynthError(f"unknown buffer backend {backend!r}; choose auto, numpy or cupy")
+        self.backend = backend
+        self.fallback = fallback
+        self.slice_bytes = slice_bytes
+        self.debug = bool(int(os.environ.get("CCSYNTH_DEBUG", "0") or 0)) if debug is None else bool(debug)
+        self._pcomm = self.comm.Dup()  # private channel: never mixes with the program's messages
+        self._compiled: dict[tuple, tuple[Schedule, CompiledSchedule]] = {}
+        self._logged: set = set()
+        self._scratch: dict[tuple, Any] = {}
+        self.last_algorithm: str = ""  # what ran the last call: a schedule name or "mpi"
+        self._numpy = get_backend("numpy")
+        self._last_op: tuple = (None, None)
+        self._selected: dict[tuple[str, int], Any] = {}  # (kind, nbytes) -> schedule or None
+
+    # ----------------------------------------------------------- plumbing
+    def _resolve_plan(self, plan):
+        if plan is None:
+            return _LazyDefaultPlan()
+        if isinstance(plan, (str, os.PathLike)):
+            from ccsynth.synth.plan import load_plan
+
+            plan = load_plan(plan)
+        if not hasattr(plan, "select"):
+            raise PlanError(f"plan must be a Plan, a plan file path or None, got {type(plan).__name__}")
+        for entry in getattr(plan, "entries", ()):
+            if entry.n_ranks == self._size:
+                break
+        else:
+            if getattr(plan, "entries", None):
+                sizes = sorted({e.n_ranks for e in plan.entries})
+                log.info("plan has no entries for %d ranks (it covers %s); every call will use the MPI library",
+                         self._size, sizes)
+        return plan
+
+    def __getattr__(self, name: str):
+        # Everything not overridden (Get_rank, Barrier, Send, allreduce...) is the wrapped comm's.
+        if name.startswith("__") or name in ("comm", "_MPI"):
+            raise AttributeError(name)
+        return getattr(self.comm, name)
+
+    def __repr__(self) -> str:
+        return f"<ccsynth.Communicator rank {self._rank} of {self._size}>"
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    def Get_size(self) -> int:
+        return self._size
+
+    def Get_rank(self) -> int:
+        return self._rank
+
+    def Free(self) -> None:
+        """Release the compiled programs and the private duplicate (not the wrapped comm)."""
+        for _, cs in self._compiled.values():
+            cs.free()
+        self._compiled.clear()
+        if self._pcomm is not None and not self._MPI.Is_finalized():
+            self._pcomm.Free()
+        self._pcomm = None
+
+    def _note(self, key, level, msg, *args) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.log(level, msg, *args)
+
+    # ---------------------------------------------------------- buffers
+    def _array(self, obj, what: str):
+        if type(obj) is np.ndarray:
+            return obj
+        if isinstance(obj, np.ndarray):
+            return obj
+        if is_device_array(obj) and hasattr(obj, "dtype"):
+            return obj
+        try:
+            return np.asarray(memoryview(obj))
+        except TypeError:
+            raise _Fallback(f"{what} of type {type(obj).__name__} is not a NumPy/CuPy array") from None
+
+    def _parse(self, spec, what: str, blocks: int, required: bool = True) -> _Buf | None:
+        """Buffer spec -> flat typed array and per-block count (mpi4py's rules)."""
+        if type(spec) is np.ndarray and spec.ndim == 1 and spec.flags.c_contiguous:
+            # the common case, without building new views (keeps the executor's fast path)
+            if spec.size % blocks:
+                raise BufferMismatchError(
+                    f"{what} has {spec.size} elements, not a multiple of the {blocks} ranks "
+                    f"(one block per rank); expected {blocks} x count elements"
+                )
+            return _Buf(spec, spec.size // blocks, False)
+        MPI = self._MPI
+        if spec is None:
+            if required:
+                raise BufferMismatchError(f"{what} is None")
+            return None
+        count = displ = datatype = None
+        if isinstance(spec, (list, tuple)):
+            if len(spec) == 2:
+                buf, second = spec
+                if isinstance(second, (MPI.Datatype, str)):
+                    datatype = second
+                elif isinstance(second, (list, tuple)):
+                    count, displ = second
+                else:
+                    count = second
+            elif len(spec) == 3:
+                buf, count, datatype = spec
+                if isinstance(count, (list, tuple)):
+                    count, displ = count
+            elif len(spec) == 4:
+                buf, count, displ, datatype = spec
+            else:
+                raise BufferMismatchError(f"{what}: a buffer spec is [buf, datatype] or [buf, count, datatype], got {len(spec)} items")
+        else:
+            buf = spec
+        if isinstance(datatype, str):
+            datatype = MPI.Datatype.fromcode(datatype)
+        if isinstance(count, (list, tuple)) or isinstance(displ, (list, tuple)):
+            raise _Fallback(f"{what} gives per-rank counts (vector form)")
+        arr = self._array(buf, what)
+        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+            raise BufferMismatchError(
+                f"{what} is not contiguous (shape {arr.shape}, strides {arr.strides}); "
+                f"pass a contiguous array (e.g. numpy.ascontiguousarray) of the same size"
+            )
+        flat = arr.reshape(-1, order="A") if arr.ndim != 1 else arr
+        if datatype is not None:
+            dt = _dtype_of(datatype)
+            if dt != flat.dtype:
+                if flat.nbytes % dt.itemsize:
+                    raise BufferMismatchError(
+                        f"{what} has {flat.nbytes} bytes, not a whole number of {datatype.Get_name()} ({dt.itemsize} bytes)"
+                    )
+                flat = flat.view(np.uint8).view(dt)
+        start = int(displ or 0)
+        avail = flat.size - start
+        if count is not None:
+            count = int(count)
+            if count < 0 or start < 0 or count * blocks > avail:
+                raise BufferMismatchError(
+                    f"{what} spec asks for {blocks} x {count} element(s) from offset {start}, but the buffer has {flat.size}"
+                )
+            flat = flat[start:start + count * blocks]
+            return _Buf(flat, count, True)
+        if start:
+            flat = flat[start:]
+        if flat.size % blocks:
+            raise BufferMismatchError(
+                f"{what} has {flat.size} elements, not a multiple of the {blocks} ranks "
+                f"(one block per rank); expected {blocks} x count elements"
+            )
+        return _Buf(flat, flat.size // blocks, False)
+
+    def _is_in_place(self, spec) -> bool:
+        return spec is self._MPI.IN_PLACE or (isinstance(spec, int) and spec == self._MPI.IN_PLACE)
+
+    def _backend_for(self, arr):
+        if type(arr) is np.ndarray and self.backend != "cupy":
+            return self._numpy
+        dev = is_device_array(arr)
+        if self.backend == "auto":
+            return get_backend("cupy" if dev else "numpy")
+        if dev != (self.backend == "cupy"):
+            raise BufferMismatchError(
+                f"a {'GPU' if dev else 'host'} array was passed to a communicator forced to the {self.backend} backend"
+            )
+        return get_backend(self.backend)
+
+    def _private(self, role: str, like, n: int):
+        be = self._backend_for(like)
+        key = (role, be.name, like.dtype.str, n)
+        buf = self._scratch.get(key)
+        if buf is None:
+            buf = self._scratch[key] = be.empty(n, like.dtype)
+        return buf
+
+    # --------------------------------------------------------------- ops
+    def _op(self, op) -> tuple[str | None, Any]:
+        """(ccsynth op name or None if MPI must do it, the MPI op for a fallback)."""
+        last = self._last_op
+        if op is last[0]:
+            return last[1]
+        MPI = self._MPI
+        if is_mpi_op(op):
+            out = (mpi_op_name(op), op)
+        else:
+            name = canonical_op(op)  # raises OpError for unknown names
+            out = (name, {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "avg": MPI.SUM}[name])
+        self._last_op = (op, out)
+        return out
+
+    @staticmethod
+    def _check_op_dtype(opname: str | None, dtype) -> None:
+        if opname == "avg" and np.dtype(dtype).kind != "f":
+            raise OpError(f"op 'avg' needs a floating-point buffer, got dtype {np.dtype(dtype).name}")
+
+    # ------------------------------------------------------------ engine
+    def _agree(self, kind: str, m: int, dtype, opname, root: int) -> None:
+        """Debug mode: every rank checks that all ranks make the same call."""
+        sig = f"{kind}|{m}|{np.dtype(dtype).str}|{opname}|{root}".encode()
+        h = zlib.crc32(sig) & 0x7FFFFFFF
+        v = np.array([h, -h], dtype=np.int64)
+        out = np.empty_like(v)
+        self._pcomm.Allreduce(v, out, op=self._MPI.MAX)
+        if out[0] != -out[1]:
+            raise BufferMismatchError(
+                f"ranks disagree on the arguments of {kind}: rank {self._rank} calls it with {m} element(s) per block "
+                f"of {np.dtype(dtype).name}, op {opname}, root {root}, and some other rank does not"
+            )
+
+    def _schedule_for(self, kind: str, nbytes: int):
+        key = (kind, nbytes)
+        try:
+            return self._selected[key]
+        except KeyError:
+            pass
+        if len(self._selected) > 4096:  # many distinct sizes: keep the cache small
+            self._selected.clear()
+        sched = self._schedule_for_uncached(kind, nbytes)
+        self._selected[key] = sched
+        return sched
+
+    def _schedule_for_uncached(self, kind: str, nbytes: int):
+        entry_for = getattr(self.plan, "entry_for", None)
+        if entry_for is not None:
+            entry = entry_for(kind, self._size, nbytes)
+            return entry.schedule if entry is not None else None
+        return self.plan.select(kind, self._size, nbytes)
+
+    def _compiled_for(self, schedule: Schedule, backend, root: int) -> CompiledSchedule:
+        key = (id(schedule), backend.name, root)
+        hit = self._compiled.get(key)
+        if hit is not None:
+            return hit[1]
+        sroot = schedule.collective.root if schedule.collective.rooted else 0
+        shift = (root - sroot) % self._size
+        roles = tuple((q + shift) % self._size for q in range(self._size))
+        cs = CompiledSchedule(schedule, self._pcomm, backend=backend, slice_bytes=self.slice_bytes, roles=roles)
+        self._compiled[key] = (schedule, cs)  # the schedule is kept so that its id stays unique
+        return cs
+
+    def _run(self, kind: str, nbytes: int, m: int, dtype, opname, root: int, like, sendarr, recvarr, fallback):
+        """Run a schedule if one covers the call, else the MPI library's collective."""
+        if self.debug:
+            self._agree(kind, m, dtype, opname, root)
+        reason = None
+        schedule = None
+        if opname is None:
+            reason = "op has no ccsynth kernel"
+        elif kind in _REDUCING and dtype not in _KERNEL_DTYPES:
+            reason = f"dtype {np.dtype(dtype).name} has no ccsynth kernel"
+        else:
+            schedule = self._schedule_for(kind, nbytes)
+            if schedule is None:
+                reason = "no schedule in the plan covers this size"
+            elif schedule.n_ranks != self._size:
+                raise ScheduleError(
+                    f"the plan gave schedule {schedule.name!r} for {schedule.n_ranks} ranks to a {self._size}-rank communicator"
+                )
+        if schedule is not None:
+            backend = self._backend_for(like)
+            cs = self._compiled_for(schedule, backend, root)
+            # non-reducing collectives move bytes: the executor counts chunks in bytes
+            unit = m if cs._reducing else m * np.dtype(dtype).itemsize
+            if cs.supports_count(unit):
+                if backend.is_device:
+                    backend.synchronize()  # the caller's kernels that produced sendbuf
+                cs.run(sendarr, recvarr, opname or "sum", count=m if (sendarr is None and recvarr is None) else None)
+                self.last_algorithm = schedule.name
+                return
+            reason = f"schedule {schedule.name!r} cannot split {m} elements into its chunks"
+        if not self.fallback:
+            raise PlanError(f"no ccsynth schedule for {kind} of {nbytes} bytes on {self._size} ranks ({reason})")
+        bucket = max(nbytes, 1).bit_length()
+        self._note((kind, reason, bucket), logging.INFO,
+                   "%s of %d bytes on %d ranks: %s; using the MPI library's own %s", kind, nbytes, self._size, reason, kind)
+        if is_device_array(like):
+            get_backend("cupy").synchronize()
+        fallback()
+        self.last_algorithm = "mpi"
+
+    # -------------------------------------------------------- collectives
+    def Allreduce(self, sendbuf, recvbuf, op=None) -> None:
+        """``recvbuf = op over ranks of sendbuf`` (``MPI.IN_PLACE`` as sendbuf: recvbuf is the input)."""
+        MPI = self._MPI
+        op = MPI.SUM if op is None else op
+        try:
+            opname, mpi_op = self._op(op)
+            r = self._parse(recvbuf, "recvbuf", 1)
+            in_place = self._is_in_place(sendbuf)
+            s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
+        except _Fallback as f:
+            return self._plain("Allreduce", str(f), lambda: self.comm.Allreduce(sendbuf, recvbuf, op))
+        m, dt = r.count, r.array.dtype
+        if s is not None:
+            self._same(s, r, "sendbuf", "recvbuf", m)
+        self._check_op_dtype(opname, dt)
+        if in_place:
+            inp = self._private("in", r.array, m)
+            self._backend_for(r.array).copy(inp, r.array)
+        else:
+            inp = s.array
+
+        def fb():
+            self.comm.Allreduce(sendbuf, recvbuf, mpi_op)
+            self._finish_avg(opname, r.array)
+
+        self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb)
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
+        """Rank ``r`` gets block ``r`` of the reduction of everyone's sendbuf (n blocks)."""
+        MPI = self._MPI
+        op = MPI.SUM if op is None else op
+        n = self._size
+        try:
+            opname, mpi_op = self._op(op)
+            in_place = self._is_in_place(sendbuf)
+            if in_place:
+                r = self._parse(recvbuf, "recvbuf", n)
+                s = None
+            else:
+                r = self._parse(recvbuf, "recvbuf", 1)
+                s = self._parse(sendbuf, "sendbuf", n)
+        except _Fallback as f:
+            return self._plain("Reduce_scatter_block", str(f), lambda: self.comm.Reduce_scatter_block(sendbuf, recvbuf, op))
+        m, dt = r.count, r.array.dtype
+        if s is not None:
+            self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, what_count=f"{n} x {m} (one block per rank)")
+        self._check_op_dtype(opname, dt)
+        if in_place:
+            inp = self._private("in", r.array, n * m)
+            self._backend_for(r.array).copy(inp, r.array)
+            out = r.array[:m]
+        else:
+            inp, out = s.array, r.array
+
+        def fb():
+            self.comm.Reduce_scatter_block(sendbuf, recvbuf, mpi_op)
+            self._finish_avg(opname, out)
+
+        self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb)
+
+    def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
+        """``recvbuf`` on ``root`` = op over ranks of sendbuf; recvbuf is ignored elsewhere."""
+        MPI = self._MPI
+        op = MPI.SUM if op is None else op
+        self._check_root(root)
+        at_root = self._rank == root
+        try:
+            opname, mpi_op = self._op(op)
+            in_place = self._is_in_place(sendbuf)
+            if in_place and not at_root:
+                raise BufferMismatchError(f"MPI.IN_PLACE is allowed only at the root ({root}) of Reduce; rank {self._rank} passed it")
+            r = self._parse(recvbuf, "recvbuf", 1) if at_root else None
+            s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
+        except _Fallback as f:
+            return self._plain("Reduce", str(f), lambda: self.comm.Reduce(sendbuf, recvbuf, op, root))
+        ref = r if r is not None else s
+        m, dt = ref.count, ref.array.dtype
+        if r is not None and s is not None:
+            self._same(s, r, "sendbuf", "recvbuf", m)
+        self._check_op_dtype(opname, dt)
+        if in_place:
+            inp = self._private("in", r.array, m)
+            self._backend_for(r.array).copy(inp, r.array)
+        else:
+            inp = s.array
+        out = r.array if r is not None else None
+
+        def fb():
+            self.comm.Reduce(sendbuf, recvbuf, mpi_op, root)
+            if out is not None:
+                self._finish_avg(opname, out)
+
+        self._run("reduce", m * dt.itemsize, m, dt, opname, root, ref.array, inp, out, fb)
+
+    def Allgather(self, sendbuf, recvbuf) -> None:
+        """recvbuf block ``q`` = sendbuf of rank ``q`` (``MPI.IN_PLACE``: this rank's block is the input)."""
+        n = self._size
+        try:
+            r = self._parse(recvbuf, "recvbuf", n)
+            in_place = self._is_in_place(sendbuf)
+            s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
+        except _Fallback as f:
+            return self._plain("Allgather", str(f), lambda: self.comm.Allgather(sendbuf, recvbuf))
+        m, dt = r.count, r.array.dtype
+        if s is not None:
+            self._same(s, r, "sendbuf", "recvbuf", m, recv_blocks=n)
+        if in_place:
+            inp = self._private("in", r.array, m)
+            self._backend_for(r.array).copy(inp, r.array[self._rank * m:(self._rank + 1) * m])
+        else:
+            inp = s.array
+        self._run("allgather", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
+                  lambda: self.comm.Allgather(sendbuf, recvbuf))
+
+    def Alltoall(self, sendbuf, recvbuf) -> None:
+        """recvbuf block ``q`` = block ``rank`` of rank ``q``'s sendbuf."""
+        n = self._size
+        try:
+            r = self._parse(recvbuf, "recvbuf", n)
+            in_place = self._is_in_place(sendbuf)
+            s = None if in_place else self._parse(sendbuf, "sendbuf", n)
+        except _Fallback as f:
+            return self._plain("Alltoall", str(f), lambda: self.comm.Alltoall(sendbuf, recvbuf))
+        m, dt = r.count, r.array.dtype
+        if s is not None:
+            self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, recv_blocks=n, what_count=f"{n} x {m} (one block per rank)")
+        if in_place:
+            inp = self._private("in", r.array, n * m)
+            self._backend_for(r.array).copy(inp, r.array)
+        else:
+            inp = s.array
+        self._run("alltoall", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
+                  lambda: self.comm.Alltoall(sendbuf, recvbuf))
+
+    def Bcast(self, buf, root: int = 0) -> None:
+        """Every rank's ``buf`` = the root's."""
+        self._check_root(root)
+        if self._is_in_place(buf):
+            raise BufferMismatchError("Bcast takes one buffer; MPI.IN_PLACE has no meaning there")
+        try:
+            b = self._parse(buf, "buf", 1)
+        except _Fallback as f:
+            return self._plain("Bcast", str(f), lambda: self.comm.Bcast(buf, root))
+        m, dt = b.count, b.array.dtype
+        at_root = self._rank == root
+        self._run("broadcast", m * dt.itemsize, m, dt, "sum", root, b.array,
+                  b.array if at_root else None, None if at_root else b.array,
+                  lambda: self.comm.Bcast(buf, root))
+
+    # ---------------------------------------------------------- helpers
+    def _plain(self, name: str, reason: str, call) -> None:
+        if not self.fallback:
+            raise PlanError(f"{name}: {reason}, and fallback to the MPI library is off")
+        self._note((name, reason), logging.INFO, "%s: %s; using the MPI library's own %s", name, reason, name)
+        call()
+        self.last_algorithm = "mpi"
+
+    def _check_root(self, root) -> None:
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self._size:
+            raise BufferMismatchError(f"root {root!r} is not a rank of this {self._size}-rank communicator")
+
+    @staticmethod
+    def _same(s: _Buf, r: _Buf, sname: str, rname: str, m: int, *, blocks: int = 1, recv_blocks: int = 1,
+              what_count: str | None = None) -> None:
+        """sendbuf must hold ``blocks x m`` elements of recvbuf's dtype."""
+        if s.array.dtype != r.array.dtype:
+            raise BufferMismatchError(
+                f"{sname} has dtype {s.array.dtype.name} but {rname} has dtype {r.array.dtype.name}; they must match"
+            )
+        if is_device_array(s.array) != is_device_array(r.array):
+            raise BufferMismatchError(f"{sname} and {rname} must both be host arrays or both GPU arrays")
+        if s.count != m:
+            expected = what_count or str(blocks * m)
+            raise BufferMismatchError(
+                f"{sname} has {s.array.size} element(s) but {rname} ({r.array.size} elements"
+                f"{f' = {recv_blocks} x {m}' if recv_blocks > 1 else ''}) needs {sname} to have {expected}"
+            )
+
+    def _finish_avg(self, opname, out) -> None:
+        if opname == "avg" and out is not None:
+            be = self._backend_for(out)
+            be.divide(out, self._size)
+            if be.is_device:
+                be.synchronize()
+
+
+__all__ = ["Communicator", "default_plan", "default_chunk_factor", "DEFAULT_TABLE", "SMALL_BYTES"]
