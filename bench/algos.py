@@ -1,0 +1,247 @@
+"""What ``--algo`` names: the collective implementations a benchmark can time.
+
+* ``mpi`` -- the MPI library's own collective (``comm.Allreduce`` ...);
+* a baseline name (``ring``, ``recursive_doubling``, ``recursive_halving``,
+  ``direct``, ``binomial_tree``, ``hierarchical``) -- that schedule built for
+  a fully connected topology of the world's size, compiled once and run by
+  ccsynth's executor (:class:`~ccsynth.collectives.executor.CompiledSchedule`);
+* ``default`` (or ``plan``) -- the drop-in
+  :class:`~ccsynth.collectives.communicator.Communicator` with its default
+  plan of built-in baselines, which picks a schedule per message size;
+* ``plan:FILE`` -- the drop-in communicator with the plan in FILE.
+
+Every algorithm returns, per collective, a callable with the benchmark's
+buffer convention: ``fn(send, recv)``, or ``fn(buf)`` for broadcast (root
+``Options.root``), ``fn()`` for barrier; reductions use SUM.
+
+Example:
+    >>> [a.name for a in parse_algorithms("mpi,ring")]
+    ['mpi', 'ring']
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable
+
+from ccsynth.errors import CCSynthError
+
+log = logging.getLogger(__name__)
+
+# Used when ccsynth.synth.baselines cannot tell (it names its own registry).
+_KNOWN_BASELINES = ("ring", "recursive_doubling", "recursive_halving", "direct", "binomial_tree", "hierarchical")
+DEFAULT_PLAN_NAMES = ("default", "plan")
+_MPI_ONLY = "algorithm {!r} runs collectives only; latency, bw and barrier measure the MPI library: use --algo mpi"
+
+
+def baseline_names() -> tuple[str, ...]:
+    try:
+        from ccsynth.synth.baselines import BASELINES
+    except ImportError:
+        return _KNOWN_BASELINES
+    return tuple(BASELINES)
+
+
+def valid_names() -> str:
+    return ", ".join(("mpi", "default", "plan:FILE", *baseline_names()))
+
+
+class Algorithm:
+    """One ``--algo`` entry. ``setup`` may raise; call it on every rank (see omb.agree)."""
+
+    name: str = ""
+
+    def setup(self, kind: str | None, ctx) -> None:
+        """Build and compile what ``kind`` needs (raises CCSynthError if it cannot)."""
+
+    def collective(self, kind: str, ctx) -> Callable:
+        raise NotImplementedError
+
+    def chosen(self, kind: str, ctx, nbytes: int) -> str:
+        """Which algorithm runs ``kind`` at ``nbytes`` (nccl-tests size)."""
+        return self.name
+
+    def stats_reader(self, kind: str, ctx) -> tuple[Callable[[], dict], Callable[[], None]] | None:
+        """With ``--profile``: (read, reset) of the executor's time breakdown per run."""
+        return None
+
+
+class MpiAlgorithm(Algorithm):
+    """The MPI library's own collectives."""
+
+    name = "mpi"
+
+    def collective(self, kind: str, ctx) -> Callable:
+        from mpi4py import MPI
+
+        c, root, SUM = ctx.comm, ctx.options.root, MPI.SUM
+        calls = {
+            "allreduce": lambda s, r: c.Allreduce(s, r, SUM),
+            "allgather": lambda s, r: c.Allgather(s, r),
+            "reduce_scatter": lambda s, r: c.Reduce_scatter_block(s, r, SUM),
+            "alltoall": lambda s, r: c.Alltoall(s, r),
+            "reduce": lambda s, r: c.Reduce(s, r, SUM, root),
+            "broadcast": lambda b: c.Bcast(b, root),
+            "barrier": c.Barrier,
+        }
+        return calls[kind]
+
+
+def _chunk_factor(kind: str, ctx) -> int:
+    chunks = ctx.options.chunks
+    if chunks:
+        return int(chunks)
+    # Ring allreduce cuts the buffer into one block per rank; fewer chunks would leave it idle.
+    return ctx.n if kind == "allreduce" else 1
+
+
+class ScheduleAlgorithm(Algorithm):
+    """A built-in baseline schedule, compiled once per collective and run by the executor."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._compiled: dict[str, object] = {}
+
+    def setup(self, kind: str | None, ctx) -> None:
+        if kind is None:
+            raise CCSynthError(_MPI_ONLY.format(self.name))
+        if kind in self._compiled:
+            return
+        from ccsynth.collectives.executor import CompiledSchedule
+        from ccsynth.collectives.spec import Collective
+        from ccsynth.synth.baselines import make_baseline
+        from ccsynth.topologies import fully_connected
+
+        coll = Collective(kind, ctx.n, _chunk_factor(kind, ctx), ctx.options.root)
+        schedule = make_baseline(self.name, coll, fully_connected(ctx.n))
+        self._compiled[kind] = CompiledSchedule(schedule, ctx.comm, backend=ctx.options.buffer, profile=ctx.options.profile)
+        log.debug("compiled %s for %s", schedule, kind)
+
+    def collective(self, kind: str, ctx) -> Callable:
+        from mpi4py import MPI
+
+        prog, SUM = self._compiled[kind], MPI.SUM
+        if kind == "broadcast":
+            # One buffer, as MPI_Bcast: the root's is the schedule's input (its output copy
+            # is the executor's private stand-in), everyone else's the output.
+            if ctx.rank == ctx.options.root:
+                return lambda b: prog.run(b, None, SUM)
+            return lambda b: prog.run(None, b, SUM)
+        return lambda s, r: prog.run(s, r, SUM)
+
+    def stats_reader(self, kind: str, ctx):
+        prog = self._compiled[kind]
+        if not getattr(prog, "profile", False):
+            return None
+        from ccsynth.collectives.executor import RunStats
+
+        def reset():
+            prog.stats = RunStats()
+
+        reset()
+        return (lambda: prog.stats.per_run_us()), reset
+
+
+class PlanAlgorithm(Algorithm):
+    """The drop-in Communicator with a plan file, or with its default plan (``path=None``)."""
+
+    def __init__(self, name: str, path: str | None):
+        self.name = name
+        self.path = path
+        self._comm = None
+        self._plan = None
+
+    def setup(self, kind: str | None, ctx) -> None:
+        if kind is None:
+            raise CCSynthError(_MPI_ONLY.format(self.name))
+        if self.path is not None:
+            if self._plan is None:
+                from ccsynth.synth.plan import load_plan
+
+                self._plan = load_plan(self.path)
+            have = self._plan.kinds()
+            if not any(k == kind and n == ctx.n for k, n in have):
+                covered = ", ".join(f"{k} on {n} ranks" for k, n in have) or "nothing"
+                raise CCSynthError(f"plan {self.path!r} has no {kind} schedule for {ctx.n} ranks (it covers: {covered})")
+        if self._comm is None:
+            from ccsynth.collectives.communicator import Communicator
+
+            self._comm = Communicator(ctx.comm, plan=self._plan, backend=ctx.options.buffer, fallback=True)
+            if self._plan is None:
+                self._plan = getattr(self._comm, "plan", None)
+
+    def collective(self, kind: str, ctx) -> Callable:
+        from mpi4py import MPI
+
+        c, root, SUM = self._comm, ctx.options.root, MPI.SUM
+        calls = {
+            "allreduce": lambda s, r: c.Allreduce(s, r, SUM),
+            "allgather": lambda s, r: c.Allgather(s, r),
+            "reduce_scatter": lambda s, r: c.Reduce_scatter_block(s, r, SUM),
+            "alltoall": lambda s, r: c.Alltoall(s, r),
+            "reduce": lambda s, r: c.Reduce(s, r, SUM, root),
+            "broadcast": lambda b: c.Bcast(b, root),
+        }
+        return calls[kind]
+
+    def chosen(self, kind: str, ctx, nbytes: int) -> str:
+        last = getattr(self._comm, "last_algorithm", "")
+        if last:  # what the communicator really ran (it may fall back to MPI for other reasons)
+            return last
+        plan = self._plan
+        entry = plan.entry_for(kind, ctx.n, nbytes) if plan is not None and hasattr(plan, "entry_for") else None
+        return entry.algorithm if entry is not None else "mpi (fallback)"
+
+
+def parse_algorithms(spec: str) -> list[Algorithm]:
+    """``"mpi,ring,plan:best.json"`` -> Algorithm objects (no MPI calls yet).
+
+    Raises CCSynthError naming the valid choices for an unknown name, and for
+    a name given twice.
+    """
+    out: list[Algorithm] = []
+    seen: set[str] = set()
+    baselines = baseline_names()
+    for raw in str(spec).split(","):
+        name = raw.strip()
+        if not name:
+            continue
+        if name in seen:
+            raise CCSynthError(f"algorithm {name!r} is listed twice in --algo")
+        seen.add(name)
+        if name == "mpi":
+            out.append(MpiAlgorithm())
+        elif name in DEFAULT_PLAN_NAMES:
+            out.append(PlanAlgorithm(name, None))
+        elif name.startswith("plan:"):
+            path = name[len("plan:"):]
+            if not path:
+                raise CCSynthError("--algo plan:FILE needs a file name after 'plan:'")
+            if not os.path.exists(path):
+                raise CCSynthError(f"plan file {path!r} does not exist (in --algo {name})")
+            out.append(PlanAlgorithm(name, path))
+        elif name in baselines:
+            out.append(ScheduleAlgorithm(name))
+        else:
+            raise CCSynthError(f"unknown algorithm {name!r} in --algo; valid: {valid_names()}")
+    if not out:
+        raise CCSynthError(f"--algo names no algorithm; valid: {valid_names()}")
+    return out
+
+
+def resolve_algorithms(spec: str, ctx, kind: str | None = None) -> list[Algorithm]:
+    """Parse ``spec`` and set every algorithm up for ``kind`` on every rank of ``ctx.comm``.
+
+    ``kind`` is the collective, or None for what only MPI measures (latency,
+    bw, barrier).
+
+    A setup error on any rank (unknown name, a baseline that does not fit, a
+    plan for another world size) is raised on every rank, never a hang.
+    """
+    from ccsynth.bench.omb import agree
+
+    algos = agree(ctx.comm, lambda: parse_algorithms(spec))
+    for a in algos:
+        agree(ctx.comm, lambda a=a: a.setup(kind, ctx))
+    return algos

@@ -1,0 +1,513 @@
+"""OMB-style microbenchmarks: the registry and the one shared timing loop.
+
+Each benchmark is one function, registered with :func:`benchmark`, that
+prepares one message size: it allocates its buffers, picks the call to time
+and says how to check the result. It returns a :class:`Case`. Everything
+else -- warm-up, barriers, timing with ``MPI.Wtime``, the min/avg/max over
+ranks, validation, algbw/busbw -- lives once, in :func:`measure` and
+:func:`run_interleaved`, which yields the :class:`Row` of every algorithm
+per size on every rank (only the command prints, and only on rank 0);
+:func:`run_benchmark` is the one-algorithm case. Interleaving runs every
+algorithm in turn within each iteration, so that on a shared machine a
+change of load hits all of them alike.
+
+Conventions follow the OSU Micro-Benchmarks (OMB):
+
+* sizes are powers of two; iterations are fewer above 8 KiB
+  (:data:`LARGE_MESSAGE`); warm-up iterations are not timed;
+* collectives: a barrier before every iteration, each iteration timed on its
+  own; the per-rank average is then reduced over ranks (avg of the averages,
+  min, max); ``Row.median_us`` adds the median over iterations of the
+  slowest rank's time, which one descheduled rank disturbs less;
+* point-to-point (``latency``, ``bw``): one barrier, then the whole loop is
+  timed (``latency`` reports one-way time: half a round trip);
+* ``Size`` is OMB's message size: the per-rank buffer of allreduce, reduce,
+  bcast and reduce_scatter (its whole send buffer), the per-rank *send*
+  size of allgather, and the per-peer block of alltoall. algbw/busbw use the
+  nccl-tests size (allgather's receive buffer, alltoall's whole buffer,
+  ``n`` times OMB's size), see :class:`~ccsynth.collectives.spec.Collective`.
+
+Example (one rank, MPI's own allreduce):
+    >>> from mpi4py import MPI
+    >>> from ccsynth.bench.algos import resolve_algorithms
+    >>> ctx = Context(MPI.COMM_SELF, Options(sizes=(8, 16), iters=3, warmup=1, validate=True))
+    >>> [algo] = resolve_algorithms("mpi", ctx)
+    >>> [(r.size, r.valid) for r in run_benchmark(BENCHMARKS["allreduce"], ctx, algo)]
+    [(8, True), (16, True)]
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from ccsynth.bench import validate as V
+from ccsynth.collectives.spec import busbw_factor
+from ccsynth.errors import CCSynthError
+
+log = logging.getLogger(__name__)
+
+LARGE_MESSAGE = 8192  # OMB's LARGE_MESSAGE_SIZE: sizes above it get the "large" iteration counts
+# OMB uses 1000/100 iterations and 200/10 warm-ups; these suit a small (2-core) machine.
+ITERS_SMALL, ITERS_LARGE = 200, 20
+WARMUP_SMALL, WARMUP_LARGE = 20, 2
+WINDOW = 64  # osu_bw's window of messages in flight
+
+
+# ------------------------------------------------------------------ values
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for (the command's flags), shared by every benchmark."""
+
+    sizes: tuple[int, ...]
+    iters: int | None = None  # None: ITERS_SMALL / ITERS_LARGE by size
+    warmup: int | None = None
+    validate: bool = False
+    full: bool = False
+    buffer: str = "numpy"
+    dtype: str = "float32"
+    window: int = WINDOW
+    root: int = 0
+    chunks: int | None = None  # chunk factor of baseline schedules (None: see algos._chunk_factor)
+    profile: bool = False  # ask ccsynth's executor where the time goes (RunStats)
+
+    def iterations(self, size: int) -> tuple[int, int]:
+        """(timed iterations, warm-up iterations) for a message of ``size`` bytes."""
+        large = size > LARGE_MESSAGE
+        iters = self.iters if self.iters is not None else (ITERS_LARGE if large else ITERS_SMALL)
+        warmup = self.warmup if self.warmup is not None else (WARMUP_LARGE if large else WARMUP_SMALL)
+        return iters, warmup
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured size. Times in microseconds, bandwidths in GB/s."""
+
+    size: int  # OMB's message size (the Size column)
+    nbytes: int  # nccl-tests message size: algbw = nbytes / avg
+    count: int  # elements per rank in MPI's terms (see validate.expected)
+    iterations: int
+    avg_us: float
+    min_us: float
+    max_us: float
+    algbw: float
+    busbw: float
+    valid: bool | None = None  # None: not checked
+    algorithm: str = ""  # what ran at this size (for plans: the entry picked)
+    median_us: float | None = None  # median over iterations of the slowest rank's time
+    profile: dict | None = None  # executor RunStats per run, averaged over ranks (--profile)
+
+    @property
+    def mbps(self) -> float:
+        """OMB's bandwidth figure: MB/s (10**6 bytes per second) from the OMB size."""
+        return self.size / self.avg_us if self.avg_us > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "size": self.size,
+            "nbytes": self.nbytes,
+            "count": self.count,
+            "iterations": self.iterations,
+            "avg_us": self.avg_us,
+            "min_us": self.min_us,
+            "max_us": self.max_us,
+            "algbw_GBps": self.algbw,
+            "busbw_GBps": self.busbw,
+            "valid": self.valid,
+            "algorithm": self.algorithm,
+            "median_us": self.median_us,
+            **({"profile": self.profile} if self.profile else {}),
+        }
+
+
+@dataclass(frozen=True)
+class Case:
+    """One prepared size of one benchmark.
+
+    ``step`` is one timed iteration. ``reset`` puts sentinels into the
+    outputs and ``check`` tells whether this rank's outputs (and unchanged
+    inputs) are right after one more ``step``. ``per_step`` divides the time
+    of a step into the unit reported (2 for a ping-pong: one-way latency; the
+    window for ``bw``: time per message).
+    """
+
+    step: Callable[[], Any]
+    nbytes: int
+    count: int
+    reset: Callable[[], None] | None = None
+    check: Callable[[], bool] | None = None
+    per_step: int = 1
+    algorithm: str | Callable[[], str] = ""  # a callable is asked after the timed runs
+    stats: Callable[[], dict | None] | None = None  # executor breakdown per run since stats_reset (--profile)
+    stats_reset: Callable[[], None] | None = None  # called when the warm-up is over
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A registered benchmark: ``prepare(ctx, algo, size) -> Case``."""
+
+    name: str
+    title: str  # "# OMB Python MPI {title} Test"
+    prepare: Callable[["Context", Any, int], Case]
+    kind: str | None = None  # the collective; None: measures the MPI library only
+    pt2pt: bool = False  # rank 0 <-> rank 1 only, whole loop timed
+    sized: bool = True  # barrier has no message size
+    metric: str = "latency"  # or "bandwidth" (bw)
+    default_sizes: str = "4:1M"
+    size_doc: str = ""
+    description: str = ""
+    unit: Callable[["Context"], int] = field(default=lambda ctx: ctx.itemsize)  # smallest usable size
+
+    @property
+    def busbw_factor_kind(self) -> str:
+        return self.kind or "broadcast"  # factor 1
+
+
+BENCHMARKS: dict[str, Benchmark] = {}
+
+
+def benchmark(name: str, title: str, **kw) -> Callable:
+    """Register ``prepare`` under ``name`` (decorator)."""
+
+    def deco(prepare):
+        doc = (prepare.__doc__ or "").strip()
+        BENCHMARKS[name] = Benchmark(name, title, prepare, description=doc.splitlines()[0] if doc else "", **kw)
+        return prepare
+
+    return deco
+
+
+# --------------------------------------------------------------- context
+class Context:
+    """The communicator, the options and buffer allocation for one run."""
+
+    def __init__(self, comm, options: Options):
+        self.comm = comm
+        self.options = options
+        self.rank = comm.Get_rank()
+        self.n = comm.Get_size()
+        self.dtype = V.check_dtype(options.dtype)
+        self.itemsize = self.dtype.itemsize
+        self.backend = _backend(options.buffer)
+        self.xp = self.backend.xp
+
+    # Buffers live on the chosen backend; patterns and references on the host.
+    def input(self, count: int, rank: int | None = None, dtype=None):
+        """This rank's (or ``rank``'s) exact input pattern on the backend."""
+        dt = self.dtype if dtype is None else dtype
+        return self.to_device(V.pattern(self.rank if rank is None else rank, count, dt, n_ranks=self.n))
+
+    def output(self, count: int, dtype=None):
+        dt = self.dtype if dtype is None else dtype
+        buf = self.xp.empty(count, dtype=dt)
+        buf[...] = V.sentinel(dt)
+        return buf
+
+    def to_device(self, host: np.ndarray):
+        if self.xp is np:
+            return np.array(host)
+        return self.xp.asarray(host)
+
+    def to_host(self, buf) -> np.ndarray:
+        return buf if self.xp is np else self.xp.asnumpy(buf)
+
+    def sync(self) -> None:
+        """Finish pending device work before a buffer reaches MPI or the host."""
+        self.backend.synchronize()
+
+    def equal(self, buf, ref: np.ndarray | None) -> bool:
+        if ref is None:
+            return True
+        self.sync()
+        return bool(np.array_equal(self.to_host(buf), ref))
+
+
+def _backend(name: str):
+    """The kernels backend called ``name`` (numpy or cupy); CCSynthError if unavailable."""
+    try:
+        from ccsynth.kernels import get_backend
+    except ImportError:
+        from ccsynth.kernels.base import get_backend
+    try:
+        return get_backend(name)
+    except CCSynthError:
+        raise
+    except Exception as e:  # ImportError of cupy, or CUDA without a device
+        raise CCSynthError(f"--buffer {name} is not available here: {e}") from None
+
+
+# ------------------------------------------------------------ the loop
+def measure(comm, cases: Sequence[Case], iters: int, warmup: int, *, pt2pt: bool = False) -> list[np.ndarray]:
+    """This rank's times per unit of each case in microseconds (OMB's loop).
+
+    Collectives: one entry per timed iteration, each after a barrier. With
+    several cases (``--interleave``) every iteration runs each case in turn,
+    so that all of them meet the same machine conditions.
+    Point-to-point: one entry per case, the average over its whole timed loop.
+    """
+    from mpi4py import MPI
+
+    wtime, barrier = MPI.Wtime, comm.Barrier
+    iters = max(iters, 1)
+    if pt2pt:
+        out = []
+        for case in cases:
+            step = case.step
+            barrier()
+            for _ in range(warmup):
+                step()
+            if case.stats_reset is not None:
+                case.stats_reset()
+            t0 = wtime()
+            for _ in range(iters):
+                step()
+            out.append(np.array([(wtime() - t0) / iters]))
+    else:
+        out = [np.empty(iters) for _ in cases]
+        steps = [(c.step, t) for c, t in zip(cases, out)]
+        for i in range(warmup + iters):
+            if i == warmup:
+                for c in cases:
+                    if c.stats_reset is not None:
+                        c.stats_reset()
+            for step, times in steps:
+                barrier()
+                t0 = wtime()
+                step()
+                t1 = wtime()
+                if i >= warmup:
+                    times[i - warmup] = t1 - t0
+    return [t * (1e6 / c.per_step) for c, t in zip(cases, out)]
+
+
+def run_benchmark(bench: Benchmark, ctx: Context, algo) -> Iterator[Row]:
+    """Time ``algo`` on every size of ``ctx.options``; yields one Row per size, on every rank."""
+    for rows in run_interleaved(bench, ctx, [algo]):
+        yield rows[0]
+
+
+def run_interleaved(bench: Benchmark, ctx: Context, algos: Sequence) -> Iterator[list[Row]]:
+    """Time all ``algos`` together, iteration by iteration; yields one Row per algorithm per size."""
+    comm, opts = ctx.comm, ctx.options
+    factor = busbw_factor(bench.busbw_factor_kind, ctx.n)
+    for size in opts.sizes:
+        cases = [bench.prepare(ctx, algo, size) for algo in algos]
+        iters, warmup = opts.iterations(size)
+        times = measure(comm, cases, iters, warmup, pt2pt=bench.pt2pt)
+        rows = []
+        for case, local in zip(cases, times):
+            prof = case.stats() if case.stats is not None else None  # before the check's extra run
+            ok = None
+            if opts.validate and case.check is not None:
+                # A fresh run into sentinel-filled outputs, so that stale results of the timed
+                # iterations cannot pass for a correct one.
+                if case.reset is not None:
+                    case.reset()
+                ctx.sync()
+                case.step()
+                ok = bool(case.check())
+            samples = comm.allgather((local, ok, prof))
+            per_rank = [float(t.mean()) for t, _, _ in samples]
+            avg = sum(per_rank) / len(per_rank)
+            # Robust companion to OMB's mean: per iteration the slowest rank's time, then the median.
+            median = float(np.median(np.max(np.stack([t for t, _, _ in samples]), axis=0)))
+            checks = [v for _, v, _ in samples if v is not None]
+            profs = [p for _, _, p in samples if p]
+            profile = {k: sum(p[k] for p in profs) / len(profs) for k in profs[0]} if profs else None
+            valid = all(checks) if checks else None
+            algbw = case.nbytes / (avg * 1e3) if avg > 0 else 0.0
+            name = case.algorithm() if callable(case.algorithm) else case.algorithm
+            rows.append(Row(size, case.nbytes, case.count, iters, avg, min(per_rank), max(per_rank), algbw, algbw * factor,
+                            valid, name, median, profile))
+        del cases, case  # free this size's buffers before the next size allocates its own
+        yield rows
+
+
+def agree(comm, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on every rank; if it raises a CCSynthError anywhere, raise one everywhere.
+
+    Setup errors (an unknown algorithm, a plan for another world size) are
+    thus reported on every rank instead of leaving the healthy ranks blocked
+    in the next collective call.
+    """
+    err: str | None = None
+    result = None
+    try:
+        result = fn()
+    except CCSynthError as e:
+        err = str(e)
+    errors = comm.allgather(err)
+    bad = [(r, e) for r, e in enumerate(errors) if e is not None]
+    if bad:
+        if len({e for _, e in bad}) == 1 and len(bad) == len(errors):
+            raise CCSynthError(bad[0][1])
+        r, e = bad[0]
+        raise CCSynthError(f"rank {r}: {e}")
+    return result
+
+
+# ---------------------------------------------------------- benchmarks
+def _collective(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
+    """A Case for collective ``kind`` on ``count`` elements (MPI's per-rank count)."""
+    n, rank, root = ctx.n, ctx.rank, ctx.options.root
+    fn = algo.collective(kind, ctx)
+    chosen = lambda: algo.chosen(kind, ctx, nbytes)  # noqa: E731 - asked after the runs
+    stats, stats_reset = algo.stats_reader(kind, ctx) or (None, None)
+    sc, rc = V.send_count(kind, n, count), V.recv_count(kind, n, count)
+    if kind == "broadcast":
+        ref = V.pattern(root, count, ctx.dtype, n_ranks=n)
+        buf = ctx.to_device(ref) if rank == root else ctx.output(count)
+
+        def reset():
+            buf[...] = ctx.to_device(ref) if rank == root else V.sentinel(ctx.dtype)
+
+        return Case(lambda: fn(buf), nbytes, count, reset, lambda: ctx.equal(buf, ref),
+                    algorithm=chosen, stats=stats, stats_reset=stats_reset)
+    send, recv = ctx.input(sc), ctx.output(rc)
+    send_ref = V.pattern(rank, sc, ctx.dtype, n_ranks=n)
+
+    def reset():
+        recv[...] = V.sentinel(ctx.dtype)
+
+    def check():
+        want = V.expected(kind, rank, n, count, ctx.dtype, root)
+        return ctx.equal(recv, want) and ctx.equal(send, send_ref)
+
+    return Case(lambda: fn(send, recv), nbytes, count, reset, check, algorithm=chosen, stats=stats, stats_reset=stats_reset)
+
+
+def _whole_buffer(ctx: Context, algo, kind: str, size: int) -> Case:
+    """A collective whose OMB size is one rank's whole buffer (= the nccl-tests size)."""
+    count = size // ctx.itemsize
+    return _collective(ctx, algo, kind, count, count * ctx.itemsize)
+
+
+@benchmark("allreduce", "Allreduce", kind="allreduce", size_doc="bytes of each rank's buffer (= nccl-tests size)")
+def allreduce(ctx: Context, algo, size: int) -> Case:
+    """osu_allreduce: MPI_Allreduce (SUM) of a buffer of Size bytes."""
+    return _whole_buffer(ctx, algo, "allreduce", size)
+
+
+@benchmark("reduce", "Reduce", kind="reduce", size_doc="bytes of each rank's buffer (= nccl-tests size); root 0")
+def reduce(ctx: Context, algo, size: int) -> Case:
+    """osu_reduce: MPI_Reduce (SUM) of Size bytes to rank 0."""
+    return _whole_buffer(ctx, algo, "reduce", size)
+
+
+@benchmark("bcast", "Broadcast", kind="broadcast", size_doc="bytes of the broadcast buffer (= nccl-tests size); root 0")
+def bcast(ctx: Context, algo, size: int) -> Case:
+    """osu_bcast: MPI_Bcast of Size bytes from rank 0."""
+    return _whole_buffer(ctx, algo, "broadcast", size)
+
+
+@benchmark(
+    "allgather",
+    "Allgather",
+    kind="allgather",
+    size_doc="bytes each rank sends (OMB); nccl-tests size = ranks x Size (the receive buffer)",
+)
+def allgather(ctx: Context, algo, size: int) -> Case:
+    """osu_allgather: MPI_Allgather of Size bytes from every rank."""
+    count = size // ctx.itemsize
+    return _collective(ctx, algo, "allgather", count, ctx.n * count * ctx.itemsize)
+
+
+@benchmark(
+    "alltoall",
+    "Alltoall",
+    kind="alltoall",
+    size_doc="bytes each rank sends to each peer (OMB); nccl-tests size = ranks x Size (the whole buffer)",
+)
+def alltoall(ctx: Context, algo, size: int) -> Case:
+    """osu_alltoall: MPI_Alltoall with Size bytes per pair of ranks."""
+    count = size // ctx.itemsize
+    return _collective(ctx, algo, "alltoall", count, ctx.n * count * ctx.itemsize)
+
+
+@benchmark(
+    "reduce_scatter",
+    "Reduce_scatter",
+    kind="reduce_scatter",
+    size_doc="bytes of each rank's send buffer (= nccl-tests size); each rank receives Size / ranks",
+    unit=lambda ctx: ctx.itemsize * ctx.n,
+)
+def reduce_scatter(ctx: Context, algo, size: int) -> Case:
+    """osu_reduce_scatter: MPI_Reduce_scatter_block (SUM) of Size bytes."""
+    count = size // (ctx.itemsize * ctx.n)  # elements each rank receives
+    return _collective(ctx, algo, "reduce_scatter", count, ctx.n * count * ctx.itemsize)
+
+
+@benchmark("barrier", "Barrier", sized=False, default_sizes="0", unit=lambda ctx: 0, size_doc="no message")
+def barrier(ctx: Context, algo, size: int) -> Case:
+    """osu_barrier: MPI_Barrier."""
+    fn = algo.collective("barrier", ctx)
+    return Case(fn, 0, 0, algorithm=algo.chosen("barrier", ctx, 0))
+
+
+def _peer(ctx: Context) -> int:
+    return 1 - ctx.rank
+
+
+@benchmark("latency", "Latency", pt2pt=True, default_sizes="0:4M", unit=lambda ctx: 0, size_doc="bytes per message")
+def latency(ctx: Context, algo, size: int) -> Case:
+    """osu_latency: ping-pong between ranks 0 and 1; one-way latency."""
+    comm, peer = ctx.comm, _peer(ctx)
+    ref = V.pattern(0, size, np.uint8, n_ranks=2)
+    sbuf, rbuf = ctx.to_device(ref), ctx.output(size, np.uint8)
+    if ctx.rank == 0:
+
+        def step():
+            comm.Send(sbuf, dest=peer, tag=1)
+            comm.Recv(rbuf, source=peer, tag=1)
+
+    else:
+
+        def step():
+            comm.Recv(rbuf, source=peer, tag=1)
+            comm.Send(rbuf, dest=peer, tag=1)  # echo what arrived, so rank 0 checks the round trip
+
+    def reset():
+        rbuf[...] = V.sentinel(np.uint8)
+
+    return Case(step, size, size, reset, lambda: ctx.equal(rbuf, ref), per_step=2, algorithm="mpi")
+
+
+@benchmark(
+    "bw",
+    "Bandwidth",
+    pt2pt=True,
+    metric="bandwidth",
+    default_sizes="1:4M",
+    unit=lambda ctx: 1,
+    size_doc="bytes per message; a window of messages in flight from rank 0 to rank 1",
+)
+def bw(ctx: Context, algo, size: int) -> Case:
+    """osu_bw: rank 0 streams windows of non-blocking sends to rank 1."""
+    from mpi4py import MPI
+
+    comm, peer, window = ctx.comm, _peer(ctx), ctx.options.window
+    ref = V.pattern(0, size, np.uint8, n_ranks=2)
+    buf = ctx.to_device(ref) if ctx.rank == 0 else ctx.output(size, np.uint8)
+    ack = np.zeros(1, dtype=np.uint8)
+    if ctx.rank == 0:
+
+        def step():
+            MPI.Request.Waitall([comm.Isend(buf, dest=peer, tag=100) for _ in range(window)])
+            comm.Recv(ack, source=peer, tag=101)
+
+    else:
+
+        def step():
+            # Like osu_bw, every receive of a window lands in the same buffer: the
+            # figure is about the wire, and the data is identical anyway.
+            MPI.Request.Waitall([comm.Irecv(buf, source=peer, tag=100) for _ in range(window)])
+            comm.Send(ack, dest=peer, tag=101)
+
+    def reset():
+        if ctx.rank == 1:
+            buf[...] = V.sentinel(np.uint8)
+
+    return Case(step, size, size, reset, lambda: ctx.equal(buf, ref), per_step=window, algorithm="mpi")

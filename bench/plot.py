@@ -1,0 +1,70 @@
+"""``--plot FILE.png``: latency and busbw against message size, one line per algorithm.
+
+Needs matplotlib (the ``plot`` extra); :func:`require_matplotlib` says so
+before a long run rather than after it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+from ccsynth.errors import CCSynthError
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401, PLC0415
+    except ImportError:
+        raise CCSynthError("--plot needs matplotlib: pip install 'ccsynth[plot]'") from None
+
+
+def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike, subtitle: str = "") -> None:
+    """Write a PNG: average latency (left) and busbw (right) against Size, log-log."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display on a cluster node
+    import matplotlib.pyplot as plt
+
+    sized = bench.sized
+    fig, axes = plt.subplots(1, 2 if sized else 1, figsize=(11 if sized else 6, 4.2), squeeze=False)
+    ax_lat = axes[0][0]
+    for name, rows in results.items():
+        rows = [r for r in rows if r.avg_us > 0]
+        if not rows:
+            continue
+        if sized:
+            xs = [r.size for r in rows]
+            ax_lat.plot(xs, [r.avg_us for r in rows], marker="o", ms=3, label=name)
+            axes[0][1].plot(xs, [r.busbw for r in rows], marker="o", ms=3, label=name)
+        else:
+            ax_lat.bar([name], [rows[0].avg_us])
+    if sized:
+        from matplotlib.ticker import FuncFormatter, LogLocator
+
+        from ccsynth.units import format_size
+
+        human = FuncFormatter(lambda x, _pos: format_size(x) if x >= 1 and float(x).is_integer() else "")
+        for ax in axes[0]:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.xaxis.set_major_locator(LogLocator(base=4))  # a label every other power of two
+            ax.xaxis.set_major_formatter(human)
+            ax.set_xlabel("Size (B)")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend()
+        ax_bw = axes[0][1]
+        ax_bw.set_ylabel("busbw (GB/s)")
+        ax_bw.set_title("bus bandwidth")
+    ax_lat.set_ylabel("avg latency (us)")
+    ax_lat.set_title("latency")
+    ax_lat.grid(True, which="both", alpha=0.3)
+    fig.suptitle(f"ccsynth bench {bench.name}" + (f" ({subtitle})" if subtitle else ""))
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        raise CCSynthError(f"cannot write plot {os.fspath(path)!r}: {e.strerror}") from None
+    finally:
+        plt.close(fig)

@@ -1,0 +1,306 @@
+"""``ccsynth bench NAME``: OSU-style microbenchmarks, run under ``mpiexec``.
+
+Prints the OMB table (Size, latency, ``-f`` min/max, ``-c`` Pass/Fail) with
+nccl-tests' algbw/busbw columns, one table per ``--algo``, then each
+algorithm's latency relative to MPI's. Only rank 0 prints; every row appears
+as soon as it is measured.
+
+Example: ``mpiexec -n 4 ccsynth bench allreduce -m 8:64M -c --algo mpi,ring,default``
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+import traceback
+
+from ccsynth.bench.omb import BENCHMARKS, LARGE_MESSAGE, WINDOW, Options, agree, run_benchmark, run_interleaved
+from ccsynth.bench.validate import DTYPES
+from ccsynth.errors import CCSynthError
+from ccsynth.units import format_size, parse_size, parse_sizes
+
+MAX_MESSAGE = 1 << 32  # 4 GiB: beyond this a typo is likelier than a wish
+
+
+def _sizes(default: str):
+    """argparse type for ``-m [MIN:]MAX`` (OMB): MAX alone runs from the default minimum."""
+    default_min, _, default_max = default.partition(":")
+
+    def parse(text: str) -> tuple[int, ...]:
+        text = text.strip()
+        if "," in text:  # an explicit list, e.g. 8,1M,64M
+            try:
+                sizes = sorted(set(parse_sizes(text)))
+            except CCSynthError as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
+            if sizes and sizes[-1] > MAX_MESSAGE:
+                raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message")
+            return tuple(sizes)
+        lo_s, sep, hi_s = text.partition(":")
+        if not sep:
+            lo_s, hi_s = default_min or "1", lo_s
+        try:
+            lo = parse_size(lo_s) if lo_s.strip() else parse_size(default_min or "1")
+            hi = parse_size(hi_s) if hi_s.strip() else parse_size(default_max or default_min)
+            if lo > hi:
+                raise argparse.ArgumentTypeError(f"{text!r}: minimum {format_size(lo)} is above maximum {format_size(hi)}")
+            if hi > MAX_MESSAGE:
+                raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message")
+            sizes = parse_sizes(f"{max(lo, 1)}:{hi}") if hi > 0 else []
+        except CCSynthError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return tuple(([0] if lo == 0 else []) + sizes)
+
+    parse.__name__ = "size range"  # argparse names the type in "invalid ... value"
+    return parse
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at least {minimum}")
+        return v
+
+    parse.__name__ = "count"
+    return parse
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="OMB-style microbenchmarks (latency, bw, allreduce, ...) under mpiexec",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    names = p.add_subparsers(dest="bench", metavar="NAME", parser_class=type(p))
+    names.required = True
+    for name, b in BENCHMARKS.items():
+        bp = names.add_parser(name, help=b.description, description=f"{b.description}\nSize: {b.size_doc}.")
+        _add_common(bp, b)
+        bp.set_defaults(func=run)
+    p.set_defaults(func=run)
+
+
+def _add_common(p, b) -> None:
+    if b.sized:
+        p.add_argument(
+            "-m",
+            "--message-size",
+            dest="sizes",
+            type=_sizes(b.default_sizes),
+            default=_sizes(b.default_sizes)(b.default_sizes),
+            metavar="[MIN:]MAX",
+            help=f"message sizes, powers of two from MIN to MAX, e.g. 8:64M, or a list 8,1M (default {b.default_sizes})",
+        )
+    p.add_argument("-i", "--iterations", type=_count(1), metavar="N",
+                   help=f"timed iterations per size (default 200, or 20 above {format_size(LARGE_MESSAGE)})")
+    p.add_argument("-x", "--warmup", type=_count(0), metavar="N",
+                   help=f"untimed warm-up iterations per size (default 20, or 2 above {format_size(LARGE_MESSAGE)})")
+    p.add_argument("-c", "--validation", action="store_true", help="check every result against a local NumPy reference (Pass/Fail column)")
+    p.add_argument("-f", "--full", action="store_true", help="also print min/max latency over ranks and the iteration count")
+    p.add_argument("--buffer", choices=("numpy", "cupy"), default="numpy", help="where buffers live (default numpy)")
+    if b.kind is not None:
+        p.add_argument("--algo", default="mpi", metavar="A[,B...]",
+                       help="algorithms to compare, comma separated: mpi (the MPI library's own), default (ccsynth's "
+                            "default plan), plan:FILE, or a baseline: ring, recursive_doubling, recursive_halving, direct, "
+                            "binomial_tree, hierarchical (default mpi)")
+        p.add_argument("--dtype", choices=DTYPES, default="float32", help="element type (default float32, as OMB)")
+        p.add_argument("--chunks", type=_count(1), metavar="K",
+                       help="chunk factor of baseline schedules (default: ranks for allreduce, 1 otherwise)")
+        p.add_argument("--profile", action="store_true",
+                       help="time the executor's parts (MPI waits, kernels, starts, Python) for baseline algorithms; "
+                            "printed after each table and kept in --json (adds timer calls)")
+    else:
+        p.add_argument("--algo", default="mpi", metavar="mpi", help="only mpi: this benchmark measures the MPI library")
+    if b.metric == "bandwidth":
+        p.add_argument("-W", "--window", type=_count(1), default=WINDOW, metavar="N",
+                       help=f"messages in flight per window (default {WINDOW})")
+    if b.kind is not None:
+        p.add_argument("--interleave", action="store_true",
+                       help="with several --algo: run every algorithm in turn within each iteration (fairer on a busy "
+                            "machine); progress goes to stderr and the tables print at the end")
+    p.add_argument("--json", metavar="FILE", help="also write every row as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="also plot latency and busbw against size (needs matplotlib)")
+
+
+def run(args) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    _install_abort_hook()
+    if comm.Get_rank() != 0:
+        # Every rank would log the same setup lines; rank 0 speaks for all (warnings still pass).
+        root_log = logging.getLogger("ccsynth")
+        root_log.setLevel(max(root_log.getEffectiveLevel(), logging.WARNING))
+    try:
+        return _run(args, comm)
+    except CCSynthError:
+        # Setup errors are agreed on every rank (omb.agree); one copy of the message is enough.
+        if comm.Get_rank() != 0:
+            return 2
+        raise
+
+
+def _install_abort_hook() -> None:
+    """An unhandled exception on one rank aborts the job instead of hanging the others."""
+    try:
+        from ccsynth.collectives import mpi_util
+    except ImportError:
+        mpi_util = None
+    hook = None
+    for name in ("install_abort_handler", "install_abort_hook"):
+        hook = hook or getattr(mpi_util, name, None)
+    if hook is not None:
+        hook()
+        return
+    previous = sys.excepthook
+
+    def abort_on_error(etype, value, tb):
+        previous(etype, value, tb)
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+            sys.stderr.flush()
+            MPI.COMM_WORLD.Abort(1)
+
+    sys.excepthook = abort_on_error
+
+
+def _abort(comm, exc: BaseException) -> None:
+    """An error in the middle of a measurement: the other ranks are inside a collective, so abort."""
+    rank = comm.Get_rank()
+    if isinstance(exc, CCSynthError):
+        print(f"ccsynth bench: error on rank {rank}: {exc}", file=sys.stderr)
+    else:
+        print(f"ccsynth bench: unexpected error on rank {rank}:", file=sys.stderr)
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    sys.stderr.flush()
+    if comm.Get_size() > 1:
+        comm.Abort(2 if isinstance(exc, CCSynthError) else 1)
+    raise exc
+
+
+def _meta(args, comm, bench) -> dict:
+    from mpi4py import MPI
+
+    meta = {
+        "n_ranks": comm.Get_size(),
+        "dtype": args.dtype if bench.kind else ("uint8" if bench.pt2pt else None),
+        "buffer": args.buffer,
+        "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
+        "command": "ccsynth " + " ".join(sys.argv[1:]),
+    }
+    if bench.metric == "bandwidth":
+        meta["window"] = args.window
+    return meta
+
+
+def _run(args, comm) -> int:
+    from ccsynth.bench import report
+    from ccsynth.bench.algos import PlanAlgorithm, resolve_algorithms
+    from ccsynth.bench.omb import Context
+
+    bench = BENCHMARKS[args.bench]
+    rank, n = comm.Get_rank(), comm.Get_size()
+    if bench.pt2pt and n != 2:
+        raise CCSynthError(f"{bench.name} runs between two ranks (as OMB's osu_{bench.name}); start it with mpiexec -n 2, not {n}")
+    options = Options(
+        sizes=tuple(getattr(args, "sizes", (0,))),
+        iters=args.iterations,
+        warmup=args.warmup,
+        validate=args.validation,
+        full=args.full,
+        buffer=args.buffer,
+        dtype=getattr(args, "dtype", "float32"),
+        window=getattr(args, "window", WINDOW),
+        chunks=getattr(args, "chunks", None),
+        profile=getattr(args, "profile", False),
+    )
+    ctx = agree(comm, lambda: Context(comm, options))
+    agree(comm, lambda: _check_outputs(args) if rank == 0 else None)
+    algos = resolve_algorithms(args.algo, ctx, bench.kind)
+
+    unit = bench.unit(ctx)
+    skipped = [s for s in options.sizes if s < unit]
+    sizes = tuple(s for s in options.sizes if s >= unit)
+    if not sizes:
+        raise CCSynthError(f"no size in -m is at least {unit} B, the smallest {bench.name} message with {options.dtype} on {n} ranks")
+    options = dataclasses.replace(options, sizes=sizes)
+    ctx.options = options
+
+    meta = _meta(args, comm, bench)
+    say = report.emit if rank == 0 else (lambda line: None)
+    results: dict[str, list] = {}
+    note = f"# skipped sizes below {unit} B: {', '.join(map(str, skipped))} (less than one element per block)" if skipped else ""
+
+    def table(algo, rows=None):
+        """Print one algorithm's table; rows given: all at once, else as they are measured."""
+        show_algo = isinstance(algo, PlanAlgorithm)
+        for line in report.title_lines(bench, algo.name, meta) + ([note] if note else []):
+            say(line)
+        say(report.header_line(bench, options, show_algo))
+        if rows is None:
+            rows = results.setdefault(algo.name, [])
+            for row in run_benchmark(bench, ctx, algo):
+                rows.append(row)
+                say(report.format_row(bench, row, options, show_algo))
+        else:
+            for row in rows:
+                say(report.format_row(bench, row, options, show_algo))
+        for line in report.profile_lines(rows):
+            say(line)
+
+    try:
+        if getattr(args, "interleave", False) and len(algos) > 1:
+            # Iteration by iteration, every algorithm in turn: a change of machine load hits all alike.
+            for done in run_interleaved(bench, ctx, algos):
+                for a, row in zip(algos, done):
+                    results.setdefault(a.name, []).append(row)
+                if rank == 0:
+                    cells = ", ".join(f"{a.name} {row.avg_us:.2f} us" for a, row in zip(algos, done))
+                    print(f"# {bench.name} {done[0].size} B: {cells}", file=sys.stderr, flush=True)
+            for i, algo in enumerate(algos):
+                if i:
+                    say("")
+                table(algo, results[algo.name])
+        else:
+            for i, algo in enumerate(algos):
+                if i:
+                    say("")
+                table(algo)
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure mid-run must abort every rank
+        _abort(comm, e)
+    lines = report.comparison_lines(bench, results)
+    if lines:
+        say("")
+        for line in lines:
+            say(line)
+    failed = any(r.valid is False for rows in results.values() for r in rows)
+    if rank == 0:
+        if args.json:
+            report.write_json(args.json, report.to_json(bench, meta, results))
+        if args.plot:
+            from ccsynth.bench.plot import plot_results
+
+            plot_results(bench, results, args.plot, f"{n} ranks, {meta['dtype']}")
+    return 1 if failed else 0
+
+
+def _check_outputs(args) -> None:
+    """Fail before a long run, not after it, if the results could not be written."""
+    for path in (args.json, args.plot):
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise CCSynthError(f"cannot write {path!r}: folder {folder!r} does not exist")
+    if args.plot:
+        from ccsynth.bench.plot import require_matplotlib
+
+        require_matplotlib()
