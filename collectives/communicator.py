@@ -45,16 +45,20 @@ rank that sees them, before any communication):
 size it should have, :class:`~ccsynth.kernels.base.OpError`. A plan or
 schedule for another rank count raises :class:`~ccsynth.errors.ScheduleError`
 on every rank. Mistakes that only one rank makes (a different count on rank
-2) cannot be seen without communicating: the ranks then disagree about
-message sizes; a rank that receives more than it expects raises
-BufferMismatchError (MPI reports a truncated message) while the others wait
-for it, and where a rank receives less the results are wrong. Install
+2) cannot be seen before communicating: the ranks then disagree about
+message sizes. The executor checks the length of every message it receives,
+so a rank that receives fewer bytes than it expects (which MPI accepts
+silently) or more (MPI truncates the message) raises BufferMismatchError
+("rank 1 expected 64 bytes from rank 2 but received 56 ...: the ranks passed
+different counts") instead of returning a wrong result, while ranks that saw
+no wrong-sized message wait for the ones that stopped. Install
 :func:`~ccsynth.collectives.mpi_util.install_abort_handler` so that such an
 error aborts the job instead of leaving the other ranks waiting, and pass
 ``debug=True`` (or set ``CCSYNTH_DEBUG=1``) while developing: every call then
 first agrees on its signature (collective, count, dtype, op, root) with one
 small ``Allreduce`` and raises BufferMismatchError on every rank if they
-differ.
+differ (that also catches different dtypes of the same size, which the
+length check cannot see).
 
 The communicator sends its point-to-point traffic on a duplicate of the
 wrapped communicator (``comm.Dup()`` in the constructor, a collective call),

@@ -21,19 +21,24 @@ with in memory (read/write, write/read, write/write), and rejects racy
 schedules (two unordered ops touching the same chunk, one of them writing).
 
 *Layout (once per dtype and element count).* Every op is cut into slices of
-``slice_bytes``. A slice waits only for the slices of earlier conflicting
-ops that overlap it in memory, so a chunk being received can be forwarded or
-reduced slice by slice while the rest of it is still arriving (what makes
-rings fast). Dependencies a schedule states without a memory conflict
-(ordering hints) are kept at operation level. Receives that reduce land in a
-private staging area, posted as soon as the run starts.
+``slice_bytes``; a message always ends with a slice shorter than that
+(possibly empty: a message of exactly k full slices gets an empty (k+1)-th,
+a message of no elements is one empty slice). A slice waits only for the
+slices of earlier conflicting ops that overlap it in memory, so a chunk
+being received can be forwarded or reduced slice by slice while the rest of
+it is still arriving (what makes rings fast). Dependencies a schedule
+states without a memory conflict (ordering hints) are kept at operation
+level. Receives that reduce land in a private staging area, posted as soon
+as the run starts.
 
 *Run.* A lean loop starts every slice whose dependency counter reached
 zero (persistent MPI requests, ``Start``), runs local kernels (copy,
 reduce, fused receive-reduce-copy) through the buffer backend, and waits
 with ``MPI.Request.Waitsome`` only when nothing else is ready. There is no
-step barrier. Views, requests, tags and counters are precomputed; bindings
-of the caller's buffers are cached by address (the last few pairs).
+step barrier. Every receive slice that completes has its byte count (from
+the MPI status) compared with what the slice expects. Views, requests, tags
+and counters are precomputed; bindings of the caller's buffers are cached by
+address (the last few pairs).
 
 Matching and tags: the k-th send ``a -> b`` matches the k-th receive on ``b``
 from ``a``. Slice ``j`` of the ``k``-th message on that pair uses tag
@@ -57,9 +62,23 @@ copy of the input). For non-reducing collectives the buffers are moved as
 raw bytes, so any dtype works. ``op="avg"`` reduces as a sum and divides by
 the rank count at the end (floating-point buffers only).
 
-Errors during a run (an MPI error, a buffer of another size on one rank) leave
-the other ranks waiting: install :func:`ccsynth.collectives.mpi_util.install_abort_handler`
-so that an unhandled exception aborts the whole job.
+Ranks that disagree on the count: MPI accepts a message shorter than the
+receive buffer without complaint, so the run loop checks the length of every
+receive slice, and MPI reports a longer one as truncated. Either way the
+receiving rank raises :class:`BufferMismatchError` naming itself, the peer
+and the expected and received bytes, before using the data; since no
+message's sequence of slice lengths is a prefix of another's (the short last
+slice above), a disagreement always shows up as a slice of the wrong length
+rather than as slices that shift silently onto other tags. (A different dtype
+of the same item size goes unnoticed.) The check costs one
+``Status.Get_count`` per received slice.
+
+Errors during a run (an MPI error, a count that differs on one rank) leave
+the ranks that did not see it waiting: install
+:func:`ccsynth.collectives.mpi_util.install_abort_handler` so that an
+unhandled exception aborts the whole job. After such an error the compiled
+schedule drops the requests and buffers of the failed run, but the
+communicator's traffic is out of step: abort rather than carry on.
 
 Example (under ``mpiexec -n 2``; shown here on one rank)::
 
@@ -101,6 +120,10 @@ MAX_BINDINGS = 4  # cached (sendbuf, recvbuf) address pairs per layout
 K_JOIN, K_SEND, K_RECV, K_RRED, K_LOCAL = range(5)
 # work item modes
 W_COPY, W_REDUCE, W_FUSED = range(3)
+# ops that are (or include) a message
+_MESSAGE_KINDS = frozenset(("send", "recv", "rrecv", "rrc"))
+# the region of an empty message slice (a zero-length view of the staging area)
+_EMPTY = ("t", 0, 0)
 
 
 # ---------------------------------------------------------------- compile
@@ -238,6 +261,7 @@ class _Layout:
     ready0: tuple[int, ...]
     pre: tuple[int, ...]  # K_RRED nodes, whose receive is posted at start
     mpi: dict[int, tuple[int, int, tuple[str, int, int]]]  # node -> (peer, tag, region)
+    expect: list[int]  # per node: bytes a receive slice must get (checked on arrival); -1 for others
     work: dict[int, tuple]  # node -> ((mode, region_d, region_s, region_s2), ...)
     in_len: int
     out_len: int
@@ -384,7 +408,10 @@ class CompiledSchedule:
         self._layouts: dict[tuple[str, int], _Layout] = {}
         self._private: dict[tuple[str, str, int], Any] = {}
         self._fast: tuple | None = None  # the last call's arguments and what they resolved to
+        self._statuses: list = []  # filled by Waitsome/Testsome: one per completed request
+        self._abandoned: list = []  # buffers of failed runs, kept alive for messages still in flight
         self._null = self._MPI.Request() if self._MPI is not None else None  # a null request of our own
+        self._byte = self._MPI.BYTE if self._MPI is not None else None
         _LIVE.add(self)
 
     # ------------------------------------------------------------ compile
@@ -875,14 +902,22 @@ class CompiledSchedule:
             if t_src is not None and t_dst is not None and t_src != t_dst:  # pragma: no cover - guarded by the trace
                 raise ScheduleError(f"rank {self.rank}: {op.describe()} moves {t_src} elements into {t_dst}")
             total[i] = t_src if t_src is not None else t_dst
+        # Slices per op. A message of T elements is sent as T // L full slices plus one last slice
+        # shorter than L (possibly empty, and a message of no elements is one empty slice). No
+        # message's sequence of slice lengths is then a prefix of another's, so when ranks disagree
+        # on a message's length some receive slice gets a different byte count than it expects
+        # (caught in the run loop, or truncated by MPI) instead of tags shifting silently.
+        nsl = [
+            (t // L + 1) if lops[i].kind in _MESSAGE_KINDS else (-(-t // L) if t else 0)
+            for i, t in enumerate(total)
+        ]
         # tags: cumulative slice count per (direction, peer) in message order
-        nsl = [(-(-t // L) if t else 0) for t in total]
         tag_base = [0] * n
         for direction in ("send", "recv"):
             msgs: dict[int, list[int]] = {}
             for i, op in enumerate(lops):
                 is_send = op.kind == "send"
-                if op.kind in ("send", "recv", "rrecv", "rrc") and is_send == (direction == "send"):
+                if op.kind in _MESSAGE_KINDS and is_send == (direction == "send"):
                     msgs.setdefault(op.peer, []).append(i)
             for peer, ids in msgs.items():
                 ids.sort(key=lambda i: lops[i].seq)
@@ -923,7 +958,7 @@ class CompiledSchedule:
 
         for i, op in enumerate(lops):
             T = total[i]
-            if T == 0:
+            if nsl[i] == 0:  # a local op on empty chunks
                 v = len(kind)
                 kind.append(K_JOIN)
                 slices_of[i].append(v)
@@ -944,33 +979,40 @@ class CompiledSchedule:
                     kind.append(K_SEND)
                     if treg is not None:  # pack scattered chunks first
                         tsegs = [("t", stg, stg + T)]
-                        work[v] = tuple((W_COPY, tp, sp, None) for _, _, tp, sp in aligned(tsegs, src_segs[i], lo, hi))
+                        items = tuple((W_COPY, tp, sp, None) for _, _, tp, sp in aligned(tsegs, src_segs[i], lo, hi))
+                        if items:
+                            work[v] = items
                         mpi[v] = (peer, tag, treg)
                     else:
-                        mpi[v] = (peer, tag, touched[0])
+                        mpi[v] = (peer, tag, touched[0] if touched else _EMPTY)
                 elif k == "recv":
                     touched = cut(dst_segs[i], lo, hi)
                     kind.append(K_RECV)
                     if treg is not None:  # unpack after arrival
                         tsegs = [("t", stg, stg + T)]
-                        work[v] = tuple((W_COPY, dp, tp, None) for _, _, dp, tp in aligned(dst_segs[i], tsegs, lo, hi))
+                        items = tuple((W_COPY, dp, tp, None) for _, _, dp, tp in aligned(dst_segs[i], tsegs, lo, hi))
+                        if items:
+                            work[v] = items
                         mpi[v] = (peer, tag, treg)
                     else:
-                        mpi[v] = (peer, tag, touched[0])
+                        mpi[v] = (peer, tag, touched[0] if touched else _EMPTY)
                 elif k in ("rrecv", "rrc"):
                     kind.append(K_RRED)
-                    mpi[v] = (peer, tag, treg)
+                    mpi[v] = (peer, tag, treg if treg is not None else _EMPTY)
                     d_p = cut(dst_segs[i], lo, hi)
                     touched = list(d_p)
                     items = []
-                    if k == "rrecv":
+                    if not T:
+                        pass  # an empty message: nothing to reduce
+                    elif k == "rrecv":
                         for x, y, dp, tp in aligned(dst_segs[i], [("t", stg, stg + T)], lo, hi):
                             items.append((W_REDUCE, dp, tp, None))
                     else:
                         touched += cut(src_segs[i], lo, hi)
                         for x, y, sp, dp in aligned(src_segs[i], dst_segs[i], lo, hi):
                             items.append((W_FUSED, dp, ("t", stg + x, stg + y), sp))
-                    work[v] = tuple(items)
+                    if items:
+                        work[v] = tuple(items)
                 else:  # copy, reduce
                     kind.append(K_LOCAL)
                     mode = W_COPY if k == "copy" else W_REDUCE
@@ -1043,6 +1085,10 @@ class CompiledSchedule:
             cnt0[v] = len(preds[v]) + (1 if kind[v] == K_RRED else 0)
         pre = tuple(v for v in range(nn) if kind[v] == K_RRED)
         ready0 = tuple(v for v in range(nn) if cnt0[v] == 0)
+        expect = [-1] * nn
+        for v, (_, _, (_, a, b)) in mpi.items():
+            if kind[v] != K_SEND:
+                expect[v] = (b - a) * dtype.itemsize
         lay = _Layout(
             dtype=dtype,
             m=m,
@@ -1053,6 +1099,7 @@ class CompiledSchedule:
             ready0=ready0,
             pre=pre,
             mpi=mpi,
+            expect=expect,
             work=work,
             in_len=self._in_blocks * m,
             out_len=self._out_blocks * m,
@@ -1157,19 +1204,89 @@ class CompiledSchedule:
             else:
                 self._execute(lay, bnd, kop)
         except Exception as e:
+            self._abandon(lay, bnd)
             if self._MPI is not None and isinstance(e, self._MPI.Exception):
-                # typically MPI_ERR_TRUNCATE: a peer sent more than this rank expected
-                raise BufferMismatchError(
-                    f"rank {self.rank}: MPI failed while running {self.schedule.name!r} ({e.Get_error_string()}); "
-                    f"this usually means the ranks called the collective with different counts or dtypes "
-                    f"(the Communicator's debug=True, or CCSYNTH_DEBUG=1, checks that before communicating)"
-                ) from e
+                raise self._mpi_failure(lay, e) from e
             raise
         if opname == "avg" and (self.collective.kind != "reduce" or self.role == self.collective.root):
             self.backend.divide(ob, self.size)
             if self.backend.is_device:
                 self.backend.synchronize()
         return recvbuf
+
+    # ---------------------------------------------------------- run errors
+    def _what_ran(self, lay: _Layout) -> str:
+        per = f"{lay.m} bytes" if not self._reducing else f"{lay.m} x {lay.dtype.name}"
+        return f"schedule {self.schedule.name!r} ({self.collective.describe()}, {per} per block on this rank)"
+
+    def _count_mismatch(self, lay: _Layout, v: int, got: int | None) -> BufferMismatchError:
+        """The error for receive slice ``v`` that got ``got`` bytes (None: more than it holds)."""
+        peer, tag, _ = lay.mpi[v]
+        exp = lay.expect[v]
+        received = f"received {got}" if got is not None else "was sent more (MPI truncated the message)"
+        return BufferMismatchError(
+            f"rank {self.rank} expected {exp} bytes from rank {peer} (message tag {tag}) but {received}, "
+            f"running {self._what_ran(lay)}: the ranks passed different counts (or datatypes) to the collective. "
+            f"Pass debug=True to the Communicator (or set CCSYNTH_DEBUG=1) to compare every call's arguments "
+            f"across ranks before communicating"
+        )
+
+    def _wait_failed(self, lay: _Layout, e, active: list, anodes: list) -> BufferMismatchError:
+        """Waitsome/Testsome raised: typically a receive was sent more than it holds (MPI_ERR_TRUNCATE).
+
+        MPICH fills in the source and tag of the requests completed by the
+        failing call but not their error fields, and a truncated receive
+        reports its own size as the count; so the culprit is found among the
+        receives this call completed (the statuses with a real source; those
+        of requests that did not complete keep MPI_ANY_SOURCE).
+        """
+        MPI = self._MPI
+        cls = e.Get_error_class()
+        if cls not in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS):
+            return self._mpi_failure(lay, e)
+        completed = set()
+        for status in self._statuses[:len(active)]:
+            if status.Get_source() >= 0:
+                completed.add((status.Get_source(), status.Get_tag()))
+        suspects = [
+            v for q, v in zip(active, anodes)
+            if q is not self._null and lay.kind[v] != K_SEND and lay.mpi[v][:2] in completed
+        ]
+        if len(suspects) == 1:
+            return self._count_mismatch(lay, suspects[0], None)
+        if suspects:
+            from_ = ", ".join(f"{lay.expect[v]} bytes from rank {lay.mpi[v][0]}" for v in suspects)
+            return BufferMismatchError(
+                f"rank {self.rank} was sent more than it expected in one of these receives: {from_} "
+                f"(MPI truncated the message), running {self._what_ran(lay)}: the ranks passed different counts "
+                f"(or datatypes) to the collective. Pass debug=True to the Communicator (or set CCSYNTH_DEBUG=1) "
+                f"to compare every call's arguments across ranks before communicating"
+            )
+        return self._mpi_failure(lay, e)
+
+    def _mpi_failure(self, lay: _Layout, e) -> BufferMismatchError:
+        """Any other MPI error during a run, as a BufferMismatchError (the usual cause)."""
+        return BufferMismatchError(
+            f"rank {self.rank}: MPI failed while running {self._what_ran(lay)} ({e.Get_error_string()}); "
+            f"this usually means the ranks passed different counts (or datatypes) to the collective "
+            f"(the Communicator's debug=True, or CCSYNTH_DEBUG=1, checks that before communicating)"
+        )
+
+    def _abandon(self, lay: _Layout, bnd: _Binding) -> None:
+        """A run failed midway: never reuse its requests (some are still active).
+
+        The requests are freed (MPI lets active ones complete on their own) but
+        the buffers they point into are kept alive, since a message may still land.
+        """
+        self._fast = None
+        self._abandoned.append((bnd.arrays, lay.staging, lay.scratch))
+        # the layout's staging and scratch may still receive: the next run builds a fresh layout
+        for key, other in list(self._layouts.items()):
+            if other is lay:
+                del self._layouts[key]
+        for b in list(lay.bindings.values()) + [bnd]:
+            b.free()
+        lay.bindings.clear()
 
     def _prepare(self, sendbuf, recvbuf, op, count):
         """Check the buffers and find (or build) the layout and binding for them."""
@@ -1233,6 +1350,9 @@ class CompiledSchedule:
         sync = be.synchronize
         Waitsome = self._MPI.Request.Waitsome
         Testsome = self._MPI.Request.Testsome
+        BYTE = self._byte
+        sts = self._statuses  # MPI fills one status per completed request (grows as needed)
+        expect = lay.expect
         spin = self._spin if self.wait_mode == "yield" else 0
         yield_cpu = os.sched_yield
         cnt = lay.cnt0[:]
@@ -1293,20 +1413,28 @@ class CompiledSchedule:
                 break
             if not live:  # pragma: no cover - excluded by the compile-time checks
                 raise ScheduleError(f"rank {self.rank}: schedule {self.schedule.name!r} stalled with {left} slices left")
-            if spin:
-                done = Testsome(active)
-                polls = 0
-                while not done:
-                    polls += 1
-                    if polls >= spin:
-                        yield_cpu()
-                        polls = 0
-                    done = Testsome(active)
-            else:
-                done = Waitsome(active)
+            try:
+                if spin:
+                    done = Testsome(active, sts)
+                    polls = 0
+                    while not done:
+                        polls += 1
+                        if polls >= spin:
+                            yield_cpu()
+                            polls = 0
+                        done = Testsome(active, sts)
+                else:
+                    done = Waitsome(active, sts)
+            except self._MPI.Exception as e:  # try costs nothing until it raises (Python >= 3.11)
+                raise self._wait_failed(lay, e, active, anodes) from e
+            j = -1  # sts[j] is the status of done[j] (an index is cheaper than zip here)
             for i in done:
+                j += 1
                 v = anodes[i]
                 k = kind[v]
+                # MPI accepts a message shorter than the receive buffer without complaint
+                if k != K_SEND and sts[j].Get_count(BYTE) != expect[v]:
+                    raise self._count_mismatch(lay, v, sts[j].Get_count(BYTE))
                 if k == K_RRED:  # the data arrived; the reduction may still wait for deps
                     c = cnt[v] - 1
                     cnt[v] = c
@@ -1347,6 +1475,7 @@ class CompiledSchedule:
         red, fred, copy, device, sync = be.reducer(op), be.fused_reducer(op), be.copy, be.is_device, be.synchronize
         MPI = self._MPI
         Waitsome = MPI.Request.Waitsome
+        sts, expect = self._statuses, lay.expect
         cnt, succ, kind, reqs, work = lay.cnt0[:], lay.succ, lay.kind, bnd.reqs, bnd.work
         left = lay.n_nodes
         if device:
@@ -1403,18 +1532,23 @@ class CompiledSchedule:
             if not live:  # pragma: no cover
                 raise ScheduleError(f"rank {self.rank}: schedule {self.schedule.name!r} stalled with {left} slices left")
             t = clock()
-            if self.wait_mode == "yield":
-                done = MPI.Request.Testsome(active)
-                while not done:
-                    os.sched_yield()
-                    done = MPI.Request.Testsome(active)
-            else:
-                done = Waitsome(active)
+            try:
+                if self.wait_mode == "yield":
+                    done = MPI.Request.Testsome(active, sts)
+                    while not done:
+                        os.sched_yield()
+                        done = MPI.Request.Testsome(active, sts)
+                else:
+                    done = Waitsome(active, sts)
+            except MPI.Exception as e:
+                raise self._wait_failed(lay, e, active, anodes) from e
             st.wait_s += clock() - t
             st.waits += 1
-            for i in done:
+            for j, i in enumerate(done):
                 v = anodes[i]
                 k = kind[v]
+                if k != K_SEND and sts[j].Get_count(MPI.BYTE) != expect[v]:
+                    raise self._count_mismatch(lay, v, sts[j].Get_count(MPI.BYTE))
                 if k == K_RRED:
                     cnt[v] -= 1
                     if cnt[v] == 0:

@@ -462,6 +462,57 @@ def case_one_rank_count() -> None:
     raise AssertionError("unreachable: the job should have been aborted")
 
 
+def _unreachable(what: str) -> None:
+    # A rank that finished without an error waits here until the abort; getting past it would
+    # mean that every rank accepted messages of the wrong length.
+    say(f"rank {RANK}: {what} returned")
+    WORLD.Barrier()
+    raise AssertionError(f"unreachable: {what} with different counts should have aborted the job")
+
+
+def case_short_allreduce() -> None:
+    """The last rank passes one element fewer (MPI accepts the short messages it sends):
+    a peer sees fewer bytes than it expects and raises BufferMismatchError."""
+    c = Communicator(WORLD)
+    m = 7 if RANK == N - 1 else 8
+    c.Allreduce(np.ones(m), np.zeros(m))
+    _unreachable("allreduce")
+
+
+def case_short_allgather() -> None:
+    """The same for allgather (raw bytes): the last rank contributes one int32 fewer."""
+    c = Communicator(WORLD)
+    m = 3 if RANK == N - 1 else 4
+    c.Allgather(np.ones(m, np.int32), np.zeros(N * m, np.int32))
+    _unreachable("allgather")
+
+
+def case_short_multislice() -> None:
+    """Messages of several pipeline slices, the short one an exact multiple of the slice size
+    (8 float64 per slice: 16 vs 32 elements). Its last, empty slice is what gives it away."""
+    c = Communicator(WORLD, slice_bytes=64)
+    m = 16 if RANK == 0 else 32
+    c.Allreduce(np.ones(m), np.zeros(m))
+    _unreachable("multi-slice allreduce")
+
+
+def case_short_empty_chunks() -> None:
+    """A ring with one chunk per rank and fewer elements than chunks on rank 0: its empty chunks
+    still travel as empty messages, so the peers notice."""
+    c = Communicator(WORLD, plan=single_plan(hand.ring_allreduce(N)))  # chunk factor N
+    m = 1 if RANK == 0 else N
+    c.Allreduce(np.ones(m), np.zeros(m))
+    _unreachable("allreduce with empty chunks")
+
+
+def case_short_profiled() -> None:
+    """The profiled run loop (and polling instead of blocking) checks message lengths as well."""
+    cs = CompiledSchedule(hand.ring_allreduce(N), WORLD.Dup(), profile=True, wait="yield")
+    m = 5 * N - 1 if RANK == N - 1 else 5 * N
+    cs.run(np.ones(m), np.zeros(m))
+    _unreachable("profiled allreduce")
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
