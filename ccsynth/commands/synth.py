@@ -1,0 +1,251 @@
+"""``ccsynth synth``: synthesize a schedule (TACCL-style sketch + MILPs), verify, simulate, write it.
+
+Prints the predicted time, algbw/busbw, the gap to the lower bound and the
+speedup over the best baseline (every applicable baseline simulated at the
+same size). Progress of every stage (stage, elapsed seconds, objective and
+bound) goes to standard error (log level INFO, hidden by ``ccsynth -q``). With ``--sizes`` it synthesizes for every
+size, simulates the results together with every baseline and writes a plan
+(per-size algorithm table) that picks the fastest schedule per size range.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ccsynth.commands._common import human, print_json, print_table, topology_from
+from ccsynth.errors import CCSynthError, CollectiveError
+
+FORMATS = ("json", "msccl-xml")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "synth",
+        help="synthesize a verified schedule for a topology (sketch + routing/contiguity MILPs)",
+        description=__doc__,
+    )
+    p.add_argument("-t", "--topology", required=True, metavar="T",
+                   help="catalog name (dgx1, ndv2x2, dgx_a100x4, ring:8, ...) or a topology JSON file")
+    p.add_argument("-c", "--collective", required=True, metavar="C",
+                   help="allgather, reduce_scatter, allreduce or alltoall")
+    p.add_argument("--sketch", metavar="FILE",
+                   help="communication sketch (ccsynth or TACCL JSON); default: try ccsynth's default sketches")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-s", "--size", default=None, metavar="S",
+                   help="message size to tune for, e.g. 1M (default: the sketch's input_size, else 1M)")
+    g.add_argument("--sizes", default=None, metavar="MIN:MAX",
+                   help="synthesize for every size of a range (powers of two, e.g. 1K:1G) or list (1K,1M) "
+                        "and write a plan picking the fastest schedule per size range")
+    p.add_argument("--chunks", type=int, default=None, metavar="K",
+                   help="pieces per chunk (TACCL's input_chunkup; default: chosen by size)")
+    s = p.add_argument_group("solver")
+    s.add_argument("--solver", default="highs", choices=("highs", "cbc", "auto"),
+                   help="MILP solver: HiGHS (default) or PuLP's bundled CBC")
+    s.add_argument("--time-limit", type=float, default=None, metavar="SEC",
+                   help="time limit of every MILP solve (on time-out the best solution found is used, with a warning)")
+    s.add_argument("--gap", type=float, default=None, metavar="G", help="relative MIP gap to stop at, e.g. 0.01")
+    s.add_argument("--threads", type=int, default=None, metavar="N", help="solver threads")
+    s.add_argument("--no-contiguity", action="store_true", help="skip the contiguity MILP (keep the heuristic waves)")
+    p.add_argument("-f", "--format", choices=FORMATS, default=None,
+                   help="output format: ccsynth JSON (default) or MSCCL XML (from the -o suffix .xml too); "
+                        "with --sizes, MSCCL XML writes one file per size range into the -o directory")
+    p.add_argument("-o", "--output", metavar="OUT", default=None, help="write the schedule (or plan) here")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON (for scripts)")
+    p.set_defaults(func=run)
+
+
+# --------------------------------------------------------------------------- helpers
+def _progress(quiet: bool):
+    """Per-stage progress: the library logs every stage at INFO, which ``ccsynth`` shows unless ``-q``."""
+    return None
+
+
+def _options(args):
+    from ccsynth.synth.solver import SolverOptions, resolve_solver
+
+    opts = SolverOptions(solver=args.solver, time_limit=args.time_limit, gap=args.gap, threads=args.threads)
+    resolve_solver(opts.solver)  # a missing solver is reported before any work
+    return opts
+
+
+def _output_format(args) -> str:
+    if args.format:
+        return args.format
+    if args.output and os.path.splitext(args.output)[1].lower() == ".xml":
+        return "msccl-xml"
+    return "json"
+
+
+def _write_text(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise CCSynthError(f"cannot write {path!r}: {e.strerror}") from None
+
+
+# --------------------------------------------------------------------------- run
+def run(args) -> int:
+    from ccsynth.collectives.spec import Collective
+    from ccsynth.synth.sketch import load_sketch
+    from ccsynth.units import parse_size, parse_sizes
+
+    topo = topology_from(args.topology)
+    if args.chunks is not None and args.chunks < 1:
+        raise CCSynthError(f"--chunks must be a positive integer, got {args.chunks}")
+    coll = Collective(args.collective, topo.n_ranks, args.chunks or 1)
+    from ccsynth.synth.synthesize import SUPPORTED
+
+    if coll.kind not in SUPPORTED:
+        raise CollectiveError(f"ccsynth synth supports {', '.join(SUPPORTED)}; got {coll.kind}")
+    sketch = load_sketch(args.sketch) if args.sketch else None
+    if sketch is not None:
+        sketch.bind(topo)  # sketch errors (with the failed rule) before any solver runs
+    opts = _options(args)
+    fmt = _output_format(args)
+    quiet = bool(getattr(args, "quiet", False))
+    if args.sizes:
+        return _run_sizes(args, topo, coll, sketch, opts, parse_sizes(args.sizes), fmt, quiet)
+    if args.size is not None:
+        size = parse_size(args.size)
+    elif sketch is not None and sketch.input_size:
+        size = sketch.input_size
+    else:
+        size = 1 << 20
+    if size <= 0:
+        raise CCSynthError(f"--size must be positive, got {args.size}")
+    return _run_one(args, topo, coll, sketch, opts, size, fmt, quiet)
+
+
+def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -> int:
+    from ccsynth.collectives.schedule import save_schedule
+    from ccsynth.synth.simulate import simulate
+    from ccsynth.synth.synthesize import SynthReport, synthesize
+
+    t0 = time.perf_counter()
+    report = SynthReport()
+    sched = synthesize(topo, coll, sketch, opts, size, progress=_progress(quiet), report=report,
+                       contiguity=not args.no_contiguity)
+    seconds = time.perf_counter() - t0
+    res = simulate(sched, topo, size)
+    from ccsynth.synth.synthesize import best_baseline
+
+    base = best_baseline(coll, topo, size, (sched.collective.chunk_factor,))
+    wrote = None
+    if args.output:
+        if fmt == "msccl-xml":
+            from ccsynth.synth.msccl import schedule_to_msccl_xml
+
+            _write_text(args.output, schedule_to_msccl_xml(sched, topology=topo))
+        else:
+            try:
+                save_schedule(sched, args.output)
+            except OSError as e:
+                raise CCSynthError(f"cannot write {args.output!r}: {e.strerror}") from None
+        wrote = args.output
+    figures = {
+        "topology": topo.name,
+        "collective": sched.collective.to_dict(),
+        "size_bytes": size,
+        "time_us": res.time_us,
+        "algbw": res.algbw,
+        "busbw": res.busbw,
+        "lower_bound_us": res.lower_bound_us,
+        "gap": res.gap,
+        "bound": res.bound_which,
+        "baseline": None if base is None else {"name": base[0], "chunk_factor": base[1], "time_us": base[2].time_us},
+        "speedup": None if base is None else base[2].time_us / res.time_us,
+        "synthesis_seconds": seconds,
+        "solver": opts.to_dict(),
+        "sketch": sched.meta.get("sketch"),
+        "ops": len(sched.ops),
+        "verified": True,
+        "output": wrote,
+        "format": fmt if wrote else None,
+    }
+    if args.json:
+        print_json(figures)
+        return 0
+    print(f"synthesized {sched.collective.kind} on {topo.name} ({topo.n_ranks} ranks), {human(size)}: "
+          f"{len(sched.ops)} ops, verified, in {seconds:.1f} s")
+    print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s   busbw {res.busbw:.2f} GB/s")
+    print(f"  lower bound    {res.lower_bound_us:.3f} us   gap {res.gap:.3f}x   ({res.bound_which})")
+    if base is not None:
+        print(f"  best baseline  {base[0]} (chunk factor {base[1]}) {base[2].time_us:.3f} us   "
+              f"speedup {base[2].time_us / res.time_us:.2f}x")
+    if wrote:
+        print(f"wrote {wrote} ({'MSCCL XML' if fmt == 'msccl-xml' else 'ccsynth JSON'})")
+    return 0
+
+
+def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet: bool) -> int:
+    from ccsynth.collectives.schedule import Schedule
+    from ccsynth.synth.plan import save_plan
+    from ccsynth.synth.simulate import simulate
+    from ccsynth.synth.synthesize import synthesize
+    from ccsynth.synth.tables import build_plan, candidates_for
+    from ccsynth.collectives.spec import Collective
+
+    if not sizes or min(sizes) <= 0:
+        raise CCSynthError(f"--sizes needs positive sizes, got {args.sizes!r}")
+    t0 = time.perf_counter()
+    synthesized = []
+    for size in sizes:
+        if not quiet:
+            print(f"== {human(size)}", file=sys.stderr, flush=True)
+        s = synthesize(topo, coll, sketch, opts, size, progress=_progress(quiet), contiguity=not args.no_contiguity)
+        s = Schedule(f"ccsynth@{human(size)}", s.collective, s.ops, s.scratch_chunks, s.topology, s.meta)
+        synthesized.append((size, s))
+    seconds = time.perf_counter() - t0
+    factors = sorted({1, *(s.collective.chunk_factor for _, s in synthesized)}
+                     | ({topo.n_ranks} if coll.kind == "allreduce" else set()))
+    baselines = []
+    for cf in factors:
+        for b in candidates_for(Collective(coll.kind, topo.n_ranks, cf), topo):
+            baselines.append(Schedule(f"{b.name}(c={cf})", b.collective, b.ops, b.scratch_chunks, b.topology, b.meta))
+    plan = build_plan([s for _, s in synthesized] + baselines, topo, sizes)
+    rows = []
+    out_rows = []
+    for size, s in synthesized:
+        r = simulate(s, topo, size)
+        bt = min((simulate(b, topo, size) for b in baselines), key=lambda x: x.time_us, default=None)
+        entry = plan.entry_for(coll.kind, topo.n_ranks, size)
+        rows.append((human(size), r.time_us, r.busbw, f"{r.gap:.2f}x", None if bt is None else bt.time_us,
+                     "-" if bt is None else f"{bt.time_us / r.time_us:.2f}x", entry.algorithm if entry else "-"))
+        out_rows.append({"size_bytes": size, "time_us": r.time_us, "algbw": r.algbw, "busbw": r.busbw,
+                         "lower_bound_us": r.lower_bound_us, "gap": r.gap,
+                         "best_baseline_us": None if bt is None else bt.time_us,
+                         "speedup": None if bt is None else bt.time_us / r.time_us,
+                         "plan_algorithm": entry.algorithm if entry else None})
+    wrote = None
+    if args.output:
+        if fmt == "msccl-xml":
+            from ccsynth.synth.msccl import plan_to_msccl_xmls
+
+            files = plan_to_msccl_xmls(plan, topology=topo)
+            try:
+                os.makedirs(args.output, exist_ok=True)
+            except OSError as e:
+                raise CCSynthError(f"cannot create directory {args.output!r}: {e.strerror}") from None
+            for fname, text in files:
+                _write_text(os.path.join(args.output, fname), text)
+        else:
+            try:
+                save_plan(plan, args.output)
+            except OSError as e:
+                raise CCSynthError(f"cannot write {args.output!r}: {e.strerror}") from None
+        wrote = args.output
+    if args.json:
+        print_json({"topology": topo.name, "collective": coll.kind, "sizes": out_rows, "synthesis_seconds": seconds,
+                    "plan": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "algorithm": e.algorithm}
+                             for e in plan.entries],
+                    "output": wrote, "format": fmt if wrote else None})
+        return 0
+    print(f"# {coll.kind} on {topo.name} ({topo.n_ranks} ranks): synthesized for {len(sizes)} sizes in {seconds:.1f} s")
+    print_table(["size", "synth (us)", "busbw (GB/s)", "gap", "best baseline (us)", "speedup", "plan picks"], rows)
+    if wrote:
+        what = "MSCCL XML files" if fmt == "msccl-xml" else "plan"
+        print(f"wrote {wrote} ({what}, {len(plan.entries)} size range(s))")
+    return 0

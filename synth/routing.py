@@ -1,0 +1,445 @@
+"""Routing MILP (TACCL stage 1): which connections carry which chunk, for allgather.
+
+Every rank ``s`` starts with its ``c`` pieces (chunk factor ``c``); each piece
+must reach every rank. Per source the candidate connections form a DAG
+(:func:`candidate_edges`): the *latency-shortest-path DAG* of the logical
+topology (edge ``u -> v`` is on it when the alpha-distance from ``s`` to
+``v`` equals that to ``u`` plus the edge's alpha), or, with ``detours=1``,
+every edge that moves forward in the order (distance, rank offset) -- one
+step sideways is then allowed where load needs spreading.
+
+The model uses **aggregate integer flows**: ``y[s, e]`` in ``0..c`` is the
+number of pieces of ``s`` that cross edge ``e``. Constraints:
+
+* ``in_{s}_{v}``: every rank ``v != s`` receives exactly ``c`` pieces of
+  ``s``. On a DAG in which every rank eventually holds all ``c`` pieces, any
+  such integer flow splits into ``c`` arborescences (assign disjoint piece
+  sets to the in-edges of each rank in topological order), so this is exact
+  and the model size does not grow with ``c``;
+* ``bw_{R}``: the *bandwidth relaxation*: for every bandwidth constraint
+  ``R`` of :meth:`Topology.bandwidth_constraints` (links, switch ports,
+  shared NIC ports alike -- nothing is special-cased), the bytes routed
+  through ``R`` divided by its bandwidth are at most ``T``.
+
+Objective: ``T`` plus a small tie-breaking term (bytes moved over their link
+bandwidth plus the latency detour of every sideways edge, scaled to about 1%
+of ``T``) so that among equally fast routings the one that moves less data
+on shorter paths wins; the switch policies add ``-/+ mu * (distinct switch
+connections used)`` (``uc-max`` / ``uc-min``) and the TACCL ``minmax`` /
+``maxmin`` strategies a load-balancing term.
+
+**Symmetry.** With a sketch's symmetry group ``G`` (acting freely on the
+ranks) variables exist only for the orbit representatives of the sources:
+the routing of rank ``g(rho)`` is ``g`` applied to that of ``rho``. Since
+loads of constraints in one orbit are then equal expressions, one bandwidth
+row per orbit suffices. Variables and rows both shrink by ``|G|``
+(:attr:`Routing.n_vars_full` / :attr:`Routing.n_vars`).
+
+Example:
+    >>> from ccsynth.topologies.model import Link, Topology
+    >>> from ccsynth.synth.sketch import Sketch
+    >>> ring4 = Topology("r4", 4, links=tuple(Link(a, b, 1.0, 10.0) for a in range(4) for b in range(4)
+    ...                                      if (a - b) % 4 in (1, 3)))
+    >>> r = route_allgather(Sketch(symmetry=((1, 4),)).bind(ring4), 1, 1000.0)
+    >>> (r.n_vars_full - 1) // (r.n_vars - 1)   # the one variable T is not multiplied
+    4
+    >>> sorted(r.flows[(0, 0)].items())   # rank 0's chunk: both neighbours, then one of them forwards
+    [((0, 1), 1), ((0, 3), 1), ((1, 2), 1)]
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from dataclasses import dataclass, field
+
+import pulp
+
+from ccsynth.errors import InfeasibleError
+from ccsynth.synth.sketch import LogicalTopology
+from ccsynth.synth.solver import SolveResult, SolverOptions, solve, value
+from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
+
+log = logging.getLogger(__name__)
+
+Edge = tuple[int, int]
+
+#: weight of the tie-breaking terms relative to the bandwidth time T
+TIE_BREAK_SHARE = 0.01
+#: weight of the switch-policy / load-balancing terms relative to T
+POLICY_SHARE = 0.02
+
+
+@dataclass
+class Routing:
+    """The result of a routing stage.
+
+    ``flows[(s, k)]`` maps each edge to the number of pieces of class ``k``
+    of rank ``s`` that cross it (allgather), or ``flows[(s, d)]`` the pieces
+    of the ``s -> d`` chunk (alltoall). ``classes[k]`` lists the chunk
+    indices of class ``k`` (one class unless the sketch has
+    ``chunk_relays``). ``edges[(s, k)]`` is the candidate DAG in a
+    topological order.
+    """
+
+    kind: str
+    lt: LogicalTopology
+    chunk_factor: int
+    chunk_bytes: float
+    classes: list[tuple[int, ...]]
+    flows: dict[tuple[int, int], dict[Edge, int]]
+    edges: dict[tuple[int, int], list[Edge]]
+    order: dict[tuple[int, int], list[int]]
+    t_bw_us: float
+    n_vars: int
+    n_vars_full: int
+    n_constraints: int
+    solve: SolveResult | None = None
+    method: str = "milp"
+    meta: dict = field(default_factory=dict)
+
+    def loads_us(self) -> dict[str, float]:
+        """Bandwidth-time (us) each resource needs for this routing."""
+        topo = self.lt.topology
+        bw = topo.resource_bw
+        out: dict[str, float] = {}
+        for flow in self.flows.values():
+            for (u, v), k in flow.items():
+                if k:
+                    for r in topo.connection(u, v).resources:
+                        out[r] = out.get(r, 0.0) + k * self.chunk_bytes / (bw[r] * BYTES_PER_US_PER_GBPS)
+        return out
+
+
+# ----------------------------------------------------------------------------- candidate DAGs
+def _weights(lt: LogicalTopology) -> dict[Edge, float]:
+    """Latency weights with a tiny per-hop term so that ties prefer fewer hops."""
+    alphas = [c.alpha for c in lt.connections if c.alpha > 0]
+    delta = 1e-3 * (min(alphas) if alphas else 1.0)
+    return {(c.src, c.dst): c.alpha + delta for c in lt.connections}
+
+
+def distances_from(lt: LogicalTopology, src: int, j: int, weights: dict[Edge, float]) -> dict[int, float]:
+    """Latency distance from ``src`` to every rank over edges chunk ``(src, j)`` may use."""
+    dist = {src: 0.0}
+    heap = [(0.0, src)]
+    while heap:
+        d, u = heapq.heappop(heap)
+        if d > dist[u] + 1e-12:
+            continue
+        for v in lt.out_edges[u]:
+            if not lt.edge_ok(src, j, u, v):
+                continue
+            nd = d + weights[(u, v)]
+            if nd < dist.get(v, math.inf) - 1e-12:
+                dist[v] = nd
+                heapq.heappush(heap, (nd, v))
+    return dist
+
+
+def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int, weights: dict[Edge, float] | None = None) -> tuple[list[Edge], list[int], dict[Edge, float], dict[int, int]]:
+    """The candidate edges of chunk ``(src, j)``, the ranks by distance, and each edge's latency slack.
+
+    ``detours=0``: the edges on latency-shortest paths from ``src`` (a DAG).
+    ``detours=1``: every edge that does not lead back towards ``src``
+    (``dist(u) <= dist(v)``), including edges between ranks at the same
+    distance in both directions; those could form cycles, which the routing
+    MILP excludes by orienting every such pair acyclically (see
+    :func:`route_allgather`). The last result maps each rank to its layer
+    (ranks at equal distance share a layer).
+    """
+    w = weights if weights is not None else _weights(lt)
+    dist = distances_from(lt, src, j, w)
+    n = lt.n
+    tol = 1e-9 * (1.0 + max(dist.values()))
+    order = sorted(dist, key=lambda x: (dist[x], (x - src) % n))
+    pos = {r: i for i, r in enumerate(order)}
+    edges = []
+    slack = {}
+    for u in order:
+        for v in lt.out_edges[u]:
+            if v == src or v not in dist or not lt.edge_ok(src, j, u, v):
+                continue
+            s = dist[u] + w[(u, v)] - dist[v]
+            tight = abs(s) <= tol
+            if tight or (detours >= 1 and dist[u] <= dist[v] + tol):
+                edges.append((u, v))
+                slack[(u, v)] = max(0.0, s)
+    edges.sort(key=lambda e: (pos[e[1]], pos[e[0]]))
+    layer: dict[int, int] = {}
+    current, last = -1, None
+    for x in order:
+        if last is None or dist[x] > last + tol:
+            current += 1
+            last = dist[x]
+        layer[x] = current
+    return edges, order, slack, layer
+
+
+# ----------------------------------------------------------------------------- symmetry helpers
+def resource_orbits(lt: LogicalTopology) -> dict[str, str]:
+    """Map every bandwidth-constraint name to the representative name of its orbit under the group."""
+    topo = lt.topology
+    cons = list(topo.bandwidth_constraints())
+    by_key = {(c.srcs, c.dsts): c.name for c in cons}
+    parent = {c.name: c.name for c in cons}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    if lt.group.order > 1:
+        gens = lt.group.elements[1:]
+        for c in cons:
+            for g in gens:
+                key = (frozenset(g[x] for x in c.srcs), frozenset(g[x] for x in c.dsts))
+                other = by_key.get(key)
+                if other is not None:
+                    a, b = find(c.name), find(other)
+                    if a != b:
+                        parent[max(a, b)] = min(a, b)
+    return {c.name: find(c.name) for c in cons}
+
+
+def map_edge(g, e: Edge) -> Edge:
+    return (g[e[0]], g[e[1]])
+
+
+# ----------------------------------------------------------------------------- the MILP
+def route_allgather(
+    lt: LogicalTopology,
+    chunk_factor: int,
+    chunk_bytes: float,
+    options: SolverOptions | None = None,
+    *,
+    detours: int | None = None,
+    time_limit: float | None = None,
+) -> Routing:
+    """Solve the allgather routing MILP on logical topology ``lt``.
+
+    ``chunk_bytes`` is the size of one piece (message size / (n * c)).
+    Returns a :class:`Routing` with flows for every source (images of the
+    representatives' flows under the symmetry group).
+    """
+    options = options or SolverOptions()
+    detours = lt.sketch.detours if detours is None else detours
+    topo = lt.topology
+    n = lt.n
+    group = lt.group
+    classes = lt.chunk_classes(chunk_factor)
+    weights = _weights(lt)
+    conn = {(c.src, c.dst): c for c in topo.connections()}
+    res_bw = topo.resource_bw
+    orbit_rep = resource_orbits(lt)
+    rep_res = sorted(set(orbit_rep.values()))
+
+    prob = pulp.LpProblem("routing_allgather", pulp.LpMinimize)
+    T = prob.add_variable("T", lowBound=0)
+    y: dict[tuple[int, int, Edge], pulp.LpVariable] = {}
+    rep_edges: dict[tuple[int, int], list[Edge]] = {}
+    rep_order: dict[tuple[int, int], list[int]] = {}
+    rep_slack: dict[tuple[int, int], dict[Edge, float]] = {}
+    rep_layer: dict[tuple[int, int], dict[int, int]] = {}
+    n_vars_full = 0
+    for rho in group.representatives:
+        for k, cls in enumerate(classes):
+            edges, order, slack, layer = candidate_edges(lt, rho, cls[0], detours, weights)
+            if len(order) < n:
+                missing = min(set(range(n)) - set(order))
+                raise InfeasibleError(f"routing: chunk {cls[0]} of rank {rho} cannot reach rank {missing}")
+            rep_edges[(rho, k)] = edges
+            rep_order[(rho, k)] = order
+            rep_slack[(rho, k)] = slack
+            rep_layer[(rho, k)] = layer
+            for e in edges:
+                y[(rho, k, e)] = prob.add_variable(f"y_{rho}_{k}_{e[0]}_{e[1]}", lowBound=0, upBound=len(cls), cat="Integer")
+            n_vars_full += len(edges) * group.order
+    # every rank receives each class in full, once
+    for (rho, k), edges in rep_edges.items():
+        size = len(classes[k])
+        into: dict[int, list[Edge]] = {}
+        for e in edges:
+            into.setdefault(e[1], []).append(e)
+        for v in range(n):
+            if v == rho:
+                continue
+            prob += (pulp.lpSum(y[(rho, k, e)] for e in into.get(v, ())) == size, f"in_{rho}_{k}_{v}")
+    # edges inside a layer: orient each pair one way, acyclically (potentials)
+    n_extra = 0
+    for (rho, k), edges in rep_edges.items():
+        layer = rep_layer[(rho, k)]
+        eset = set(edges)
+        pairs = sorted({(min(u, v), max(u, v)) for (u, v) in edges if layer[u] == layer[v]})
+        if not pairs:
+            continue
+        size = len(classes[k])
+        members: dict[int, list[int]] = {}
+        for x, l in layer.items():
+            members.setdefault(l, []).append(x)
+        pot = {}
+        for a, b in pairs:
+            for x in (a, b):
+                if x not in pot:
+                    pot[x] = prob.add_variable(f"p_{rho}_{k}_{x}", lowBound=0, upBound=len(members[layer[x]]) - 1)
+            o = prob.add_variable(f"o_{rho}_{k}_{a}_{b}", cat="Binary")
+            L = len(members[layer[a]])
+            n_extra += 1
+            if (a, b) in eset:
+                prob += (y[(rho, k, (a, b))] <= size * o, f"orient_{rho}_{k}_{a}_{b}")
+            if (b, a) in eset:
+                prob += (y[(rho, k, (b, a))] <= size * (1 - o), f"orient_{rho}_{k}_{b}_{a}")
+            prob += (pot[b] >= pot[a] + 1 - L * (1 - o), f"order_{rho}_{k}_{a}_{b}")
+            prob += (pot[a] >= pot[b] + 1 - L * o, f"order_{rho}_{k}_{b}_{a}")
+        n_extra += len(pot)
+    # bandwidth relaxation, one row per orbit of bandwidth constraints
+    load_terms: dict[str, dict[tuple, float]] = {r: {} for r in rep_res}
+    orbit_size: dict[str, int] = {}
+    for name, rep in orbit_rep.items():
+        orbit_size[rep] = orbit_size.get(rep, 0) + 1
+    for (rho, k), edges in rep_edges.items():
+        for e in edges:
+            for g in group.elements:
+                ge = map_edge(g, e)
+                for r in conn[ge].resources:
+                    if orbit_rep[r] == r:
+                        d = load_terms[r]
+                        d[(rho, k, e)] = d.get((rho, k, e), 0.0) + chunk_bytes / (res_bw[r] * BYTES_PER_US_PER_GBPS)
+    for r in rep_res:
+        terms = load_terms[r]
+        if not terms:
+            continue
+        prob += (pulp.lpSum(coef * y[key] for key, coef in sorted(terms.items())) <= T, f"bw_{_safe(r)}")
+    # tie-breakers and policies
+    lb = _load_lower_bound(load_terms, classes)
+    sec_terms = []
+    sec_ub = 0.0
+    for (rho, k), edges in rep_edges.items():
+        for e in edges:
+            c = conn[e]
+            cost = chunk_bytes / (c.bw * BYTES_PER_US_PER_GBPS) + rep_slack[(rho, k)][e]
+            sec_terms.append((cost, y[(rho, k, e)]))
+            sec_ub += cost * len(classes[k])
+    objective = T
+    if sec_terms and sec_ub > 0:
+        eps = TIE_BREAK_SHARE * max(lb, 1e-9) / sec_ub
+        objective = objective + pulp.lpSum(eps * c * v for c, v in sec_terms)
+    objective = objective + _policy_terms(prob, lt, y, rep_edges, classes, lb)
+    prob += objective
+    result = solve(prob, options, "routing", time_limit=time_limit)
+    yval = {key: int(round(value(v))) for key, v in y.items()}
+    flows, edges_all, order_all = _expand(lt, classes, rep_edges, rep_order, yval)
+    routing = Routing(
+        kind="allgather",
+        lt=lt,
+        chunk_factor=chunk_factor,
+        chunk_bytes=chunk_bytes,
+        classes=classes,
+        flows=flows,
+        edges=edges_all,
+        order=order_all,
+        t_bw_us=value(T),
+        n_vars=len(y) + n_extra + 1,
+        n_vars_full=(len(y) + n_extra) * group.order + 1,
+        n_constraints=prob.numConstraints(),
+        solve=result,
+        meta={"detours": detours},
+    )
+    _check_flows(routing)
+    return routing
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+def _load_lower_bound(load_terms, classes) -> float:
+    """A cheap positive estimate of T (the largest single-piece load), to scale tie-breakers."""
+    best = 0.0
+    for terms in load_terms.values():
+        for coef in terms.values():
+            best = max(best, coef)
+    return best * max(len(c) for c in classes)
+
+
+def _policy_terms(prob, lt: LogicalTopology, y, rep_edges, classes, scale: float):
+    """Switch hyperedge policies (uc-max / uc-min) and TACCL's minmax / maxmin strategies."""
+    topo = lt.topology
+    terms = []
+    sw_policy = {sw.name: lt.switch_policy.get(sw.name, "none") for sw in topo.switches}
+    if any(p != "none" for p in sw_policy.values()):
+        # one binary per orbit of switch connections: is it used by any chunk?
+        group = lt.group
+        used: dict[Edge, list] = {}
+        for (rho, k), edges in rep_edges.items():
+            for e in edges:
+                c = topo.connection(*e)
+                if c.via in sw_policy and sw_policy[c.via] != "none":
+                    for g in group.elements:
+                        ge = map_edge(g, e)
+                        rep = min(map_edge(h, ge) for h in group.elements)
+                        used.setdefault(rep, []).append((rho, k, e))
+        n_conn = max(1, len(used))
+        for rep, keys in sorted(used.items()):
+            via = topo.connection(*rep).via
+            z = prob.add_variable(f"z_{rep[0]}_{rep[1]}", cat="Binary")
+            for key in sorted(set(keys)):
+                size = len(classes[key[1]])
+                prob += (size * z >= y[key], f"use_{rep[0]}_{rep[1]}_{key[0]}_{key[1]}_{key[2][0]}_{key[2][1]}")
+            sign = 1.0 if sw_policy[via] == "uc-min" else -1.0
+            terms.append(sign * POLICY_SHARE * scale / n_conn * z)
+    if lt.sketch.intranode in ("minmax", "maxmin"):
+        conn_loads: dict[Edge, list] = {}
+        for (rho, k), edges in rep_edges.items():
+            for e in edges:
+                if not lt.is_cross(*e):
+                    for g in lt.group.elements:
+                        conn_loads.setdefault(map_edge(g, e), []).append(y[(rho, k, e)])
+        if conn_loads:
+            U = prob.add_variable("U_links", lowBound=0)
+            for e, ys in sorted(conn_loads.items()):
+                bw = topo.connection(*e).bw
+                expr = pulp.lpSum(ys) * (1.0 / bw)
+                if lt.sketch.intranode == "minmax":
+                    prob += (U >= expr, f"umax_{e[0]}_{e[1]}")
+                else:
+                    prob += (U <= expr, f"umin_{e[0]}_{e[1]}")
+            unit = scale / max(1e-12, max(1.0 / topo.connection(*e).bw for e in conn_loads)) / max(1, len(classes[0]))
+            sign = 1.0 if lt.sketch.intranode == "minmax" else -1.0
+            terms.append(sign * POLICY_SHARE * unit * U / max(1, lt.n))
+    return pulp.lpSum(terms) if terms else 0
+
+
+def _expand(lt, classes, rep_edges, rep_order, yval):
+    """Flows, candidate edges and orders for every source, from the representatives'."""
+    group = lt.group
+    flows: dict[tuple[int, int], dict[Edge, int]] = {}
+    edges_all: dict[tuple[int, int], list[Edge]] = {}
+    order_all: dict[tuple[int, int], list[int]] = {}
+    for s in range(lt.n):
+        rho = group.rep_of[s]
+        g = group.element_to[s]
+        for k in range(len(classes)):
+            f = {}
+            for e in rep_edges[(rho, k)]:
+                v = yval[(rho, k, e)]
+                if v:
+                    f[map_edge(g, e)] = v
+            flows[(s, k)] = f
+            edges_all[(s, k)] = [map_edge(g, e) for e in rep_edges[(rho, k)]]
+            order_all[(s, k)] = [g[x] for x in rep_order[(rho, k)]]
+    return flows, edges_all, order_all
+
+
+def _check_flows(r: Routing) -> None:
+    """Every rank receives every class in full (guards against solver tolerance surprises)."""
+    for (s, k), flow in r.flows.items():
+        got: dict[int, int] = {}
+        for (u, v), cnt in flow.items():
+            got[v] = got.get(v, 0) + cnt
+        for v in range(r.lt.n):
+            if v != s and got.get(v, 0) != len(r.classes[k]):
+                raise InfeasibleError(f"routing: rank {v} receives {got.get(v, 0)} of the {len(r.classes[k])} pieces "
+                                      f"of class {k} of rank {s}")
