@@ -53,10 +53,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Formatter(logging.Formatter):
+    """Progress (INFO) as plain lines; warnings and errors with their level; logger names with -vv."""
+
+    def __init__(self, debug: bool):
+        super().__init__()
+        self.debug = debug
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage()
+        if self.debug:
+            return f"{record.levelname} {record.name}: {msg}"
+        return msg if record.levelno == logging.INFO else f"{record.levelname.lower()}: {msg}"
+
+
+# Loggers whose INFO records are progress of long work (solver stages), shown by default.
+PROGRESS_LOGGERS = ("ccsynth.synth.synthesize", "ccsynth.synth.tables")
+
+
 def setup_logging(verbose: int, quiet: bool) -> None:
-    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose + 1, 2)]
+    """Warnings by default, plus progress of long work; ``-v`` INFO, ``-vv`` DEBUG, ``-q`` errors only."""
+    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    for name in PROGRESS_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if (quiet or verbose) else logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s" if verbose < 2 else "%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_Formatter(verbose >= 2))
     root = logging.getLogger("ccsynth")
     root.handlers[:] = [handler]
     root.setLevel(level)
