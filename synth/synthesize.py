@@ -1,40 +1,51 @@
 """Synthesis, the public face: topology + collective (+ sketch) -> verified Schedule.
 
-Pipeline (TACCL's, with ccsynth's own models; see each module):
+Pipeline (TACCL's stages, with ccsynth's own models; see each module):
 
 1. :mod:`~ccsynth.synth.sketch` -- the sketch is checked against the
-   topology (before any solver runs) and gives the logical topology and the
+   topology before any solver runs, giving the logical topology and the
    symmetry group;
 2. :mod:`~ccsynth.synth.routing` (allgather) / :mod:`~ccsynth.synth.alltoall`
    -- the routing MILP (or LP) decides which connections carry which chunk;
 3. :mod:`~ccsynth.synth.ordering` -- the list scheduler orders the pieces on
-   every connection;
-4. :mod:`~ccsynth.synth.contiguity` -- the contiguity MILP groups pieces into
-   waves and fixes the send times;
+   every connection (twice: with each piece's latency paid in turn, and
+   with latencies overlapping the previous piece's data);
+4. :mod:`~ccsynth.synth.contiguity` -- pieces are grouped into waves (the
+   DP heuristic, and the contiguity MILP for the winning candidate);
 5. lowering (this module) -- the waves become a
    :class:`~ccsynth.collectives.schedule.Schedule` built with
-   :class:`~ccsynth.collectives.builder.ScheduleBuilder`: every wave's
-   transfers depend on the previous wave of their connection; pieces of a
+   :class:`~ccsynth.collectives.builder.ScheduleBuilder`: the waves of one
+   connection follow each other (a *window* of 1: wave ``k`` waits for wave
+   ``k - 1``; 2: for wave ``k - 2``; 0: only for its data), and pieces of a
    wave that are adjacent in both buffers travel as one transfer.
+
+Without a sketch :func:`synthesize` tries the default sketches of
+:func:`candidate_sketches` (chunk factors around the size-based default,
+with and without sideways detours, and for several nodes relay variants).
+Every candidate is routed and ordered and scored by the list schedules'
+estimates; the best :data:`SIMULATED_CANDIDATES` are lowered in every wave
+variant and window and simulated (:func:`ccsynth.synth.simulate.simulate`)
+at ``size_bytes``; the contiguity MILP then refines the winner. The
+fastest schedule in simulation is returned, after
+:func:`~ccsynth.collectives.verify.verify` on the topology.
 
 Combining collectives:
 
 * **reduce-scatter** = allgather synthesized on ``topology.reversed()`` with
-  every transfer reversed into a reduction (and the order of the waves on
-  every connection reversed in time);
-* **allreduce** = reduce-scatter followed by allgather, over ``n * c``
-  chunks (the schedule's collective has chunk factor ``n * c``); the
-  partial sums accumulate in the output buffer, so no scratch is needed;
-* **alltoall** = routing of every (source, destination) chunk over
-  shortest paths (:mod:`~ccsynth.synth.alltoall`), relays holding pieces in
-  scratch.
+  every transfer reversed into a reduction and the waves of every
+  connection reversed in time (a rank with several children receives their
+  partial sums into scratch and reduces locally, so they need not queue);
+* **allreduce** = reduce-scatter followed by allgather over ``n * c``
+  chunks (the schedule's collective has chunk factor ``n * c``), partial
+  sums accumulating in the output buffer; for latency-bound sizes also an
+  allgather of whole buffers followed by local reductions (one tree depth
+  instead of two), whichever simulates faster;
+* **alltoall** = a multi-commodity flow of every (source, destination)
+  chunk over shortest paths (:mod:`~ccsynth.synth.alltoall`), relays holding
+  pieces in scratch.
 
-Without a sketch, :func:`synthesize` tries a few default sketches
-(:func:`candidate_sketches`) and keeps the schedule that the simulator
-predicts fastest at ``size_bytes``. Every returned schedule has passed
-:func:`~ccsynth.collectives.verify.verify` on the topology. The result is a
-deterministic function of the inputs unless a solver time limit cuts a
-solve short.
+The result is a deterministic function of the inputs unless a solver time
+limit cuts a solve short.
 
 Example:
     >>> from ccsynth.topologies.model import Link, Topology
@@ -157,6 +168,8 @@ def synthesize(
     topology.require_connected(f"synthesizing {collective.kind}")
     if size_bytes is None:
         size_bytes = sketch.input_size if sketch is not None and sketch.input_size else DEFAULT_SIZE
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes <= 0:
+        raise CollectiveError(f"the message size must be a positive number of bytes, got {size_bytes!r}")
     if sketch is not None:
         sk = replace(sketch, chunk_factor=collective.chunk_factor) if collective.chunk_factor > 1 else sketch
         sk.bind(topology)  # sketch errors before any solver runs
@@ -237,6 +250,8 @@ GATHER_REDUCE = "allgather+reduce"
 def _describe_candidate(cand) -> str:
     sk, strategy = cand
     return _describe_sketch(sk) + ("" if strategy == RS_AG else f" [{strategy}]")
+
+
 #: how many waves of a connection may be in flight: 1 (strict FIFO), 0 (data dependencies only), 2
 WINDOWS = (1, 0, 2)
 
