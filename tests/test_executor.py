@@ -23,6 +23,7 @@ from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import BufferMismatchError, ScheduleError
 from ccsynth.kernels import OpError
+from toys import FakeComm
 
 MPI = pytest.importorskip("mpi4py.MPI")
 
@@ -31,22 +32,6 @@ _spec = importlib.util.spec_from_file_location(
 )
 hand = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hand)
-
-
-class FakeComm:
-    """Enough of a communicator for compiling (no messages are sent)."""
-
-    def __init__(self, size: int, rank: int):
-        self.size, self.rank = size, rank
-
-    def Get_size(self):
-        return self.size
-
-    def Get_rank(self):
-        return self.rank
-
-    def Get_attr(self, key):
-        return 32767
 
 
 def compile_on(schedule, rank, **kw):

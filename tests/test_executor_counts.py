@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccsynth.collectives.executor import K_RECV, K_RRED, K_SEND, CompiledSchedule
+from toys import FakeComm as _FakeComm
 
 pytest.importorskip("mpi4py.MPI")
 
@@ -28,20 +29,8 @@ hand = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hand)
 
 
-class FakeComm:
-    """Enough of a communicator for compiling (no messages are sent)."""
-
-    def __init__(self, size: int, rank: int):
-        self.size, self.rank = size, rank
-
-    def Get_size(self):
-        return self.size
-
-    def Get_rank(self):
-        return self.rank
-
-    def Get_attr(self, key):
-        return 1 << 30  # large: no tag wraps around in these tests
+def FakeComm(size: int, rank: int):
+    return _FakeComm(size, rank, tag_ub=1 << 30)  # large: no tag wraps around in these tests
 
 
 def messages(schedule, rank: int, m: int, slice_bytes: int, dtype=np.float64):

@@ -22,24 +22,9 @@ from ccsynth.synth.solver import SolverOptions, solve
 from ccsynth.synth.synthesize import lower_allgather, synthesize
 from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Topology
+from toys import toy_two_nodes
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
-
-
-def toy_two_nodes(nic_bw: float = 10.0) -> Topology:
-    """2 nodes x 2 GPUs: fast pairs inside, every GPU linked to the other node, one shared NIC per node."""
-    links = [Link(0, 1, 0.5, 50.0), Link(1, 0, 0.5, 50.0), Link(2, 3, 0.5, 50.0), Link(3, 2, 0.5, 50.0)]
-    for a in (0, 1):
-        for b in (2, 3):
-            links += [Link(a, b, 2.0, nic_bw), Link(b, a, 2.0, nic_bw)]
-    ports = (
-        SharedPort("nic0.tx", (0, 1), (2, 3), nic_bw),
-        SharedPort("nic0.rx", (2, 3), (0, 1), nic_bw),
-        SharedPort("nic1.tx", (2, 3), (0, 1), nic_bw),
-        SharedPort("nic1.rx", (0, 1), (2, 3), nic_bw),
-    )
-    return Topology("toy2x2", 4, links=tuple(links), shared_ports=ports, nodes=(0, 0, 1, 1))
-
 KINDS = ("allgather", "reduce_scatter", "allreduce", "alltoall")
 
 
