@@ -68,6 +68,23 @@ the total rate (GB/s) at which bytes can cross *into* / *out of* ``S``.
    allreduce cut by cut: a cut needs only one value per index in each
    direction, which the cut bound above already counts.
 
+   **Allreduce across groups.** The gossip argument holds for any partition
+   of the ranks into ``p >= 2`` groups (e.g. nodes), counting only the
+   transfers *between* groups: treat a group as one party that knows what
+   any of its ranks holds (transfers inside a group are free and a transfer
+   out of a group carries part of what the group knows). Every rank ends
+   holding the full sum, so per chunk index the inter-group transfers form a
+   one-way gossip scheme among ``p`` parties: at least ``2p-2`` of them,
+   ``2(p-1) Z`` bytes in all (a value relayed through a third group counts
+   twice, which only helps). Those bytes cross the connections between
+   groups, so ``T >= 2(p-1) Z / cap`` with ``cap`` the total capacity of the
+   inter-group connections (also at most the sum over groups of ``out(g)``,
+   and of ``in(g)``). With equal groups this is ``2(p-1)/p Z`` through each
+   group's boundary -- Patarasuk and Yuan's bound with a node as a process,
+   which the ring of nodes attains; the cut bound (``Z`` per node) is the
+   ``p = 2`` case. Partitions tried: the nodes, and the blocks of each
+   network dimension prefix (the singletons are the aggregate bound).
+
 3. **Latency bound.** Data from ``q`` reaches ``b`` only along a chain of
    transfers, each costing at least its connection's alpha, so ``T`` is at
    least the largest alpha-shortest-path distance over the pairs that must
@@ -141,7 +158,8 @@ FORMULAS: dict[str, tuple[str, ...]] = {
     ),
     "allreduce": (
         "cut: T >= Z / in(S) and Z / out(S)",
-        "aggregate (one-way gossip, 2n-2 transfers per chunk): T >= 2(n-1) * Z / total network capacity",
+        "aggregate (one-way gossip, 2n-2 transfers per chunk): T >= 2(n-1) * Z / total network capacity,"
+        " and 2(p-1) * Z / capacity between the p groups of any partition (nodes, dimension blocks)",
         "latency: T >= max over pairs of the alpha-shortest path",
     ),
     "alltoall": (
@@ -536,12 +554,60 @@ def _aggregate_coefficient(kind: str, n: int, root: int, net: _Net) -> tuple[flo
     else:
         raise ValueError(f"no aggregate bound for collective kind {kind!r}")
     cap = net.total_capacity()
+    if kind == "allreduce":
+        coef = total / (cap * BYTES_PER_US_PER_GBPS) if cap > 0 else math.inf
+        desc = f"aggregate: {_fmt_frac(total)}*Z over the total network capacity {cap:g} GB/s"
+        for label, groups in _partitions(net.topology):
+            p_coef, p_desc = _partition_coefficient(net, label, groups)
+            if p_coef > coef:
+                coef, desc = p_coef, p_desc
+        return coef, desc
     if total <= 0:
         return 0.0, "aggregate: nothing to move"
     if not math.isfinite(total):
         return math.inf, "aggregate: some rank cannot reach a rank it must send to"
     coef = math.inf if cap <= 0 or not math.isfinite(total) else total / (cap * BYTES_PER_US_PER_GBPS)
     return coef, f"aggregate: {_fmt_frac(total)}*Z over the total network capacity {cap:g} GB/s"
+
+
+def _partitions(topology: Topology) -> list[tuple[str, list[list[int]]]]:
+    """Partitions of the ranks into 2..n-1 groups for the allreduce group bound."""
+    n = topology.n_ranks
+    out: list[tuple[str, list[list[int]]]] = []
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+
+    def add(label: str, key: Sequence[int]) -> None:
+        groups: dict[int, list[int]] = {}
+        for r in range(n):
+            groups.setdefault(key[r], []).append(r)
+        parts = sorted(tuple(g) for g in groups.values())
+        if 2 <= len(parts) < n and tuple(parts) not in seen:
+            seen.add(tuple(parts))
+            out.append((label, [list(g) for g in parts]))
+
+    add("nodes", topology.nodes)
+    if topology.dims:
+        sizes = [d.size for d in topology.dims]
+        for d in range(len(sizes) - 1):
+            block = math.prod(sizes[: d + 1])
+            add(f"blocks of dimensions 0..{d}", [r // block for r in range(n)])
+    return out
+
+
+def _partition_coefficient(net: _Net, label: str, groups: list[list[int]]) -> tuple[float, str]:
+    """The allreduce bound across ``groups``: 2(p-1) Z over the inter-group capacity."""
+    group_of = {r: g for g, members in enumerate(groups) for r in members}
+    between = [c for c in net.topology.connections() if group_of[c.src] != group_of[c.dst]]
+    masks = [sum(1 << r for r in members) for members in groups]
+    cap = min(
+        cover_capacity(between, net.res_bw),
+        sum(net.cap_out_of(m) for m in masks),
+        sum(net.cap_into(m) for m in masks),
+    )
+    p = len(groups)
+    total = 2.0 * (p - 1)
+    coef = math.inf if cap <= 0 else total / (cap * BYTES_PER_US_PER_GBPS)
+    return coef, f"aggregate: {_fmt_frac(total)}*Z between {p} groups ({label}) over their capacity {cap:g} GB/s"
 
 
 def _latency(kind: str, n: int, root: int, net: _Net) -> tuple[float, str]:

@@ -102,6 +102,69 @@ def test_dgx1_allreduce_uses_the_total_nvlink_capacity():
     assert bound("allreduce", t).time_us == pytest.approx(14 * Z / (1200 * GB))
 
 
+def test_allreduce_across_three_or_more_nodes_counts_the_gossip_between_nodes():
+    # 2(p-1) Z must cross between p nodes; each node's NICs carry 8 x 25 GB/s (dgx_a100) or 12.5 GB/s (ndv2)
+    b = bound("allreduce", catalog.dgx_a100(4))
+    assert b.time_us == pytest.approx(6 * Z / (4 * 200 * GB))
+    assert "between 4 groups (nodes)" in b.which
+    assert bound("allreduce", catalog.ndv2(3)).time_us == pytest.approx(4 * Z / (3 * 12.5 * GB))
+    # two nodes: the same as the per-node cut (a node receives Z)
+    assert bound("allreduce", catalog.ndv2(2)).time_us == pytest.approx(Z / (12.5 * GB))
+    # the other collectives gain nothing from grouping: their cut bounds already sum to (p-1) Z
+    assert bound("allgather", catalog.dgx_a100(4)).time_us == pytest.approx(0.75 * Z / (200 * GB))
+
+
+def _multi_node_topology(group_sizes, intra_bw, nic_bw, alpha=0.5, ib_alpha=2.0):
+    """Nodes of the given sizes: a switch inside each, every cross pair linked behind a shared NIC per node."""
+    starts = [sum(group_sizes[:g]) for g in range(len(group_sizes))]
+    groups = [tuple(range(s0, s0 + k)) for s0, k in zip(starts, group_sizes)]
+    n = sum(group_sizes)
+    switches = tuple(Switch(f"nv{g}", m, intra_bw, alpha) for g, m in enumerate(groups) if len(m) > 1)
+    links = tuple(Link(a, b, ib_alpha, nic_bw) for g in groups for a in g for b in range(n) if b not in g)
+    ports = tuple(
+        SharedPort(f"nic{g}.{d}", m, tuple(r for r in range(n) if r not in m), nic_bw)
+        for g, m in enumerate(groups) for d in ("tx",)
+    ) + tuple(SharedPort(f"nic{g}.rx", tuple(r for r in range(n) if r not in m), m, nic_bw) for g, m in enumerate(groups))
+    nodes = tuple(g for g, m in enumerate(groups) for _ in m)
+    return Topology(f"nodes{'-'.join(map(str, group_sizes))}", n, links=links, switches=switches,
+                    shared_ports=ports, nodes=nodes)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.integers(1, 3), min_size=3, max_size=4),
+    st.sampled_from([20.0, 100.0]),
+    st.sampled_from([5.0, 12.5]),
+    st.sampled_from([1 << 12, 1 << 24]),
+)
+def test_no_allreduce_beats_the_bound_across_nodes(group_sizes, intra_bw, nic_bw, size):
+    from ccsynth.synth.baselines import applicable_baselines, make_baseline, min_chunk_factor
+
+    topo = _multi_node_topology(group_sizes, intra_bw, nic_bw)
+    n = topo.n_ranks
+    scheds = [direct_allreduce(n), ring_allreduce(n)]
+    for name in applicable_baselines(Collective("allreduce", n), topo):
+        c = min_chunk_factor(name, "allreduce", topo)
+        for cf in (c, 4 * c):
+            scheds.append(make_baseline(name, Collective("allreduce", n, chunk_factor=cf), topo))
+    best = min(simulate(s, topo, size).time_us for s in scheds)
+    b = bound("allreduce", topo, size)
+    assert best >= b.time_us * (1 - 1e-9)
+    if size >= 1 << 24 and len(set(group_sizes)) == 1 and intra_bw >= 8 * nic_bw:
+        # equal nodes behind NICs 8x slower than NVLink: the hierarchical baseline is within 1.04-1.09x (tight bound)
+        assert best <= 1.15 * b.time_us, (best, b)
+
+
+def test_synthesized_allreduce_across_four_nodes_is_near_the_group_bound():
+    from ccsynth.synth.synthesize import synthesize
+
+    topo = _multi_node_topology([2, 2, 2, 2], 100.0, 12.5)
+    sched = synthesize(topo, Collective("allreduce", 8), size_bytes=1 << 24)
+    r = simulate(sched, topo, 1 << 24)
+    assert r.time_us >= r.lower_bound_us * (1 - 1e-9)
+    assert r.gap < 1.05, r
+
+
 def test_one_rank_and_errors():
     t1 = Topology("one", 1)
     b = lower_bound(Collective("allreduce", 1), t1, 1 << 20)
