@@ -108,7 +108,7 @@ def table_lines(bench, algo_name: str, rows: Iterable, options, meta: Mapping) -
     return [*title_lines(bench, algo_name, meta), header_line(bench, options, show), *(format_row(bench, r, options, show) for r in rows)]
 
 
-PROFILE_KEYS = ("total", "wait", "kernels", "mpi_start", "python", "waitsome_calls", "kernel_calls", "starts")
+PROFILE_KEYS = ("total", "wait", "kernels", "mpi_start", "python", "wait_calls", "kernel_calls", "starts")
 
 
 def profile_lines(rows: Sequence) -> list[str]:
@@ -118,7 +118,7 @@ def profile_lines(rows: Sequence) -> list[str]:
         return []
     keys = [k for k in PROFILE_KEYS if k in rows[0].profile]
     head = "# Size (B)".ljust(SIZE_W) + "".join(f"{k + ('(us)' if not k.endswith(('calls', 'starts')) else ''):>16}" for k in keys)
-    lines = ["# Profile: executor time per run, mean over ranks (wait = blocked in MPI Waitsome; "
+    lines = ["# Profile: executor time per run, mean over ranks (wait = blocked waiting for MPI; "
              "python = bookkeeping between MPI and kernels)", head]
     for r in rows:
         lines.append(f"{r.size:<{SIZE_W}d}" + "".join(f"{r.profile[k]:16.2f}" for k in keys))

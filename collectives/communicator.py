@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from ccsynth.collectives.executor import DEFAULT_SLICE_BYTES, CompiledSchedule
+from ccsynth.collectives.static_program import STATIC_MAX_BYTES
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective, canonical_kind
 from ccsynth.errors import BufferMismatchError, CCSynthError, PlanError, ScheduleError
@@ -202,6 +204,26 @@ class _Buf:
     explicit: bool  # count given in the spec
 
 
+_UNCACHED = object()
+
+
+def _spec_sig(spec):
+    """What must stay the same for a buffer spec to be replayed (see Communicator._replay).
+
+    Arrays: dtype, shape and strides (the same object keeps its memory);
+    None and ``MPI.IN_PLACE``: themselves; anything else (a list spec, a new
+    object per call): never replayed.
+    """
+    if type(spec) is np.ndarray or is_device_array(spec):
+        return (spec.dtype, spec.shape, spec.strides)
+    if spec is None:
+        return None
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and spec is mpi.IN_PLACE:
+        return None
+    return _UNCACHED
+
+
 # MPI datatype -> numpy dtype, by mpi4py typecode
 def _dtype_of(datatype) -> np.dtype:
     try:
@@ -221,6 +243,9 @@ class Communicator:
         fallback: use the MPI library's collective for calls no schedule
             covers (else raise :class:`PlanError`).
         slice_bytes: pipeline slice size of the executor (same on every rank).
+        static_max_bytes: calls whose messages are all at most this large and
+            fit in one slice run as straight-line programs (less Python per
+            message); 0 keeps the dataflow loop for every call. Same on every rank.
         debug: agree on every call's signature first (see the module doc).
 
     Example (any number of ranks)::
@@ -243,6 +268,7 @@ class Communicator:
         fallback: bool = True,
         slice_bytes: int = DEFAULT_SLICE_BYTES,
         debug: bool | None = None,
+        static_max_bytes: int = STATIC_MAX_BYTES,
     ):
         from mpi4py import MPI
 
@@ -258,6 +284,7 @@ class Communicator:
         self.backend = backend
         self.fallback = fallback
         self.slice_bytes = slice_bytes
+        self.static_max_bytes = static_max_bytes
         self.debug = bool(int(os.environ.get("CCSYNTH_DEBUG", "0") or 0)) if debug is None else bool(debug)
         self._pcomm = self.comm.Dup()  # private channel: never mixes with the program's messages
         self._compiled: dict[tuple, tuple[Schedule, CompiledSchedule]] = {}
@@ -267,6 +294,8 @@ class Communicator:
         self._numpy = get_backend("numpy")
         self._last_op: tuple = (None, None)
         self._selected: dict[tuple[str, int], Any] = {}  # (kind, nbytes) -> schedule or None
+        self._call: tuple = ()  # (kind, sendbuf, recvbuf, op, root) of the call in progress
+        self._hit: tuple | None = None  # the last scheduled call and how to replay it (see _replay)
 
     # ----------------------------------------------------------- plumbing
     def _resolve_plan(self, plan):
@@ -313,6 +342,7 @@ class Communicator:
 
     def Free(self) -> None:
         """Release the compiled programs and the private duplicate (not the wrapped comm)."""
+        self._hit = None
         for _, cs in self._compiled.values():
             cs.free()
         self._compiled.clear()
@@ -495,12 +525,47 @@ class Communicator:
         sroot = schedule.collective.root if schedule.collective.rooted else 0
         shift = (root - sroot) % self._size
         roles = tuple((q + shift) % self._size for q in range(self._size))
-        cs = CompiledSchedule(schedule, self._pcomm, backend=backend, slice_bytes=self.slice_bytes, roles=roles)
+        cs = CompiledSchedule(schedule, self._pcomm, backend=backend, slice_bytes=self.slice_bytes, roles=roles,
+                              static_max_bytes=self.static_max_bytes)
         self._compiled[key] = (schedule, cs)  # the schedule is kept so that its id stays unique
         return cs
 
-    def _run(self, kind: str, nbytes: int, m: int, dtype, opname, root: int, like, sendarr, recvarr, fallback):
-        """Run a schedule if one covers the call, else the MPI library's collective."""
+    def _replay(self, kind: str, sendbuf, recvbuf, op, root: int) -> bool:
+        """Run this call the way the last one ran, if it is the same call on the same arrays.
+
+        A training or benchmark loop passes the same arrays again and again:
+        then parsing the buffer specs, checking them and choosing a schedule
+        would give the same answer, so only the run is repeated. The arrays
+        must be the very same objects with the same dtype, shape and strides.
+        """
+        hit = self._hit
+        if (
+            hit[0] == kind
+            and hit[1] is sendbuf
+            and hit[2] is recvbuf
+            and hit[3] is op
+            and hit[4] == root
+            and _spec_sig(sendbuf) == hit[5]
+            and _spec_sig(recvbuf) == hit[6]
+            and not self.debug
+        ):
+            try:
+                hit[7]()
+            except BaseException:
+                self._hit = None
+                raise
+            self.last_algorithm = hit[8]
+            return True
+        self._hit = None
+        return False
+
+    def _run(self, kind: str, nbytes: int, m: int, dtype, opname, root: int, like, sendarr, recvarr, fallback,
+             pre=None):
+        """Run a schedule if one covers the call, else the MPI library's collective.
+
+        ``pre()`` (the copy of an in-place input into a private buffer) runs
+        first when a schedule runs the call.
+        """
         if self.debug:
             self._agree(kind, m, dtype, opname, root)
         reason = None
@@ -523,10 +588,24 @@ class Communicator:
             # non-reducing collectives move bytes: the executor counts chunks in bytes
             unit = m if cs._reducing else m * np.dtype(dtype).itemsize
             if cs.supports_count(unit):
-                if backend.is_device:
-                    backend.synchronize()  # the caller's kernels that produced sendbuf
-                cs.run(sendarr, recvarr, opname or "sum", count=m if (sendarr is None and recvarr is None) else None)
+                run, device = cs.run, backend.is_device
+                sync, op_run = backend.synchronize, opname or "sum"
+                count = m if (sendarr is None and recvarr is None) else None
+
+                def replay():
+                    if pre is not None:
+                        pre()
+                    if device:
+                        sync()  # the caller's kernels that produced sendbuf
+                    run(sendarr, recvarr, op_run, count=count)
+
+                replay()
                 self.last_algorithm = schedule.name
+                call = self._call
+                if not self.debug and call and call[0] == kind:
+                    sig_s, sig_r = _spec_sig(call[1]), _spec_sig(call[2])
+                    if sig_s is not _UNCACHED and sig_r is not _UNCACHED:
+                        self._hit = call + (sig_s, sig_r, replay, schedule.name)
                 return
             reason = f"schedule {schedule.name!r} cannot split {m} elements into its chunks"
         if not self.fallback:
@@ -542,6 +621,9 @@ class Communicator:
     # -------------------------------------------------------- collectives
     def Allreduce(self, sendbuf, recvbuf, op=None) -> None:
         """``recvbuf = op over ranks of sendbuf`` (``MPI.IN_PLACE`` as sendbuf: recvbuf is the input)."""
+        if self._hit is not None and self._replay("allreduce", sendbuf, recvbuf, op, 0):
+            return
+        self._call = ("allreduce", sendbuf, recvbuf, op, 0)
         MPI = self._MPI
         op = MPI.SUM if op is None else op
         try:
@@ -555,9 +637,10 @@ class Communicator:
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m)
         self._check_op_dtype(opname, dt)
+        pre = None
         if in_place:
             inp = self._private("in", r.array, m)
-            self._backend_for(r.array).copy(inp, r.array)
+            pre = self._copier(inp, r.array)
         else:
             inp = s.array
 
@@ -565,10 +648,13 @@ class Communicator:
             self.comm.Allreduce(sendbuf, recvbuf, mpi_op)
             self._finish_avg(opname, r.array)
 
-        self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb)
+        self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb, pre)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
         """Rank ``r`` gets block ``r`` of the reduction of everyone's sendbuf (n blocks)."""
+        if self._hit is not None and self._replay("reduce_scatter", sendbuf, recvbuf, op, 0):
+            return
+        self._call = ("reduce_scatter", sendbuf, recvbuf, op, 0)
         MPI = self._MPI
         op = MPI.SUM if op is None else op
         n = self._size
@@ -587,9 +673,10 @@ class Communicator:
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, what_count=f"{n} x {m} (one block per rank)")
         self._check_op_dtype(opname, dt)
+        pre = None
         if in_place:
             inp = self._private("in", r.array, n * m)
-            self._backend_for(r.array).copy(inp, r.array)
+            pre = self._copier(inp, r.array)
             out = r.array[:m]
         else:
             inp, out = s.array, r.array
@@ -598,13 +685,16 @@ class Communicator:
             self.comm.Reduce_scatter_block(sendbuf, recvbuf, mpi_op)
             self._finish_avg(opname, out)
 
-        self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb)
+        self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb, pre)
 
     def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
         """``recvbuf`` on ``root`` = op over ranks of sendbuf; recvbuf is ignored elsewhere."""
+        if self._hit is not None and self._replay("reduce", sendbuf, recvbuf, op, root):
+            return
         MPI = self._MPI
         op = MPI.SUM if op is None else op
         self._check_root(root)
+        self._call = ("reduce", sendbuf, recvbuf, op, root)
         at_root = self._rank == root
         try:
             opname, mpi_op = self._op(op)
@@ -620,9 +710,10 @@ class Communicator:
         if r is not None and s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m)
         self._check_op_dtype(opname, dt)
+        pre = None
         if in_place:
             inp = self._private("in", r.array, m)
-            self._backend_for(r.array).copy(inp, r.array)
+            pre = self._copier(inp, r.array)
         else:
             inp = s.array
         out = r.array if r is not None else None
@@ -632,10 +723,13 @@ class Communicator:
             if out is not None:
                 self._finish_avg(opname, out)
 
-        self._run("reduce", m * dt.itemsize, m, dt, opname, root, ref.array, inp, out, fb)
+        self._run("reduce", m * dt.itemsize, m, dt, opname, root, ref.array, inp, out, fb, pre)
 
     def Allgather(self, sendbuf, recvbuf) -> None:
         """recvbuf block ``q`` = sendbuf of rank ``q`` (``MPI.IN_PLACE``: this rank's block is the input)."""
+        if self._hit is not None and self._replay("allgather", sendbuf, recvbuf, None, 0):
+            return
+        self._call = ("allgather", sendbuf, recvbuf, None, 0)
         n = self._size
         try:
             r = self._parse(recvbuf, "recvbuf", n)
@@ -646,16 +740,20 @@ class Communicator:
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, recv_blocks=n)
+        pre = None
         if in_place:
             inp = self._private("in", r.array, m)
-            self._backend_for(r.array).copy(inp, r.array[self._rank * m:(self._rank + 1) * m])
+            pre = self._copier(inp, r.array[self._rank * m:(self._rank + 1) * m])
         else:
             inp = s.array
         self._run("allgather", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
-                  lambda: self.comm.Allgather(sendbuf, recvbuf))
+                  lambda: self.comm.Allgather(sendbuf, recvbuf), pre)
 
     def Alltoall(self, sendbuf, recvbuf) -> None:
         """recvbuf block ``q`` = block ``rank`` of rank ``q``'s sendbuf."""
+        if self._hit is not None and self._replay("alltoall", sendbuf, recvbuf, None, 0):
+            return
+        self._call = ("alltoall", sendbuf, recvbuf, None, 0)
         n = self._size
         try:
             r = self._parse(recvbuf, "recvbuf", n)
@@ -666,17 +764,21 @@ class Communicator:
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, recv_blocks=n, what_count=f"{n} x {m} (one block per rank)")
+        pre = None
         if in_place:
             inp = self._private("in", r.array, n * m)
-            self._backend_for(r.array).copy(inp, r.array)
+            pre = self._copier(inp, r.array)
         else:
             inp = s.array
         self._run("alltoall", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
-                  lambda: self.comm.Alltoall(sendbuf, recvbuf))
+                  lambda: self.comm.Alltoall(sendbuf, recvbuf), pre)
 
     def Bcast(self, buf, root: int = 0) -> None:
         """Every rank's ``buf`` = the root's."""
+        if self._hit is not None and self._replay("broadcast", buf, None, None, root):
+            return
         self._check_root(root)
+        self._call = ("broadcast", buf, None, None, root)
         if self._is_in_place(buf):
             raise BufferMismatchError("Bcast takes one buffer; MPI.IN_PLACE has no meaning there")
         try:
@@ -690,6 +792,11 @@ class Communicator:
                   lambda: self.comm.Bcast(buf, root))
 
     # ---------------------------------------------------------- helpers
+    def _copier(self, dst, src):
+        """``pre`` for an in-place call: copy the caller's data into the private input."""
+        copy = self._backend_for(src).copy
+        return lambda: copy(dst, src)
+
     def _plain(self, name: str, reason: str, call) -> None:
         if not self.fallback:
             raise PlanError(f"{name}: {reason}, and fallback to the MPI library is off")

@@ -108,6 +108,9 @@ from typing import Any
 import numpy as np
 
 from ccsynth.collectives.schedule import Chunks, Schedule
+from ccsynth.collectives.static_program import (
+    I_COPY, I_FUSED, I_REDUCE, I_START, I_STARTALL, I_WAIT, STATIC_MAX_BYTES, bind_static, plan_static,
+)
 from ccsynth.errors import BufferMismatchError, ScheduleError
 from ccsynth.kernels.base import Backend, canonical_op, check_dtype, get_backend, kernel_op
 
@@ -271,6 +274,7 @@ class _Layout:
     scratch: Any = None
     staging: Any = None
     bindings: OrderedDict = field(default_factory=OrderedDict)
+    static: Any = None  # StaticPlan of the straight-line path, or None (dataflow loop)
 
 
 @dataclass
@@ -280,15 +284,19 @@ class _Binding:
     work: list  # per node: tuple of (mode, d, s, s2) views, or None
     pre_reqs: list
     arrays: tuple  # keeps the bound arrays alive (their addresses are the cache key)
+    static: Any = None  # (instructions, send requests) of the straight-line path
+    extra_reqs: list = field(default_factory=list)  # the straight-line path's snapshot sends
 
     def free(self) -> None:
-        for r in self.reqs:
+        for r in self.reqs + self.extra_reqs:
             if r is not None:
                 try:
                     r.Free()
                 except Exception:  # pragma: no cover - MPI finalized already
                     pass
         self.reqs = []
+        self.extra_reqs = []
+        self.static = None
 
 
 @dataclass
@@ -297,7 +305,7 @@ class RunStats:
 
     runs: int = 0
     total_s: float = 0.0
-    wait_s: float = 0.0  # blocked in MPI Waitsome
+    wait_s: float = 0.0  # blocked waiting for MPI (Waitsome, Wait, Test polling)
     kernel_s: float = 0.0  # copies and reductions
     start_s: float = 0.0  # MPI Start/Startall calls
     waits: int = 0
@@ -317,7 +325,7 @@ class RunStats:
             "kernels": 1e6 * self.kernel_s / r,
             "mpi_start": 1e6 * self.start_s / r,
             "python": 1e6 * self.overhead_s / r,
-            "waitsome_calls": self.waits / r,
+            "wait_calls": self.waits / r,
             "kernel_calls": self.kernels / r,
             "starts": self.starts / r,
         }
@@ -343,6 +351,11 @@ class CompiledSchedule:
         roles: ``roles[q]`` is the rank of ``comm`` that plays rank ``q`` of the
             schedule (default: the identity). Rotating the ranks runs a rooted
             schedule for another root; every rank must pass the same roles.
+        static_max_bytes: when every message of a call fits in one slice and
+            none is larger than this, run the rank's program as a straight
+            line of instructions (:mod:`~ccsynth.collectives.static_program`)
+            instead of the dataflow loop; 0 turns that off. Must be the same
+            on every rank.
 
     Raises :class:`ScheduleError` (on every rank, before communicating) if the
     schedule is for another rank count, deadlocks or races.
@@ -359,6 +372,7 @@ class CompiledSchedule:
         profile: bool = False,
         wait: str = "auto",
         roles=None,
+        static_max_bytes: int = STATIC_MAX_BYTES,
     ):
         if not isinstance(schedule, Schedule):
             raise ScheduleError(f"CompiledSchedule needs a Schedule, got {type(schedule).__name__}")
@@ -384,6 +398,7 @@ class CompiledSchedule:
         self.role = roles.index(self.rank)  # the schedule rank this process plays
         self.backend = get_backend(backend)
         self.slice_bytes = slice_bytes
+        self.static_max_bytes = int(static_max_bytes)
         self.profile = profile
         self.wait_mode = _wait_mode(wait)
         self._spin = max(1, int(os.environ.get("CCSYNTH_SPIN", "1") or 1))  # polls between yields
@@ -409,6 +424,7 @@ class CompiledSchedule:
         self._private: dict[tuple[str, str, int], Any] = {}
         self._fast: tuple | None = None  # the last call's arguments and what they resolved to
         self._statuses: list = []  # filled by Waitsome/Testsome: one per completed request
+        self._status = self._MPI.Status() if self._MPI is not None else None  # the straight-line path's
         self._abandoned: list = []  # buffers of failed runs, kept alive for messages still in flight
         self._null = self._MPI.Request() if self._MPI is not None else None  # a null request of our own
         self._byte = self._MPI.BYTE if self._MPI is not None else None
@@ -426,6 +442,13 @@ class CompiledSchedule:
             if op.kind == "recv":
                 preds[op.id].append(matches[op.id])
         order = _toposort(n, preds, f"schedule {s.name!r}")
+        # level: the longest chain of dependencies and matches ending at each op (every rank agrees)
+        level = [0] * n
+        for oid in order:
+            for p in preds[oid]:
+                if level[p] >= level[oid]:
+                    level[oid] = level[p] + 1
+        self._op_level = level
         c = self._cf
         col: dict[tuple[int, str, int], int | None] = {}
         msg: dict[int, tuple] = {}
@@ -1110,9 +1133,18 @@ class CompiledSchedule:
         be = self.backend
         lay.scratch = be.empty(scratch_len, dtype)
         lay.staging = be.empty(staging_len, dtype)
+        biggest = max((total[i] for i in range(n) if lops[i].kind in _MESSAGE_KINDS), default=0) * dtype.itemsize
+        if self._MPI is not None and all(x <= 1 for x in nsl) and biggest <= self.static_max_bytes:
+            node_level = [0] * nn
+            for i in range(n):
+                lvl = max(self._op_level[sid] for sid in lops[i].sched_ids)
+                for v in slices_of[i]:
+                    node_level[v] = lvl
+            lay.static = plan_static(kind, lay.succ, cnt0, mpi, work, node_level, pre)
         log.debug(
-            "rank %d: %s compiled for %d x %s: %d ops, %d slice nodes, %d pre-posted receives, staging %d elements",
+            "rank %d: %s compiled for %d x %s: %d ops, %d slice nodes, %d pre-posted receives, staging %d elements, %s",
             self.rank, self.schedule.name, m, dtype.name, n, nn, len(pre), staging_len,
+            "straight-line program" if lay.static is not None else "dataflow loop",
         )
         return lay
 
@@ -1144,6 +1176,10 @@ class CompiledSchedule:
         for v, items in lay.work.items():
             work[v] = tuple((mode, view(d), view(s), view(s2)) for mode, d, s, s2 in items)
         bnd = _Binding(key, reqs, work, [reqs[v] for v in lay.pre], (ibuf, obuf))
+        if lay.static is not None:
+            prog, send_reqs = bind_static(lay.static, lay, reqs, work, comm, be, view)
+            bnd.static = (prog, send_reqs)
+            bnd.extra_reqs = [r for r in send_reqs if not any(r is q for q in reqs)]
         lay.bindings[key] = bnd
         while len(lay.bindings) > MAX_BINDINGS:
             _, old = lay.bindings.popitem(last=False)
@@ -1199,7 +1235,9 @@ class CompiledSchedule:
             lay, bnd, kop, opname, ob = self._prepare(sendbuf, recvbuf, op, count)
             self._fast = (sendbuf, recvbuf, op, count, _sig(sendbuf), _sig(recvbuf), lay, bnd, kop, opname, ob)
         try:
-            if self.profile:
+            if bnd.static is not None:
+                self._execute_static(lay, bnd, kop)
+            elif self.profile:
                 self._execute_profiled(lay, bnd, kop)
             else:
                 self._execute(lay, bnd, kop)
@@ -1465,6 +1503,103 @@ class CompiledSchedule:
                     anodes = [anodes[j] for j in keep]
         if dirty:
             sync()
+
+    def _execute_static(self, lay: _Layout, bnd: _Binding, op: str) -> None:
+        """Run the straight-line program of a small call (see :mod:`~ccsynth.collectives.static_program`)."""
+        if self.profile:
+            return self._execute_static_profiled(lay, bnd, op)
+        prog, sends = bnd.static
+        be = self.backend
+        red, fred, copy, sync = be.reducer(op), be.fused_reducer(op), be.copy, be.synchronize
+        MPI = self._MPI
+        Startall = MPI.Prequest.Startall
+        status = self._status
+        BYTE = self._byte
+        poll = self.wait_mode == "yield"
+        yield_cpu = os.sched_yield
+        if be.is_device:
+            sync()  # kernels the caller queued on the buffers must finish before MPI touches them
+        for code, a, b, c in prog:
+            if code == I_START:
+                a.Start()
+            elif code == I_WAIT:
+                try:
+                    if poll:
+                        while not a.Test(status):
+                            yield_cpu()
+                    else:
+                        a.Wait(status)
+                except MPI.Exception as e:
+                    raise self._single_wait_failed(lay, e, c) from e
+                if status.Get_count(BYTE) != b:
+                    raise self._count_mismatch(lay, c, status.Get_count(BYTE))
+            elif code == I_FUSED:
+                fred(a, b, c)
+            elif code == I_REDUCE:
+                red(a, b)
+            elif code == I_COPY:
+                copy(a, b)
+            elif code == I_STARTALL:
+                Startall(a)
+            else:
+                sync()
+        if sends:
+            if poll:
+                while not MPI.Request.Testall(sends):
+                    yield_cpu()
+            else:
+                MPI.Request.Waitall(sends)
+
+    def _execute_static_profiled(self, lay: _Layout, bnd: _Binding, op: str) -> None:
+        """:meth:`_execute_static` with the timers of :class:`RunStats`."""
+        st = self.stats
+        clock = time.perf_counter
+        t_run = clock()
+        prog, sends = bnd.static
+        be = self.backend
+        MPI = self._MPI
+        kernels = {I_FUSED: be.fused_reducer(op), I_REDUCE: be.reducer(op), I_COPY: be.copy}
+        if be.is_device:
+            be.synchronize()
+        for code, a, b, c in prog:
+            t = clock()
+            if code == I_START or code == I_STARTALL:
+                a.Start() if code == I_START else MPI.Prequest.Startall(a)
+                st.start_s += clock() - t
+                st.starts += 1 if code == I_START else len(a)
+            elif code == I_WAIT:
+                try:
+                    if self.wait_mode == "yield":
+                        while not a.Test(self._status):
+                            os.sched_yield()
+                    else:
+                        a.Wait(self._status)
+                except MPI.Exception as e:
+                    raise self._single_wait_failed(lay, e, c) from e
+                st.wait_s += clock() - t
+                st.waits += 1
+                if self._status.Get_count(self._byte) != b:
+                    raise self._count_mismatch(lay, c, self._status.Get_count(self._byte))
+            elif code in kernels:
+                kernels[code](a, b, c) if code == I_FUSED else kernels[code](a, b)
+                st.kernel_s += clock() - t
+                st.kernels += 1
+            else:
+                be.synchronize()
+                st.kernel_s += clock() - t
+        if sends:
+            t = clock()
+            MPI.Request.Waitall(sends)
+            st.wait_s += clock() - t
+            st.waits += 1
+        st.runs += 1
+        st.total_s += clock() - t_run
+
+    def _single_wait_failed(self, lay: _Layout, e, v: int) -> BufferMismatchError:
+        """Waiting for receive node ``v`` raised: MPI truncated it (sent more than it holds), or worse."""
+        if e.Get_error_class() == self._MPI.ERR_TRUNCATE:
+            return self._count_mismatch(lay, v, None)
+        return self._mpi_failure(lay, e)
 
     def _execute_profiled(self, lay: _Layout, bnd: _Binding, op: str) -> None:
         """Same as :meth:`_execute`, with timers (kept separate so the fast path stays lean)."""

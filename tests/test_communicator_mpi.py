@@ -54,7 +54,7 @@ def expect_ok(k: int, *cases: str, tmp_path=None):
 def test_every_collective_matches_mpi(k, tmp_path):
     """Default plan, hand-built schedules and every applicable baseline, against MPI's own collectives:
     all collectives, ops and dtypes, in place and not, counts 1, 7, 1001 (and larger for rings)."""
-    expect_ok(k, "default", "hand", "baselines", "executor", "specs", tmp_path=tmp_path)
+    expect_ok(k, "default", "hand", "baselines", "executor", "specs", "dataflow", tmp_path=tmp_path)
 
 
 def test_eight_ranks(tmp_path):
@@ -117,6 +117,8 @@ MISMATCH = re.compile(
     (3, "short_empty_chunks"),  # 1 element in a ring of 3 chunks: empty chunks still travel
     (3, "one_rank_count"),  # rank 0 passes one element more: its peers' receives truncate
     (2, "short_profiled"),  # CompiledSchedule(profile=True, wait="yield"): the other run loop
+    (3, "short_static_profiled"),  # the same through the straight-line program
+    (3, "short_dataflow"),  # small messages through the dataflow loop instead of the straight-line one
 ])
 def test_ranks_with_different_counts_abort_with_the_sizes(k, case):
     """One rank passes another count than the others (no debug check): some rank receives fewer

@@ -219,6 +219,16 @@ def case_default_small() -> None:
              counts=(9001,), in_place=(False,))
 
 
+def case_dataflow() -> None:
+    """Small calls through the dataflow loop too (the straight-line path turned off)."""
+    c = Communicator(WORLD, static_max_bytes=0)
+    exercise(c, dtypes=("float32", "int64"), ops=(MPI.SUM, MPI.MIN), counts=(1, 7, 1001), roots=(N - 1,))
+    for s in hand.all_hand_schedules(N):
+        c = Communicator(WORLD, plan=single_plan(s), static_max_bytes=0)
+        exercise(c, kinds=(s.collective.kind,), dtypes=("int32",), ops=(MPI.SUM,), counts=(1, 7, 301),
+                 roots=((s.collective.root + 1) % N,), in_place=(False,), label=f"{s.name} dataflow: ")
+
+
 def case_hand() -> None:
     """Hand-built schedules as single-entry plans, with tiny pipeline slices too."""
     for slice_bytes in (1 << 20, 24):
@@ -505,12 +515,28 @@ def case_short_empty_chunks() -> None:
     _unreachable("allreduce with empty chunks")
 
 
+def case_short_dataflow() -> None:
+    """The dataflow loop (straight-line path off) checks message lengths of small calls as well."""
+    c = Communicator(WORLD, static_max_bytes=0)
+    m = 7 if RANK == N - 1 else 8
+    c.Allreduce(np.ones(m), np.zeros(m))
+    _unreachable("allreduce through the dataflow loop")
+
+
 def case_short_profiled() -> None:
     """The profiled run loop (and polling instead of blocking) checks message lengths as well."""
-    cs = CompiledSchedule(hand.ring_allreduce(N), WORLD.Dup(), profile=True, wait="yield")
+    cs = CompiledSchedule(hand.ring_allreduce(N), WORLD.Dup(), profile=True, wait="yield", static_max_bytes=0)
     m = 5 * N - 1 if RANK == N - 1 else 5 * N
     cs.run(np.ones(m), np.zeros(m))
     _unreachable("profiled allreduce")
+
+
+def case_short_static_profiled() -> None:
+    """The same through the straight-line program (profiled, polling)."""
+    cs = CompiledSchedule(hand.ring_allreduce(N), WORLD.Dup(), profile=True, wait="yield")
+    m = 5 * N - 1 if RANK == N - 1 else 5 * N
+    cs.run(np.ones(m), np.zeros(m))
+    _unreachable("profiled straight-line allreduce")
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

@@ -1,0 +1,208 @@
+"""Straight-line programs for small messages: the executor's fast path.
+
+For a small message the dataflow loop of
+:class:`~ccsynth.collectives.executor.CompiledSchedule` costs more in Python
+bookkeeping (ready queues, dependency counters, ``Testsome`` over every
+request in flight) than the messages cost in MPI. When every operation of a
+rank is a single slice, the rank's part of the schedule is instead turned,
+once per layout, into a fixed list of instructions -- start these requests,
+wait for that receive, reduce, copy -- that a short loop runs with one
+``Start``/``Test`` per message.
+
+Why a fixed order cannot deadlock
+---------------------------------
+Every operation of the schedule gets a *level*: the length of the longest
+chain of dependencies and send->receive matches that ends at it, computed on
+the whole schedule, so every rank agrees on it (a receive's level exceeds
+its matching send's). A rank runs its slice nodes in order of level (ties:
+in dependency order), which needs each local edge ``u -> v`` to have
+``level(u) <= level(v)``; the rewrites of the compile step (forwarding,
+fusion) keep that for the usual schedules, and a layout where it fails keeps
+the dataflow loop. Then:
+
+* a receive is waited for only when the first node that needs it comes up
+  (or at the end), at a level above that of its matching send;
+* if rank A waits for a receive at level ``l`` whose matching send rank B has
+  not started, B is stopped at an earlier instruction: a wait at a level no
+  higher than the send's, so below ``l``. Following such waits gives an
+  endless strictly decreasing sequence of levels, which is impossible;
+* sends are waited for only at the end (after every receive), so a send that
+  MPI completes only once it is matched never blocks the program. A send
+  whose buffer a later node overwrites (the ring's allgather phase receives
+  into the chunk it sent earlier) first copies its data into a private
+  snapshot, so that the later node need not wait for the send to complete.
+
+The run loop itself lives in the executor (it needs its error reporting);
+this module plans (:func:`plan_static`, per layout) and binds
+(:func:`bind_static`, per pair of caller buffers).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+# instruction codes of a bound program: (code, a, b, c)
+I_START, I_WAIT, I_FUSED, I_REDUCE, I_COPY, I_STARTALL, I_SYNC = range(7)
+
+#: messages up to this many bytes may take the straight-line path
+STATIC_MAX_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class StaticPlan:
+    """The order of one rank's slice nodes for one layout (no buffers yet).
+
+    ``steps`` holds ``("start", nodes)``, ``("snap", node)``, ``("wait",
+    node)`` and ``("work", node)``; ``pre`` are the receive-reduce nodes
+    posted first; ``sends`` the send nodes waited for at the end; ``snap``
+    the send nodes that send from a private snapshot.
+    """
+
+    steps: tuple
+    pre: tuple[int, ...]
+    sends: tuple[int, ...]
+    snap: tuple[int, ...]
+
+
+def plan_static(kind: list[int], succ: list[tuple[int, ...]], cnt0: list[int], mpi: dict, work: dict,
+                node_level: list[int], pre: tuple[int, ...]) -> StaticPlan | None:
+    """Order the slice graph by level; None if a local edge goes down in level.
+
+    ``kind``, ``succ``, ``cnt0``, ``mpi``, ``work`` and ``pre`` are the
+    layout's (see ``_Layout`` in the executor); ``node_level[v]`` is the
+    level of the operation node ``v`` belongs to.
+    """
+    from ccsynth.collectives.executor import K_LOCAL, K_RECV, K_RRED, K_SEND
+
+    n = len(kind)
+    for u in range(n):
+        lu = node_level[u]
+        for v in succ[u]:
+            if node_level[v] < lu:
+                return None
+    # local preds (a receive-reduce's count also waits for its data)
+    cnt = [cnt0[v] - (1 if kind[v] == K_RRED else 0) for v in range(n)]
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for u in range(n):
+        for v in succ[u]:
+            preds[v].append(u)
+    heap = [(node_level[v], v) for v in range(n) if cnt[v] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, v = heapq.heappop(heap)
+        order.append(v)
+        for x in succ[v]:
+            cnt[x] -= 1
+            if cnt[x] == 0:
+                heapq.heappush(heap, (node_level[x], x))
+    if len(order) != n:  # pragma: no cover - the layout's graph is acyclic
+        return None
+
+    steps: list[tuple] = []
+    pending: set[int] = set()  # receives started but not yet waited for
+    snap = []
+    sends = []
+
+    def settle(v: int) -> None:
+        """Wait for the receive v (and run what follows its arrival)."""
+        pending.discard(v)
+        steps.append(("wait", v))
+        if v in work:
+            steps.append(("work", v))
+
+    for v in order:
+        for u in sorted(preds[v]):
+            if u in pending:
+                settle(u)
+        k = kind[v]
+        if k == K_SEND:
+            if v in work:
+                steps.append(("work", v))
+            region = mpi[v][2]
+            if succ[v] and region[0] in ("o", "s") and region[2] > region[1]:
+                snap.append(v)
+                steps.append(("snap", v))
+            steps.append(("start", v))
+            sends.append(v)
+        elif k == K_RECV:
+            steps.append(("start", v))
+            pending.add(v)
+        elif k == K_RRED:
+            pending.add(v)  # posted at the start
+        elif k == K_LOCAL:
+            steps.append(("work", v))
+        # K_JOIN: nothing to run (its pending predecessors were settled above)
+    for v in order:
+        if v in pending:
+            settle(v)
+    return StaticPlan(tuple(steps), tuple(pre), tuple(sends), tuple(snap))
+
+
+def bind_static(plan: StaticPlan, lay, reqs: list, work: list, comm, backend, view) -> tuple[list, list]:
+    """Instructions and end-of-run send requests for one binding.
+
+    ``reqs``/``work`` are the binding's per-node requests and work views;
+    ``view(region)`` makes a view of a layout region; snapshot buffers and
+    their persistent sends are made here (returned requests include them so
+    the caller frees them with the binding).
+    """
+    from ccsynth.collectives.executor import W_FUSED, W_REDUCE
+
+    snap_req: dict[int, object] = {}
+    snap_copy: dict[int, tuple] = {}
+    if plan.snap:
+        sizes = {v: lay.mpi[v][2][2] - lay.mpi[v][2][1] for v in plan.snap}
+        buf = backend.empty(sum(sizes.values()), lay.dtype)
+        off = 0
+        for v in plan.snap:
+            peer, tag, region = lay.mpi[v]
+            sv = buf[off:off + sizes[v]]
+            off += sizes[v]
+            snap_req[v] = comm.Send_init(sv, peer, tag)
+            snap_copy[v] = (sv, view(region))
+    device = backend.is_device
+    prog: list[tuple] = []
+    if plan.pre:
+        prog.append((I_STARTALL, [reqs[v] for v in plan.pre], None, None))
+    dirty = False  # device kernels queued since the last synchronisation
+    starts: list = []
+
+    def flush_starts() -> None:
+        nonlocal dirty
+        if not starts:
+            return
+        if dirty:
+            prog.append((I_SYNC, None, None, None))
+            dirty = False
+        if len(starts) == 1:
+            prog.append((I_START, starts[0], None, None))
+        else:
+            prog.append((I_STARTALL, list(starts), None, None))
+        starts.clear()
+
+    for what, v in plan.steps:
+        if what == "start":
+            starts.append(snap_req.get(v, reqs[v]))
+            continue
+        flush_starts()
+        if what == "wait":
+            prog.append((I_WAIT, reqs[v], lay.expect[v], v))
+        elif what == "snap":
+            d, s = snap_copy[v]
+            prog.append((I_COPY, d, s, None))
+            dirty = dirty or device
+        else:  # work
+            for mode, d, s, s2 in work[v]:
+                code = I_FUSED if mode == W_FUSED else I_REDUCE if mode == W_REDUCE else I_COPY
+                prog.append((code, d, s, s2))
+            dirty = dirty or device
+    flush_starts()
+    if dirty:
+        prog.append((I_SYNC, None, None, None))
+    send_reqs = [snap_req.get(v, reqs[v]) for v in plan.sends]
+    return prog, send_reqs
+
+
+__all__ = ["StaticPlan", "plan_static", "bind_static", "STATIC_MAX_BYTES"]
