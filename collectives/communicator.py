@@ -76,7 +76,7 @@ from typing import Any
 
 import numpy as np
 
-from ccsynth.collectives.executor import DEFAULT_SLICE_BYTES, CompiledSchedule
+from ccsynth.collectives.executor import CompiledSchedule
 from ccsynth.collectives.static_program import STATIC_MAX_BYTES
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective, canonical_kind
@@ -242,7 +242,8 @@ class Communicator:
         backend: ``"auto"`` (by array type), ``"numpy"`` or ``"cupy"``.
         fallback: use the MPI library's collective for calls no schedule
             covers (else raise :class:`PlanError`).
-        slice_bytes: pipeline slice size of the executor (same on every rank).
+        slice_bytes: pipeline slice size of the executor (same on every rank;
+            default 1 MiB for reducing collectives, 4 MiB for the others).
         static_max_bytes: calls whose messages are all at most this large and
             fit in one slice run as straight-line programs (less Python per
             message); 0 keeps the dataflow loop for every call. Same on every rank.
@@ -266,7 +267,7 @@ class Communicator:
         *,
         backend: str = "auto",
         fallback: bool = True,
-        slice_bytes: int = DEFAULT_SLICE_BYTES,
+        slice_bytes: int | None = None,
         debug: bool | None = None,
         static_max_bytes: int = STATIC_MAX_BYTES,
     ):

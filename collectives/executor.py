@@ -40,6 +40,13 @@ the MPI status) compared with what the slice expects. Views, requests, tags
 and counters are precomputed; bindings of the caller's buffers are cached by
 address (the last few pairs).
 
+*Small calls.* When every op is one slice and no message exceeds
+``static_max_bytes`` (64 KiB), the layout is instead planned as a
+straight-line program (:mod:`ccsynth.collectives.static_program`): the rank
+runs its nodes in an order all ranks derive from the whole schedule (op
+levels), with one ``Start`` per message and one ``Wait``/``Test`` per
+receive, which cannot deadlock and costs far less Python per message.
+
 Matching and tags: the k-th send ``a -> b`` matches the k-th receive on ``b``
 from ``a``. Slice ``j`` of the ``k``-th message on that pair uses tag
 ``(slices of messages 0..k-1 on the pair) + j``, so slices can start in any
@@ -116,7 +123,8 @@ from ccsynth.kernels.base import Backend, canonical_op, check_dtype, get_backend
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SLICE_BYTES = 1 << 20
+DEFAULT_SLICE_BYTES = 1 << 20  # reducing collectives: a reduction overlaps the next slice's arrival
+DEFAULT_COPY_SLICE_BYTES = 4 << 20  # pure data movement: fewer, larger messages (see bench/RESULTS.md)
 MAX_BINDINGS = 4  # cached (sendbuf, recvbuf) address pairs per layout
 
 # node kinds of the slice graph
@@ -339,6 +347,8 @@ class CompiledSchedule:
         comm: an mpi4py intracommunicator with exactly ``schedule.n_ranks`` ranks.
         backend: ``"numpy"``, ``"cupy"`` or a :class:`~ccsynth.kernels.base.Backend`.
         slice_bytes: pipeline slice size; must be the same on every rank.
+            Default: :data:`DEFAULT_SLICE_BYTES` (1 MiB) for reducing
+            collectives, :data:`DEFAULT_COPY_SLICE_BYTES` (4 MiB) for the others.
         fuse: fuse copy + receive-reduce pairs into one kernel.
         profile: collect :class:`RunStats` in ``self.stats`` (adds timer calls).
         wait: how to wait for messages when nothing else is ready: ``"waitsome"``
@@ -367,7 +377,7 @@ class CompiledSchedule:
         comm,
         *,
         backend: str | Backend = "numpy",
-        slice_bytes: int = DEFAULT_SLICE_BYTES,
+        slice_bytes: int | None = None,
         fuse: bool = True,
         profile: bool = False,
         wait: str = "auto",
@@ -382,6 +392,8 @@ class CompiledSchedule:
                 f"schedule {schedule.name!r} is for {schedule.n_ranks} ranks ({schedule.collective.describe()}), "
                 f"but the communicator has {size} ranks"
             )
+        if slice_bytes is None:
+            slice_bytes = DEFAULT_SLICE_BYTES if schedule.collective.is_reducing else DEFAULT_COPY_SLICE_BYTES
         if isinstance(slice_bytes, bool) or not isinstance(slice_bytes, int) or slice_bytes < 1:
             raise ScheduleError(f"slice_bytes must be a positive integer, got {slice_bytes!r}")
         self.schedule = schedule
@@ -1738,4 +1750,4 @@ class CompiledSchedule:
         return f"CompiledSchedule({self.schedule.name!r}, rank {self.rank} of {self.size}, {self.n_ops} ops)"
 
 
-__all__ = ["CompiledSchedule", "RunStats", "DEFAULT_SLICE_BYTES"]
+__all__ = ["CompiledSchedule", "RunStats", "DEFAULT_SLICE_BYTES", "DEFAULT_COPY_SLICE_BYTES"]
