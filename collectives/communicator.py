@@ -288,6 +288,7 @@ class Communicator:
         self.static_max_bytes = static_max_bytes
         self.debug = bool(int(os.environ.get("CCSYNTH_DEBUG", "0") or 0)) if debug is None else bool(debug)
         self._pcomm = self.comm.Dup()  # private channel: never mixes with the program's messages
+        self._check_same_settings()
         self._compiled: dict[tuple, tuple[Schedule, CompiledSchedule]] = {}
         self._logged: set = set()
         self._scratch: dict[tuple, Any] = {}
@@ -350,6 +351,21 @@ class Communicator:
         if self._pcomm is not None and not self._MPI.Is_finalized():
             self._pcomm.Free()
         self._pcomm = None
+
+    def _check_same_settings(self) -> None:
+        """Every rank must cut messages alike: compare slice_bytes and static_max_bytes (one small Allreduce)."""
+        if self._size < 2:
+            return
+        mine = [int(self.slice_bytes or 0), int(self.static_max_bytes)]
+        v = np.array([x for a in mine for x in (a, -a)], dtype=np.int64)
+        out = np.empty_like(v)
+        self._pcomm.Allreduce(v, out, op=self._MPI.MAX)
+        if any(out[2 * i] != -out[2 * i + 1] for i in range(len(mine))):
+            raise CCSynthError(
+                f"the ranks built their Communicator with different settings (rank {self._rank}: "
+                f"slice_bytes={self.slice_bytes}, static_max_bytes={self.static_max_bytes}); "
+                f"every rank must pass the same values"
+            )
 
     def _note(self, key, level, msg, *args) -> None:
         if key not in self._logged:

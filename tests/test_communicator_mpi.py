@@ -70,6 +70,7 @@ ERRORS = [
     ("err_op", "OpError", "unknown reduction op 'xor'"),
     ("err_avg_int", "OpError", "'avg' needs a floating-point buffer"),
     ("err_debug_count", "BufferMismatchError", "ranks disagree"),
+    ("err_settings", "CCSynthError", "different settings"),
 ]
 
 

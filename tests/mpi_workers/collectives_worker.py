@@ -412,6 +412,13 @@ def case_err_world() -> None:
     expect_error("err_world", ScheduleError, lambda: CompiledSchedule(other, WORLD))
 
 
+def case_err_settings() -> None:
+    """Ranks that would cut messages differently: CCSynthError on every rank when the Communicator is built."""
+    from ccsynth.errors import CCSynthError
+
+    expect_error("err_settings", CCSynthError, lambda: Communicator(WORLD, slice_bytes=4096 if RANK == 0 else None))
+
+
 def case_err_plan_world() -> None:
     """The same through a Communicator whose plan holds only schedules for another size: MPI takes over;
     a Plan that claims our size but holds a schedule for another must raise on every rank."""
