@@ -279,7 +279,7 @@ class Communicator:
             raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
         self._size = self.comm.Get_size()
         self._rank = self.comm.Get_rank()
-        self.plan = self._resolve_plan(plan)
+        self._plan = self._resolve_plan(plan)
         if backend not in ("auto", "numpy", "cupy"):
             raise CCSynthError(f"unknown buffer backend {backend!r}; choose auto, numpy or cupy")
         self.backend = backend
@@ -300,6 +300,17 @@ class Communicator:
         self._hit: tuple | None = None  # the last scheduled call and how to replay it (see _replay)
 
     # ----------------------------------------------------------- plumbing
+    @property
+    def plan(self):
+        """The plan that picks a schedule per call (assigning a new one takes effect on the next call)."""
+        return self._plan
+
+    @plan.setter
+    def plan(self, plan) -> None:
+        self._plan = self._resolve_plan(plan)
+        self._selected.clear()
+        self._hit = None
+
     def _resolve_plan(self, plan):
         if plan is None:
             return _LazyDefaultPlan()
@@ -528,11 +539,11 @@ class Communicator:
         return sched
 
     def _schedule_for_uncached(self, kind: str, nbytes: int):
-        entry_for = getattr(self.plan, "entry_for", None)
+        entry_for = getattr(self._plan, "entry_for", None)
         if entry_for is not None:
             entry = entry_for(kind, self._size, nbytes)
             return entry.schedule if entry is not None else None
-        return self.plan.select(kind, self._size, nbytes)
+        return self._plan.select(kind, self._size, nbytes)
 
     def _compiled_for(self, schedule: Schedule, backend, root: int) -> CompiledSchedule:
         key = (id(schedule), backend.name, root)

@@ -126,6 +126,7 @@ log = logging.getLogger(__name__)
 DEFAULT_SLICE_BYTES = 1 << 20  # reducing collectives: a reduction overlaps the next slice's arrival
 DEFAULT_COPY_SLICE_BYTES = 4 << 20  # pure data movement: fewer, larger messages (see bench/RESULTS.md)
 MAX_BINDINGS = 4  # cached (sendbuf, recvbuf) address pairs per layout
+MAX_LAYOUTS = 64  # cached (dtype, count) layouts per compiled schedule; the least recently used go first
 
 # node kinds of the slice graph
 K_JOIN, K_SEND, K_RECV, K_RRED, K_LOCAL = range(5)
@@ -432,7 +433,7 @@ class CompiledSchedule:
         self._tag_mod = int(tag_ub) + 1 if tag_ub else 32768
         self._trace_columns()
         self._build_local(fuse)
-        self._layouts: dict[tuple[str, int], _Layout] = {}
+        self._layouts: OrderedDict[tuple[str, int], _Layout] = OrderedDict()
         self._private: dict[tuple[str, str, int], Any] = {}
         self._fast: tuple | None = None  # the last call's arguments and what they resolved to
         self._statuses: list = []  # filled by Waitsome/Testsome: one per completed request
@@ -868,6 +869,15 @@ class CompiledSchedule:
                 )
             lay = self._build_layout(dtype, m)
             self._layouts[key] = lay
+            while len(self._layouts) > MAX_LAYOUTS:  # many distinct counts: keep memory and requests bounded
+                _, old = self._layouts.popitem(last=False)
+                if self._fast is not None and self._fast[6] is old:
+                    self._fast = None
+                for b in old.bindings.values():
+                    b.free()
+                old.bindings.clear()
+        else:
+            self._layouts.move_to_end(key)
         return lay
 
     def _build_layout(self, dtype: np.dtype, m: int) -> _Layout:
@@ -1152,7 +1162,7 @@ class CompiledSchedule:
                 lvl = max(self._op_level[sid] for sid in lops[i].sched_ids)
                 for v in slices_of[i]:
                     node_level[v] = lvl
-            lay.static = plan_static(kind, lay.succ, cnt0, mpi, work, node_level, pre)
+            lay.static = plan_static(kind, lay.succ, mpi, work, node_level, pre)
         log.debug(
             "rank %d: %s compiled for %d x %s: %d ops, %d slice nodes, %d pre-posted receives, staging %d elements, %s",
             self.rank, self.schedule.name, m, dtype.name, n, nn, len(pre), staging_len,

@@ -39,7 +39,6 @@ this module plans (:func:`plan_static`, per layout) and binds
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 # instruction codes of a bound program: (code, a, b, c)
@@ -65,11 +64,11 @@ class StaticPlan:
     snap: tuple[int, ...]
 
 
-def plan_static(kind: list[int], succ: list[tuple[int, ...]], cnt0: list[int], mpi: dict, work: dict,
+def plan_static(kind: list[int], succ: list[tuple[int, ...]], mpi: dict, work: dict,
                 node_level: list[int], pre: tuple[int, ...]) -> StaticPlan | None:
     """Order the slice graph by level; None if a local edge goes down in level.
 
-    ``kind``, ``succ``, ``cnt0``, ``mpi``, ``work`` and ``pre`` are the
+    ``kind``, ``succ``, ``mpi``, ``work`` and ``pre`` are the
     layout's (see ``_Layout`` in the executor); ``node_level[v]`` is the
     level of the operation node ``v`` belongs to.
     """
@@ -81,24 +80,14 @@ def plan_static(kind: list[int], succ: list[tuple[int, ...]], cnt0: list[int], m
         for v in succ[u]:
             if node_level[v] < lu:
                 return None
-    # local preds (a receive-reduce's count also waits for its data)
-    cnt = [cnt0[v] - (1 if kind[v] == K_RRED else 0) for v in range(n)]
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for u in range(n):
-        for v in succ[u]:
-            preds[v].append(u)
-    heap = [(node_level[v], v) for v in range(n) if cnt[v] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        _, v = heapq.heappop(heap)
-        order.append(v)
-        for x in succ[v]:
-            cnt[x] -= 1
-            if cnt[x] == 0:
-                heapq.heappush(heap, (node_level[x], x))
-    if len(order) != n:  # pragma: no cover - the layout's graph is acyclic
-        return None
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from((u, v) for u in range(n) for v in succ[u])
+    # a topological order that takes the lowest level first among the nodes ready at each point
+    order = list(nx.lexicographical_topological_sort(g, key=lambda v: (node_level[v], v)))
+    preds: list[list[int]] = [sorted(g.predecessors(v)) for v in range(n)]
 
     steps: list[tuple] = []
     pending: set[int] = set()  # receives started but not yet waited for
@@ -113,7 +102,7 @@ def plan_static(kind: list[int], succ: list[tuple[int, ...]], cnt0: list[int], m
             steps.append(("work", v))
 
     for v in order:
-        for u in sorted(preds[v]):
+        for u in preds[v]:
             if u in pending:
                 settle(u)
         k = kind[v]

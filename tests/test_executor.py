@@ -250,6 +250,24 @@ def test_cached_bindings_follow_new_buffers():
     assert y.tolist() == [3.0] * 5
 
 
+def test_many_distinct_counts_keep_a_bounded_layout_cache():
+    from ccsynth.collectives.executor import MAX_LAYOUTS
+
+    cs = CompiledSchedule(self_schedule(c=2), MPI.COMM_SELF)
+    x0 = np.arange(3.0)
+    y0 = np.zeros(3)
+    cs.run(x0, y0)
+    for m in range(1, MAX_LAYOUTS + 20):  # variable sizes, e.g. sequence lengths of an inference server
+        x = np.arange(float(m))
+        y = np.zeros(m)
+        cs.run(x, y)
+        np.testing.assert_array_equal(y, x)
+    assert len(cs._layouts) == MAX_LAYOUTS
+    x0[:] = 7.0  # the first layout was dropped (least recently used): it is rebuilt
+    cs.run(x0, y0)
+    assert y0.tolist() == [7.0] * 3
+
+
 def test_non_reducing_collectives_move_any_dtype():
     cs = CompiledSchedule(self_schedule("allgather", c=2), MPI.COMM_SELF)
     x = (np.arange(5) + 1j * np.arange(5)).astype(np.complex64)

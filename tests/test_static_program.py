@@ -137,9 +137,9 @@ def test_sends_whose_chunk_is_overwritten_later_send_a_snapshot():
 
 def test_a_local_edge_down_in_level_refuses_the_plan():
     # node 0 (level 3) -> node 1 (level 1): the fixed order could not honour both
-    kind, succ, cnt0 = [4, 4], [(1,), ()], [0, 1]
-    assert plan_static(kind, succ, cnt0, {}, {}, [3, 1], ()) is None
-    plan = plan_static(kind, succ, cnt0, {}, {0: (), 1: ()}, [1, 3], ())
+    kind, succ = [4, 4], [(1,), ()]
+    assert plan_static(kind, succ, {}, {}, [3, 1], ()) is None
+    plan = plan_static(kind, succ, {}, {0: (), 1: ()}, [1, 3], ())
     assert isinstance(plan, StaticPlan) and plan.steps == (("work", 0), ("work", 1))
 
 

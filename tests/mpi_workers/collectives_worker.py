@@ -229,6 +229,42 @@ def case_dataflow() -> None:
                  roots=((s.collective.root + 1) % N,), in_place=(False,), label=f"{s.name} dataflow: ")
 
 
+def case_replay() -> None:
+    """The same arrays call after call (the communicator replays the call): new contents, in place,
+    another root, a reshaped array, a new plan -- every result still matches MPI."""
+    c = Communicator(WORLD)
+    x = np.empty(11, np.int64)
+    y = np.empty(11, np.int64)
+    ref = np.empty(11, np.int64)
+    for it in range(4):
+        x[:] = data("int64", MPI.SUM, 11)
+        c.Allreduce(x, y, MPI.SUM)
+        WORLD.Allreduce(x, ref, MPI.SUM)
+        same(f"replayed allreduce {it}", y, ref)
+        y[:] = x
+        c.Allreduce(MPI.IN_PLACE, y, MPI.SUM)
+        same(f"replayed in-place allreduce {it}", y, ref)
+        c.Allreduce(x, y, MPI.MAX)  # another op: not a replay of the SUM call
+        WORLD.Allreduce(x, ref, MPI.MAX)
+        same(f"replayed max allreduce {it}", y, ref)
+    b = np.arange(5, dtype=np.float32) * (RANK + 1)
+    for root in (0, N - 1, 0):
+        b[:] = np.arange(5) * (RANK + 1)
+        c.Bcast(b, root)
+        same(f"replayed bcast root {root}", b, np.arange(5, dtype=np.float32) * (root + 1))
+    g = np.zeros(N * 3, np.int32)
+    s2 = np.full(3, RANK, np.int32)
+    c.Allgather(s2, g)
+    g.shape = (N, 3)  # the same object, another shape: parsed again
+    c.Allgather(s2, g)
+    same("allgather into a reshaped array", g, np.repeat(np.arange(N, dtype=np.int32), 3).reshape(N, 3))
+    c.plan = single_plan(hand.ring_allgather(N))
+    c.Allgather(s2, g)
+    if c.last_algorithm != hand.ring_allgather(N).name:
+        raise AssertionError(f"rank {RANK}: a new plan was ignored: ran {c.last_algorithm}")
+    same("allgather after a new plan", g, np.repeat(np.arange(N, dtype=np.int32), 3).reshape(N, 3))
+
+
 def case_hand() -> None:
     """Hand-built schedules as single-entry plans, with tiny pipeline slices too."""
     for slice_bytes in (1 << 20, 24):
