@@ -229,6 +229,25 @@ def successors(topology: Topology, members: Iterable[int] | None = None) -> dict
     return out
 
 
+def _strides(sizes: Sequence[int]) -> list[int]:
+    strides = [1] * len(sizes)
+    for d in range(1, len(sizes)):
+        strides[d] = strides[d - 1] * sizes[d - 1]
+    return strides
+
+
+def _snake(sizes: Sequence[int], strides: Sequence[int], dims: Sequence[int]) -> list[int]:
+    """Reflected (boustrophedon) walk over the grid of ``dims``, the first fastest: a Hamiltonian path."""
+    order: list[int] = [0]
+    for d in dims:
+        prev = order
+        order = []
+        for v in range(sizes[d]):
+            part = prev if v % 2 == 0 else prev[::-1]
+            order += [r + v * strides[d] for r in part]
+    return order
+
+
 def gray_order(sizes: Sequence[int]) -> tuple[int, ...] | None:
     """Ranks of a mixed-radix grid (dimension 0 fastest) in reflected Gray-code order.
 
@@ -241,20 +260,38 @@ def gray_order(sizes: Sequence[int]) -> tuple[int, ...] | None:
     (0, 1, 3, 2, 4, 5, 7, 6)
     """
     sizes = list(sizes)
-    strides = [1] * len(sizes)
-    for d in range(1, len(sizes)):
-        strides[d] = strides[d - 1] * sizes[d - 1]
     even = [d for d in range(len(sizes)) if sizes[d] % 2 == 0]
     if not even:
         return None
     dims = [d for d in range(len(sizes)) if d != even[-1]] + [even[-1]]
-    order: list[int] = [0]
-    for d in dims:
-        prev = order
-        order = []
-        for v in range(sizes[d]):
-            part = prev if v % 2 == 0 else prev[::-1]
-            order += [r + v * strides[d] for r in part]
+    return tuple(_snake(sizes, _strides(sizes), dims))
+
+
+def odd_torus_order(sizes: Sequence[int]) -> tuple[int, ...] | None:
+    """A cycle through a grid whose every dimension is odd, using dimension 0's wrap-around once.
+
+    Column 0 of dimension 0 is kept for the way back: the walk snakes through
+    columns ``1..C-1`` row by row (rows = the other dimensions in reflected
+    order), steps from the last row's column ``C-1`` over the wrap-around to
+    its column 0, and climbs column 0 back to the first row, next to where it
+    started. Every step changes one coordinate by one (or wraps dimension 0),
+    so on a torus consecutive ranks are neighbours. None for fewer than two
+    dimensions or a dimension 0 of size below 3.
+
+    >>> odd_torus_order([3, 3])
+    (1, 2, 5, 4, 7, 8, 6, 3, 0)
+    """
+    sizes = list(sizes)
+    if len(sizes) < 2 or sizes[0] < 3:
+        return None
+    strides = _strides(sizes)
+    rows = _snake(sizes, strides, range(1, len(sizes)))
+    c = sizes[0]
+    order: list[int] = []
+    for i, row in enumerate(rows):
+        cols = range(1, c) if i % 2 == 0 else range(c - 1, 0, -1)
+        order += [row + k for k in cols]
+    order += [row for row in reversed(rows)]
     return tuple(order)
 
 
@@ -325,9 +362,10 @@ def _ham_path(succ, start, end, members, budget, close_to=None) -> list[int] | N
 @lru_cache(maxsize=256)
 def _find_ring_cached(topology: Topology, ranks: tuple[int, ...]) -> tuple[int, ...] | None:
     if len(ranks) == topology.n_ranks and topology.dims:
-        gray = gray_order([d.size for d in topology.dims])
-        if gray is not None and is_ring(topology, gray) and not is_ring(topology, tuple(range(topology.n_ranks))):
-            return gray
+        sizes = [d.size for d in topology.dims]
+        for grid in (gray_order(sizes), odd_torus_order(sizes)):
+            if grid is not None and is_ring(topology, grid) and not is_ring(topology, tuple(range(topology.n_ranks))):
+                return grid
     members = frozenset(ranks)
     succ = successors(topology, members)
     found = search_ring(succ, topology.nodes, RING_SEARCH_BUDGET)
