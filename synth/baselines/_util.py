@@ -211,6 +211,72 @@ def chain_reduce(places: Places, chain: Sequence[int], keys: Sequence[int]) -> N
 
 
 # ------------------------------------------------------------ ring discovery
+def ring_collective(b: ScheduleBuilder, collective: Collective, rings: Sequence[Sequence[int]]) -> None:
+    """Write ``collective`` run over ``rings`` at once into ``b`` (allgather, reduce-scatter, allreduce,
+    broadcast, reduce).
+
+    Ring ``k`` runs on channel ``k`` and carries the ``k``-th of ``len(rings)``
+    near-equal groups of every piece's chunks (allreduce: of the buffer's
+    chunks); with one ring this is the classic ring algorithm. Each ring is a
+    list of ranks in ring order.
+    """
+    n, c, kind, root = collective.n_ranks, collective.chunk_factor, collective.kind, collective.root
+    groups = split(range(c), len(rings))  # chunk offsets within a piece, per ring
+
+    if kind == "allgather":
+        p = Places(b, lambda r, k: ("o", k))
+        for r in range(n):
+            for j in range(c):
+                p.put(r, r * c + j, ("i", j))
+        for ch, (order, grp) in enumerate(zip(rings, groups)):
+            p.channel = ch
+            ring_allgather(p, order, [[q * c + j for j in grp] for q in order])
+        for r in range(n):
+            p.settle(r, piece(r, c))
+    elif kind == "reduce_scatter":
+        def home(r: int, k: int):
+            return ("o", k - r * c) if r * c <= k < (r + 1) * c else ("s", k)
+
+        p = Places(b, home)
+        for r in range(n):
+            for k in range(n * c):
+                p.put(r, k, ("i", k))
+        for ch, (order, grp) in enumerate(zip(rings, groups)):
+            p.channel = ch
+            ring_reduce_scatter(p, order, [[q * c + j for j in grp] for q in order])
+        for r in range(n):
+            p.settle(r, piece(r, c))
+    elif kind == "allreduce":
+        p = Places(b, lambda r, k: ("o", k))
+        for r in range(n):
+            for k in range(c):
+                p.put(r, k, ("i", k))
+        for ch, (order, grp) in enumerate(zip(rings, groups)):
+            p.channel = ch
+            blocks = split(grp, n)
+            ring_reduce_scatter(p, order, blocks)
+            ring_allgather(p, order, blocks)
+        for r in range(n):
+            p.settle(r, range(c))
+    elif kind == "broadcast":
+        p = Places(b, lambda r, k: ("o", k))
+        for k in range(c):
+            p.put(root, k, ("i", k))
+        for ch, (order, grp) in enumerate(zip(rings, groups)):
+            p.channel = ch
+            chain_broadcast(p, rotate(order, root), grp)
+        p.settle(root, range(c))
+    else:  # reduce
+        p = Places(b, lambda r, k: ("o", k) if r == root else ("s", k))
+        for r in range(n):
+            for k in range(c):
+                p.put(r, k, ("i", k))
+        for ch, (order, grp) in enumerate(zip(rings, groups)):
+            p.channel = ch
+            chain_reduce(p, rotate(order, root)[1:] + [root], grp)
+        p.settle(root, range(c))
+
+
 def is_ring(topology: Topology, order: Sequence[int]) -> bool:
     """True if ``order`` is a cycle of connections of ``topology``."""
     m = len(order)

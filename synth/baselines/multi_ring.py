@@ -42,19 +42,12 @@ from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError
 from ccsynth.synth.baselines._util import (
-    Places,
     _Budget,
     _ham_paths,
-    chain_broadcast,
-    chain_reduce,
     check_sizes,
     find_ring,
-    piece,
-    ring_allgather,
-    ring_reduce_scatter,
-    rotate,
+    ring_collective,
     search_ring,
-    split,
     successors,
 )
 from ccsynth.synth.baselines.ring import KINDS
@@ -175,60 +168,6 @@ def check(collective: Collective, topology: Topology) -> tuple[tuple[int, ...], 
 def build(collective: Collective, topology: Topology) -> Schedule:
     """The multi-ring schedule (unverified)."""
     rings = [list(r) for r in check(collective, topology)]
-    n, c, kind, root = collective.n_ranks, collective.chunk_factor, collective.kind, collective.root
-    groups = split(range(c), len(rings))  # chunk offsets within a piece, per ring
     b = ScheduleBuilder(collective, NAME, topology=topology.name)
-
-    if kind == "allgather":
-        p = Places(b, lambda r, k: ("o", k))
-        for r in range(n):
-            for j in range(c):
-                p.put(r, r * c + j, ("i", j))
-        for ch, (order, grp) in enumerate(zip(rings, groups)):
-            p.channel = ch
-            ring_allgather(p, order, [[q * c + j for j in grp] for q in order])
-        for r in range(n):
-            p.settle(r, piece(r, c))
-    elif kind == "reduce_scatter":
-        def home(r: int, k: int):
-            return ("o", k - r * c) if r * c <= k < (r + 1) * c else ("s", k)
-
-        p = Places(b, home)
-        for r in range(n):
-            for k in range(n * c):
-                p.put(r, k, ("i", k))
-        for ch, (order, grp) in enumerate(zip(rings, groups)):
-            p.channel = ch
-            ring_reduce_scatter(p, order, [[q * c + j for j in grp] for q in order])
-        for r in range(n):
-            p.settle(r, piece(r, c))
-    elif kind == "allreduce":
-        p = Places(b, lambda r, k: ("o", k))
-        for r in range(n):
-            for k in range(c):
-                p.put(r, k, ("i", k))
-        for ch, (order, grp) in enumerate(zip(rings, groups)):
-            p.channel = ch
-            blocks = split(grp, n)
-            ring_reduce_scatter(p, order, blocks)
-            ring_allgather(p, order, blocks)
-        for r in range(n):
-            p.settle(r, range(c))
-    elif kind == "broadcast":
-        p = Places(b, lambda r, k: ("o", k))
-        for k in range(c):
-            p.put(root, k, ("i", k))
-        for ch, (order, grp) in enumerate(zip(rings, groups)):
-            p.channel = ch
-            chain_broadcast(p, rotate(order, root), grp)
-        p.settle(root, range(c))
-    else:  # reduce
-        p = Places(b, lambda r, k: ("o", k) if r == root else ("s", k))
-        for r in range(n):
-            for k in range(c):
-                p.put(r, k, ("i", k))
-        for ch, (order, grp) in enumerate(zip(rings, groups)):
-            p.channel = ch
-            chain_reduce(p, rotate(order, root)[1:] + [root], grp)
-        p.settle(root, range(c))
+    ring_collective(b, collective, rings)
     return b.build(algorithm=NAME, rings=rings)

@@ -32,18 +32,7 @@ from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError
-from ccsynth.synth.baselines._util import (
-    Places,
-    chain_broadcast,
-    chain_reduce,
-    check_sizes,
-    piece,
-    require_ring,
-    ring_allgather,
-    ring_reduce_scatter,
-    rotate,
-    split,
-)
+from ccsynth.synth.baselines._util import check_sizes, require_ring, ring_collective
 from ccsynth.topologies.model import Topology
 
 NAME = "ring"
@@ -62,52 +51,6 @@ def check(collective: Collective, topology: Topology) -> tuple[int, ...]:
 def build(collective: Collective, topology: Topology) -> Schedule:
     """The ring schedule (not yet verified; :func:`make_baseline` verifies)."""
     order = list(check(collective, topology))
-    n, c, kind = collective.n_ranks, collective.chunk_factor, collective.kind
     b = ScheduleBuilder(collective, NAME, topology=topology.name)
-
-    if kind == "allgather":
-        p = Places(b, lambda r, k: ("o", k))
-        for r in range(n):
-            for j in range(c):
-                p.put(r, r * c + j, ("i", j))
-        ring_allgather(p, order, [piece(r, c) for r in order])
-        for r in range(n):
-            p.settle(r, piece(r, c))
-    elif kind == "reduce_scatter":
-        def home(r: int, k: int):
-            return ("o", k - r * c) if r * c <= k < (r + 1) * c else ("s", k)
-
-        p = Places(b, home)
-        for r in range(n):
-            for k in range(n * c):
-                p.put(r, k, ("i", k))
-        ring_reduce_scatter(p, order, [piece(r, c) for r in order])
-        for r in range(n):
-            p.settle(r, piece(r, c))
-    elif kind == "allreduce":
-        p = Places(b, lambda r, k: ("o", k))
-        for r in range(n):
-            for k in range(c):
-                p.put(r, k, ("i", k))
-        blocks = split(range(c), n)
-        ring_reduce_scatter(p, order, blocks)
-        ring_allgather(p, order, blocks)
-        for r in range(n):
-            p.settle(r, range(c))
-    elif kind == "broadcast":
-        chain = rotate(order, collective.root)
-        p = Places(b, lambda r, k: ("o", k))
-        for k in range(c):
-            p.put(collective.root, k, ("i", k))
-        chain_broadcast(p, chain, range(c))
-        p.settle(collective.root, range(c))
-    else:  # reduce: the chain ends at the root
-        root = collective.root
-        chain = rotate(order, root)[1:] + [root]
-        p = Places(b, lambda r, k: ("o", k) if r == root else ("s", k))
-        for r in range(n):
-            for k in range(c):
-                p.put(r, k, ("i", k))
-        chain_reduce(p, chain, range(c))
-        p.settle(root, range(c))
+    ring_collective(b, collective, [order])
     return b.build(algorithm=NAME, ring=order)
