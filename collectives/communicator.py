@@ -28,7 +28,9 @@ Which algorithm: on each call the message size (nccl-tests convention: the
 larger per-rank buffer in bytes) selects a schedule from the plan
 (``plan.select(kind, n_ranks, nbytes)``). ``plan`` is a
 :class:`~ccsynth.synth.plan.Plan`, a path to a plan file, or None for the
-built-in default (recursive doubling/halving below 32 KiB, rings above,
+built-in default (allreduce: one-shot below 4 KiB on up to 8 ranks,
+recursive doubling below 128 KiB, Rabenseifner above; other collectives:
+recursive doubling/halving below 32 KiB, rings above,
 direct alltoall, binomial trees for broadcast and reduce, built on first use
 for the communicator's size). Compiled programs are cached per schedule
 (and inside per dtype and count), so a call costs the run and a few
@@ -94,10 +96,19 @@ from ccsynth.kernels.base import (
 log = logging.getLogger(__name__)
 
 SMALL_BYTES = 32 * 1024  # below: latency-bound algorithms; above: bandwidth-bound
+ONE_SHOT_BYTES = 4 * 1024  # allreduce below this, on few ranks: one hop (every rank sums all buffers)
+ONE_SHOT_MAX_RANKS = 8  # one_shot sends n-1 messages per rank: only for small communicators
+# allreduce from here up: Rabenseifner (recursive halving), which on a fully connected machine moves what a
+# ring moves in log2(n) steps instead of 2(n-1); below, recursive doubling (bench/RESULTS.md, session 2)
+HALVING_BYTES = 128 * 1024
 
 # Default algorithm table: per kind, (min_bytes, max_bytes, baseline names in order of preference).
 DEFAULT_TABLE: dict[str, tuple[tuple[int, int | None, tuple[str, ...]], ...]] = {
-    "allreduce": ((0, SMALL_BYTES, ("recursive_doubling", "ring")), (SMALL_BYTES, None, ("ring", "recursive_halving"))),
+    "allreduce": (
+        (0, ONE_SHOT_BYTES, ("one_shot", "recursive_doubling", "ring")),
+        (ONE_SHOT_BYTES, HALVING_BYTES, ("recursive_doubling", "ring")),
+        (HALVING_BYTES, None, ("recursive_halving", "ring")),
+    ),
     "allgather": ((0, SMALL_BYTES, ("recursive_doubling", "ring")), (SMALL_BYTES, None, ("ring", "recursive_doubling"))),
     "reduce_scatter": ((0, SMALL_BYTES, ("recursive_halving", "ring")), (SMALL_BYTES, None, ("ring", "recursive_halving"))),
     "alltoall": ((0, None, ("direct",)),),
@@ -144,6 +155,8 @@ def _default_entries(kind: str, n: int) -> list:
     built: dict[tuple[str, int], Schedule] = {}
     for lo, hi, names in DEFAULT_TABLE.get(kind, ()):
         for name in names:
+            if name == "one_shot" and n > ONE_SHOT_MAX_RANKS:
+                continue
             coll = Collective(kind, n, default_chunk_factor(name, kind, n))
             if name not in applicable_baselines(coll, topo):
                 continue

@@ -39,7 +39,8 @@ from ccsynth.topologies import get_topology
 from ccsynth.topologies.catalog import dgx1, fully_connected, ring, torus
 from ccsynth.topologies.model import Link, Switch, Topology
 
-NAMES = ("ring", "multi_ring", "recursive_doubling", "recursive_halving", "direct", "binomial_tree", "hierarchical")
+NAMES = ("ring", "multi_ring", "recursive_doubling", "recursive_halving", "direct", "one_shot", "binomial_tree",
+         "hierarchical")
 MACHINES = ("dgx1", "ndv2x2", "dgx_a100x2", "torus:2x4")
 
 
@@ -140,8 +141,8 @@ def expected_generic(kind: str, n: int, shape: str, c: int) -> list[str]:
     Both have room for a second ring (the reverse one) from 3 ranks on, and
     multi_ring needs at least 2 chunks to share out. Recursive doubling/halving
     and the binomial tree talk to rank +-2^k; a ring of n ranks has those links
-    only for n <= 3. Direct always works (relayed on a ring). Hierarchical
-    needs several nodes.
+    only for n <= 3. Direct and one-shot always work (relayed on a ring).
+    Hierarchical needs several nodes.
     """
     dense = shape == "fully_connected" or n <= 3
     out = []
@@ -154,6 +155,8 @@ def expected_generic(kind: str, n: int, shape: str, c: int) -> list[str]:
     if dense and kind in ("reduce_scatter", "allreduce"):
         out.append("recursive_halving")
     out.append("direct")
+    if kind == "allreduce":
+        out.append("one_shot")
     if dense and kind in ("broadcast", "reduce", "gather", "scatter"):
         out.append("binomial_tree")
     return out
@@ -198,14 +201,14 @@ EXPECTED_MACHINES = {
     "dgx1": {
         "allgather": ["ring", "multi_ring", "recursive_doubling", "direct"],
         "reduce_scatter": ["ring", "multi_ring", "recursive_halving", "direct"],
-        "allreduce": ["ring", "multi_ring", "recursive_doubling", "recursive_halving", "direct"],
+        "allreduce": ["ring", "multi_ring", "recursive_doubling", "recursive_halving", "direct", "one_shot"],
         "alltoall": ["direct"],
         "broadcast": ["ring", "multi_ring", "direct", "binomial_tree"],
         "gather": ["direct", "binomial_tree"],
     },
     "torus:2x4": {  # rank r and r^4 are two hops apart in the 4-ring: no recursive algorithms, no tree
         "allgather": ["ring", "multi_ring", "direct"],
-        "allreduce": ["ring", "multi_ring", "direct"],
+        "allreduce": ["ring", "multi_ring", "direct", "one_shot"],
         "reduce": ["ring", "multi_ring", "direct"],
         "scatter": ["direct"],
     },
@@ -214,7 +217,7 @@ for _m, _multi in (("ndv2x2", []), ("dgx_a100x2", ["multi_ring"])):  # ndv2's on
     EXPECTED_MACHINES[_m] = {
         "allgather": ["ring", *_multi, "recursive_doubling", "direct", "hierarchical"],
         "reduce_scatter": ["ring", *_multi, "recursive_halving", "direct", "hierarchical"],
-        "allreduce": ["ring", *_multi, "recursive_doubling", "recursive_halving", "direct", "hierarchical"],
+        "allreduce": ["ring", *_multi, "recursive_doubling", "recursive_halving", "direct", "one_shot", "hierarchical"],
         "alltoall": ["direct"],
         "reduce": ["ring", *_multi, "direct", "binomial_tree"],
     }
@@ -418,8 +421,23 @@ def test_hypothetical_two_node_switch_topology():
     t = Topology("2x2", 4, switches=(Switch("a", (0, 1), 10.0, 1.0), Switch("b", (2, 3), 10.0, 1.0),
                                       Switch("r0", (0, 2), 5.0, 2.0), Switch("r1", (1, 3), 5.0, 2.0)), nodes=(0, 0, 1, 1))
     assert applicable_baselines(Collective("allreduce", 4, 4), t) == [  # a 2x2 square: two rings, both ways round
-        "ring", "multi_ring", "recursive_doubling", "recursive_halving", "direct", "hierarchical"]
+        "ring", "multi_ring", "recursive_doubling", "recursive_halving", "direct", "one_shot", "hierarchical"]
     build_all(t, 3)
+
+
+def test_one_shot_allreduce_is_one_hop_and_sums_in_rank_order():
+    t = fully_connected(4)
+    s = make_baseline("one_shot", Collective("allreduce", 4, 2), t)
+    assert sum(op.kind == "send" for op in s.ops) == 12 and s.meta["relayed"] == 0
+    for r in range(4):
+        # every rank: o = x_0, then += x_1, x_2, x_3 (its own input at its own turn)
+        mine = [op for op in s.ops if op.rank == r and op.kind in ("copy", "reduce")]
+        srcs = [(op.src.buf, op.src.index) for op in mine]
+        assert srcs == [("i", 0) if q == r else ("s", 2 * q) for q in range(4)]
+    # relayed where two ranks have no link (a unidirectional ring), still verified
+    u = Topology("u4", 4, links=tuple(Link(i, (i + 1) % 4, 1.0, 10.0) for i in range(4)))
+    s = make_baseline("one_shot", Collective("allreduce", 4), u)
+    assert s.meta["relayed"] == 8
 
 
 def test_multi_ring_finds_the_nvlink_rings_of_dgx1():

@@ -12,6 +12,7 @@ recursive_doubling  allgather, allreduce
 recursive_halving   reduce_scatter, allreduce (Rabenseifner)
 direct              alltoall, allgather, reduce_scatter, allreduce, gather,
                     scatter, broadcast, reduce
+one_shot            allreduce in one hop (every rank sums all buffers itself)
 binomial_tree       broadcast, reduce, gather, scatter
 hierarchical        allreduce, allgather, reduce_scatter (multi-node topologies)
 =================== ==============================================================
@@ -39,7 +40,7 @@ from typing import Callable
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError
-from ccsynth.synth.baselines import direct, hierarchical, multi_ring, recursive, ring, tree
+from ccsynth.synth.baselines import direct, hierarchical, multi_ring, one_shot, recursive, ring, tree
 from ccsynth.synth.baselines._util import pow2_floor
 from ccsynth.topologies.model import Topology
 
@@ -91,6 +92,7 @@ BASELINES: dict[str, Baseline] = {
         Baseline(recursive.HALVING, recursive.HALVING_DESCRIPTION, recursive.HALVING_KINDS,
                  recursive.build_halving, recursive.check_halving, _halving_chunks),
         Baseline(direct.NAME, direct.DESCRIPTION, direct.KINDS, direct.build, direct.check, _per_rank_blocks),
+        Baseline(one_shot.NAME, one_shot.DESCRIPTION, one_shot.KINDS, one_shot.build, one_shot.check),
         Baseline(tree.NAME, tree.DESCRIPTION, tree.KINDS, tree.build, tree.check),
         Baseline(hierarchical.NAME, hierarchical.DESCRIPTION, hierarchical.KINDS, hierarchical.build, hierarchical.check,
                  _per_rank_blocks),

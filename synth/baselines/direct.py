@@ -61,7 +61,7 @@ def pairs(collective: Collective) -> list[tuple[int, int]]:
         return [((root + k) % n, root) for k in range(1, n)]
     if kind in ("scatter", "broadcast"):
         return [(root, (root + k) % n) for k in range(1, n)]
-    return [(r, d) for _, r, d in _rounds(n)]
+    return [(r, d) for _, r, d in rounds(n)]
 
 
 def check(collective: Collective, topology: Topology) -> None:
@@ -78,14 +78,14 @@ def check(collective: Collective, topology: Topology) -> None:
             raise CollectiveError(f"{NAME}: rank {a} cannot reach rank {b} in topology {topology.name!r}")
 
 
-def _rounds(n: int):
+def rounds(n: int):
     """``(k, r, (r + k) % n)`` for every round ``k`` and rank ``r``."""
     for k in range(1, n):
         for r in range(n):
             yield k, r, (r + k) % n
 
 
-class _Router:
+class Router:
     """Shortest-path routes with greedy link-load balancing, and relayed transfers."""
 
     def __init__(self, b: ScheduleBuilder, topology: Topology, scratch_base: int):
@@ -154,20 +154,20 @@ def build(collective: Collective, topology: Topology) -> Schedule:
     n, c, root, kind = collective.n_ranks, collective.chunk_factor, collective.root, collective.kind
     b = ScheduleBuilder(collective, NAME, topology=topology.name)
     # scratch slots 0 .. (n-1)*c hold received contributions; relays use what follows
-    net = _Router(b, topology, (n - 1) * c if collective.is_reducing else 0)
+    net = Router(b, topology, (n - 1) * c if collective.is_reducing else 0)
     if kind == "alltoall":
         for r in range(n):
             b.copy(r, ("i", r * c, c), ("o", r * c, c))
-        for _, r, d in _rounds(n):
+        for _, r, d in rounds(n):
             net.deliver(r, d, ("i", d * c, c), ("o", r * c, c))
     elif kind == "allgather":
         for r in range(n):
             b.copy(r, ("i", 0, c), ("o", r * c, c))
-        for _, r, d in _rounds(n):
+        for _, r, d in rounds(n):
             net.deliver(r, d, ("i", 0, c), ("o", r * c, c))
     elif kind == "reduce_scatter":
         # peer (d - k) % n lands in scratch slot k - 1 of rank d
-        for k, r, d in _rounds(n):
+        for k, r, d in rounds(n):
             net.deliver(r, d, ("i", d * c, c), ("s", (k - 1) * c, c))
         for d in range(n):
             b.copy(d, ("i", d * c, c), ("o", 0, c))
@@ -177,7 +177,7 @@ def build(collective: Collective, topology: Topology) -> Schedule:
         blocks = [(blk[0], len(blk)) if blk else None for blk in split(range(c), n)]
         for r in range(n):
             b.copy(r, ("i", 0, c), ("o", 0, c))
-        for k, r, d in _rounds(n):
+        for k, r, d in rounds(n):
             if blocks[d]:
                 start, cnt = blocks[d]
                 net.deliver(r, d, ("i", start, cnt), ("s", (k - 1) * c + start, cnt))
@@ -186,7 +186,7 @@ def build(collective: Collective, topology: Topology) -> Schedule:
                 start, cnt = blocks[d]
                 for k in range(1, n):
                     b.reduce(d, ("s", (k - 1) * c + start, cnt), ("o", start, cnt))
-        for _, r, d in _rounds(n):
+        for _, r, d in rounds(n):
             if blocks[r]:
                 start, cnt = blocks[r]
                 net.deliver(r, d, ("o", start, cnt), ("o", start, cnt))

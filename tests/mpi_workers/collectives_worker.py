@@ -205,7 +205,7 @@ def case_default() -> None:
     """The default plan (built-in baselines) against MPI for everything."""
     c = Communicator(WORLD)
     k = exercise(c, roots=(0, N - 1))
-    # bandwidth-sized messages take the ring entries of the default plan
+    # bandwidth-sized messages take the large-message entries of the default plan (ring, Rabenseifner)
     k += exercise(c, kinds=KINDS, dtypes=("float32", "int64"), ops=(MPI.SUM, MPI.MAX), counts=(20011,),
                   roots=(N // 2,), in_place=(False,))
     say(f"rank {RANK}: {k} checks")
