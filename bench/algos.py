@@ -30,7 +30,8 @@ from ccsynth.errors import CCSynthError
 log = logging.getLogger(__name__)
 
 # Used when ccsynth.synth.baselines cannot tell (it names its own registry).
-_KNOWN_BASELINES = ("ring", "recursive_doubling", "recursive_halving", "direct", "binomial_tree", "hierarchical")
+_KNOWN_BASELINES = ("ring", "multi_ring", "recursive_doubling", "recursive_halving", "direct", "one_shot",
+                    "binomial_tree", "hierarchical")
 DEFAULT_PLAN_NAMES = ("default", "plan")
 _MPI_ONLY = "algorithm {!r} runs collectives only; latency, bw and barrier measure the MPI library: use --algo mpi"
 

@@ -554,6 +554,13 @@ class CompiledSchedule:
         self._hazards = hazards
         self._hints = hints
         self.n_ops = n
+        # The straight-line path is safe only if no rank's program has an edge that goes down in
+        # level (static_program's proof); the rewrites above could, in principle, create one.
+        key = [max(self._op_level[i] for i in op.sched_ids) for op in lops]
+        self._levels_ok = all(
+            key[a] <= key[b] for b in range(n) for a in list(self._hazards[b]) + list(self._hints[b])
+        )
+        self._levels_ok_everywhere: bool | None = None  # agreed with the other ranks at the first layout
 
     def _hazard_sweep(self, lops: list[_LOp]) -> tuple[list[int], list[dict[int, set[tuple[str, int]]]]]:
         """Memory hazards at chunk level, by a sweep in dataflow order.
@@ -858,6 +865,19 @@ class CompiledSchedule:
             pre[j + 1] = pre[j] + sz[j]
         return sz, pre
 
+    def _static_allowed(self) -> bool:
+        """Whether every rank's program keeps to the levels (one tiny Allreduce, at the first layout only)."""
+        if self._levels_ok_everywhere is None:
+            ok = self._levels_ok
+            MPI = self._MPI
+            if MPI is not None and isinstance(self.comm, MPI.Comm) and self.static_max_bytes > 0:
+                mine = np.array([1 if ok else 0], dtype=np.int32)
+                every = np.empty_like(mine)
+                self.comm.Allreduce(mine, every, op=MPI.MIN)
+                ok = bool(every[0])
+            self._levels_ok_everywhere = ok
+        return self._levels_ok_everywhere
+
     def _layout(self, dtype: np.dtype, m: int) -> _Layout:
         key = (dtype.str, m)
         lay = self._layouts.get(key)
@@ -1156,7 +1176,8 @@ class CompiledSchedule:
         lay.scratch = be.empty(scratch_len, dtype)
         lay.staging = be.empty(staging_len, dtype)
         biggest = max((total[i] for i in range(n) if lops[i].kind in _MESSAGE_KINDS), default=0) * dtype.itemsize
-        if self._MPI is not None and all(x <= 1 for x in nsl) and biggest <= self.static_max_bytes:
+        allowed = self._static_allowed()  # on every rank at its first layout: the check communicates
+        if allowed and self._MPI is not None and all(x <= 1 for x in nsl) and biggest <= self.static_max_bytes:
             node_level = [0] * nn
             for i in range(n):
                 lvl = max(self._op_level[sid] for sid in lops[i].sched_ids)

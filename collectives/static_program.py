@@ -16,9 +16,10 @@ chain of dependencies and send->receive matches that ends at it, computed on
 the whole schedule, so every rank agrees on it (a receive's level exceeds
 its matching send's). A rank runs its slice nodes in order of level (ties:
 in dependency order), which needs each local edge ``u -> v`` to have
-``level(u) <= level(v)``; the rewrites of the compile step (forwarding,
-fusion) keep that for the usual schedules, and a layout where it fails keeps
-the dataflow loop. Then:
+``level(u) <= level(v)``. The compile step's rewrites (forwarding, fusion)
+keep that for the usual schedules; the ranks agree (one small ``Allreduce``
+before their first call) that every rank's program does, and otherwise all
+keep the dataflow loop. Then:
 
 * a receive is waited for only when the first node that needs it comes up
   (or at the end), at a level above that of its matching send;
@@ -26,6 +27,9 @@ the dataflow loop. Then:
   not started, B is stopped at an earlier instruction: a wait at a level no
   higher than the send's, so below ``l``. Following such waits gives an
   endless strictly decreasing sequence of levels, which is impossible;
+* the same holds when B runs the dataflow loop instead (a call whose
+  messages exceed the limit on B only): B has not started the send because
+  a receive that precedes it, at a lower level, has not arrived;
 * sends are waited for only at the end (after every receive), so a send that
   MPI completes only once it is matched never blocks the program. A send
   whose buffer a later node overwrites (the ring's allgather phase receives

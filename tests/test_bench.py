@@ -336,3 +336,10 @@ def test_cupy_buffers_with_a_ccsynth_schedule():
     _assert_clean_run(proc)
     rows = _tables(proc.stdout)["ring"]["rows"]
     assert [int(r[0]) for r in rows] == _pow2(8, 1 << 20) and all(r[-1] == "Pass" for r in rows)
+
+
+def test_known_baseline_names_follow_the_registry():
+    from ccsynth.bench.algos import _KNOWN_BASELINES, baseline_names
+    from ccsynth.synth.baselines import BASELINES
+
+    assert _KNOWN_BASELINES == tuple(BASELINES) == baseline_names()

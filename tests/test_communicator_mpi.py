@@ -54,7 +54,7 @@ def expect_ok(k: int, *cases: str, tmp_path=None):
 def test_every_collective_matches_mpi(k, tmp_path):
     """Default plan, hand-built schedules and every applicable baseline, against MPI's own collectives:
     all collectives, ops and dtypes, in place and not, counts 1, 7, 1001 (and larger for rings)."""
-    expect_ok(k, "default", "hand", "baselines", "executor", "specs", "dataflow", "replay", tmp_path=tmp_path)
+    expect_ok(k, "default", "hand", "baselines", "executor", "specs", "dataflow", "replay", "levels_agree", tmp_path=tmp_path)
 
 
 def test_eight_ranks(tmp_path):

@@ -109,8 +109,8 @@ def _add_common(p, b) -> None:
     if b.kind is not None:
         p.add_argument("--algo", default="mpi", metavar="A[,B...]",
                        help="algorithms to compare, comma separated: mpi (the MPI library's own), default (ccsynth's "
-                            "default plan), plan:FILE, or a baseline: ring, recursive_doubling, recursive_halving, direct, "
-                            "binomial_tree, hierarchical (default mpi)")
+                            "default plan), plan:FILE, or a baseline: ring, multi_ring, recursive_doubling, recursive_halving, "
+                            "direct, one_shot, binomial_tree, hierarchical (default mpi)")
         p.add_argument("--dtype", choices=DTYPES, default="float32", help="element type (default float32, as OMB)")
         p.add_argument("--chunks", type=_count(1), metavar="K",
                        help="chunk factor of baseline schedules (default: ranks for allreduce, 1 otherwise)")

@@ -265,6 +265,24 @@ def case_replay() -> None:
     same("allgather after a new plan", g, np.repeat(np.arange(N, dtype=np.int32), 3).reshape(N, 3))
 
 
+def case_levels_agree() -> None:
+    """If one rank's program could not keep to the levels, no rank takes the straight-line path."""
+    for doubtful in (False, True):
+        cs = CompiledSchedule(hand.ring_allreduce(N), WORLD.Dup())
+        if doubtful and RANK == N - 1:
+            cs._levels_ok = False  # as if its compile-time rewrites had broken the level order
+        x = data("int64", MPI.SUM, 3 * N)
+        y = np.empty_like(x)
+        cs.run(x, y, "sum")
+        ref = np.empty_like(x)
+        WORLD.Allreduce(x, ref)
+        same(f"ring allreduce (doubtful={doubtful})", y, ref)
+        static = next(iter(cs._layouts.values())).static is not None
+        if static == doubtful:
+            raise AssertionError(f"rank {RANK}: straight-line path {'taken' if static else 'not taken'} "
+                                 f"with doubtful={doubtful}")
+
+
 def case_hand() -> None:
     """Hand-built schedules as single-entry plans, with tiny pipeline slices too."""
     for slice_bytes in (1 << 20, 24):
