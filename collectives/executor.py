@@ -51,7 +51,8 @@ Matching and tags: the k-th send ``a -> b`` matches the k-th receive on ``b``
 from ``a``. Slice ``j`` of the ``k``-th message on that pair uses tag
 ``(slices of messages 0..k-1 on the pair) + j``, so slices can start in any
 order. Both sides must use the same ``slice_bytes`` (the default is the
-same everywhere). Use a communicator of its own (``comm.Dup()``) if the
+same everywhere; the ranks compare it, and ``static_max_bytes``, at their
+first run and raise :class:`ScheduleError` everywhere if they differ). Use a communicator of its own (``comm.Dup()``) if the
 program also sends point-to-point messages of its own on ``comm``.
 
 Chunk sizes: a buffer of ``B`` blocks of ``m`` elements (``B`` = 1 or the
@@ -866,16 +867,29 @@ class CompiledSchedule:
         return sz, pre
 
     def _static_allowed(self) -> bool:
-        """Whether every rank's program keeps to the levels (one tiny Allreduce, at the first layout only)."""
+        """Agree with the other ranks, at the first layout (one small Allreduce, every rank).
+
+        Checks that every rank cuts messages alike (``slice_bytes``,
+        ``static_max_bytes``: else :class:`ScheduleError` on every rank) and
+        returns whether every rank's program keeps to the levels that the
+        straight-line path needs.
+        """
         if self._levels_ok_everywhere is None:
             ok = self._levels_ok
             MPI = self._MPI
-            if MPI is not None and isinstance(self.comm, MPI.Comm) and self.static_max_bytes > 0:
-                mine = np.array([1 if ok else 0], dtype=np.int32)
-                every = np.empty_like(mine)
-                self.comm.Allreduce(mine, every, op=MPI.MIN)
-                ok = bool(every[0])
-            self._levels_ok_everywhere = ok
+            if MPI is not None and isinstance(self.comm, MPI.Comm) and self.size > 1:
+                sb, smb = self.slice_bytes, self.static_max_bytes
+                mine = np.array([-int(ok), sb, -sb, smb, -smb], dtype=np.int64)
+                top = np.empty_like(mine)
+                self.comm.Allreduce(mine, top, op=MPI.MAX)
+                if top[1] != -top[2] or top[3] != -top[4]:
+                    raise ScheduleError(
+                        f"rank {self.rank}: the ranks compiled schedule {self.schedule.name!r} with different "
+                        f"settings (this rank: slice_bytes={sb}, static_max_bytes={smb}); every rank must pass "
+                        f"the same values"
+                    )
+                ok = top[0] == -1
+            self._levels_ok_everywhere = bool(ok)
         return self._levels_ok_everywhere
 
     def _layout(self, dtype: np.dtype, m: int) -> _Layout:

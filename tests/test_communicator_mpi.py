@@ -71,6 +71,7 @@ ERRORS = [
     ("err_avg_int", "OpError", "'avg' needs a floating-point buffer"),
     ("err_debug_count", "BufferMismatchError", "ranks disagree"),
     ("err_settings", "CCSynthError", "different settings"),
+    ("err_slices", "ScheduleError", "compiled schedule"),
 ]
 
 

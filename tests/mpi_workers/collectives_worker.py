@@ -473,6 +473,12 @@ def case_err_settings() -> None:
     expect_error("err_settings", CCSynthError, lambda: Communicator(WORLD, slice_bytes=4096 if RANK == 0 else None))
 
 
+def case_err_slices() -> None:
+    """A bare CompiledSchedule with another slice size on one rank: ScheduleError on every rank at the first run."""
+    cs = CompiledSchedule(hand.ring_allreduce(N), WORLD.Dup(), slice_bytes=64 if RANK == 0 else 128)
+    expect_error("err_slices", ScheduleError, lambda: cs.run(np.ones(4 * N), np.zeros(4 * N)))
+
+
 def case_err_plan_world() -> None:
     """The same through a Communicator whose plan holds only schedules for another size: MPI takes over;
     a Plan that claims our size but holds a schedule for another must raise on every rank."""
