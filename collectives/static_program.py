@@ -56,8 +56,8 @@ STATIC_MAX_BYTES = 64 * 1024
 class StaticPlan:
     """The order of one rank's slice nodes for one layout (no buffers yet).
 
-    ``steps`` holds ``("start", nodes)``, ``("snap", node)``, ``("wait",
-    node)`` and ``("work", node)``; ``pre`` are the receive-reduce nodes
+    ``steps`` holds ``("start", node)``, ``("snap", node)``, ``("wait",
+    node)`` and ``("work", node)`` in the order to run them; ``pre`` are the receive-reduce nodes
     posted first; ``sends`` the send nodes waited for at the end; ``snap``
     the send nodes that send from a private snapshot.
     """
@@ -76,6 +76,8 @@ def plan_static(kind: list[int], succ: list[tuple[int, ...]], mpi: dict, work: d
     layout's (see ``_Layout`` in the executor); ``node_level[v]`` is the
     level of the operation node ``v`` belongs to.
     """
+    import networkx as nx
+
     from ccsynth.collectives.executor import K_LOCAL, K_RECV, K_RRED, K_SEND
 
     n = len(kind)
@@ -84,8 +86,6 @@ def plan_static(kind: list[int], succ: list[tuple[int, ...]], mpi: dict, work: d
         for v in succ[u]:
             if node_level[v] < lu:
                 return None
-    import networkx as nx
-
     g = nx.DiGraph()
     g.add_nodes_from(range(n))
     g.add_edges_from((u, v) for u in range(n) for v in succ[u])
