@@ -211,6 +211,21 @@ def chain_reduce(places: Places, chain: Sequence[int], keys: Sequence[int]) -> N
 
 
 # ------------------------------------------------------------ ring discovery
+def own_block_home(c: int) -> Home:
+    """Where a reduce-scatter (or scatter) keeps chunk ``k`` on rank ``r``: its own block in ``o``, the rest in scratch."""
+    def home(r: int, k: int) -> Loc:
+        return ("o", k - r * c) if r * c <= k < (r + 1) * c else ("s", k)
+
+    return home
+
+
+def put_own_pieces(p: "Places", n: int, c: int) -> None:
+    """Allgather's start: rank ``r`` holds piece ``r`` (chunks ``r*c ..``) in its input."""
+    for r in range(n):
+        for j in range(c):
+            p.put(r, r * c + j, ("i", j))
+
+
 def ring_collective(b: ScheduleBuilder, collective: Collective, rings: Sequence[Sequence[int]]) -> None:
     """Write ``collective`` run over ``rings`` at once into ``b`` (allgather, reduce-scatter, allreduce,
     broadcast, reduce).
@@ -223,27 +238,18 @@ def ring_collective(b: ScheduleBuilder, collective: Collective, rings: Sequence[
     n, c, kind, root = collective.n_ranks, collective.chunk_factor, collective.kind, collective.root
     groups = split(range(c), len(rings))  # chunk offsets within a piece, per ring
 
-    if kind == "allgather":
-        p = Places(b, lambda r, k: ("o", k))
-        for r in range(n):
-            for j in range(c):
-                p.put(r, r * c + j, ("i", j))
+    if kind in ("allgather", "reduce_scatter"):
+        if kind == "allgather":
+            p, step = Places(b, lambda r, k: ("o", k)), ring_allgather
+            put_own_pieces(p, n, c)
+        else:
+            p, step = Places(b, own_block_home(c)), ring_reduce_scatter
+            for r in range(n):
+                for k in range(n * c):
+                    p.put(r, k, ("i", k))
         for ch, (order, grp) in enumerate(zip(rings, groups)):
             p.channel = ch
-            ring_allgather(p, order, [[q * c + j for j in grp] for q in order])
-        for r in range(n):
-            p.settle(r, piece(r, c))
-    elif kind == "reduce_scatter":
-        def home(r: int, k: int):
-            return ("o", k - r * c) if r * c <= k < (r + 1) * c else ("s", k)
-
-        p = Places(b, home)
-        for r in range(n):
-            for k in range(n * c):
-                p.put(r, k, ("i", k))
-        for ch, (order, grp) in enumerate(zip(rings, groups)):
-            p.channel = ch
-            ring_reduce_scatter(p, order, [[q * c + j for j in grp] for q in order])
+            step(p, order, [[q * c + j for j in grp] for q in order])
         for r in range(n):
             p.settle(r, piece(r, c))
     elif kind == "allreduce":

@@ -39,7 +39,9 @@ from ccsynth.errors import CollectiveError
 from ccsynth.synth.baselines._util import (
     Places,
     check_sizes,
+    own_block_home,
     piece,
+    put_own_pieces,
     require_ring,
     ring_allgather,
     ring_reduce_scatter,
@@ -109,9 +111,7 @@ def build(collective: Collective, topology: Topology) -> Schedule:
             p.settle(r, range(c))
     elif kind == "allgather":
         p = Places(b, lambda r, k: ("o", k))
-        for r in range(n):
-            for j in range(c):
-                p.put(r, r * c + j, ("i", j))
+        put_own_pieces(p, n, c)
         for ring in lay.rail_rings:
             ring_allgather(p, ring, [piece(r, c) for r in ring])
         for ring in lay.node_rings:
@@ -119,10 +119,7 @@ def build(collective: Collective, topology: Topology) -> Schedule:
         for r in range(n):
             p.settle(r, piece(r, c))
     else:  # reduce_scatter
-        def home(r: int, k: int):
-            return ("o", k - r * c) if r * c <= k < (r + 1) * c else ("s", k)
-
-        p = Places(b, home)
+        p = Places(b, own_block_home(c))
         for r in range(n):
             for k in range(n * c):
                 p.put(r, k, ("i", k))

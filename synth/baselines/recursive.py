@@ -29,7 +29,16 @@ from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError
-from ccsynth.synth.baselines._util import Places, check_sizes, piece, pow2_floor, require_links, split
+from ccsynth.synth.baselines._util import (
+    Places,
+    check_sizes,
+    own_block_home,
+    piece,
+    pow2_floor,
+    put_own_pieces,
+    require_links,
+    split,
+)
 from ccsynth.topologies.model import Topology
 
 DOUBLING = "recursive_doubling"
@@ -139,10 +148,8 @@ def build_doubling(collective: Collective, topology: Topology) -> Schedule:
     b = ScheduleBuilder(collective, DOUBLING, topology=topology.name)
     if collective.kind == "allgather":
         p = Places(b, lambda r, k: ("o", k))
-        for r in range(n):
-            for j in range(c):
-                p.put(r, r * c + j, ("i", j))
-            # own piece into place first, so each exchange is one contiguous send
+        put_own_pieces(p, n, c)
+        for r in range(n):  # own piece into place first, so each exchange is one contiguous send
             p.settle(r, piece(r, c))
         _doubling_allgather(p, n, c, P)
     else:  # allreduce: whole-buffer exchanges, received into scratch and reduced
@@ -173,9 +180,7 @@ def build_halving(collective: Collective, topology: Topology) -> Schedule:
     rem = n - P
     b = ScheduleBuilder(collective, HALVING, topology=topology.name)
     if collective.kind == "reduce_scatter":
-        def home(r: int, k: int):
-            return ("o", k - r * c) if r * c <= k < (r + 1) * c else ("s", k)
-
+        home = own_block_home(c)
         p = Places(b, lambda r, k: ("s", k))
         for r in range(n):
             for k in range(n * c):

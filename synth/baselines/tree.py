@@ -29,7 +29,16 @@ from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError
-from ccsynth.synth.baselines._util import Places, check_sizes, is_pow2, lowbit, missing_links, piece
+from ccsynth.synth.baselines._util import (
+    Places,
+    check_sizes,
+    is_pow2,
+    lowbit,
+    missing_links,
+    own_block_home,
+    piece,
+    put_own_pieces,
+)
 from ccsynth.topologies.model import Topology
 
 NAME = "binomial_tree"
@@ -106,9 +115,7 @@ def build(collective: Collective, topology: Topology) -> Schedule:
         p.settle(root, range(c))
     elif kind == "gather":
         p = Places(b, lambda r, k: ("o", k) if r == root else ("s", k))
-        for r in range(n):
-            for j in range(c):
-                p.put(r, r * c + j, ("i", j))
+        put_own_pieces(p, n, c)
         for _, par, ch in up:
             keys = sorted(k for v in _subtree(ch, n) for k in piece(f(v), c))
             if len(_subtree(ch, n)) > 1:
@@ -116,10 +123,7 @@ def build(collective: Collective, topology: Topology) -> Schedule:
             p.send(f(ch), f(par), keys)
         p.settle(root, piece(root, c))
     else:  # scatter
-        def home(r: int, k: int):
-            return ("o", k - r * c) if r * c <= k < (r + 1) * c else ("s", k)
-
-        p = Places(b, home)
+        p = Places(b, own_block_home(c))
         for k in range(n * c):
             p.put(root, k, ("i", k))
         for _, par, ch in down:
