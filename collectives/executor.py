@@ -1601,11 +1601,15 @@ class CompiledSchedule:
             else:
                 sync()
         if sends:
-            if poll:
-                while not MPI.Request.Testall(sends):
-                    yield_cpu()
-            else:
-                MPI.Request.Waitall(sends)
+            self._wait_sends(sends)
+
+    def _wait_sends(self, sends: list) -> None:
+        """The end of a straight-line run: every send has completed."""
+        if self.wait_mode == "yield":
+            while not self._MPI.Request.Testall(sends):
+                os.sched_yield()
+        else:
+            self._MPI.Request.Waitall(sends)
 
     def _execute_static_profiled(self, lay: _Layout, bnd: _Binding, op: str) -> None:
         """:meth:`_execute_static` with the timers of :class:`RunStats`."""
@@ -1620,10 +1624,14 @@ class CompiledSchedule:
             be.synchronize()
         for code, a, b, c in prog:
             t = clock()
-            if code == I_START or code == I_STARTALL:
-                a.Start() if code == I_START else MPI.Prequest.Startall(a)
+            if code == I_START:
+                a.Start()
                 st.start_s += clock() - t
-                st.starts += 1 if code == I_START else len(a)
+                st.starts += 1
+            elif code == I_STARTALL:
+                MPI.Prequest.Startall(a)
+                st.start_s += clock() - t
+                st.starts += len(a)
             elif code == I_WAIT:
                 try:
                     if self.wait_mode == "yield":
@@ -1638,7 +1646,10 @@ class CompiledSchedule:
                 if self._status.Get_count(self._byte) != b:
                     raise self._count_mismatch(lay, c, self._status.Get_count(self._byte))
             elif code in kernels:
-                kernels[code](a, b, c) if code == I_FUSED else kernels[code](a, b)
+                if code == I_FUSED:
+                    kernels[code](a, b, c)
+                else:
+                    kernels[code](a, b)
                 st.kernel_s += clock() - t
                 st.kernels += 1
             else:
@@ -1646,7 +1657,7 @@ class CompiledSchedule:
                 st.kernel_s += clock() - t
         if sends:
             t = clock()
-            MPI.Request.Waitall(sends)
+            self._wait_sends(sends)
             st.wait_s += clock() - t
             st.waits += 1
         st.runs += 1
