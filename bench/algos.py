@@ -68,25 +68,29 @@ class Algorithm:
         return None
 
 
+def _buffer_calls(c, root: int) -> dict[str, Callable]:
+    """The benchmark's collectives as mpi4py buffer calls on ``c`` (an MPI comm or a ccsynth Communicator)."""
+    from mpi4py import MPI
+
+    SUM = MPI.SUM
+    return {
+        "allreduce": lambda s, r: c.Allreduce(s, r, SUM),
+        "allgather": lambda s, r: c.Allgather(s, r),
+        "reduce_scatter": lambda s, r: c.Reduce_scatter_block(s, r, SUM),
+        "alltoall": lambda s, r: c.Alltoall(s, r),
+        "reduce": lambda s, r: c.Reduce(s, r, SUM, root),
+        "broadcast": lambda b: c.Bcast(b, root),
+    }
+
+
 class MpiAlgorithm(Algorithm):
     """The MPI library's own collectives."""
 
     name = "mpi"
 
     def collective(self, kind: str, ctx) -> Callable:
-        from mpi4py import MPI
-
-        c, root, SUM = ctx.comm, ctx.options.root, MPI.SUM
-        calls = {
-            "allreduce": lambda s, r: c.Allreduce(s, r, SUM),
-            "allgather": lambda s, r: c.Allgather(s, r),
-            "reduce_scatter": lambda s, r: c.Reduce_scatter_block(s, r, SUM),
-            "alltoall": lambda s, r: c.Alltoall(s, r),
-            "reduce": lambda s, r: c.Reduce(s, r, SUM, root),
-            "broadcast": lambda b: c.Bcast(b, root),
-            "barrier": c.Barrier,
-        }
-        return calls[kind]
+        c = ctx.comm
+        return {**_buffer_calls(c, ctx.options.root), "barrier": c.Barrier}[kind]
 
 
 def _chunk_factor(kind: str, ctx) -> int:
@@ -173,18 +177,7 @@ class PlanAlgorithm(Algorithm):
                 self._plan = getattr(self._comm, "plan", None)
 
     def collective(self, kind: str, ctx) -> Callable:
-        from mpi4py import MPI
-
-        c, root, SUM = self._comm, ctx.options.root, MPI.SUM
-        calls = {
-            "allreduce": lambda s, r: c.Allreduce(s, r, SUM),
-            "allgather": lambda s, r: c.Allgather(s, r),
-            "reduce_scatter": lambda s, r: c.Reduce_scatter_block(s, r, SUM),
-            "alltoall": lambda s, r: c.Alltoall(s, r),
-            "reduce": lambda s, r: c.Reduce(s, r, SUM, root),
-            "broadcast": lambda b: c.Bcast(b, root),
-        }
-        return calls[kind]
+        return _buffer_calls(self._comm, ctx.options.root)[kind]
 
     def chosen(self, kind: str, ctx, nbytes: int) -> str:
         last = getattr(self._comm, "last_algorithm", "")

@@ -1528,21 +1528,7 @@ def schedule_from_msccl_xml(text: str) -> Schedule:
 
 def _kahn_keys(nodes: list, preds: dict) -> list | None:
     """A topological order of ``nodes`` (each after its ``preds``), or None on a cycle."""
-    succ: dict = {x: [] for x in nodes}
-    indeg = {x: 0 for x in nodes}
-    for x in nodes:
-        for p in preds[x]:
-            succ[p].append(x)
-            indeg[x] += 1
-    ready = [x for x in reversed(nodes) if indeg[x] == 0]
-    out = []
-    while ready:
-        x = ready.pop()
-        out.append(x)
-        for y in succ[x]:
-            indeg[y] -= 1
-            if indeg[y] == 0:
-                ready.append(y)
+    out = _kahn_partial(nodes, preds)
     return out if len(out) == len(nodes) else None
 
 
@@ -1559,13 +1545,14 @@ def _cycle(nodes: list, preds: dict) -> list:
 
 
 def _kahn_partial(nodes: list, preds: dict) -> list:
+    """The nodes that become ready, in Kahn's order (ties: the order of ``nodes``)."""
     succ: dict = {x: [] for x in nodes}
     indeg = {x: 0 for x in nodes}
     for x in nodes:
         for p in preds[x]:
             succ[p].append(x)
             indeg[x] += 1
-    ready = [x for x in nodes if indeg[x] == 0]
+    ready = [x for x in reversed(nodes) if indeg[x] == 0]
     out = []
     while ready:
         x = ready.pop()
