@@ -11,12 +11,11 @@ from hypothesis import strategies as st
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.spec import KINDS, Collective
 from ccsynth.collectives.verify import verify
-from ccsynth.errors import CollectiveError, TopologyError
+from ccsynth.errors import CollectiveError, SizeError, TopologyError
 from ccsynth.synth.bounds import FORMULAS, cover_capacity, lower_bound, per_collective_bound
 from ccsynth.synth.simulate import simulate, simulate_sizes
 from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
-from ccsynth.units import SizeError
 
 GB = 1e3
 Z = float(1 << 26)
