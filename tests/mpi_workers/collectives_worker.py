@@ -21,12 +21,14 @@ from ccsynth.collectives.mpi_util import install_abort_handler  # noqa: E402
 
 install_abort_handler()
 
-from ccsynth.collectives.communicator import Communicator, default_chunk_factor  # noqa: E402
 from ccsynth.collectives.executor import CompiledSchedule  # noqa: E402
+from ccsynth.collectives.plan import Plan, PlanEntry, save_plan  # noqa: E402
 from ccsynth.collectives.spec import Collective  # noqa: E402
-from ccsynth.errors import BufferMismatchError, ScheduleError  # noqa: E402
-from ccsynth.kernels.base import OpError  # noqa: E402
-from ccsynth.synth.plan import Plan, PlanEntry  # noqa: E402
+from ccsynth.communicator import Communicator  # noqa: E402  (the public one: its default plan is the built-in)
+from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError  # noqa: E402
+from ccsynth.synth.baselines import applicable_baselines, make_baseline  # noqa: E402
+from ccsynth.synth.default_plan import default_chunk_factor  # noqa: E402
+from ccsynth.topologies import fully_connected  # noqa: E402
 
 import schedules as hand  # noqa: E402
 
@@ -299,9 +301,6 @@ def case_hand() -> None:
 
 def case_baselines() -> None:
     """Every baseline that applies on a fully connected topology, as a single-entry plan."""
-    from ccsynth.synth.baselines import applicable_baselines, make_baseline
-    from ccsynth.topologies import fully_connected
-
     topo = fully_connected(N)
     for kind in KINDS:
         for name in applicable_baselines(Collective(kind, N), topo):
@@ -444,8 +443,6 @@ def case_specs() -> None:
     if c2.last_algorithm == "mpi" or not np.all(r[:4] == N):
         raise AssertionError(f"rank {RANK}: covered size should use the plan ({c2.last_algorithm})")
     # a plan file path works as well as a Plan object
-    from ccsynth.synth.plan import save_plan
-
     path = os.path.join(os.environ.get("CCSYNTH_TMP", "/tmp"), f"ccsynth_plan_{os.getpid()}.json")
     if RANK == 0:
         save_plan(single_plan(hand.ring_allgather(N)), path)
@@ -468,8 +465,6 @@ def case_err_world() -> None:
 
 def case_err_settings() -> None:
     """Ranks that would cut messages differently: CCSynthError on every rank when the Communicator is built."""
-    from ccsynth.errors import CCSynthError
-
     expect_error("err_settings", CCSynthError, lambda: Communicator(WORLD, slice_bytes=4096 if RANK == 0 else None))
 
 
@@ -483,8 +478,6 @@ def case_err_plan_world() -> None:
     """The same through a Communicator whose plan holds only schedules for another size: MPI takes over;
     a Plan that claims our size but holds a schedule for another must raise on every rank."""
     c = Communicator(WORLD, plan=single_plan(hand.ring_allreduce(N + 1)), fallback=False)
-    from ccsynth.errors import PlanError
-
     expect_error("err_plan_world", PlanError, lambda: c.Allreduce(np.ones(4), np.zeros(4)))
 
 
