@@ -6,8 +6,9 @@
   a fully connected topology of the world's size, compiled once and run by
   ccsynth's executor (:class:`~ccsynth.collectives.executor.CompiledSchedule`);
 * ``default`` (or ``plan``) -- the drop-in
-  :class:`~ccsynth.collectives.communicator.Communicator` with its default
-  plan of built-in baselines, which picks a schedule per message size;
+  :class:`~ccsynth.collectives.communicator.Communicator` with the built-in
+  default plan (:mod:`ccsynth.synth.default_plan`, what ``ccsynth.Communicator``
+  uses), which picks a schedule per message size;
 * ``plan:FILE`` -- the drop-in communicator with the plan in FILE.
 
 Every algorithm returns, per collective, a callable with the benchmark's
@@ -25,22 +26,35 @@ import logging
 import os
 from typing import Callable
 
+from ccsynth.bench.omb import agree
+from ccsynth.collectives.communicator import Communicator
+from ccsynth.collectives.executor import CompiledSchedule, RunStats
+from ccsynth.collectives.plan import load_plan
+from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError
+from ccsynth.synth.baselines import BASELINES, make_baseline
+from ccsynth.synth.default_plan import LazyDefaultPlan
+from ccsynth.topologies import fully_connected
+
+__all__ = [
+    "DEFAULT_PLAN_NAMES",
+    "Algorithm",
+    "MpiAlgorithm",
+    "ScheduleAlgorithm",
+    "PlanAlgorithm",
+    "baseline_names",
+    "valid_names",
+    "parse_algorithms",
+    "resolve_algorithms",
+]
 
 log = logging.getLogger(__name__)
 
-# Used when ccsynth.synth.baselines cannot tell (it names its own registry).
-_KNOWN_BASELINES = ("ring", "multi_ring", "recursive_doubling", "recursive_halving", "direct", "one_shot",
-                    "binomial_tree", "hierarchical")
 DEFAULT_PLAN_NAMES = ("default", "plan")
 _MPI_ONLY = "algorithm {!r} runs collectives only; latency, bw and barrier measure the MPI library: use --algo mpi"
 
 
 def baseline_names() -> tuple[str, ...]:
-    try:
-        from ccsynth.synth.baselines import BASELINES
-    except ImportError:
-        return _KNOWN_BASELINES
     return tuple(BASELINES)
 
 
@@ -113,11 +127,6 @@ class ScheduleAlgorithm(Algorithm):
             raise CCSynthError(_MPI_ONLY.format(self.name))
         if kind in self._compiled:
             return
-        from ccsynth.collectives.executor import CompiledSchedule
-        from ccsynth.collectives.spec import Collective
-        from ccsynth.synth.baselines import make_baseline
-        from ccsynth.topologies import fully_connected
-
         coll = Collective(kind, ctx.n, _chunk_factor(kind, ctx), ctx.options.root)
         schedule = make_baseline(self.name, coll, fully_connected(ctx.n))
         self._compiled[kind] = CompiledSchedule(schedule, ctx.comm, backend=ctx.options.buffer, profile=ctx.options.profile)
@@ -139,8 +148,6 @@ class ScheduleAlgorithm(Algorithm):
         prog = self._compiled[kind]
         if not getattr(prog, "profile", False):
             return None
-        from ccsynth.collectives.executor import RunStats
-
         def reset():
             prog.stats = RunStats()
 
@@ -162,17 +169,14 @@ class PlanAlgorithm(Algorithm):
             raise CCSynthError(_MPI_ONLY.format(self.name))
         if self.path is not None:
             if self._plan is None:
-                from ccsynth.synth.plan import load_plan
-
                 self._plan = load_plan(self.path)
             have = self._plan.kinds()
             if not any(k == kind and n == ctx.n for k, n in have):
                 covered = ", ".join(f"{k} on {n} ranks" for k, n in have) or "nothing"
                 raise CCSynthError(f"plan {self.path!r} has no {kind} schedule for {ctx.n} ranks (it covers: {covered})")
         if self._comm is None:
-            from ccsynth.collectives.communicator import Communicator
-
-            self._comm = Communicator(ctx.comm, plan=self._plan, backend=ctx.options.buffer, fallback=True)
+            self._comm = Communicator(ctx.comm, plan=self._plan, default_plan=LazyDefaultPlan(),
+                                      backend=ctx.options.buffer, fallback=True)
             if self._plan is None:
                 self._plan = getattr(self._comm, "plan", None)
 
@@ -233,8 +237,6 @@ def resolve_algorithms(spec: str, ctx, kind: str | None = None) -> list[Algorith
     A setup error on any rank (unknown name, a baseline that does not fit, a
     plan for another world size) is raised on every rank, never a hang.
     """
-    from ccsynth.bench.omb import agree
-
     algos = agree(ctx.comm, lambda: parse_algorithms(spec))
     for a in algos:
         agree(ctx.comm, lambda a=a: a.setup(kind, ctx))

@@ -38,7 +38,7 @@ def __getattr__(name):
         "get_topology": ("ccsynth.topologies", "get_topology"),
         "verify": ("ccsynth.collectives.verify", "verify"),
         "simulate": ("ccsynth.synth.simulate", "simulate"),
-        "Communicator": ("ccsynth.collectives.communicator", "Communicator"),
+        "Communicator": ("ccsynth.communicator", "Communicator"),  # with the built-in default plan
     }
     if name in lazy:
         import importlib

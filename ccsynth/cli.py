@@ -5,7 +5,8 @@ exposes ``register(subparsers)``, which adds its parser and sets
 ``func=run`` (``run(args) -> int``). This module wires them together, sets up
 logging, and turns every :class:`~ccsynth.errors.CCSynthError` into one line
 on stderr and exit status 2 -- users never see a traceback for their own
-mistakes.
+mistakes. A name in :data:`COMMANDS` without its module is a bug, so it fails
+loudly (``ModuleNotFoundError``) instead of vanishing from ``--help``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import sys
 from ccsynth import __version__
 from ccsynth.errors import CCSynthError
 
+__all__ = ["COMMANDS", "PROGRESS_LOGGERS", "build_parser", "setup_logging", "main"]
+
 # Order here is the order in ``ccsynth --help``.
-COMMANDS = ("topo", "baseline", "synth", "verify", "simulate", "export", "reshard", "bench")
+COMMANDS = ("topo", "baseline", "synth", "verify", "simulate", "export", "bench")
 
 log = logging.getLogger("ccsynth")
 
@@ -43,13 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"ccsynth.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"ccsynth.commands.{name}":
-                continue  # command not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"ccsynth.commands.{name}").register(sub)
     return parser
 
 

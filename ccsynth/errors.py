@@ -47,6 +47,13 @@ class PlanError(CCSynthError, ValueError):
     """An algorithm plan (per-size table) is malformed."""
 
 
+class OpError(CCSynthError, ValueError):
+    """An unknown reduction op, or one that does not apply to the buffers' dtype."""
+
+
+class SizeError(CCSynthError, ValueError):
+    """A size or size range could not be parsed."""
+
 
 __all__ = [
     "CCSynthError",
@@ -59,4 +66,6 @@ __all__ = [
     "SolverError",
     "BufferMismatchError",
     "PlanError",
+    "OpError",
+    "SizeError",
 ]

@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import re
 
-from ccsynth.errors import CCSynthError
+from ccsynth.errors import SizeError
 
-
-class SizeError(CCSynthError, ValueError):
-    """A size or size range could not be parsed."""
-
+__all__ = ["parse_size", "parse_sizes", "format_size"]
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
           "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}

@@ -26,25 +26,32 @@ the elements of one block. Ops: ``MPI.SUM``, ``MPI.PROD``, ``MPI.MIN``,
 
 Which algorithm: on each call the message size (nccl-tests convention: the
 larger per-rank buffer in bytes) selects a schedule from the plan
-(``plan.select(kind, n_ranks, nbytes)``). ``plan`` is a
-:class:`~ccsynth.synth.plan.Plan`, a path to a plan file, or None for the
-built-in default (allreduce: one-shot below 4 KiB on up to 8 ranks,
-recursive doubling below 128 KiB, Rabenseifner above; other collectives:
-recursive doubling/halving below 32 KiB, rings above,
-direct alltoall, binomial trees for broadcast and reduce, built on first use
-for the communicator's size). Compiled programs are cached per schedule
-(and inside per dtype and count), so a call costs the run and a few
-dictionary look-ups. Whatever no schedule covers -- a size outside the
-plan, an op or dtype without a ccsynth kernel (``MPI.BAND``, complex),
-derived datatypes -- goes to the MPI library's own collective with the
-original arguments, logged at INFO once per collective and size range
-(``fallback=False`` raises :class:`~ccsynth.errors.PlanError` instead).
+(``plan.entry_for(kind, n_ranks, nbytes)``, or ``plan.select``). ``plan`` is
+a :class:`~ccsynth.collectives.plan.Plan`, a path to a plan file, or None for
+the default plan, which the caller passes in as ``default_plan`` (any object
+with ``select``/``entry_for``/``kinds`` like a Plan). Which baseline to run at
+which size is policy, built from the synthesizer's baselines, a layer above
+this one: this module never imports :mod:`ccsynth.synth`. The public
+``ccsynth.Communicator`` (:mod:`ccsynth.communicator`) is this class with the
+built-in default plan of :mod:`ccsynth.synth.default_plan` passed in
+(allreduce: one-shot below 4 KiB on up to 8 ranks, recursive doubling below
+128 KiB, Rabenseifner above; other collectives: recursive doubling/halving
+below 32 KiB, rings above, direct alltoall, binomial trees for broadcast and
+reduce, built on first use for the communicator's size). Without either, the
+plan is empty (:data:`NO_PLAN`) and every call goes to the MPI library.
+Compiled programs are cached per schedule (and inside per dtype and count),
+so a call costs the run and a few dictionary look-ups. Whatever no schedule
+covers -- a size outside the plan, an op or dtype without a ccsynth kernel
+(``MPI.BAND``, complex), derived datatypes -- goes to the MPI library's own
+collective with the original arguments, logged at INFO once per collective
+and size range (``fallback=False`` raises :class:`~ccsynth.errors.PlanError`
+instead).
 
 Errors: mismatched counts or dtypes between the buffers of a call,
 non-contiguous arrays, unknown ops and ``avg`` on integers raise (on the
 rank that sees them, before any communication):
 :class:`~ccsynth.errors.BufferMismatchError` naming the argument and the
-size it should have, :class:`~ccsynth.kernels.base.OpError`. A plan or
+size it should have, :class:`~ccsynth.errors.OpError`. A plan or
 schedule for another rank count raises :class:`~ccsynth.errors.ScheduleError`
 on every rank. Mistakes that only one rank makes (a different count on rank
 2) cannot be seen before communicating: the ranks then disagree about
@@ -79,13 +86,12 @@ from typing import Any
 import numpy as np
 
 from ccsynth.collectives.executor import CompiledSchedule
+from ccsynth.collectives.plan import Plan, load_plan
 from ccsynth.collectives.static_program import STATIC_MAX_BYTES
 from ccsynth.collectives.schedule import Schedule
-from ccsynth.collectives.spec import Collective, canonical_kind
-from ccsynth.errors import BufferMismatchError, CCSynthError, PlanError, ScheduleError
+from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError
 from ccsynth.kernels.base import (
     DTYPES,
-    OpError,
     canonical_op,
     get_backend,
     is_device_array,
@@ -93,114 +99,12 @@ from ccsynth.kernels.base import (
     mpi_op_name,
 )
 
+__all__ = ["Communicator", "NO_PLAN"]
+
 log = logging.getLogger(__name__)
 
-SMALL_BYTES = 32 * 1024  # below: latency-bound algorithms; above: bandwidth-bound
-ONE_SHOT_BYTES = 4 * 1024  # allreduce below this, on few ranks: one hop (every rank sums all buffers)
-ONE_SHOT_MAX_RANKS = 8  # one_shot sends n-1 messages per rank: only for small communicators
-# allreduce from here up: Rabenseifner (recursive halving), which on a fully connected machine moves what a
-# ring moves in log2(n) steps instead of 2(n-1); below, recursive doubling (bench/RESULTS.md, session 2)
-HALVING_BYTES = 128 * 1024
-
-# Default algorithm table: per kind, (min_bytes, max_bytes, baseline names in order of preference).
-DEFAULT_TABLE: dict[str, tuple[tuple[int, int | None, tuple[str, ...]], ...]] = {
-    "allreduce": (
-        (0, ONE_SHOT_BYTES, ("one_shot", "recursive_doubling", "ring")),
-        (ONE_SHOT_BYTES, HALVING_BYTES, ("recursive_doubling", "ring")),
-        (HALVING_BYTES, None, ("recursive_halving", "ring")),
-    ),
-    "allgather": ((0, SMALL_BYTES, ("recursive_doubling", "ring")), (SMALL_BYTES, None, ("ring", "recursive_doubling"))),
-    "reduce_scatter": ((0, SMALL_BYTES, ("recursive_halving", "ring")), (SMALL_BYTES, None, ("ring", "recursive_halving"))),
-    "alltoall": ((0, None, ("direct",)),),
-    "broadcast": ((0, None, ("binomial_tree", "ring", "direct")),),
-    "reduce": ((0, None, ("binomial_tree", "ring", "direct")),),
-}
-
-
-def default_chunk_factor(name: str, kind: str, n: int) -> int:
-    """Chunk factor the default plan builds baseline ``name`` with.
-
-    Ring and Rabenseifner allreduce cut the buffer into one chunk per rank
-    (otherwise the ring would carry the whole buffer at every step).
-    """
-    if kind == "allreduce" and name in ("ring", "recursive_halving"):
-        return n
-    return 1
-
-
-def default_plan(n_ranks: int, kinds=None):
-    """The built-in plan for ``n_ranks`` ranks as a :class:`~ccsynth.synth.plan.Plan`.
-
-    Built from :mod:`ccsynth.synth.baselines` on a fully connected topology
-    (what a single MPI job on one switch looks like); rows whose algorithms
-    do not apply are left out (those calls fall back to MPI).
-    """
-    from ccsynth.synth.plan import Plan
-
-    entries = []
-    for kind in kinds or DEFAULT_TABLE:
-        entries.extend(_default_entries(canonical_kind(kind), n_ranks))
-    return Plan(tuple(entries), topology=f"fully_connected:{n_ranks}", meta={"default": True})
-
-
-def _default_entries(kind: str, n: int) -> list:
-    from ccsynth.synth.baselines import applicable_baselines, make_baseline
-    from ccsynth.synth.plan import PlanEntry
-    from ccsynth.topologies import fully_connected
-
-    if n < 2:
-        return []  # one rank: nothing to schedule; MPI's collective is a local copy
-    topo = fully_connected(n)
-    out = []
-    built: dict[tuple[str, int], Schedule] = {}
-    for lo, hi, names in DEFAULT_TABLE.get(kind, ()):
-        for name in names:
-            if name == "one_shot" and n > ONE_SHOT_MAX_RANKS:
-                continue
-            coll = Collective(kind, n, default_chunk_factor(name, kind, n))
-            if name not in applicable_baselines(coll, topo):
-                continue
-            key = (name, coll.chunk_factor)
-            if key not in built:
-                try:
-                    built[key] = make_baseline(name, coll, topo)
-                except CCSynthError as e:  # pragma: no cover - applicable baselines build
-                    log.debug("default plan: %s for %s skipped: %s", name, coll.describe(), e)
-                    continue
-            out.append(PlanEntry(kind, n, lo, hi, built[key], algorithm=name))
-            break
-    return out
-
-
-class _LazyDefaultPlan:
-    """The default plan, built per (kind, n_ranks) on first use."""
-
-    def __init__(self) -> None:
-        self._entries: dict[tuple[str, int], list] = {}
-        self.meta = {"default": True}
-
-    def entry_for(self, kind: str, n_ranks: int, nbytes: int):
-        key = (kind, n_ranks)
-        entries = self._entries.get(key)
-        if entries is None:
-            try:
-                entries = _default_entries(kind, n_ranks)
-            except ImportError as e:  # pragma: no cover - baselines are part of ccsynth
-                log.info("built-in baselines unavailable (%s); %s will use the MPI library", e, kind)
-                entries = []
-            self._entries[key] = entries
-        for e in entries:
-            if e.covers(nbytes):
-                return e
-        return None
-
-    def select(self, kind: str, n_ranks: int, nbytes: int):
-        e = self.entry_for(canonical_kind(kind), n_ranks, nbytes)
-        return e.schedule if e is not None else None
-
-    def kinds(self) -> list[tuple[str, int]]:
-        return sorted(k for k, v in self._entries.items() if v)
-
+# The default plan of a communicator built without one: no schedules, every call goes to the MPI library.
+NO_PLAN = Plan(())
 
 _REDUCING = frozenset(("allreduce", "reduce_scatter", "reduce"))
 _KERNEL_DTYPES = frozenset(DTYPES)
@@ -250,8 +154,12 @@ class Communicator:
 
     Parameters:
         comm: the mpi4py intracommunicator to wrap (default ``MPI.COMM_WORLD``).
-        plan: a :class:`~ccsynth.synth.plan.Plan`, a plan file path, or None
-            for the built-in baselines.
+        plan: a :class:`~ccsynth.collectives.plan.Plan`, a plan file path, or
+            None for ``default_plan``.
+        default_plan: the plan used while ``plan`` is None: a Plan or any
+            object with its ``select``/``entry_for``/``kinds`` methods
+            (default :data:`NO_PLAN`: every call goes to the MPI library;
+            ``ccsynth.Communicator`` passes the built-in baselines here).
         backend: ``"auto"`` (by array type), ``"numpy"`` or ``"cupy"``.
         fallback: use the MPI library's collective for calls no schedule
             covers (else raise :class:`PlanError`).
@@ -262,15 +170,15 @@ class Communicator:
             message); 0 keeps the dataflow loop for every call. Same on every rank.
         debug: agree on every call's signature first (see the module doc).
 
-    Example (any number of ranks)::
+    Example (any number of ranks; a one-rank plan has nothing to schedule)::
 
         >>> from mpi4py import MPI
         >>> import numpy as np
         >>> c = Communicator(MPI.COMM_SELF)
         >>> out = np.zeros(3)
         >>> c.Allreduce(np.arange(3.0), out, op=MPI.SUM)
-        >>> out.tolist(), c.Get_size()
-        ([0.0, 1.0, 2.0], 1)
+        >>> out.tolist(), c.Get_size(), c.last_algorithm
+        ([0.0, 1.0, 2.0], 1, 'mpi')
     """
 
     def __init__(
@@ -278,6 +186,7 @@ class Communicator:
         comm=None,
         plan=None,
         *,
+        default_plan=None,
         backend: str = "auto",
         fallback: bool = True,
         slice_bytes: int | None = None,
@@ -292,6 +201,7 @@ class Communicator:
             raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
         self._size = self.comm.Get_size()
         self._rank = self.comm.Get_rank()
+        self._default_plan = default_plan if default_plan is not None else NO_PLAN
         self._plan = self._resolve_plan(plan)
         if backend not in ("auto", "numpy", "cupy"):
             raise CCSynthError(f"unknown buffer backend {backend!r}; choose auto, numpy or cupy")
@@ -326,10 +236,8 @@ class Communicator:
 
     def _resolve_plan(self, plan):
         if plan is None:
-            return _LazyDefaultPlan()
+            plan = self._default_plan
         if isinstance(plan, (str, os.PathLike)):
-            from ccsynth.synth.plan import load_plan
-
             plan = load_plan(plan)
         if not hasattr(plan, "select"):
             raise PlanError(f"plan must be a Plan, a plan file path or None, got {type(plan).__name__}")
@@ -872,6 +780,3 @@ class Communicator:
             be.divide(out, self._size)
             if be.is_device:
                 be.synchronize()
-
-
-__all__ = ["Communicator", "default_plan", "default_chunk_factor", "DEFAULT_TABLE", "SMALL_BYTES"]

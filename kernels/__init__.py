@@ -5,13 +5,13 @@
 'numpy'
 """
 
+from ccsynth.errors import OpError  # noqa: F401  (defined with every other error; re-exported as before)
 from ccsynth.kernels.base import (  # noqa: F401
     DTYPES,
     FLOAT_DTYPES,
     KERNEL_OPS,
     OPS,
     Backend,
-    OpError,
     backend_for,
     backend_names,
     canonical_op,

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ccsynth.errors import BufferMismatchError, CCSynthError
+from ccsynth.errors import BufferMismatchError, CCSynthError, OpError
 
 OPS = ("sum", "prod", "min", "max", "avg")
 KERNEL_OPS = ("sum", "prod", "min", "max")  # what the element-wise kernels implement
@@ -48,10 +48,6 @@ DTYPES = tuple(np.dtype(t) for t in ("float16", "float32", "float64", "int32", "
 FLOAT_DTYPES = tuple(d for d in DTYPES if d.kind == "f")
 
 _OP_ALIASES = {"add": "sum", "mul": "prod", "multiply": "prod", "minimum": "min", "maximum": "max", "mean": "avg"}
-
-
-class OpError(CCSynthError, ValueError):
-    """An unknown reduction op, or one that does not apply to the buffers' dtype."""
 
 
 def _mpi_ops() -> dict[int, str]:
@@ -271,7 +267,6 @@ __all__ = [
     "KERNEL_OPS",
     "DTYPES",
     "FLOAT_DTYPES",
-    "OpError",
     "Backend",
     "canonical_op",
     "mpi_op_name",

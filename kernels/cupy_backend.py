@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ccsynth.errors import CCSynthError
-from ccsynth.kernels.base import Backend, OpError
+from ccsynth.errors import CCSynthError, OpError
+from ccsynth.kernels.base import Backend
+
+__all__ = ["CupyBackend"]
 
 # C expressions of the element-wise kernels, on operands ``a`` and ``b``.
 # min/max use a comparison rather than min()/max() so that float16 (CuPy's

@@ -15,7 +15,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ccsynth.kernels.base import Backend, OpError
+from ccsynth.errors import OpError
+from ccsynth.kernels.base import Backend
+
+__all__ = ["NumpyBackend"]
 
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
 

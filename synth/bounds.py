@@ -127,8 +127,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ccsynth.collectives.spec import Collective, canonical_kind
-from ccsynth.errors import TopologyError
-from ccsynth.units import SizeError
+from ccsynth.errors import SizeError, TopologyError
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Connection, Topology
 
 log = logging.getLogger(__name__)

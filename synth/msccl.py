@@ -321,7 +321,7 @@ def _fastest(texts: list[str], topology, min_bytes: int, max_bytes: int | None) 
 
 
 def plan_to_msccl_xmls(plan, **kwargs) -> list[tuple[str, str]]:
-    """One MSCCL XML per entry of a :class:`~ccsynth.synth.plan.Plan`.
+    """One MSCCL XML per entry of a :class:`~ccsynth.collectives.plan.Plan`.
 
     Returns ``(file name, xml)`` pairs. A plan row covers
     ``[min_bytes, max_bytes)``; MSCCL's ``maxBytes`` is inclusive, so it is

@@ -90,10 +90,9 @@ from typing import Iterable
 import numpy as np
 
 from ccsynth.collectives.schedule import Schedule
-from ccsynth.errors import ScheduleError, TopologyError
+from ccsynth.errors import ScheduleError, SizeError, TopologyError
 from ccsynth.synth.bounds import Bound, lower_bound
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
-from ccsynth.units import SizeError
 
 log = logging.getLogger(__name__)
 
@@ -512,7 +511,7 @@ def simulate(schedule: Schedule, topology: Topology, size_bytes: float, *, local
 
     Raises :class:`ScheduleError` if the rank counts differ, a send has no
     connection (the message names the op), a send/recv is unmatched, or the
-    schedule deadlocks; :class:`~ccsynth.units.SizeError` for a bad size.
+    schedule deadlocks; :class:`~ccsynth.errors.SizeError` for a bad size.
     """
     return _result(_Prepared(schedule, topology), topology, size_bytes, local_bw)
 

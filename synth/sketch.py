@@ -63,8 +63,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
-from ccsynth.errors import SketchError
-from ccsynth.units import SizeError, parse_size
+from ccsynth.errors import SizeError, SketchError
+from ccsynth.units import parse_size
 
 FORMAT = "ccsynth.sketch"
 VERSION = 1

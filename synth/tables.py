@@ -4,7 +4,7 @@
 every message size (:func:`ccsynth.synth.simulate.simulate`), picks the
 fastest per size -- on a tie (within :data:`TIE_REL`) the one with fewer ops,
 then the earlier candidate -- and merges neighbouring sizes with the same
-winner into one byte range of a :class:`~ccsynth.synth.plan.Plan`. The
+winner into one byte range of a :class:`~ccsynth.collectives.plan.Plan`. The
 boundary between two measured sizes ``a < b`` with different winners is
 their geometric midpoint ``round(sqrt(a * b))`` (sizes are spaced by
 factors, so the midpoint is in the same sense "halfway"); the first range
@@ -33,12 +33,16 @@ import logging
 import math
 from typing import Iterable, Mapping, Sequence
 
+from ccsynth.collectives.plan import Plan, PlanEntry
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective, canonical_kind
 from ccsynth.errors import CCSynthError, PlanError
-from ccsynth.synth.plan import Plan, PlanEntry
+from ccsynth.synth.baselines import applicable_baselines, make_baseline
+from ccsynth.synth.simulate import simulate_sizes
 from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
+
+__all__ = ["TIE_REL", "PLAN_HEADERS", "candidates_for", "build_plan", "plan_table"]
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +58,6 @@ def candidates_for(collective: Collective, topology: Topology) -> list[Schedule]
     A baseline that fails to build is skipped with a warning (the others
     still make a table).
     """
-    from ccsynth.synth.baselines import applicable_baselines, make_baseline
-
     out = []
     for name in applicable_baselines(collective, topology):
         try:
@@ -104,8 +106,6 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
     Raises :class:`PlanError` for no sizes, no candidates, or a candidate
     whose rank count differs from the topology's.
     """
-    from ccsynth.synth.simulate import simulate_sizes
-
     sizes = sorted({int(s) for s in sizes})
     if not sizes:
         raise PlanError("no message sizes to build a plan for")

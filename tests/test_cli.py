@@ -102,3 +102,27 @@ def test_argparse_errors_exit_2():
     assert code == 2 and "usage" in err
     code, out, err = run_cli("frobnicate")
     assert code == 2 and "invalid choice" in err
+
+
+def _subcommands(parser) -> list[str]:
+    import argparse
+
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(sub.choices)
+
+
+def test_every_listed_command_registers_in_order():
+    from ccsynth.cli import COMMANDS, build_parser
+
+    assert _subcommands(build_parser()) == list(COMMANDS)
+    code, out, err = run_cli("--help")
+    assert code == 0 and all(name in out for name in COMMANDS), out
+
+
+def test_a_listed_command_without_its_module_fails_loudly(monkeypatch):
+    """A misnamed or missing command module is a bug: no silent skip."""
+    import ccsynth.cli as cli
+
+    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, "no_such_command"))
+    with pytest.raises(ModuleNotFoundError, match="ccsynth.commands.no_such_command"):
+        cli.build_parser()

@@ -11,11 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccsynth.errors import BufferMismatchError, CCSynthError
+from ccsynth.errors import BufferMismatchError, CCSynthError, OpError
 from ccsynth.kernels import (
     DTYPES,
     KERNEL_OPS,
-    OpError,
     backend_for,
     canonical_op,
     check_dtype,

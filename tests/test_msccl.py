@@ -358,7 +358,7 @@ def test_options_and_errors():
 
 
 def test_plan_to_xmls():
-    from ccsynth.synth.plan import Plan, PlanEntry
+    from ccsynth.collectives.plan import Plan, PlanEntry
 
     plan = Plan((PlanEntry("allgather", 4, 0, 65536, ring_allgather(4)), PlanEntry("allgather", 4, 65536, None, ring_allgather(4, 2))))
     files = plan_to_msccl_xmls(plan)
@@ -560,7 +560,7 @@ def test_cli_export_round_trip(tmp_path, capsys):
 
 def test_cli_export_plan_to_directory(tmp_path, capsys):
     from ccsynth.cli import main
-    from ccsynth.synth.plan import Plan, PlanEntry, save_plan
+    from ccsynth.collectives.plan import Plan, PlanEntry, save_plan
 
     plan = Plan((PlanEntry("allgather", 3, 0, 4096, ring_allgather(3)), PlanEntry("allgather", 3, 4096, None, ring_allgather(3, 2))))
     save_plan(plan, tmp_path / "plan.json")
@@ -587,7 +587,7 @@ def test_cli_export_plan_to_directory(tmp_path, capsys):
 def test_cli_export_errors_exit_2(tmp_path, capsys, argv, words):
     from ccsynth.cli import main
     from ccsynth.collectives.schedule import save_schedule
-    from ccsynth.synth.plan import Plan, PlanEntry, save_plan
+    from ccsynth.collectives.plan import Plan, PlanEntry, save_plan
 
     (tmp_path / "bad.xml").write_text("<algo ngpus='2'><gpu></algo>")
     save_schedule(direct_alltoall(4), tmp_path / "ring.json")

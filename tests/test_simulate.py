@@ -11,10 +11,9 @@ from hypothesis import strategies as st
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective
-from ccsynth.errors import ScheduleError, TopologyError
+from ccsynth.errors import ScheduleError, SizeError, TopologyError
 from ccsynth.synth.simulate import SimResult, simulate, simulate_sizes
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
-from ccsynth.units import SizeError
 
 GB = 1e3  # bytes per us per GB/s
 

@@ -276,7 +276,7 @@ def test_cli_synth_json_and_files(tmp_path):
     code, out, err = run_cli("synth", "-t", "ring:4", "-c", "allgather", "--sizes", "1K,16K", "-o", "plan.json",
                              cwd=tmp_path)
     assert code == 0, err
-    from ccsynth.synth.plan import load_plan
+    from ccsynth.collectives.plan import load_plan
 
     plan = load_plan(tmp_path / "plan.json")
     assert plan.select("allgather", 4, 1024) is not None and plan.select("allgather", 4, 1 << 14) is not None

@@ -10,7 +10,7 @@ from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import PlanError
-from ccsynth.synth.plan import load_plan, save_plan
+from ccsynth.collectives.plan import load_plan, save_plan
 from ccsynth.synth.tables import build_plan, candidates_for, plan_table
 from ccsynth.topologies.model import Link, SharedPort, Topology
 

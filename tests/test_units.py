@@ -1,6 +1,7 @@
 import pytest
 
-from ccsynth.units import SizeError, format_size, parse_size, parse_sizes
+from ccsynth.errors import SizeError
+from ccsynth.units import format_size, parse_size, parse_sizes
 
 
 def test_parse_and_format():

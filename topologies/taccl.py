@@ -56,11 +56,11 @@ import os
 import re
 from typing import Any, Mapping
 
-from ccsynth.errors import TopologyError
+from ccsynth.errors import SizeError, TopologyError
 from ccsynth.topologies import catalog
 from ccsynth.topologies.io import _type_name, read_json
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
-from ccsynth.units import SizeError, parse_size
+from ccsynth.units import parse_size
 
 KINDS = ("ndv2", "dgx2", "hub_and_spoke", "custom")
 DEFAULT_CHUNK_BYTES = 1 << 20

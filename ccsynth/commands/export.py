@@ -72,7 +72,7 @@ def _read(path: str):
         except json.JSONDecodeError:
             data = None
         if isinstance(data, dict) and data.get("format") == "ccsynth.plan":
-            from ccsynth.synth.plan import load_plan
+            from ccsynth.collectives.plan import load_plan
 
             return "plan", load_plan(path), False
     from ccsynth.collectives.schedule import load_schedule

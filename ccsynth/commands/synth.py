@@ -182,7 +182,7 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
 
 def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet: bool) -> int:
     from ccsynth.collectives.schedule import Schedule
-    from ccsynth.synth.plan import save_plan
+    from ccsynth.collectives.plan import save_plan
     from ccsynth.synth.simulate import simulate
     from ccsynth.synth.synthesize import synthesize
     from ccsynth.synth.tables import build_plan, candidates_for

@@ -1,10 +1,20 @@
 """Multi-rank checks of the executor and the drop-in communicator.
 
-Run under MPI: ``mpiexec -n K python collectives_worker.py CASE``. Every rank
-prints ``rank R: CASE ok`` and exits 0 when all checks pass. A failed check
-raises; the abort handler then aborts the whole job (non-zero exit, no hang).
-Error cases (``err_*``) expect every rank to raise the same ccsynth error:
-each rank prints ``rank R raised NAME: message`` and all exit with status 3.
+Run under MPI: ``mpiexec -n K python collectives_worker.py CASE [CASE ...]``.
+The cases run in the order given. After each one, every rank prints one
+machine-readable line::
+
+    CASE <name> PASS rank <R>[: <note>]
+    CASE <name> FAIL rank <R>: <exception type>: <message>
+
+A failed check raises: the rank prints its FAIL line and re-raises, and the
+abort handler then aborts the whole job (non-zero exit, no hang: the other
+ranks may be waiting inside a collective, so no rank goes on to the next
+case). ``tests/test_communicator_mpi.py`` reads these lines to name the case
+and the rank that failed, and launches the cases after it again.
+Error cases (``err_*``) expect every rank to raise the same ccsynth error: the
+note of their PASS line is ``raised NAME: message``, and a job that ran any
+of them exits with status 3.
 """
 
 from __future__ import annotations
@@ -21,14 +31,18 @@ from ccsynth.collectives.mpi_util import install_abort_handler  # noqa: E402
 
 install_abort_handler()
 
-from ccsynth.collectives.communicator import Communicator, default_chunk_factor  # noqa: E402
 from ccsynth.collectives.executor import CompiledSchedule  # noqa: E402
+from ccsynth.collectives.plan import Plan, PlanEntry, save_plan  # noqa: E402
 from ccsynth.collectives.spec import Collective  # noqa: E402
-from ccsynth.errors import BufferMismatchError, ScheduleError  # noqa: E402
-from ccsynth.kernels.base import OpError  # noqa: E402
-from ccsynth.synth.plan import Plan, PlanEntry  # noqa: E402
+from ccsynth.communicator import Communicator  # noqa: E402  (the public one: its default plan is the built-in)
+from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError  # noqa: E402
+from ccsynth.synth.baselines import applicable_baselines, make_baseline  # noqa: E402
+from ccsynth.synth.default_plan import default_chunk_factor  # noqa: E402
+from ccsynth.topologies import fully_connected  # noqa: E402
 
 import schedules as hand  # noqa: E402
+
+__all__ = ["CASES", "case_line", "main"]
 
 WORLD = MPI.COMM_WORLD
 N = WORLD.Get_size()
@@ -184,31 +198,31 @@ def single_plan(schedule) -> Plan:
 RAISED: list[str] = []
 
 
-def expect_error(case: str, exc_type, fn) -> None:
+def expect_error(case: str, exc_type, fn) -> str:
     """Every rank must raise ``exc_type`` (caught here, reported, then the next case runs).
 
-    The worker exits with status 3 at the end if any error case ran, as a
-    program that did not catch the error would exit non-zero.
+    Returns the note of the case's PASS line, ``raised NAME: message``. The
+    worker exits with status 3 at the end if any error case ran, as a program
+    that did not catch the error would exit non-zero.
     """
     try:
         fn()
     except exc_type as e:
-        say(f"rank {RANK} raised {type(e).__name__}: {e}")
         RAISED.append(case)
         WORLD.Barrier()  # every rank got here on its own: nobody is left inside a collective
-        return
+        return f"raised {type(e).__name__}: {e}"
     raise AssertionError(f"rank {RANK}: {case}: expected {exc_type.__name__}, nothing was raised")
 
 
 # -------------------------------------------------------------------- cases
-def case_default() -> None:
+def case_default() -> str:
     """The default plan (built-in baselines) against MPI for everything."""
     c = Communicator(WORLD)
     k = exercise(c, roots=(0, N - 1))
     # bandwidth-sized messages take the large-message entries of the default plan (ring, Rabenseifner)
     k += exercise(c, kinds=KINDS, dtypes=("float32", "int64"), ops=(MPI.SUM, MPI.MAX), counts=(20011,),
                   roots=(N // 2,), in_place=(False,))
-    say(f"rank {RANK}: {k} checks")
+    return f"{k} checks"
 
 
 def case_default_small() -> None:
@@ -299,9 +313,6 @@ def case_hand() -> None:
 
 def case_baselines() -> None:
     """Every baseline that applies on a fully connected topology, as a single-entry plan."""
-    from ccsynth.synth.baselines import applicable_baselines, make_baseline
-    from ccsynth.topologies import fully_connected
-
     topo = fully_connected(N)
     for kind in KINDS:
         for name in applicable_baselines(Collective(kind, N), topo):
@@ -444,8 +455,6 @@ def case_specs() -> None:
     if c2.last_algorithm == "mpi" or not np.all(r[:4] == N):
         raise AssertionError(f"rank {RANK}: covered size should use the plan ({c2.last_algorithm})")
     # a plan file path works as well as a Plan object
-    from ccsynth.synth.plan import save_plan
-
     path = os.path.join(os.environ.get("CCSYNTH_TMP", "/tmp"), f"ccsynth_plan_{os.getpid()}.json")
     if RANK == 0:
         save_plan(single_plan(hand.ring_allgather(N)), path)
@@ -460,65 +469,61 @@ def case_specs() -> None:
         os.remove(path)
 
 
-def case_err_world() -> None:
+def case_err_world() -> str:
     """A schedule built for another rank count: ScheduleError on every rank, before communicating."""
     other = hand.ring_allreduce(N + 1)
-    expect_error("err_world", ScheduleError, lambda: CompiledSchedule(other, WORLD))
+    return expect_error("err_world", ScheduleError, lambda: CompiledSchedule(other, WORLD))
 
 
-def case_err_settings() -> None:
+def case_err_settings() -> str:
     """Ranks that would cut messages differently: CCSynthError on every rank when the Communicator is built."""
-    from ccsynth.errors import CCSynthError
-
-    expect_error("err_settings", CCSynthError, lambda: Communicator(WORLD, slice_bytes=4096 if RANK == 0 else None))
+    return expect_error("err_settings", CCSynthError, lambda: Communicator(WORLD, slice_bytes=4096 if RANK == 0 else None))
 
 
-def case_err_slices() -> None:
+def case_err_slices() -> str:
     """A bare CompiledSchedule with another slice size on one rank: ScheduleError on every rank at the first run."""
     cs = CompiledSchedule(hand.ring_allreduce(N), WORLD.Dup(), slice_bytes=64 if RANK == 0 else 128)
-    expect_error("err_slices", ScheduleError, lambda: cs.run(np.ones(4 * N), np.zeros(4 * N)))
+    return expect_error("err_slices", ScheduleError, lambda: cs.run(np.ones(4 * N), np.zeros(4 * N)))
 
 
-def case_err_plan_world() -> None:
+def case_err_plan_world() -> str:
     """The same through a Communicator whose plan holds only schedules for another size: MPI takes over;
     a Plan that claims our size but holds a schedule for another must raise on every rank."""
     c = Communicator(WORLD, plan=single_plan(hand.ring_allreduce(N + 1)), fallback=False)
-    from ccsynth.errors import PlanError
-
-    expect_error("err_plan_world", PlanError, lambda: c.Allreduce(np.ones(4), np.zeros(4)))
+    return expect_error("err_plan_world", PlanError, lambda: c.Allreduce(np.ones(4), np.zeros(4)))
 
 
-def case_err_mismatch() -> None:
+def case_err_mismatch() -> str:
     c = Communicator(WORLD)
-    expect_error("err_mismatch", BufferMismatchError, lambda: c.Allreduce(np.ones(5, np.float32), np.zeros(6, np.float32)))
+    return expect_error("err_mismatch", BufferMismatchError, lambda: c.Allreduce(np.ones(5, np.float32), np.zeros(6, np.float32)))
 
 
-def case_err_dtype() -> None:
+def case_err_dtype() -> str:
     c = Communicator(WORLD)
-    expect_error("err_dtype", BufferMismatchError, lambda: c.Allgather(np.ones(5, np.float32), np.zeros(5 * N, np.float64)))
+    return expect_error("err_dtype", BufferMismatchError, lambda: c.Allgather(np.ones(5, np.float32), np.zeros(5 * N, np.float64)))
 
 
-def case_err_noncontig() -> None:
+def case_err_noncontig() -> str:
     c = Communicator(WORLD)
     x = np.ones(20, np.float32)[::2]
-    expect_error("err_noncontig", BufferMismatchError, lambda: c.Allreduce(x, np.zeros(10, np.float32)))
+    return expect_error("err_noncontig", BufferMismatchError, lambda: c.Allreduce(x, np.zeros(10, np.float32)))
 
 
-def case_err_op() -> None:
+def case_err_op() -> str:
     c = Communicator(WORLD)
-    expect_error("err_op", OpError, lambda: c.Allreduce(np.ones(4), np.zeros(4), op="xor"))
+    return expect_error("err_op", OpError, lambda: c.Allreduce(np.ones(4), np.zeros(4), op="xor"))
 
 
-def case_err_avg_int() -> None:
+def case_err_avg_int() -> str:
     c = Communicator(WORLD)
-    expect_error("err_avg_int", OpError, lambda: c.Allreduce(np.ones(4, np.int32), np.zeros(4, np.int32), op="avg"))
+    return expect_error("err_avg_int", OpError, lambda: c.Allreduce(np.ones(4, np.int32), np.zeros(4, np.int32), op="avg"))
 
 
-def case_err_debug_count() -> None:
+def case_err_debug_count() -> str:
     """debug=True: rank 0 passes a different count; every rank raises instead of hanging or truncating."""
     c = Communicator(WORLD, debug=True)
     m = 8 if RANK else 9
-    expect_error("err_debug_count", BufferMismatchError, lambda: c.Allreduce(np.ones(m), np.zeros(m)))
+    return expect_error("err_debug_count", BufferMismatchError, lambda: c.Allreduce(np.ones(m), np.zeros(m)))
 
 
 def case_one_rank() -> None:
@@ -609,13 +614,26 @@ def case_short_static_profiled() -> None:
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
+def case_line(name: str, status: str, detail: str | None = None) -> str:
+    """``CASE <name> PASS|FAIL rank <R>[: <detail>]``, always one line."""
+    line = f"CASE {name} {status} rank {RANK}"
+    if detail:
+        line += ": " + " | ".join(str(detail).splitlines())
+    return line
+
+
 def main() -> None:
     names = sys.argv[1:] or ["default"]
+    unknown = [name for name in names if name not in CASES]
+    if unknown:
+        raise SystemExit(f"unknown case(s) {', '.join(unknown)}; cases: {', '.join(CASES)}")
     for name in names:
-        if name not in CASES:
-            raise SystemExit(f"unknown case {name!r}; cases: {', '.join(CASES)}")
-        CASES[name]()
-        say(f"rank {RANK}: {name} ok")
+        try:
+            note = CASES[name]()
+        except Exception as e:
+            say(case_line(name, "FAIL", f"{type(e).__name__}: {e}"))
+            raise  # the abort handler ends the job: other ranks may be waiting inside a collective
+        say(case_line(name, "PASS", note))
     if RAISED:
         sys.exit(3)
 

@@ -9,6 +9,10 @@ are nccl-tests message sizes (the larger per-rank buffer, see
 
 The drop-in communicator asks ``plan.select(kind, n_ranks, nbytes)`` on every
 call and falls back to the MPI library's own collective when it gets None.
+A plan is data that the runtime consumes, so it lives here beside the
+schedule IR; the synthesizer produces plans (:mod:`ccsynth.synth.tables`
+picks the fastest schedule per size range, :mod:`ccsynth.synth.default_plan`
+is the built-in table of baselines) and the communicator only reads them.
 
 JSON (``format: ccsynth.plan``, ``version: 1``)::
 
@@ -38,7 +42,10 @@ from typing import Any
 
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import canonical_kind
+from ccsynth.collectives.verify import verify as verify_schedule  # load_plan has a keyword named verify
 from ccsynth.errors import CCSynthError, PlanError
+
+__all__ = ["FORMAT", "VERSION", "PlanEntry", "Plan", "save_plan", "load_plan"]
 
 FORMAT = "ccsynth.plan"
 VERSION = 1
@@ -188,8 +195,6 @@ def load_plan(path: str | os.PathLike, *, verify: bool = True) -> Plan:
         raise PlanError(f"{os.fspath(path)!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
     plan = Plan.from_dict(data)
     if verify:
-        from ccsynth.collectives.verify import verify as _verify
-
         for e in plan.entries:
-            _verify(e.schedule)
+            verify_schedule(e.schedule)
     return plan

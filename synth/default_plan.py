@@ -1,0 +1,165 @@
+"""The built-in plan: which classic algorithm the communicator runs at which size.
+
+A communicator given no plan still has to pick a schedule per call. This
+module is that policy: a table of byte ranges per collective, each naming
+baselines (:mod:`ccsynth.synth.baselines`) in order of preference, built on
+a fully connected topology of the communicator's size (what a single MPI job
+on one switch looks like):
+
+============== ===================================================================
+collective     algorithm by message size (nccl-tests convention)
+============== ===================================================================
+allreduce      one-shot below 4 KiB on up to 8 ranks, recursive doubling below
+               128 KiB, Rabenseifner (recursive halving) above
+allgather      recursive doubling below 32 KiB, ring above
+reduce_scatter recursive halving below 32 KiB, ring above
+alltoall       direct
+broadcast      binomial tree
+reduce         binomial tree
+============== ===================================================================
+
+A name that does not apply (recursive doubling on a rank count that is not a
+power of two, one-shot on many ranks) gives way to the next one in its row; a
+row with no applicable name is left out, and calls of that size go to the MPI
+library's own collective. The thresholds come from the measurements in
+``bench/RESULTS.md``.
+
+Layering: the policy needs the baselines, so it lives in ``synth``; the
+communicator (:mod:`ccsynth.collectives.communicator`, a layer below) never
+imports it but takes a plan object as an argument. The public
+``ccsynth.Communicator`` (:mod:`ccsynth.communicator`) passes it a
+:class:`LazyDefaultPlan`, which builds the rows of one (collective, rank
+count) the first time a call asks for them.
+
+Example:
+    >>> plan = default_plan(4, kinds=("allreduce",))
+    >>> [(e.min_bytes, e.max_bytes, e.algorithm) for e in plan.entries]
+    [(0, 4096, 'one_shot'), (4096, 131072, 'recursive_doubling'), (131072, None, 'recursive_halving')]
+    >>> LazyDefaultPlan().select("allgather", 3, 1 << 20).name
+    'ring'
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+from ccsynth.collectives.plan import Plan, PlanEntry
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import Collective, canonical_kind
+from ccsynth.errors import CCSynthError
+from ccsynth.synth.baselines import applicable_baselines, make_baseline
+from ccsynth.topologies import fully_connected
+
+__all__ = [
+    "SMALL_BYTES",
+    "ONE_SHOT_BYTES",
+    "ONE_SHOT_MAX_RANKS",
+    "HALVING_BYTES",
+    "DEFAULT_TABLE",
+    "default_chunk_factor",
+    "default_entries",
+    "default_plan",
+    "LazyDefaultPlan",
+]
+
+log = logging.getLogger(__name__)
+
+SMALL_BYTES = 32 * 1024  # below: latency-bound algorithms; above: bandwidth-bound
+ONE_SHOT_BYTES = 4 * 1024  # allreduce below this, on few ranks: one hop (every rank sums all buffers)
+ONE_SHOT_MAX_RANKS = 8  # one_shot sends n-1 messages per rank: only for small communicators
+# allreduce from here up: Rabenseifner (recursive halving), which on a fully connected machine moves what a
+# ring moves in log2(n) steps instead of 2(n-1); below, recursive doubling (bench/RESULTS.md, session 2)
+HALVING_BYTES = 128 * 1024
+
+# Per kind, (min_bytes, max_bytes, baseline names in order of preference).
+DEFAULT_TABLE: dict[str, tuple[tuple[int, int | None, tuple[str, ...]], ...]] = {
+    "allreduce": (
+        (0, ONE_SHOT_BYTES, ("one_shot", "recursive_doubling", "ring")),
+        (ONE_SHOT_BYTES, HALVING_BYTES, ("recursive_doubling", "ring")),
+        (HALVING_BYTES, None, ("recursive_halving", "ring")),
+    ),
+    "allgather": ((0, SMALL_BYTES, ("recursive_doubling", "ring")), (SMALL_BYTES, None, ("ring", "recursive_doubling"))),
+    "reduce_scatter": ((0, SMALL_BYTES, ("recursive_halving", "ring")), (SMALL_BYTES, None, ("ring", "recursive_halving"))),
+    "alltoall": ((0, None, ("direct",)),),
+    "broadcast": ((0, None, ("binomial_tree", "ring", "direct")),),
+    "reduce": ((0, None, ("binomial_tree", "ring", "direct")),),
+}
+
+
+def default_chunk_factor(name: str, kind: str, n: int) -> int:
+    """Chunk factor the default plan builds baseline ``name`` with.
+
+    Ring and Rabenseifner allreduce cut the buffer into one chunk per rank
+    (otherwise the ring would carry the whole buffer at every step).
+    """
+    if kind == "allreduce" and name in ("ring", "recursive_halving"):
+        return n
+    return 1
+
+
+def default_entries(kind: str, n: int) -> list[PlanEntry]:
+    """The default plan's rows for collective ``kind`` (canonical name) on ``n`` ranks."""
+    if n < 2:
+        return []  # one rank: nothing to schedule; MPI's collective is a local copy
+    topo = fully_connected(n)
+    out = []
+    built: dict[tuple[str, int], Schedule] = {}
+    for lo, hi, names in DEFAULT_TABLE.get(kind, ()):
+        for name in names:
+            if name == "one_shot" and n > ONE_SHOT_MAX_RANKS:
+                continue
+            coll = Collective(kind, n, default_chunk_factor(name, kind, n))
+            if name not in applicable_baselines(coll, topo):
+                continue
+            key = (name, coll.chunk_factor)
+            if key not in built:
+                try:
+                    built[key] = make_baseline(name, coll, topo)
+                except CCSynthError as e:  # pragma: no cover - applicable baselines build
+                    log.debug("default plan: %s for %s skipped: %s", name, coll.describe(), e)
+                    continue
+            out.append(PlanEntry(kind, n, lo, hi, built[key], algorithm=name))
+            break
+    return out
+
+
+def default_plan(n_ranks: int, kinds: Iterable[str] | None = None) -> Plan:
+    """The built-in plan for ``n_ranks`` ranks, every row built now, as a :class:`Plan`.
+
+    ``kinds`` limits it to those collectives (default: all in :data:`DEFAULT_TABLE`).
+    """
+    entries = []
+    for kind in kinds or DEFAULT_TABLE:
+        entries.extend(default_entries(canonical_kind(kind), n_ranks))
+    return Plan(tuple(entries), topology=f"fully_connected:{n_ranks}", meta={"default": True})
+
+
+class LazyDefaultPlan:
+    """The default plan, built per (kind, n_ranks) on first use.
+
+    It answers the plan protocol the communicator reads (``select``,
+    ``entry_for``, ``kinds``, ``meta``) like :class:`Plan`; ``kinds`` lists
+    what has been built so far.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, int], list[PlanEntry]] = {}
+        self.meta = {"default": True}
+
+    def entry_for(self, kind: str, n_ranks: int, nbytes: int) -> PlanEntry | None:
+        key = (canonical_kind(kind), n_ranks)
+        entries = self._entries.get(key)
+        if entries is None:
+            entries = self._entries[key] = default_entries(*key)
+        for e in entries:
+            if e.covers(nbytes):
+                return e
+        return None
+
+    def select(self, kind: str, n_ranks: int, nbytes: int) -> Schedule | None:
+        e = self.entry_for(kind, n_ranks, nbytes)
+        return e.schedule if e is not None else None
+
+    def kinds(self) -> list[tuple[str, int]]:
+        return sorted(k for k, v in self._entries.items() if v)
