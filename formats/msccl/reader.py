@@ -159,7 +159,7 @@ class _XGpu:
         return [(self.id, t.id, k) for t in self.tbs for k in range(len(t.steps))]
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Stream:
     """The sending and the receiving steps of one (sender, receiver, channel), in order."""
 

@@ -488,7 +488,6 @@ def layout_xml(s: Schedule, layout: Layout, *, name, proto, coll, inplace, min_b
     or channel limits are exceeded.
     """
     coll_obj = s.collective
-    n = s.n_ranks
     nchan = max((key.chan + 1 for keys in layout.tbs for key in keys), default=1)
     algo = ET.Element("algo")
     attrs = {
@@ -496,7 +495,7 @@ def layout_xml(s: Schedule, layout: Layout, *, name, proto, coll, inplace, min_b
         "proto": proto,
         "nchannels": nchan,
         "nchunksperloop": coll_obj.size_chunks,
-        "ngpus": n,
+        "ngpus": s.n_ranks,
         "coll": coll,
         "inplace": int(bool(inplace)),
         "outofplace": int(not inplace),
@@ -507,40 +506,53 @@ def layout_xml(s: Schedule, layout: Layout, *, name, proto, coll, inplace, min_b
         attrs["root"] = coll_obj.root  # not read by the runtimes; kept so the reader knows the root
     for k, v in attrs.items():
         algo.set(k, str(v))
-    too_many_steps = []
-    too_many_tbs = []
-    for r in range(n):
-        g = ET.SubElement(algo, "gpu")
-        for k, v in (("id", r), ("i_chunks", coll_obj.in_chunks), ("o_chunks", coll_obj.out_chunks), ("s_chunks", layout.scratch[r])):
-            g.set(k, str(v))
-        keys = layout.tbs[r]
-        lists = layout.steps[r]
-        # physical indices: a step with m dependencies is preceded by m-1 nops
-        phys: list[list[int]] = []
-        for lst in lists:
-            p, out = 0, []
-            for st in lst:
-                p += max(len(st.deps) - 1, 0)
-                out.append(p)
+    steps_per_tb = [_gpu_xml(algo, s, layout, r) for r in range(s.n_ranks)]
+    _warn_limits(layout, steps_per_tb, nchan)
+    ET.indent(algo, space="  ")
+    text = ET.tostring(algo, encoding="unicode")
+    # ElementTree writes "<step ... />"; the runtimes' hand-written parsers
+    # expect msccl-tools' "<step .../>" (the space would read as an empty attribute).
+    return text.replace(" />", "/>") + "\n"
+
+
+def _gpu_xml(algo: ET.Element, s: Schedule, layout: Layout, r: int) -> list[int]:
+    """Write ``<gpu id=r>`` into ``algo``; returns the steps (nops included) of each of its threadblocks."""
+    coll = s.collective
+    g = ET.SubElement(algo, "gpu")
+    for k, v in (("id", r), ("i_chunks", coll.in_chunks), ("o_chunks", coll.out_chunks), ("s_chunks", layout.scratch[r])):
+        g.set(k, str(v))
+    lists = layout.steps[r]
+    # physical indices: a step with m dependencies is preceded by m-1 nops
+    phys: list[list[int]] = []
+    for lst in lists:
+        p, out = 0, []
+        for st in lst:
+            p += max(len(st.deps) - 1, 0)
+            out.append(p)
+            p += 1
+        phys.append(out)
+    counts = []
+    for b, (key, lst) in enumerate(zip(layout.tbs[r], lists)):
+        tb = ET.SubElement(g, "tb")
+        for k, v in (("id", b), ("send", key.send), ("recv", key.recv), ("chan", key.chan)):
+            tb.set(k, str(v))
+        p = 0
+        for st in lst:
+            deps = [(d_tb, phys[d_tb][d_k]) for d_tb, d_k in st.deps]
+            for d_tb, d_s in deps[:-1]:
+                _step_xml(tb, p, "nop", None, None, 0, d_tb, d_s, False)
                 p += 1
-            phys.append(out)
-        if len(keys) > MAX_TBS:
-            too_many_tbs.append((r, len(keys)))
-        for b, (key, lst) in enumerate(zip(keys, lists)):
-            tb = ET.SubElement(g, "tb")
-            for k, v in (("id", b), ("send", key.send), ("recv", key.recv), ("chan", key.chan)):
-                tb.set(k, str(v))
-            p = 0
-            for st in lst:
-                deps = [(d_tb, phys[d_tb][d_k]) for d_tb, d_k in st.deps]
-                for d_tb, d_s in deps[:-1]:
-                    _step_xml(tb, p, "nop", None, None, 0, d_tb, d_s, False)
-                    p += 1
-                d_tb, d_s = deps[-1] if deps else (-1, -1)
-                _step_xml(tb, p, st.type, st.src, st.dst, st.cnt, d_tb, d_s, st.hasdep)
-                p += 1
-            if p > MAX_STEPS_PER_TB:
-                too_many_steps.append((r, b, p))
+            d_tb, d_s = deps[-1] if deps else (-1, -1)
+            _step_xml(tb, p, st.type, st.src, st.dst, st.cnt, d_tb, d_s, st.hasdep)
+            p += 1
+        counts.append(p)
+    return counts
+
+
+def _warn_limits(layout: Layout, steps_per_tb: list[list[int]], nchan: int) -> None:
+    """Warn where the file exceeds what the MSCCL runtimes accept by default."""
+    too_many_steps = [(r, b, p) for r, counts in enumerate(steps_per_tb) for b, p in enumerate(counts) if p > MAX_STEPS_PER_TB]
+    too_many_tbs = [(r, len(keys)) for r, keys in enumerate(layout.tbs) if len(keys) > MAX_TBS]
     if too_many_steps:
         r, b, p = max(too_many_steps, key=lambda t: t[2])
         log.warning(
@@ -556,11 +568,6 @@ def layout_xml(s: Schedule, layout: Layout, *, name, proto, coll, inplace, min_b
         )
     if nchan > MAX_CHANNELS:
         log.warning("the algorithm uses %d channels; NCCL has at most %d", nchan, MAX_CHANNELS)
-    ET.indent(algo, space="  ")
-    text = ET.tostring(algo, encoding="unicode")
-    # ElementTree writes "<step ... />"; the runtimes' hand-written parsers
-    # expect msccl-tools' "<step .../>" (the space would read as an empty attribute).
-    return text.replace(" />", "/>") + "\n"
 
 
 def _step_xml(tb, s, type_, src, dst, cnt, depid, deps, hasdep) -> None:
