@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 from ccsynth.errors import *  # noqa: E402,F401,F403
 from ccsynth.errors import __all__ as _errors_all  # noqa: E402
 from ccsynth.collectives.spec import Collective  # noqa: E402
-from ccsynth.collectives.schedule import Chunks, Op, Schedule, load_schedule, save_schedule  # noqa: E402
+from ccsynth.collectives.schedule import Chunks, Op, Schedule, save_schedule  # noqa: E402
 from ccsynth.collectives.builder import ScheduleBuilder  # noqa: E402
 from ccsynth.topologies.model import Link, Switch, SharedPort, Dimension, Topology  # noqa: E402
 
@@ -35,7 +35,9 @@ from ccsynth.topologies.model import Link, Switch, SharedPort, Dimension, Topolo
 def __getattr__(name):
     # Heavier pieces load on first use so that ``import ccsynth`` stays cheap.
     lazy = {
-        "get_topology": ("ccsynth.topologies", "get_topology"),
+        # files of every format ccsynth reads (MSCCL XML, TACCL profiles, ...)
+        "get_topology": ("ccsynth.formats.files", "get_topology"),
+        "load_schedule": ("ccsynth.formats.files", "load_schedule"),
         "verify": ("ccsynth.collectives.verify", "verify"),
         "simulate": ("ccsynth.synth.simulate", "simulate"),
         "Communicator": ("ccsynth.communicator", "Communicator"),  # with the built-in default plan

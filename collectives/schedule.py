@@ -18,17 +18,46 @@ chunks. Dependencies (``deps``) name operations *on the same rank* that must
 complete first; cross-rank order comes only from send/recv matching. An op
 may start as soon as its dependencies are done (dataflow, no global steps).
 
+In place. A schedule with ``in_place=True`` runs on one buffer per rank:
+its input and output are aliased (``MPI_IN_PLACE``; MSCCL's ``inplace="1"``)
+the way NCCL lays out in-place collectives -- the larger buffer is the real
+one and the smaller lies inside it (rank ``r``, chunk factor ``c``):
+
+=================================== =========================================
+kind                                aliasing (:data:`IN_PLACE_ALIASING`)
+=================================== =========================================
+allreduce, alltoall, broadcast,     ``same``: input chunk ``j`` *is* output
+reduce                              chunk ``j``
+allgather, gather                   ``input_in_output``: input chunk ``j`` is
+                                    output chunk ``r*c + j``
+reduce_scatter, scatter             ``output_in_input``: output chunk ``j``
+                                    is input chunk ``r*c + j``
+=================================== =========================================
+
+Ops still name ``i``/``o`` ranges; :meth:`Schedule.storage` says where a
+range lives in the one buffer, and the structure check, the verifier (races,
+symbolic execution, postcondition) and everything else that asks whether two
+ranges are the same chunks compare storages. An in-place schedule may
+therefore write its input (it is part of the writable buffer), which an
+out-of-place one may not (MPI send buffers are read-only). Scratch is never
+aliased. The simulator needs nothing: it charges messages and local ops, not
+addresses. Out of place (``in_place=False``) is the default and what the
+executor runs; :func:`ccsynth.collectives.transforms.alias_in_place` turns an
+out-of-place schedule into its in-place form.
+
 The JSON form (``format: ccsynth.schedule``, ``version: 1``) round-trips
-exactly: ``Schedule.from_dict(s.to_dict()) == s``.
+exactly: ``Schedule.from_dict(s.to_dict()) == s``. ``"in_place": true`` is
+written only for in-place schedules; a file without it is out of place, so
+files written before the field existed read as they always did.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Iterable
+from typing import Any
 
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, ScheduleError, ScheduleFormatError
@@ -37,6 +66,34 @@ FORMAT = "ccsynth.schedule"
 VERSION = 1
 BUFFERS = ("i", "o", "s")
 OP_KINDS = ("send", "recv", "copy", "reduce")
+
+#: In-place aliasing of each collective kind (see the module docstring).
+IN_PLACE_ALIASING = {
+    "allreduce": "same",
+    "alltoall": "same",
+    "broadcast": "same",
+    "reduce": "same",
+    "allgather": "input_in_output",
+    "gather": "input_in_output",
+    "reduce_scatter": "output_in_input",
+    "scatter": "output_in_input",
+}
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "BUFFERS",
+    "OP_KINDS",
+    "IN_PLACE_ALIASING",
+    "Chunks",
+    "Op",
+    "Schedule",
+    "in_place_storage",
+    "schedule_from_json",
+    "read_schedule_text",
+    "read_schedule",
+    "save_schedule",
+]
 
 
 @dataclass(frozen=True)
@@ -73,6 +130,26 @@ class Chunks:
         if self.count == 1:
             return f"{self.buf}[{self.index}]"
         return f"{self.buf}[{self.index}:{self.index + self.count}]"
+
+
+def in_place_storage(collective: Collective, rank: int, chunks: Chunks) -> Chunks:
+    """Where ``chunks`` of ``rank`` lie when its input and output are one buffer.
+
+    >>> in_place_storage(Collective("allgather", 4, 2), 3, Chunks("i", 1))
+    Chunks(buf='o', index=7, count=1)
+    """
+    mode = IN_PLACE_ALIASING[collective.kind]
+    if chunks.buf == "i" and mode == "same":
+        return Chunks("o", chunks.index, chunks.count)
+    if chunks.buf == "i" and mode == "input_in_output":
+        return Chunks("o", rank * collective.chunk_factor + chunks.index, chunks.count)
+    if chunks.buf == "o" and mode == "output_in_input":
+        return Chunks("i", rank * collective.chunk_factor + chunks.index, chunks.count)
+    return chunks
+
+
+def _overlap(a: Chunks, b: Chunks) -> bool:
+    return a.buf == b.buf and a.index < b.index + b.count and b.index < a.index + a.count
 
 
 @dataclass(frozen=True)
@@ -171,6 +248,7 @@ class Schedule:
     fields fit, chunk ranges are inside their buffers, dependencies name
     earlier-or-later ops *of the same rank*. Full proof that it implements
     the collective is :func:`ccsynth.collectives.verify.verify`.
+    ``in_place``: input and output are aliased (see the module docstring).
     """
 
     name: str
@@ -179,6 +257,7 @@ class Schedule:
     scratch_chunks: int = 0
     topology: str = ""
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    in_place: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
@@ -187,6 +266,10 @@ class Schedule:
     @property
     def n_ranks(self) -> int:
         return self.collective.n_ranks
+
+    def storage(self, rank: int, chunks: Chunks) -> Chunks:
+        """Where ``chunks`` of ``rank`` live: themselves, or their in-place alias."""
+        return in_place_storage(self.collective, rank, chunks) if self.in_place else chunks
 
     def buffer_chunks(self, buf: str) -> int:
         return {"i": self.collective.in_chunks, "o": self.collective.out_chunks, "s": self.scratch_chunks}[buf]
@@ -237,6 +320,8 @@ class Schedule:
         n = self.n_ranks
         if isinstance(self.scratch_chunks, bool) or not isinstance(self.scratch_chunks, int) or self.scratch_chunks < 0:
             raise ScheduleError(f"scratch_chunks must be a non-negative integer, got {self.scratch_chunks!r}")
+        if not isinstance(self.in_place, bool):
+            raise ScheduleError(f"in_place must be true or false, got {self.in_place!r}")
         ranks_of = [op.rank for op in self.ops]
         for i, op in enumerate(self.ops):
             if op.id != i:
@@ -254,7 +339,7 @@ class Schedule:
             need_dst = op.kind in ("recv", "copy", "reduce")
             if need_src != (op.src is not None) or need_dst != (op.dst is not None):
                 raise ScheduleError(f"operation {op.id} ({op.kind}) needs {'src' if need_src else ''}{' and ' if need_src and need_dst else ''}{'dst' if need_dst else ''}")
-            if op.dst is not None and op.dst.buf == "i":
+            if op.dst is not None and op.dst.buf == "i" and not self.in_place:
                 # MPI send buffers are read-only; a schedule must leave the input intact.
                 raise ScheduleError(f"{op.describe()} writes the input buffer; schedules may only write 'o' and 's'")
             if op.reduce and op.kind != "recv":
@@ -266,10 +351,11 @@ class Schedule:
                     raise ScheduleError(
                         f"{op.describe()} touches {c}, past the end of buffer {c.buf!r} ({self.buffer_chunks(c.buf)} chunks)"
                     )
-            if op.kind in ("copy", "reduce") and op.src.buf == op.dst.buf:
-                a, b = op.src.indices(), op.dst.indices()
-                if a.start < b.stop and b.start < a.stop:
-                    raise ScheduleError(f"{op.describe()} reads and writes overlapping chunks")
+            if op.kind in ("copy", "reduce"):
+                src, dst = (self.storage(op.rank, op.src), self.storage(op.rank, op.dst)) if self.in_place else (op.src, op.dst)
+                if _overlap(src, dst):
+                    aliased = " (input and output are one buffer)" if self.in_place else ""
+                    raise ScheduleError(f"{op.describe()} reads and writes overlapping chunks{aliased}")
             for d in op.deps:
                 if not 0 <= d < len(self.ops):
                     raise ScheduleError(f"{op.describe()} depends on unknown operation {d}")
@@ -287,6 +373,7 @@ class Schedule:
             "collective": self.collective.to_dict(),
             "topology": self.topology,
             "scratch_chunks": self.scratch_chunks,
+            **({"in_place": True} if self.in_place else {}),
             "meta": self.meta,
             "ops": [op.to_dict() for op in self.ops],
         }
@@ -302,6 +389,9 @@ class Schedule:
         ops = d.get("ops")
         if not isinstance(ops, list):
             raise ScheduleFormatError("schedule has no 'ops' list")
+        in_place = d.get("in_place", False)
+        if not isinstance(in_place, bool):
+            raise ScheduleFormatError(f"in_place must be true or false, got {in_place!r}")
         try:
             return cls(
                 name=str(d.get("name", "")),
@@ -310,6 +400,7 @@ class Schedule:
                 scratch_chunks=d.get("scratch_chunks", 0),
                 topology=str(d.get("topology", "")),
                 meta=dict(d.get("meta") or {}),
+                in_place=in_place,
             )
         except ScheduleFormatError:
             raise
@@ -320,10 +411,11 @@ class Schedule:
         return json.dumps(self.to_dict(), indent=indent, separators=(",", ":") if indent is None else None)
 
     def with_meta(self, **kv) -> "Schedule":
-        return Schedule(self.name, self.collective, self.ops, self.scratch_chunks, self.topology, {**self.meta, **kv})
+        return replace(self, meta={**self.meta, **kv})
 
     def __repr__(self) -> str:
-        return f"Schedule({self.name!r}, {self.collective.describe()}, {len(self.ops)} ops)"
+        where = ", in place" if self.in_place else ""
+        return f"Schedule({self.name!r}, {self.collective.describe()}, {len(self.ops)} ops{where})"
 
 
 def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:
@@ -333,35 +425,29 @@ def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:
         f.write("\n")
 
 
-def load_schedule(path: str | os.PathLike, *, topology=None, verify: bool = True) -> Schedule:
-    """Read a ccsynth JSON (or MSCCL XML) schedule and verify it.
+def schedule_from_json(text: str, source: str = "<string>") -> Schedule:
+    """Parse ccsynth schedule JSON (not yet verified); ``source`` names it in errors."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ScheduleFormatError(f"{source!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    return Schedule.from_dict(data)
 
-    Raises :class:`ScheduleFormatError` for unreadable files and
-    :class:`ScheduleError` if the schedule does not implement its collective
-    (or, with ``topology``, uses a missing link).
-    """
+
+def read_schedule_text(path: str | os.PathLike) -> str:
+    """The text of a schedule file; an unreadable file raises :class:`ScheduleFormatError`."""
     try:
         with open(path) as f:
-            text = f.read()
+            return f.read()
     except OSError as e:
         raise ScheduleFormatError(f"cannot read schedule {os.fspath(path)!r}: {e.strerror}") from None
-    if text.lstrip().startswith("<"):
-        from ccsynth.synth.msccl import schedule_from_msccl_xml
-
-        sched = schedule_from_msccl_xml(text)
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ScheduleFormatError(f"{os.fspath(path)!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
-        sched = Schedule.from_dict(data)
-    if verify:
-        from ccsynth.collectives.verify import verify as _verify
-
-        _verify(sched, topology)
-    return sched
 
 
-def iter_chunks(chunks: Iterable[Chunks]):
-    for c in chunks:
-        yield from ((c.buf, i) for i in c.indices())
+def read_schedule(path: str | os.PathLike) -> Schedule:
+    """Read a ccsynth JSON schedule file (not verified).
+
+    :func:`ccsynth.load_schedule` (:func:`ccsynth.formats.files.load_schedule`)
+    reads MSCCL XML as well and verifies what it reads. Raises
+    :class:`ScheduleFormatError` for unreadable or malformed files.
+    """
+    return schedule_from_json(read_schedule_text(path), os.fspath(path))

@@ -23,6 +23,10 @@ that names the rank, the chunk and the operation:
 6. *postcondition* -- every output chunk named by
    :meth:`Collective.postcondition` holds exactly the required value.
 
+An in-place schedule (``Schedule.in_place``) is checked on its one buffer:
+stages 4 to 6 address every chunk by its storage (:meth:`Schedule.storage`),
+so an input chunk and the output chunk it aliases are the same chunk.
+
 Reachability for the race check uses, per op, a Python-int bitset of its
 ancestors indexed by topological position; a bitset is dropped as soon as
 the last successor of its op has been visited, and the topological order is
@@ -51,7 +55,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from ccsynth.collectives.schedule import Op, Schedule
+from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Contribution, Value
 from ccsynth.errors import ScheduleError
 
@@ -236,8 +240,9 @@ def _check_races(
             # Direct dependencies are by far the common case (the builder adds them).
             return a in px or (anc >> pos[a]) & 1 == 1
 
-        written = {(c.buf, i) for c in op.writes() for i in c.indices()}
-        for c in op.reads():
+        reads, writes = _accesses(schedule, op)
+        written = {(c.buf, i) for c in writes for i in c.indices()}
+        for c in reads:
             for i in c.indices():
                 if (c.buf, i) in written:
                     continue  # a read-modify-write is checked as a write below
@@ -246,7 +251,7 @@ def _check_races(
                 if w is not None and not before(w):
                     raise ScheduleError(_race(schedule, key, ops[w], "writes", op, "reads"))
                 readers.setdefault(key, []).append(x)
-        for c in op.writes():
+        for c in writes:
             for i in c.indices():
                 key = (r, c.buf, i)
                 w = writer.get(key)
@@ -258,6 +263,14 @@ def _check_races(
                 writer[key] = x
         if pending[x]:
             reach[x] = anc | (1 << pos[x])
+
+
+def _accesses(schedule: Schedule, op: Op) -> tuple[tuple[Chunks, ...], tuple[Chunks, ...]]:
+    """The ranges ``op`` reads and writes, as stored (in place: input and output aliased)."""
+    if not schedule.in_place:
+        return op.reads(), op.writes()
+    return (tuple(schedule.storage(op.rank, c) for c in op.reads()),
+            tuple(schedule.storage(op.rank, c) for c in op.writes()))
 
 
 def _race(schedule: Schedule, key, a: Op, a_does: str, b: Op, b_does: str) -> str:
@@ -281,7 +294,9 @@ def _execute(
     schedule: Schedule, order: list[int], matches: dict[int, int]
 ) -> tuple[dict[tuple[int, str, int], Value], dict[tuple[int, str, int], int]]:
     ops = schedule.ops
-    state: dict[tuple[int, str, int], Value] = dict(schedule.collective.precondition())
+    state: dict[tuple[int, str, int], Value] = {
+        _stored(schedule, key): v for key, v in schedule.collective.precondition().items()
+    }
     last_writer: dict[tuple[int, str, int], int] = {}
     in_flight: dict[int, list[Value]] = {}
 
@@ -297,20 +312,31 @@ def _execute(
     for x in order:
         op = ops[x]
         r = op.rank
+        src = op.src if op.src is None or not schedule.in_place else schedule.storage(r, op.src)
         if op.kind == "send":
-            in_flight[x] = [read(op, op.src.buf, i) for i in op.src.indices()]
+            in_flight[x] = [read(op, src.buf, i) for i in src.indices()]
             continue
         if op.kind == "recv":
             values = in_flight.pop(matches[x])
         else:
-            values = [read(op, op.src.buf, i) for i in op.src.indices()]
+            values = [read(op, src.buf, i) for i in src.indices()]
         combine = op.kind == "reduce" or op.reduce
-        buf = op.dst.buf
-        for i, v in zip(op.dst.indices(), values):
+        dst = op.dst if not schedule.in_place else schedule.storage(r, op.dst)
+        buf = dst.buf
+        for i, v in zip(dst.indices(), values):
             key = (r, buf, i)
             state[key] = _merge(op, buf, i, read(op, buf, i), v) if combine else v
             last_writer[key] = x
     return state, last_writer
+
+
+def _stored(schedule: Schedule, key: tuple[int, str, int]) -> tuple[int, str, int]:
+    """``(rank, buffer, index)`` of where chunk ``key`` is stored (itself unless in place)."""
+    if not schedule.in_place:
+        return key
+    rank, buf, idx = key
+    c = schedule.storage(rank, Chunks(buf, idx))
+    return rank, c.buf, c.index
 
 
 def _merge(op: Op, buf: str, idx: int, a: Value, b: Value) -> Value:
@@ -332,7 +358,7 @@ def _check_postcondition(
 ) -> None:
     coll = schedule.collective
     for key, want in sorted(coll.postcondition().items()):
-        got = final.get(key)
+        got = final.get(_stored(schedule, key))
         if got == want:
             continue
         rank, buf, idx = key
@@ -348,7 +374,7 @@ def _check_postcondition(
             parts.append(f"missing {_fmt_contribs(missing)}")
         if extra:
             parts.append(f"unexpected {_fmt_contribs(extra)}")
-        writer = last_writer.get(key)
+        writer = last_writer.get(_stored(schedule, key))
         by = f"; last written by {schedule.ops[writer].describe()}" if writer is not None else ""
         raise ScheduleError(
             f"{where} holds {_fmt_value(got)} but {coll.kind} needs {_fmt_value(want)}: {', '.join(parts)}{by}"

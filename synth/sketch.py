@@ -35,9 +35,10 @@ Formats. ccsynth's own JSON (``format: ccsynth.sketch``, ``version: 1``)::
                    "chunk_relays": {"0": [0]}, "enforce_ordering": false, "ring": false},
      "exclude": [[0, 3]]}
 
-and TACCL's sketch JSON (``nnodes``, ``intranode_sketch``,
-``internode_sketch``, ``symmetry_offsets``, ``hyperparameters``), read by
-:func:`sketch_from_taccl_dict` (:func:`load_sketch` detects which).
+read by :func:`sketch_from_dict` / :func:`load_sketch`. TACCL's sketch JSON
+is a foreign format, read by :mod:`ccsynth.formats.taccl_sketch` with the
+field readers below (``int_field``, ``internode_from_fields``, ...), and
+:func:`ccsynth.formats.files.load_sketch` picks the reader of a file.
 
 :meth:`Sketch.bind` checks a sketch against a topology *before* any solver
 runs and returns the :class:`LogicalTopology` the MILPs use; a relay that
@@ -64,6 +65,7 @@ from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 from ccsynth.errors import SizeError, SketchError
+from ccsynth.tolerance import is_close
 from ccsynth.units import parse_size
 
 FORMAT = "ccsynth.sketch"
@@ -80,6 +82,37 @@ INTERNODE_PATTERNS = ("fully-connected", "direct-map")
 MAX_GROUP_ORDER = 4096
 
 Perm = tuple[int, ...]
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "SWITCH_POLICIES",
+    "INTRANODE_STRATEGIES",
+    "INTERNODE_PATTERNS",
+    "MAX_GROUP_ORDER",
+    "SwitchRule",
+    "InterNode",
+    "Sketch",
+    "SymmetryGroup",
+    "LogicalTopology",
+    "sketch_from_dict",
+    "read_sketch_json",
+    "load_sketch",
+    "save_sketch",
+    "offset_permutation",
+    "find_symmetries",
+    "default_sketch",
+    "default_chunk_factor",
+    # JSON field readers, shared with ccsynth.formats.taccl_sketch
+    "sketch_where",
+    "int_field",
+    "int_list_field",
+    "int_map_field",
+    "size_field",
+    "check_fields",
+    "symmetry_field",
+    "internode_from_fields",
+]
 
 
 # --------------------------------------------------------------------------- value objects
@@ -183,12 +216,6 @@ class Sketch:
     def with_chunk_factor(self, c: int) -> "Sketch":
         return replace(self, chunk_factor=c)
 
-    def policy_of(self, switch_members_local: tuple[int, ...]) -> str:
-        for rule in self.switches:
-            if not rule.ranks or set(rule.ranks) == set(switch_members_local):
-                return rule.policy
-        return "none"
-
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict:
         d: dict[str, Any] = {"format": FORMAT, "version": VERSION, "name": self.name, "chunk_factor": self.chunk_factor}
@@ -219,12 +246,14 @@ class Sketch:
         return LogicalTopology(topology, self)
 
 
-# --------------------------------------------------------------------------- parsing helpers
-def _where(src: str) -> str:
+# --------------------------------------------------------------------------- JSON field readers
+def sketch_where(src: str) -> str:
+    """How errors name a sketch: ``sketch PATH``, or just ``sketch``."""
     return f"sketch {src}" if src else "sketch"
 
 
-def _int(v, what: str, minimum: int = 0) -> int:
+def int_field(v, what: str, minimum: int = 0) -> int:
+    """An integer (or its decimal string) of at least ``minimum``."""
     if isinstance(v, bool):
         raise SketchError(f"{what} must be an integer, got {v!r}")
     if isinstance(v, str) and v.strip().lstrip("-").isdigit():
@@ -234,23 +263,26 @@ def _int(v, what: str, minimum: int = 0) -> int:
     return v
 
 
-def _int_list(v, what: str) -> tuple[int, ...]:
+def int_list_field(v, what: str) -> tuple[int, ...]:
+    """A list of non-negative integers."""
     if not isinstance(v, (list, tuple)):
         raise SketchError(f"{what} must be a list of integers, got {v!r}")
-    return tuple(_int(x, f"{what}[{i}]") for i, x in enumerate(v))
+    return tuple(int_field(x, f"{what}[{i}]") for i, x in enumerate(v))
 
 
-def _int_map(v, what: str) -> tuple[tuple[int, tuple[int, ...]], ...]:
+def int_map_field(v, what: str) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """An object GPU index -> list of GPU indices, as sorted pairs."""
     if not isinstance(v, Mapping):
         raise SketchError(f"{what} must be an object mapping a GPU index to a list of GPU indices, got {v!r}")
     out = []
     for k, vals in v.items():
-        key = _int(k, f"{what} key {k!r}")
-        out.append((key, _int_list(vals, f"{what}[{k!r}]")))
+        key = int_field(k, f"{what} key {k!r}")
+        out.append((key, int_list_field(vals, f"{what}[{k!r}]")))
     return tuple(sorted(out))
 
 
-def _size(v, what: str) -> int | None:
+def size_field(v, what: str) -> int | None:
+    """A size in bytes (``64M``, 1024, ...) or None."""
     if v is None:
         return None
     try:
@@ -259,13 +291,15 @@ def _size(v, what: str) -> int | None:
         raise SketchError(f"{what}: {e}") from None
 
 
-def _check_keys(d: Mapping, allowed: Iterable[str], what: str) -> None:
+def check_fields(d: Mapping, allowed: Iterable[str], what: str) -> None:
+    """Refuse fields outside ``allowed`` (a typo would silently drop a rule)."""
     extra = sorted(set(d) - set(allowed))
     if extra:
         raise SketchError(f"{what} has unknown field(s) {', '.join(map(repr, extra))}; known: {', '.join(sorted(allowed))}")
 
 
-def _symmetry(v, what: str) -> tuple[tuple[int, int], ...]:
+def symmetry_field(v, what: str) -> tuple[tuple[int, int], ...]:
+    """Symmetry offsets ``[[offset, size], ...]`` (None: none)."""
     if v is None:
         return ()
     if not isinstance(v, (list, tuple)):
@@ -274,23 +308,16 @@ def _symmetry(v, what: str) -> tuple[tuple[int, int], ...]:
     for i, pair in enumerate(v):
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             raise SketchError(f"{what}[{i}] must be [offset, size], got {pair!r}")
-        out.append((_int(pair[0], f"{what}[{i}] offset"), _int(pair[1], f"{what}[{i}] size", 1)))
+        out.append((int_field(pair[0], f"{what}[{i}] offset"), int_field(pair[1], f"{what}[{i}] size", 1)))
     return tuple(out)
 
 
-def _internode(d: Mapping, what: str, *, taccl: bool) -> InterNode:
-    keys = ("strategy", "internode_conn", "gpus_to_sender_rev_map", "enforce_ordering", "chunk_to_relay_map") if taccl \
-        else ("connections", "senders", "chunk_relays", "enforce_ordering", "ring")
-    _check_keys(d, keys, what)
-    if taccl:
-        strategy = d.get("strategy", "relay")
-        if strategy != "relay":
-            raise SketchError(f"{what}: unknown internode strategy {strategy!r}; TACCL sketches use 'relay'")
-        conn, senders, relays = d.get("internode_conn"), d.get("gpus_to_sender_rev_map"), d.get("chunk_to_relay_map")
-        if conn is None:
-            raise SketchError(f"{what}: a relay sketch needs 'internode_conn'")
-    else:
-        conn, senders, relays = d.get("connections"), d.get("senders"), d.get("chunk_relays")
+def internode_from_fields(conn, senders, relays, enforce_ordering, ring, what: str) -> InterNode:
+    """The relay rules from their fields, however the file names them (``what`` names the file in errors).
+
+    ``conn``: a pattern name (:data:`INTERNODE_PATTERNS`), a map sender ->
+    receivers, or None; ``senders`` / ``relays``: maps or None.
+    """
     pattern = ""
     connections = None
     if isinstance(conn, str):
@@ -299,174 +326,93 @@ def _internode(d: Mapping, what: str, *, taccl: bool) -> InterNode:
                               f"{', '.join(INTERNODE_PATTERNS)} or give a map sender -> receivers")
         pattern = conn
     elif conn is not None:
-        connections = _int_map(conn, f"{what} connections")
-    eo = d.get("enforce_ordering", False)
-    if not isinstance(eo, bool):
-        raise SketchError(f"{what}: enforce_ordering must be true or false, got {eo!r}")
-    ring = d.get("ring", False)
+        connections = int_map_field(conn, f"{what} connections")
+    if not isinstance(enforce_ordering, bool):
+        raise SketchError(f"{what}: enforce_ordering must be true or false, got {enforce_ordering!r}")
     if not isinstance(ring, bool):
         raise SketchError(f"{what}: ring must be true or false, got {ring!r}")
     return InterNode(
         connections=connections,
-        senders=None if senders is None else _int_map(senders, f"{what} senders"),
-        chunk_relays=None if relays is None else _int_map(relays, f"{what} chunk_relays"),
-        enforce_ordering=eo,
+        senders=None if senders is None else int_map_field(senders, f"{what} senders"),
+        chunk_relays=None if relays is None else int_map_field(relays, f"{what} chunk_relays"),
+        enforce_ordering=enforce_ordering,
         pattern=pattern,
         ring=ring,
     )
 
 
+def _internode(d: Mapping, what: str) -> InterNode:
+    check_fields(d, ("connections", "senders", "chunk_relays", "enforce_ordering", "ring"), what)
+    return internode_from_fields(d.get("connections"), d.get("senders"), d.get("chunk_relays"),
+                                 d.get("enforce_ordering", False), d.get("ring", False), what)
+
+
 def sketch_from_dict(d: Any, source: str = "") -> Sketch:
-    """Read ccsynth's sketch JSON (or TACCL's, detected by ``intranode_sketch``)."""
+    """Read ccsynth's sketch JSON (``source``: the file, for error messages)."""
     if not isinstance(d, Mapping):
-        raise SketchError(f"{_where(source)}: a sketch must be a JSON object, got {type(d).__name__}")
-    if is_taccl_sketch(d):
-        return sketch_from_taccl_dict(d, source)
-    what = _where(source)
+        raise SketchError(f"{sketch_where(source)}: a sketch must be a JSON object, got {type(d).__name__}")
+    what = sketch_where(source)
+    if "format" not in d and "intranode_sketch" in d:
+        raise SketchError(f"{what}: a TACCL sketch (it has 'intranode_sketch'); read it with "
+                          "ccsynth.formats.files.load_sketch")
     if d.get("format") != FORMAT:
         raise SketchError(f"{what}: not a sketch (format is {d.get('format')!r}, expected {FORMAT!r}, "
                           f"or a TACCL sketch with 'intranode_sketch')")
     if d.get("version") != VERSION:
         raise SketchError(f"{what}: sketch version {d.get('version')!r} is not supported (this ccsynth reads {VERSION})")
-    _check_keys(d, ("format", "version", "name", "chunk_factor", "input_size", "symmetry", "switches", "intranode",
+    check_fields(d, ("format", "version", "name", "chunk_factor", "input_size", "symmetry", "switches", "intranode",
                     "internode", "exclude", "detours", "nnodes"), what)
     switches = []
     for i, s in enumerate(d.get("switches") or []):
         if not isinstance(s, Mapping):
             raise SketchError(f"{what}: switches[{i}] must be an object with 'ranks' and 'policy'")
-        _check_keys(s, ("ranks", "policy"), f"{what} switches[{i}]")
-        switches.append(SwitchRule(_int_list(s.get("ranks", []), f"{what} switches[{i}].ranks"), str(s.get("policy", "none"))))
+        check_fields(s, ("ranks", "policy"), f"{what} switches[{i}]")
+        switches.append(SwitchRule(int_list_field(s.get("ranks", []), f"{what} switches[{i}].ranks"), str(s.get("policy", "none"))))
     exclude = []
     for i, e in enumerate(d.get("exclude") or []):
         if not isinstance(e, (list, tuple)) or len(e) != 2:
             raise SketchError(f"{what}: exclude[{i}] must be a [src, dst] pair, got {e!r}")
-        exclude.append((_int(e[0], f"{what} exclude[{i}]"), _int(e[1], f"{what} exclude[{i}]")))
+        exclude.append((int_field(e[0], f"{what} exclude[{i}]"), int_field(e[1], f"{what} exclude[{i}]")))
     inter = d.get("internode")
     if inter is not None and not isinstance(inter, Mapping):
         raise SketchError(f"{what}: internode must be an object")
     return Sketch(
         name=str(d.get("name", "sketch")),
-        chunk_factor=_int(d.get("chunk_factor", 1), f"{what}: chunk_factor", 1),
-        input_size=_size(d.get("input_size"), f"{what}: input_size"),
-        symmetry=_symmetry(d.get("symmetry"), f"{what}: symmetry"),
+        chunk_factor=int_field(d.get("chunk_factor", 1), f"{what}: chunk_factor", 1),
+        input_size=size_field(d.get("input_size"), f"{what}: input_size"),
+        symmetry=symmetry_field(d.get("symmetry"), f"{what}: symmetry"),
         switches=tuple(switches),
         intranode=str(d.get("intranode", "none")),
-        internode=None if inter is None else _internode(inter, f"{what}: internode", taccl=False),
+        internode=None if inter is None else _internode(inter, f"{what}: internode"),
         exclude=tuple(exclude),
-        detours=_int(d.get("detours", 0), f"{what}: detours"),
-        nnodes=None if d.get("nnodes") is None else _int(d["nnodes"], f"{what}: nnodes", 1),
+        detours=int_field(d.get("detours", 0), f"{what}: detours"),
+        nnodes=None if d.get("nnodes") is None else int_field(d["nnodes"], f"{what}: nnodes", 1),
         source=source,
     )
 
 
-def is_taccl_sketch(d: Any) -> bool:
-    return isinstance(d, Mapping) and "intranode_sketch" in d
-
-
-def sketch_from_taccl_dict(d: Mapping, source: str = "") -> Sketch:
-    """Import a TACCL sketch (``taccl/examples/sketch/*.json`` format).
-
-    ``nnodes``; ``intranode_sketch`` {``strategy``: none | switch | maxmin |
-    minmax, ``switches``: lists of GPU indices, ``switch_hyperedge_strategy``:
-    one policy per switch}; ``internode_sketch`` {``strategy``: relay,
-    ``internode_conn``: map or ``fully-connected`` / ``direct-map``,
-    ``gpus_to_sender_rev_map``, ``enforce_ordering``,
-    ``chunk_to_relay_map``}; ``symmetry_offsets``; ``hyperparameters``
-    {``input_chunkup``, ``input_size``}.
-    """
-    what = _where(source) + " (TACCL format)"
-    _check_keys(d, ("nnodes", "intranode_sketch", "internode_sketch", "symmetry_offsets", "hyperparameters"), what)
-    nnodes = _int(d.get("nnodes", 1), f"{what}: nnodes", 1)
-    intra = d.get("intranode_sketch")
-    if not isinstance(intra, Mapping):
-        raise SketchError(f"{what}: intranode_sketch must be an object")
-    _check_keys(intra, ("strategy", "switches", "switch_hyperedge_strategy"), f"{what} intranode_sketch")
-    strategy = intra.get("strategy", "none")
-    if strategy not in INTRANODE_STRATEGIES:
-        raise SketchError(f"{what}: unknown intranode strategy {strategy!r}; choose one of: {', '.join(INTRANODE_STRATEGIES)}")
-    switches: list[SwitchRule] = []
-    if strategy == "switch":
-        sw = intra.get("switches")
-        pol = intra.get("switch_hyperedge_strategy")
-        if not isinstance(sw, list) or not isinstance(pol, list):
-            raise SketchError(f"{what}: a 'switch' intranode sketch needs lists 'switches' and 'switch_hyperedge_strategy'")
-        if len(sw) != len(pol):
-            raise SketchError(f"{what}: {len(sw)} switches but {len(pol)} switch_hyperedge_strategy entries")
-        for i, (ranks, p) in enumerate(zip(sw, pol)):
-            switches.append(SwitchRule(_int_list(ranks, f"{what} switches[{i}]"), str(p)))
-    inter = d.get("internode_sketch")
-    internode = None
-    if inter is not None:
-        if not isinstance(inter, Mapping):
-            raise SketchError(f"{what}: internode_sketch must be an object")
-        internode = _internode(inter, f"{what} internode_sketch", taccl=True)
-    elif nnodes > 1:
-        raise SketchError(f"{what}: nnodes is {nnodes} but there is no internode_sketch")
-    hyper = d.get("hyperparameters") or {}
-    if not isinstance(hyper, Mapping):
-        raise SketchError(f"{what}: hyperparameters must be an object")
-    _check_keys(hyper, ("input_chunkup", "input_size", "heuristic"), f"{what} hyperparameters")
-    name = os.path.splitext(os.path.basename(source))[0] if source else "taccl-sketch"
-    return Sketch(
-        name=name,
-        chunk_factor=_int(hyper.get("input_chunkup", 1), f"{what}: input_chunkup", 1),
-        input_size=_size(hyper.get("input_size"), f"{what}: input_size"),
-        symmetry=_symmetry(d.get("symmetry_offsets"), f"{what}: symmetry_offsets"),
-        switches=tuple(switches),
-        intranode=strategy,
-        internode=internode,
-        nnodes=nnodes,
-        source=source,
-    )
-
-
-def sketch_to_taccl_dict(sketch: Sketch) -> dict:
-    """TACCL's JSON for ``sketch`` (ccsynth-only fields ``exclude``, ``detours`` and ``ring`` are dropped)."""
-    intra: dict[str, Any] = {"strategy": sketch.intranode}
-    if sketch.switches:
-        intra = {"strategy": "switch", "switches": [list(r.ranks) for r in sketch.switches],
-                 "switch_hyperedge_strategy": [r.policy for r in sketch.switches]}
-    d: dict[str, Any] = {"nnodes": sketch.nnodes or 1, "intranode_sketch": intra}
-    if sketch.internode is not None:
-        i = sketch.internode
-        inter: dict[str, Any] = {"strategy": "relay"}
-        if i.pattern:
-            inter["internode_conn"] = i.pattern
-        elif i.connections is not None:
-            inter["internode_conn"] = {str(s): list(t) for s, t in i.connections}
-        else:
-            inter["internode_conn"] = "fully-connected"
-        if i.senders is not None:
-            inter["gpus_to_sender_rev_map"] = {str(s): list(t) for s, t in i.senders}
-        if i.chunk_relays is not None:
-            inter["chunk_to_relay_map"] = {str(s): list(t) for s, t in i.chunk_relays}
-        if i.enforce_ordering:
-            inter["enforce_ordering"] = True
-        d["internode_sketch"] = inter
-    d["symmetry_offsets"] = [list(x) for x in sketch.symmetry]
-    hyper: dict[str, Any] = {"input_chunkup": sketch.chunk_factor}
-    if sketch.input_size is not None:
-        hyper["input_size"] = sketch.input_size
-    d["hyperparameters"] = hyper
-    return d
-
-
-def load_sketch(path: str | os.PathLike) -> Sketch:
-    """Read a sketch file, ccsynth's format or TACCL's."""
+def read_sketch_json(path: str | os.PathLike) -> Any:
+    """The parsed JSON of a sketch file; unreadable or malformed files raise :class:`SketchError`."""
     p = os.fspath(path)
     try:
         with open(p) as f:
-            data = json.load(f)
+            return json.load(f)
     except OSError as e:
         raise SketchError(f"cannot read sketch {p!r}: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise SketchError(f"sketch {p!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
-    return sketch_from_dict(data, source=p)
 
 
-def save_sketch(sketch: Sketch, path: str | os.PathLike, *, taccl: bool = False) -> None:
+def load_sketch(path: str | os.PathLike) -> Sketch:
+    """Read a ccsynth sketch file (:func:`ccsynth.formats.files.load_sketch` reads TACCL's too)."""
+    p = os.fspath(path)
+    return sketch_from_dict(read_sketch_json(p), source=p)
+
+
+def save_sketch(sketch: Sketch, path: str | os.PathLike) -> None:
+    """Write ``sketch`` as ccsynth sketch JSON."""
     with open(path, "w") as f:
-        json.dump(sketch_to_taccl_dict(sketch) if taccl else sketch.to_dict(), f, indent=2)
+        json.dump(sketch.to_dict(), f, indent=2)
         f.write("\n")
 
 
@@ -479,13 +425,6 @@ def offset_permutation(n: int, offset: int, size: int) -> Perm:
 def _compose(a: Perm, b: Perm) -> Perm:
     """a after b."""
     return tuple(a[x] for x in b)
-
-
-def _inverse(p: Perm) -> Perm:
-    out = [0] * len(p)
-    for i, x in enumerate(p):
-        out[x] = i
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -550,9 +489,6 @@ class SymmetryGroup:
                 rep_of[g[r]] = r
                 element_to[g[r]] = g
         return cls(n, tuple(order), tuple(reps), tuple(rep_of), tuple(element_to))  # type: ignore[arg-type]
-
-    def inverse_to(self, r: int) -> Perm:
-        return _inverse(self.element_to[r])
 
 
 # --------------------------------------------------------------------------- logical topology
@@ -760,7 +696,7 @@ class LogicalTopology:
             img = topo.connection(a, b)
             if img is None:
                 return f"connection {c.src}->{c.dst} maps to {a}->{b}, which does not exist"
-            if abs(img.alpha - c.alpha) > 1e-12 or abs(img.bw - c.bw) > 1e-9:
+            if not (is_close(img.alpha, c.alpha) and is_close(img.bw, c.bw)):
                 return (f"connection {c.src}->{c.dst} ({c.alpha:g} us, {c.bw:g} GB/s) maps to {a}->{b} "
                         f"({img.alpha:g} us, {img.bw:g} GB/s)")
             if self._conn_allowed(c.src, c.dst) != self._conn_allowed(a, b):
@@ -768,7 +704,7 @@ class LogicalTopology:
         index = self._constraint_index
         for (srcs, dsts), bw in index.items():
             key = (frozenset(perm[x] for x in srcs), frozenset(perm[x] for x in dsts))
-            if key not in index or abs(index[key] - bw) > 1e-9:
+            if key not in index or not is_close(index[key], bw):
                 return (f"the bandwidth constraint on traffic {sorted(srcs)[:4]}... -> {sorted(dsts)[:4]}... "
                         f"has no image of equal bandwidth")
         for u in range(self.n):

@@ -1,4 +1,4 @@
-"""MSCCL XML export and import (ccsynth.synth.msccl)."""
+"""MSCCL XML export and import (ccsynth.formats.msccl) and the IR transforms it uses."""
 
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ from pathlib import Path
 import pytest
 
 from ccsynth.collectives.builder import ScheduleBuilder
-from ccsynth.collectives.schedule import Chunks, Schedule, load_schedule
+from ccsynth.collectives.schedule import Chunks, Schedule
 from ccsynth.collectives.spec import Collective
+from ccsynth.collectives.transforms import alias_in_place, replicate_instances, split_long_ranges
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import ScheduleError, ScheduleFormatError
-from ccsynth.synth.msccl import (
+from ccsynth.formats.files import load_schedule
+from ccsynth.formats.msccl import (
     MAX_COUNT,
     STEP_TYPES,
     UNBOUNDED,
     describe_xml,
     plan_to_msccl_xmls,
-    replicate_instances,
     schedule_from_msccl_xml,
     schedule_to_msccl_xml,
-    split_long_ranges,
 )
 from ccsynth.topologies.model import Link, Topology
 
@@ -294,7 +294,7 @@ def test_long_ranges_are_split():
     cnts = [int(st.get("cnt")) for st in ET.fromstring(text).iter("step")]
     assert max(cnts) == MAX_COUNT and sum(cnts) == 2 * 3 * c  # per rank a copy, a send and a receive, in pieces
     verify(schedule_from_msccl_xml(text))
-    assert len(split_long_ranges(sched).ops) == 2 * 3 * 2
+    assert len(split_long_ranges(sched, MAX_COUNT).ops) == 2 * 3 * 2
 
 
 def test_channels_as_instances():
@@ -333,6 +333,10 @@ def test_in_place_export():
     assert schedule_to_msccl_xml(back, inplace=True) == text
     with pytest.raises(ScheduleError, match="in place"):
         schedule_to_msccl_xml(direct_alltoall(3), inplace=True)
+    # the file is written from the in-place IR, which the verifier checks on its one buffer
+    verify(alias_in_place(sched))
+    with pytest.raises(ScheduleError, match="race"):
+        verify(alias_in_place(direct_alltoall(3)))
 
 
 def test_options_and_errors():
@@ -525,7 +529,7 @@ def test_load_schedule_reports_bad_xml_file(tmp_path):
 
 def test_missing_min_max_bytes_is_read_with_a_warning(caplog):
     text = _algo(_pair(), minBytes=None, maxBytes=None)
-    with caplog.at_level("WARNING", logger="ccsynth.synth.msccl"):
+    with caplog.at_level("WARNING", logger="ccsynth.formats.msccl.reader"):
         sched = schedule_from_msccl_xml(text)
     verify(sched)
     assert re.search("minBytes/maxBytes", caplog.text)
@@ -605,15 +609,15 @@ def test_cli_export_errors_exit_2(tmp_path, capsys, argv, words):
 
 def test_layout_choice_uses_the_topology():
     from ccsynth.synth.baselines import make_baseline
-    from ccsynth.synth.msccl import _layouts, _serialize
+    from ccsynth.formats.msccl.threadblocks import layout_xml, layouts
     from ccsynth.topologies import get_topology
 
     topo = get_topology("dgx1")
     sched = make_baseline("direct", Collective("allreduce", 8, 2), topo)
-    layouts = _layouts(sched)
-    assert len(layouts) == 2 and layouts[0].fused > 0 and layouts[1].fused == 0
-    texts = [_serialize(sched, l, name="d", proto="Simple", coll="allreduce", inplace=False, min_bytes=0, max_bytes=UNBOUNDED)
-             for l in layouts]
+    found = layouts(sched)
+    assert len(found) == 2 and found[0].fused > 0 and found[1].fused == 0
+    texts = [layout_xml(sched, l, name="d", proto="Simple", coll="allreduce", inplace=False, min_bytes=0, max_bytes=UNBOUNDED)
+             for l in found]
     chosen = schedule_to_msccl_xml(sched, topology=topo, name="d")
     assert chosen in texts
     t = {x: sum(sim_time(schedule_from_msccl_xml(x), topo, z) for z in (1 << 10, 1 << 20, 1 << 26)) for x in texts}

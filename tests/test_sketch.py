@@ -6,6 +6,9 @@ import os
 import pytest
 
 from ccsynth.errors import SketchError
+from ccsynth.formats.files import load_sketch
+from ccsynth.formats.taccl_sketch import save_taccl_sketch, sketch_from_taccl_dict, sketch_to_taccl_dict
+from ccsynth.synth import sketch as ccsynth_sketch
 from ccsynth.synth.sketch import (
     InterNode,
     Sketch,
@@ -14,11 +17,9 @@ from ccsynth.synth.sketch import (
     default_chunk_factor,
     default_sketch,
     find_symmetries,
-    load_sketch,
     offset_permutation,
     save_sketch,
     sketch_from_dict,
-    sketch_to_taccl_dict,
 )
 from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Topology
@@ -70,8 +71,15 @@ def test_ccsynth_sketch_file_and_round_trips(tmp_path):
     save_sketch(sk, f)
     assert load_sketch(f) == sk
     # TACCL export keeps what TACCL knows
-    back = sketch_from_dict(sketch_to_taccl_dict(sk))
+    back = sketch_from_taccl_dict(sketch_to_taccl_dict(sk))
     assert back.chunk_factor == 2 and back.symmetry == sk.symmetry and back.internode.senders == sk.internode.senders
+    t = tmp_path / "taccl.json"
+    save_taccl_sketch(sk, t)
+    assert load_sketch(t) == sketch_from_taccl_dict(sketch_to_taccl_dict(sk), source=str(t))
+    # ccsynth.synth.sketch reads ccsynth's own format only
+    assert ccsynth_sketch.load_sketch(f) == sk
+    with pytest.raises(SketchError, match="a TACCL sketch"):
+        ccsynth_sketch.load_sketch(t)
 
 
 # ----------------------------------------------------------------------------- symmetry
@@ -147,10 +155,10 @@ def test_sketch_field_errors(tmp_path):
     with pytest.raises(SketchError, match="chunk factor"):
         Sketch(chunk_factor=0)
     with pytest.raises(SketchError, match="intranode strategy"):
-        sketch_from_dict({"nnodes": 1, "intranode_sketch": {"strategy": "zigzag"}, "symmetry_offsets": []})
+        sketch_from_taccl_dict({"nnodes": 1, "intranode_sketch": {"strategy": "zigzag"}, "symmetry_offsets": []})
     with pytest.raises(SketchError, match="internode connection pattern"):
-        sketch_from_dict({"nnodes": 2, "intranode_sketch": {"strategy": "none"},
-                          "internode_sketch": {"strategy": "relay", "internode_conn": "star"}})
+        sketch_from_taccl_dict({"nnodes": 2, "intranode_sketch": {"strategy": "none"},
+                                "internode_sketch": {"strategy": "relay", "internode_conn": "star"}})
     with pytest.raises(SketchError, match="unknown field"):
         sketch_from_dict({"format": "ccsynth.sketch", "version": 1, "colour": "red"})
     bad = tmp_path / "bad.json"

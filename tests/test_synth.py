@@ -267,7 +267,7 @@ def test_cli_synth_json_and_files(tmp_path):
     assert d["verified"] and d["time_us"] >= d["lower_bound_us"] > 0 and d["speedup"] > 0
     assert d["busbw"] == pytest.approx(d["algbw"] * 3 / 4)
     assert "routing" in err  # progress per stage on stderr
-    from ccsynth.collectives.schedule import load_schedule
+    from ccsynth.formats.files import load_schedule
 
     load_schedule(tmp_path / "algo.json", topology=ring4())
     code, out, err = run_cli("synth", "-t", "ring:4", "-c", "allreduce", "-s", "1K", "-o", "algo.xml", cwd=tmp_path)

@@ -1,4 +1,4 @@
-"""Tests of the topology catalog, spec names, JSON files and TACCL import."""
+"""Tests of the topology catalog, spec names, JSON files and TACCL import (ccsynth.formats)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccsynth.errors import TopologyError
+from ccsynth.formats import files as formats_files
+from ccsynth.formats.taccl_topology import load_taccl_topology
 from ccsynth.topologies import (
     Dimension,
     Link,
@@ -27,7 +29,6 @@ from ccsynth.topologies import (
     get_topology,
     hierarchical,
     list_topologies,
-    load_taccl_topology,
     load_topology,
     ndv2,
     ring,
@@ -283,6 +284,9 @@ def test_list_topologies_rows_parse():
     assert {"dgx1", "dgx2", "ndv2x2", "dgx_a100x4", "ring:8", "torus:4x4"} <= set(specs)
     for spec in specs:
         assert get_topology(spec).name == spec
+    # ccsynth topo list shows the foreign files too
+    every = formats_files.list_topologies()
+    assert every[: len(rows)] == rows and "TACCL" in every[-1][1]
 
 
 # ------------------------------------------------------------------ JSON files
@@ -452,6 +456,8 @@ def test_malformed_files(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps(_sample_dict()))
     with pytest.raises(TopologyError, match="apply to TACCL topology files only"):
+        formats_files.get_topology(f"{good}?nodes=2")
+    with pytest.raises(TopologyError, match="apply to TACCL topology files only"):
         get_topology(f"{good}?nodes=2")
     with pytest.raises(TopologyError, match="cannot write topology"):
         save_topology(ring(3), tmp_path / "no_such_dir" / "t.json")
@@ -475,8 +481,14 @@ def test_taccl_ndv2_profile():
     assert set(c.resources) == {"link:1->14", "nic0.tx", "nic1.rx"}
     assert t2.is_strongly_connected()
     # the spec string form, and load_topology's detection, agree
-    assert get_topology(f"{path}?nodes=2") == t2
-    assert load_topology(path) == t
+    assert formats_files.get_topology(f"{path}?nodes=2") == t2
+    assert formats_files.load_topology(path) == t
+    assert formats_files.get_topology(str(path)) == t
+    # ccsynth.topologies reads ccsynth's own files only
+    with pytest.raises(TopologyError, match="not a ccsynth topology"):
+        load_topology(path)
+    with pytest.raises(TopologyError, match="apply to TACCL topology files only"):
+        get_topology(f"{path}?nodes=2")
 
 
 def test_taccl_custom_matrices_are_dst_src_and_scaled():
@@ -489,7 +501,7 @@ def test_taccl_custom_matrices_are_dst_src_and_scaled():
     assert t.connection(0, 3).bw == pytest.approx(32768 / 1.6 / 1e3)
     assert not t.has_connection(0, 2)
     assert t.connection(0, 1).alpha == pytest.approx(0.5)
-    t2 = get_topology(f"{path}?nodes=2&scale=10")
+    t2 = formats_files.get_topology(f"{path}?nodes=2&scale=10")
     ports = {p.name: p for p in t2.shared_ports}
     assert ports["nic1.0.tx"].srcs == (4, 5) and ports["nic1.1.tx"].srcs == (6, 7)
     assert ports["nic1.1.rx"].srcs == (0, 1, 2, 3)
@@ -534,11 +546,11 @@ def test_taccl_errors(doc, kwargs, words, tmp_path):
 def test_taccl_spec_option_errors():
     path = DATA / "taccl_ndv2_1MB.json"
     with pytest.raises(TopologyError, match="unknown option 'gpus'"):
-        get_topology(f"{path}?gpus=4")
+        formats_files.get_topology(f"{path}?gpus=4")
     with pytest.raises(TopologyError, match="bad value 'two' for option 'nodes'"):
-        get_topology(f"{path}?nodes=two")
+        formats_files.get_topology(f"{path}?nodes=two")
     with pytest.raises(TopologyError, match="key=value"):
-        get_topology(f"{path}?nodes")
-    t = get_topology(f"{path}?chunk=2M")
+        formats_files.get_topology(f"{path}?nodes")
+    t = formats_files.get_topology(f"{path}?chunk=2M")
     assert t.connection(0, 1).bw == pytest.approx(2 * (1 << 20) / 23 / 1e3)
-    assert math.isclose(get_topology(f"{path}?scale=2").connection(0, 1).alpha, 0.15)
+    assert math.isclose(formats_files.get_topology(f"{path}?scale=2").connection(0, 1).alpha, 0.15)

@@ -1,4 +1,7 @@
-"""ccsynth.topologies: the network model, the catalog, JSON files and TACCL import.
+"""ccsynth.topologies: the network model, the catalog and its names, ccsynth's JSON files.
+
+Foreign topology files (TACCL profiles) are read one layer up, by
+:mod:`ccsynth.formats`; ``ccsynth.get_topology`` reads them all.
 
 >>> from ccsynth.topologies import get_topology
 >>> t = get_topology("ndv2x2")
@@ -36,7 +39,6 @@ from ccsynth.topologies.io import (
     topology_to_dict,
     topology_to_json,
 )
-from ccsynth.topologies.taccl import load_taccl_topology
 
 #: ``get_topology(spec)``: the agreed public name of :func:`parse_topology_spec`.
 get_topology = parse_topology_spec
@@ -66,5 +68,4 @@ __all__ = [
     "topology_to_dict",
     "topology_from_dict",
     "topology_to_json",
-    "load_taccl_topology",
 ]

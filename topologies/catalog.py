@@ -117,7 +117,8 @@ def _per_dim(value, k: int, what: str, *, positive: bool) -> tuple[float, ...]:
     return tuple(_float_param(v, f"{what}[{i}]", positive=positive) for i, v in enumerate(values))
 
 
-def _check_size(n_ranks: int, n_connections: int, what: str) -> None:
+def check_size(n_ranks: int, n_connections: int, what: str) -> None:
+    """Refuse a topology larger than ccsynth builds (``what`` names it in the error)."""
     if n_ranks > MAX_RANKS:
         raise TopologyError(f"{what}: {n_ranks} ranks is more than ccsynth builds ({MAX_RANKS})")
     if n_connections > MAX_CONNECTIONS:
@@ -207,7 +208,7 @@ def ring(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA) -> Topolo
     n = _int_param(n, "ring: number of ranks", 2)
     bw = _float_param(bw, "ring: bandwidth", positive=True)
     alpha = _float_param(alpha, "ring: latency", positive=False)
-    _check_size(n, 2 * n, f"ring:{n}")
+    check_size(n, 2 * n, f"ring:{n}")
     egress = bw if n == 2 else 2 * bw
     return Topology(
         name=f"ring:{n}" + _spec_suffix([bw], [alpha], DEFAULT_BW, DEFAULT_ALPHA),
@@ -231,7 +232,7 @@ def fully_connected(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA
     n = _int_param(n, "fully_connected: number of ranks", 2)
     bw = _float_param(bw, "fully_connected: bandwidth", positive=True)
     alpha = _float_param(alpha, "fully_connected: latency", positive=False)
-    _check_size(n, n * (n - 1), f"fully_connected:{n}")
+    check_size(n, n * (n - 1), f"fully_connected:{n}")
     links = tuple(Link(a, b, alpha, bw) for a in range(n) for b in range(n) if a != b)
     return Topology(
         name=f"fully_connected:{n}" + _spec_suffix([bw], [alpha], DEFAULT_BW, DEFAULT_ALPHA),
@@ -271,7 +272,7 @@ def torus(
     n = math.prod(sizes)
     if n < 2:
         raise TopologyError(f"torus {'x'.join(map(str, sizes))} has {n} rank; it needs at least 2")
-    _check_size(n, 4 * n * len(sizes), f"torus:{'x'.join(map(str, sizes))}")
+    check_size(n, 4 * n * len(sizes), f"torus:{'x'.join(map(str, sizes))}")
     links: list[Link] = []
     dimensions = []
     for d, size in enumerate(sizes):
@@ -330,7 +331,7 @@ def hierarchical(dims: Sequence[Sequence[float]]) -> Topology:
     shape = "x".join(map(str, sizes))
     if n < 2:
         raise TopologyError(f"hierarchical {shape} has {n} rank; it needs at least 2")
-    _check_size(n, n * sum(s - 1 for s in sizes), f"hierarchical:{shape}")
+    check_size(n, n * sum(s - 1 for s in sizes), f"hierarchical:{shape}")
     switches = []
     for d, size in enumerate(sizes):
         if size < 2:
@@ -421,7 +422,7 @@ def ndv2(nodes: int = 1) -> Topology:
     """
     nodes = _nodes_param(nodes, "ndv2", 32)
     n = 8 * nodes
-    _check_size(n, 32 * nodes + n * (n - 8), f"ndv2x{nodes}")
+    check_size(n, 32 * nodes + n * (n - 8), f"ndv2x{nodes}")
     links: list[Link] = []
     for k in range(nodes):
         links += _cube_mesh_links(8 * k, NVLINK_ALPHA_US)
@@ -519,4 +520,5 @@ __all__ = [
     "IB_ALPHA_US",
     "default_hierarchy_alpha",
     "fmt_number",
+    "check_size",
 ]

@@ -22,9 +22,9 @@ per direction, latencies microseconds.
 Every problem is one :class:`~ccsynth.errors.TopologyError` naming the JSON
 path, e.g. ``links[3].bw_GBps must be positive, got -1``.
 
-:func:`load_topology` also accepts a TACCL topology profile (detected by its
-``gpus_per_node`` field) and imports it with
-:func:`ccsynth.topologies.taccl.load_taccl_topology`'s defaults.
+Only ccsynth's own format is read here; TACCL topology profiles are a
+foreign format, read by :mod:`ccsynth.formats.taccl_topology`, and
+:func:`ccsynth.formats.files.load_topology` picks the reader of a file.
 
 >>> from ccsynth.topologies.catalog import ring
 >>> d = topology_to_dict(ring(3))
@@ -37,15 +37,12 @@ True
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 from typing import Any, Mapping
 
 from ccsynth.errors import TopologyError
 from ccsynth.topologies.model import Dimension, Link, SharedPort, Switch, Topology
-
-log = logging.getLogger(__name__)
 
 FORMAT = "ccsynth.topology"
 VERSION = 1
@@ -113,7 +110,8 @@ def save_topology(topology: Topology, path: str | os.PathLike) -> None:
 
 
 # ------------------------------------------------------------------- reading
-def _type_name(v: Any) -> str:
+def json_type_name(v: Any) -> str:
+    """The JSON name of ``v``'s type, for error messages (``object``, ``list``, ``string``, ...)."""
     return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
         type(v), type(v).__name__
     )
@@ -127,7 +125,7 @@ def _get(obj: Mapping, key: str, where: str):
 
 def _int(v, where: str, minimum: int = 0) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise TopologyError(f"{where} must be an integer, got {_type_name(v)} {v!r}")
+        raise TopologyError(f"{where} must be an integer, got {json_type_name(v)} {v!r}")
     if v < minimum:
         raise TopologyError(f"{where} must be at least {minimum}, got {v}")
     return v
@@ -135,7 +133,7 @@ def _int(v, where: str, minimum: int = 0) -> int:
 
 def _number(v, where: str, *, positive: bool) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TopologyError(f"{where} must be a number, got {_type_name(v)} {v!r}")
+        raise TopologyError(f"{where} must be a number, got {json_type_name(v)} {v!r}")
     x = float(v)
     if not math.isfinite(x):
         raise TopologyError(f"{where} must be a finite number, got {v!r}")
@@ -148,7 +146,7 @@ def _number(v, where: str, *, positive: bool) -> float:
 
 def _str(v, where: str, *, empty_ok: bool = False) -> str:
     if not isinstance(v, str):
-        raise TopologyError(f"{where} must be a string, got {_type_name(v)} {v!r}")
+        raise TopologyError(f"{where} must be a string, got {json_type_name(v)} {v!r}")
     if not empty_ok and not v:
         raise TopologyError(f"{where} must not be empty")
     return v
@@ -156,7 +154,7 @@ def _str(v, where: str, *, empty_ok: bool = False) -> str:
 
 def _list(v, where: str) -> list:
     if not isinstance(v, list):
-        raise TopologyError(f"{where} must be a list, got {_type_name(v)}")
+        raise TopologyError(f"{where} must be a list, got {json_type_name(v)}")
     return v
 
 
@@ -182,18 +180,28 @@ def _entries(d: Mapping, key: str):
     for i, entry in enumerate(_list(d.get(key, []), key)):
         where = f"{key}[{i}]"
         if not isinstance(entry, dict):
-            raise TopologyError(f"{where} must be an object, got {_type_name(entry)}")
+            raise TopologyError(f"{where} must be an object, got {json_type_name(entry)}")
         _check_keys(entry, _ENTRY_KEYS[key], where)
         yield where, entry
 
 
-def topology_from_dict(d: Any) -> Topology:
+def topology_from_dict(d: Any, *, source: str | None = None) -> Topology:
     """Build a :class:`Topology` from its JSON dict, validating every field.
 
-    Raises :class:`TopologyError` naming the JSON path of the first problem.
+    Raises :class:`TopologyError` naming the JSON path of the first problem
+    (after ``source``, the file it came from, when given).
     """
+    if source is None:
+        return _topology_from_dict(d)
+    try:
+        return _topology_from_dict(d)
+    except TopologyError as e:
+        raise TopologyError(f"{source}: {e}") from None
+
+
+def _topology_from_dict(d: Any) -> Topology:
     if not isinstance(d, dict):
-        raise TopologyError(f"a topology must be a JSON object, got {_type_name(d)}")
+        raise TopologyError(f"a topology must be a JSON object, got {json_type_name(d)}")
     if "format" not in d:
         raise TopologyError(f"not a ccsynth topology: missing field 'format' (expected {FORMAT!r})")
     if d["format"] != FORMAT:
@@ -287,39 +295,14 @@ def read_json(path: str | os.PathLike, what: str = "topology") -> Any:
         raise TopologyError(f"{what} file {p!r} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
 
 
-def is_taccl_dict(d: Any) -> bool:
-    """True for a TACCL topology profile (it has ``gpus_per_node`` and no ``format``)."""
-    return isinstance(d, dict) and "format" not in d and "gpus_per_node" in d
-
-
-def load_topology_or_taccl(path: str | os.PathLike, options: Mapping[str, str] | None = None) -> Topology:
-    """Load a ccsynth topology file, or import a TACCL profile with string ``options``.
-
-    ``options`` (from a spec such as ``file.json?nodes=2&scale=10``) apply to
-    TACCL files only: ``nodes``, ``kind``, ``chunk``, ``scale``.
-    """
-    p = os.fspath(path)
-    d = read_json(p)
-    if is_taccl_dict(d):
-        from ccsynth.topologies.taccl import taccl_topology_from_dict, taccl_options
-
-        log.info("%s is a TACCL topology profile; importing it", p)
-        return taccl_topology_from_dict(d, source=p, **taccl_options(options or {}, p))
-    if options:
-        raise TopologyError(f"{p!r}: options {sorted(options)} apply to TACCL topology files only")
-    try:
-        return topology_from_dict(d)
-    except TopologyError as e:
-        raise TopologyError(f"{p}: {e}") from None
-
-
 def load_topology(path: str | os.PathLike) -> Topology:
-    """Read a topology file: ccsynth's format, or a TACCL profile (imported with defaults).
+    """Read a ccsynth topology file.
 
     Raises :class:`TopologyError` naming the file and the problem (not found,
     not JSON, wrong version, a bad field with its JSON path).
     """
-    return load_topology_or_taccl(path, None)
+    p = os.fspath(path)
+    return topology_from_dict(read_json(p), source=p)
 
 
 __all__ = [
@@ -330,4 +313,6 @@ __all__ = [
     "topology_to_json",
     "save_topology",
     "load_topology",
+    "read_json",
+    "json_type_name",
 ]

@@ -15,12 +15,15 @@ Grammar (names are case-insensitive; ``-`` may stand for ``_``)::
                                      value is used for every dimension);
                                      alphas default to 0.7 us for dimension 0
                                      and 2.6 us for the others
-    PATH.json[?OPTIONS]              a ccsynth topology file, or a TACCL
-                                     topology profile (detected from its
-                                     fields); OPTIONS for TACCL files only:
-                                     nodes=N, kind=ndv2|dgx2|hub_and_spoke|custom,
-                                     chunk=SIZE (bytes the betas are for,
-                                     e.g. 32K), scale=S (time unit is 1/S us)
+    PATH.json[?KEY=VALUE&...]        a topology file; the file reader gets
+                                     the options (a ccsynth topology file
+                                     takes none)
+
+Files are read by ``load_file(path, options)``: by default ccsynth's own
+format (:func:`ccsynth.topologies.io.load_topology`).
+:func:`ccsynth.formats.files.get_topology` passes a reader that also
+imports TACCL topology profiles (options ``nodes``, ``kind``, ``chunk``,
+``scale``), so the grammar lives here once.
 
 The topology a catalog spec builds is named by the canonical form of the
 spec, so ``parse_topology_spec(t.name) == t`` (``ndv2x1`` -> ``ndv2``,
@@ -39,12 +42,17 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from typing import Callable
+from typing import Callable, Mapping
 
 from ccsynth.errors import TopologyError
 from ccsynth.topologies import catalog
-from ccsynth.topologies.io import load_topology_or_taccl
+from ccsynth.topologies.io import load_topology
 from ccsynth.topologies.model import Topology
+
+__all__ = ["FileLoader", "parse_topology_spec", "list_topologies"]
+
+#: ``load_file(path, options)``: the topology in file ``path``, with the spec's ``?key=value`` options.
+FileLoader = Callable[[str, Mapping[str, str]], Topology]
 
 _SHAPE_RE = re.compile(r"^(?P<shape>[^@/]*)(?:@(?P<bw>[^/]*))?(?:/(?P<alpha>.*))?$")
 
@@ -148,7 +156,15 @@ def _looks_like_path(spec: str) -> bool:
     return path.lower().endswith(".json") or os.sep in path or "/" in path or os.path.exists(path)
 
 
-def _load_file(spec: str) -> Topology:
+def _load_ccsynth_file(path: str, options: Mapping[str, str]) -> Topology:
+    if options:
+        raise TopologyError(
+            f"{path!r}: options {sorted(options)} apply to TACCL topology files only (read them with ccsynth.get_topology)"
+        )
+    return load_topology(path)
+
+
+def _load_file(spec: str, load_file: FileLoader) -> Topology:
     path, _, query = spec.partition("?")
     options: dict[str, str] = {}
     if query:
@@ -157,14 +173,15 @@ def _load_file(spec: str) -> Topology:
             if not eq or not key:
                 raise TopologyError(f"topology {spec!r}: options after '?' must look like key=value, got {item!r}")
             options[key.strip().lower()] = value.strip()
-    return load_topology_or_taccl(path, options)
+    return load_file(path, options)
 
 
-def parse_topology_spec(spec: str) -> Topology:
+def parse_topology_spec(spec: str, *, load_file: FileLoader | None = None) -> Topology:
     """The topology a spec string names (see the module docstring for the grammar).
 
     A :class:`Topology` passed in is returned as it is, so callers may accept
-    either. Raises :class:`~ccsynth.errors.TopologyError` for an unknown name (with
+    either. ``load_file`` reads a topology file (default: ccsynth's format
+    only). Raises :class:`~ccsynth.errors.TopologyError` for an unknown name (with
     the valid names and a "did you mean"), bad parameters, or a bad file.
 
     >>> parse_topology_spec("full:4").name
@@ -192,7 +209,7 @@ def parse_topology_spec(spec: str) -> Topology:
         if kind in _SHAPES:
             raise TopologyError(f"topology {text!r}: {kind} needs sizes, e.g. {_EXAMPLES[kind]!r}")
     if _looks_like_path(text):
-        return _load_file(text)
+        return _load_file(text, load_file or _load_ccsynth_file)
     raise _unknown(text, re.sub(r"x\d+$", "", kind))
 
 
@@ -211,9 +228,5 @@ def list_topologies() -> list[tuple[str, str]]:
             "(alpha default 0.7 us for dim 0, 2.6 us above)",
         ),
         ("PATH.json", "a ccsynth topology file ('ccsynth.topology' format version 1)"),
-        (
-            "PATH.json?nodes=2&scale=10",
-            "a TACCL topology profile; options nodes, kind, chunk (bytes the betas are for), scale",
-        ),
     ]
     return rows

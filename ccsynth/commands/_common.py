@@ -47,7 +47,7 @@ def sizes_from(args) -> list[int]:
 
 
 def topology_from(spec: str):
-    from ccsynth.topologies import get_topology
+    from ccsynth.formats.files import get_topology
 
     return get_topology(spec)
 

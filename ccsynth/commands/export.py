@@ -75,7 +75,7 @@ def _read(path: str):
             from ccsynth.collectives.plan import load_plan
 
             return "plan", load_plan(path), False
-    from ccsynth.collectives.schedule import load_schedule
+    from ccsynth.formats.files import load_schedule
 
     return "schedule", load_schedule(path, verify=False), is_xml
 
@@ -93,7 +93,7 @@ def _write(path: str | None, text: str) -> None:
 
 def run(args) -> int:
     from ccsynth.collectives.verify import verify
-    from ccsynth.synth.msccl import describe_xml, plan_to_msccl_xmls, schedule_to_msccl_xml
+    from ccsynth.formats.msccl import describe_xml, plan_to_msccl_xmls, schedule_to_msccl_xml
 
     what, obj, was_xml = _read(args.file)
     topo = topology_from(args.topology) if args.topology else None

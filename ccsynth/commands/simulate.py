@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ccsynth.collectives.schedule import load_schedule
+    from ccsynth.formats.files import load_schedule
     from ccsynth.synth.simulate import simulate
 
     spec = args.topology or None

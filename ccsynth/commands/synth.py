@@ -89,7 +89,7 @@ def _write_text(path: str, text: str) -> None:
 # --------------------------------------------------------------------------- run
 def run(args) -> int:
     from ccsynth.collectives.spec import Collective
-    from ccsynth.synth.sketch import load_sketch
+    from ccsynth.formats.files import load_sketch
     from ccsynth.units import parse_size, parse_sizes
 
     topo = topology_from(args.topology)
@@ -136,7 +136,7 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
     wrote = None
     if args.output:
         if fmt == "msccl-xml":
-            from ccsynth.synth.msccl import schedule_to_msccl_xml
+            from ccsynth.formats.msccl import schedule_to_msccl_xml
 
             _write_text(args.output, schedule_to_msccl_xml(sched, topology=topo))
         else:
@@ -222,7 +222,7 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
     wrote = None
     if args.output:
         if fmt == "msccl-xml":
-            from ccsynth.synth.msccl import plan_to_msccl_xmls
+            from ccsynth.formats.msccl import plan_to_msccl_xmls
 
             files = plan_to_msccl_xmls(plan, topology=topo)
             try:

@@ -23,15 +23,16 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ccsynth import topologies as T
+    from ccsynth.formats.files import get_topology, list_topologies
 
     if args.topo_cmd == "list":
-        rows = T.list_topologies()
+        rows = list_topologies()
         if args.json:
             print_json([{"spec": s, "description": d} for s, d in rows])
         else:
             print_table(["topology", "description"], rows)
         return 0
-    topo = T.get_topology(args.spec)
+    topo = get_topology(args.spec)
     if args.topo_cmd == "export":
         T.save_topology(topo, args.output)
         print(f"wrote {args.output}: {topo.name}, {topo.n_ranks} ranks")

@@ -14,7 +14,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ccsynth.collectives.schedule import load_schedule
+    from ccsynth.formats.files import load_schedule
     from ccsynth.collectives.verify import verify
 
     sched = load_schedule(args.file, verify=False)

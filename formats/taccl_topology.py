@@ -1,5 +1,9 @@
 """Import TACCL topology profiles (the ``--topology-file`` JSON of microsoft/taccl).
 
+A profile is told apart from a ccsynth topology file by its fields
+(:func:`is_taccl_topology`: ``gpus_per_node`` and no ``format``);
+:mod:`ccsynth.formats.files` makes that choice for every topology file.
+
 The format (TACCL's ``INPUT_GUIDE.md`` and ``taccl/examples/topo/*.json``)::
 
     {"name": "NDv2_1MB", "gpus_per_node": 8, "nics_per_node": 1,
@@ -58,14 +62,29 @@ from typing import Any, Mapping
 
 from ccsynth.errors import SizeError, TopologyError
 from ccsynth.topologies import catalog
-from ccsynth.topologies.io import _type_name, read_json
+from ccsynth.topologies.io import json_type_name, read_json
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
 from ccsynth.units import parse_size
+
+__all__ = [
+    "KINDS",
+    "DEFAULT_CHUNK_BYTES",
+    "is_taccl_topology",
+    "load_taccl_topology",
+    "taccl_topology_from_dict",
+    "taccl_options",
+    "chunk_bytes_from_name",
+]
 
 KINDS = ("ndv2", "dgx2", "hub_and_spoke", "custom")
 DEFAULT_CHUNK_BYTES = 1 << 20
 _SIZE_AT_END = re.compile(r"(\d+(?:\.\d+)?)\s*([KMG])i?B$", re.IGNORECASE)
 _SOURCE = "TACCL topology profile format (microsoft/taccl INPUT_GUIDE.md, taccl/topologies/generic.py)"
+
+
+def is_taccl_topology(d: Any) -> bool:
+    """True for a TACCL topology profile (it has ``gpus_per_node`` and no ``format``)."""
+    return isinstance(d, dict) and "format" not in d and "gpus_per_node" in d
 
 
 def chunk_bytes_from_name(name: str) -> int | None:
@@ -85,7 +104,7 @@ def _field(d: Mapping, key: str, src: str):
 
 def _num(v, where: str, src: str, *, positive: bool) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
-        raise TopologyError(f"TACCL topology {src}: {where} must be a finite number, got {_type_name(v)} {v!r}")
+        raise TopologyError(f"TACCL topology {src}: {where} must be a finite number, got {json_type_name(v)} {v!r}")
     if v < 0 or (positive and v == 0):
         raise TopologyError(f"TACCL topology {src}: {where} must be {'positive' if positive else 'non-negative'}, got {v!r}")
     return float(v)
@@ -124,7 +143,7 @@ def _node_links(d: Mapping, kind: str, g: int, alpha: float, bw_of, src: str):
         return out, []
     betas = _field(d, "node_betas_list", src)
     if not isinstance(betas, list):
-        raise TopologyError(f"TACCL topology {src}: node_betas_list must be a list, got {_type_name(betas)}")
+        raise TopologyError(f"TACCL topology {src}: node_betas_list must be a list, got {json_type_name(betas)}")
     if kind == "ndv2":
         if g != 8 or len(betas) != 2:
             raise TopologyError(
@@ -159,7 +178,7 @@ def taccl_topology_from_dict(
     """Convert a parsed TACCL topology profile (see the module docstring)."""
     src = source
     if not isinstance(d, dict):
-        raise TopologyError(f"TACCL topology {src}: must be a JSON object, got {_type_name(d)}")
+        raise TopologyError(f"TACCL topology {src}: must be a JSON object, got {json_type_name(d)}")
     name = _field(d, "name", src)
     if not isinstance(name, str) or not name:
         raise TopologyError(f"TACCL topology {src}: name must be a non-empty string, got {name!r}")
@@ -190,7 +209,7 @@ def taccl_topology_from_dict(
 
     nics = {"ndv2": 1, "dgx2": 8}.get(kind, d.get("nics_per_node"))
     n = g * nodes
-    catalog._check_size(n, n * n, f"TACCL topology {src}")
+    catalog.check_size(n, n * n, f"TACCL topology {src}")
     links: list[Link] = []
     switches: list[Switch] = []
     for k in range(nodes):
@@ -288,5 +307,3 @@ def taccl_options(options: Mapping[str, str], src: str) -> dict:
             raise TopologyError(f"{src!r}: bad value {value!r} for option {key!r}") from None
     return out
 
-
-__all__ = ["load_taccl_topology", "taccl_topology_from_dict", "chunk_bytes_from_name", "KINDS"]

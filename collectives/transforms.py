@@ -1,0 +1,307 @@
+"""Schedule -> schedule transforms that keep what a schedule computes.
+
+Each transform returns a new :class:`~ccsynth.collectives.schedule.Schedule`
+(the input is never changed) that implements the same collective, so a
+verified schedule stays verifiable. They know nothing of file formats; an
+exporter applies the ones its runtime needs (MSCCL XML:
+:mod:`ccsynth.formats.msccl.export` cuts long ranges, runs instances side
+by side, spreads peers over channels and aliases buffers in place).
+
+* :func:`split_long_ranges` -- no op moves more than ``max_count`` chunks;
+* :func:`replicate_instances` -- ``k`` copies side by side, each on its own
+  channels and its own share of every chunk (msccl-tools' "instances");
+* :func:`spread_channels` -- at most ``limit`` send (and receive) peers per
+  rank and channel;
+* :func:`alias_in_place` -- the in-place form (``Schedule.in_place``): every
+  range where it is stored once input and output are one buffer.
+
+Dependencies carry over: a new op inherits the dependencies of the op it
+comes from, each pointing at every new op that replaces the old target (so
+"the old op is done" still means what it meant). Ops are renumbered in
+order; send/receive matching is preserved because both ends of a transfer
+are cut the same way and keep their relative order.
+
+Example:
+    >>> from ccsynth.collectives.spec import Collective
+    >>> from ccsynth.collectives.builder import ScheduleBuilder
+    >>> b = ScheduleBuilder(Collective("allgather", 2, 4), "pairwise")
+    >>> for r in range(2):
+    ...     _ = b.copy(r, ("i", 0, 4), ("o", 4 * r, 4))
+    >>> _ = b.transfer(0, 1, ("i", 0, 4), ("o", 0, 4)); _ = b.transfer(1, 0, ("i", 0, 4), ("o", 4, 4))
+    >>> s = b.build()
+    >>> len(split_long_ranges(s, 2).ops), replicate_instances(s, 2).collective.chunk_factor
+    (12, 8)
+    >>> alias_in_place(s).in_place, [op.kind for op in alias_in_place(s).ops]
+    (True, ['send', 'recv', 'send', 'recv'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
+
+from ccsynth.collectives.schedule import Chunks, Op, Schedule, in_place_storage
+from ccsynth.collectives.spec import Collective
+from ccsynth.errors import ScheduleError
+
+__all__ = [
+    "channels_used",
+    "split_long_ranges",
+    "replicate_instances",
+    "spread_channels",
+    "alias_in_place",
+]
+
+
+def channels_used(schedule: Schedule) -> int:
+    """How many channels ``schedule`` uses (its highest channel + 1; 1 for none)."""
+    return max((op.channel for op in schedule.ops), default=0) + 1
+
+
+# ------------------------------------------------------------- rebuilding
+@dataclass(frozen=True)
+class _Draft:
+    """A new op: the fields it gets, and the old op (and instance) it replaces."""
+
+    old: int
+    rank: int
+    kind: str
+    src: Chunks | None
+    dst: Chunks | None
+    peer: int
+    reduce: bool
+    channel: int
+    instance: int = 0
+
+
+def _draft(op: Op, src: Chunks | None, dst: Chunks | None, *, channel: int | None = None, instance: int = 0) -> _Draft:
+    return _Draft(op.id, op.rank, op.kind, src, dst, op.peer, op.reduce,
+                  op.channel if channel is None else channel, instance)
+
+
+def _rebuild(
+    schedule: Schedule,
+    drafts: list[_Draft],
+    deps_of: Callable[[_Draft], Iterable[int]],
+    **changes,
+) -> Schedule:
+    """The schedule of ``drafts`` (new op ``i`` is ``drafts[i]``; ``deps_of`` gives its new deps)."""
+    ops = tuple(
+        Op(i, d.rank, d.kind, d.src, d.dst, d.peer, d.reduce, tuple(sorted(set(deps_of(d)))), d.channel)
+        for i, d in enumerate(drafts)
+    )
+    return replace(schedule, ops=ops, meta=dict(schedule.meta), **changes)
+
+
+def _replacements(drafts: list[_Draft]) -> dict[int, list[int]]:
+    """Old op id -> the new ops that replace it (what "the old op is done" means now)."""
+    out: dict[int, list[int]] = {}
+    for i, d in enumerate(drafts):
+        out.setdefault(d.old, []).append(i)
+    return out
+
+
+# ---------------------------------------------------------- long ranges
+def split_long_ranges(schedule: Schedule, max_count: int) -> Schedule:
+    """Cut every op moving more than ``max_count`` chunks into consecutive pieces.
+
+    A send and its receive are cut at the same offsets, so the k-th piece of
+    one meets the k-th piece of the other. Ops that depended on the long op
+    depend on all of its pieces.
+    """
+    if all(op.count <= max_count for op in schedule.ops):
+        return schedule
+    drafts = []
+    for op in schedule.ops:
+        for lo in range(0, op.count, max_count):
+            k = min(max_count, op.count - lo)
+            src = Chunks(op.src.buf, op.src.index + lo, k) if op.src is not None else None
+            dst = Chunks(op.dst.buf, op.dst.index + lo, k) if op.dst is not None else None
+            drafts.append(_draft(op, src, dst))
+    new_of = _replacements(drafts)
+    ops = schedule.ops
+    return _rebuild(schedule, drafts, lambda d: (j for dep in ops[d.old].deps for j in new_of[dep]))
+
+
+# ------------------------------------------------------------ instances
+def replicate_instances(schedule: Schedule, instances: int) -> Schedule:
+    """``instances`` copies of ``schedule`` side by side (msccl-tools' "instances").
+
+    Every chunk is cut into ``instances`` sub-chunks; copy ``i`` moves
+    sub-chunk ``i`` of every chunk on channels shifted by ``i`` times the
+    channels the schedule uses. The chunk factor grows by ``instances``. For
+    input and output buffers, chunk ``x`` of a piece of ``c`` chunks becomes
+    chunk ``(x // c) * c * k + i * c + x % c`` (contiguous inside a piece, so
+    the collective's layout -- and an in-place aliasing -- holds); ranges
+    crossing pieces are split. Scratch chunk ``y`` of copy ``i`` becomes
+    ``i * S + y``.
+    """
+    k = instances
+    if k == 1:
+        return schedule
+    coll = schedule.collective
+    c = coll.chunk_factor
+    S = schedule.scratch_chunks
+    C = channels_used(schedule)
+
+    def pieces(ch: Chunks, i: int) -> list[Chunks]:
+        if ch.buf == "s":
+            return [Chunks("s", i * S + ch.index, ch.count)]
+        out = []
+        x, end = ch.index, ch.index + ch.count
+        while x < end:
+            stop = min(end, (x // c + 1) * c)
+            out.append(Chunks(ch.buf, (x // c) * c * k + i * c + x % c, stop - x))
+            x = stop
+        return out
+
+    ops = schedule.ops
+    matches = schedule.matches
+    drafts = []
+    for op in ops:
+        for i in range(k):
+            # cut src and dst -- and, for a transfer, the other end's range --
+            # at common boundaries, so both ends move the same pieces
+            if op.kind == "send":
+                a, _ = _common_cuts(pieces(op.src, i), pieces(ops[matches[op.id]].dst, i))
+                cuts = [(x, None) for x in a]
+            elif op.kind == "recv":
+                _, b = _common_cuts(pieces(ops[matches[op.id]].src, i), pieces(op.dst, i))
+                cuts = [(None, x) for x in b]
+            else:
+                a, b = _common_cuts(pieces(op.src, i), pieces(op.dst, i))
+                cuts = list(zip(a, b))
+            drafts += [_draft(op, src, dst, channel=op.channel + i * C, instance=i) for src, dst in cuts]
+    of_instance: dict[tuple[int, int], list[int]] = {}
+    for j, d in enumerate(drafts):
+        of_instance.setdefault((d.old, d.instance), []).append(j)
+    return _rebuild(
+        schedule,
+        drafts,
+        lambda d: (j for dep in ops[d.old].deps for j in of_instance[(dep, d.instance)]),
+        collective=Collective(coll.kind, coll.n_ranks, c * k, coll.root),
+        scratch_chunks=S * k,
+    )
+
+
+def _common_cuts(a: list[Chunks], b: list[Chunks]) -> tuple[list[Chunks], list[Chunks]]:
+    """Refine two cuts of equal total length to common piece boundaries."""
+    bounds = set()
+    for cut in (a, b):
+        pos = 0
+        for p in cut:
+            pos += p.count
+            bounds.add(pos)
+    edges = sorted(bounds)
+
+    def refine(cut: list[Chunks]) -> list[Chunks]:
+        out = []
+        pos = 0
+        for p in cut:
+            start = pos
+            for e in edges:
+                if start < e <= pos + p.count:
+                    out.append(Chunks(p.buf, p.index + (start - pos), e - start))
+                    start = e
+            pos += p.count
+        return out
+
+    return refine(a), refine(b)
+
+
+# -------------------------------------------------------------- channels
+def spread_channels(schedule: Schedule, limit: int) -> Schedule:
+    """Move transfers to more channels where a rank would have more than
+    ``limit`` send or receive peers on one channel.
+
+    Each stream (sender, receiver, channel) moves as a whole, to the first
+    channel ``channel + k * C`` (``C``: channels in use) where both its sender
+    and its receiver have room; the schedule is unchanged otherwise.
+    """
+    ops = schedule.ops
+    sends: dict[tuple[int, int], set[int]] = {}
+    recvs: dict[tuple[int, int], set[int]] = {}
+    for op in ops:
+        if op.kind == "send":
+            sends.setdefault((op.rank, op.channel), set()).add(op.peer)
+            recvs.setdefault((op.peer, op.channel), set()).add(op.rank)
+    if all(len(v) <= limit for v in sends.values()) and all(len(v) <= limit for v in recvs.values()):
+        return schedule
+    C = channels_used(schedule)
+    n_send: dict[tuple[int, int], int] = {}
+    n_recv: dict[tuple[int, int], int] = {}
+    moved: dict[tuple[int, int, int], int] = {}
+    for op in ops:
+        if op.kind != "send" or (op.rank, op.peer, op.channel) in moved:
+            continue
+        k = 0
+        while True:
+            c = op.channel + k * C
+            if n_send.get((op.rank, c), 0) < limit and n_recv.get((op.peer, c), 0) < limit:
+                break
+            k += 1
+        n_send[(op.rank, c)] = n_send.get((op.rank, c), 0) + 1
+        n_recv[(op.peer, c)] = n_recv.get((op.peer, c), 0) + 1
+        moved[(op.rank, op.peer, op.channel)] = c
+    matches = schedule.matches
+    new_ops = []
+    for op in ops:
+        if op.kind == "send":
+            c = moved[(op.rank, op.peer, op.channel)]
+        elif op.kind == "recv":
+            snd = ops[matches[op.id]]
+            c = moved[(snd.rank, snd.peer, snd.channel)]
+        else:
+            c = op.channel
+        new_ops.append(replace(op, channel=c) if c != op.channel else op)
+    return replace(schedule, ops=tuple(new_ops), meta=dict(schedule.meta))
+
+
+# -------------------------------------------------------------- in place
+def alias_in_place(schedule: Schedule, *, input_copy: int | None = None) -> Schedule:
+    """The in-place form of ``schedule`` (``in_place=True``, see :mod:`ccsynth.collectives.schedule`).
+
+    Every range is replaced by where it is stored once input and output are
+    one buffer; a copy that then reads and writes the same chunks does
+    nothing and is dropped (what waited for it waits for what it waited
+    for). ``input_copy``: scratch chunks ``[input_copy, input_copy +
+    in_chunks)`` hold a copy of the input taken first (how an out-of-place
+    schedule keeps the input of an in-place file that overwrites it): they
+    are the input again. Raises :class:`~ccsynth.errors.ScheduleError` if an
+    op would read and write overlapping chunks of the one buffer.
+    """
+    if schedule.in_place:
+        return schedule
+    coll = schedule.collective
+
+    def stored(rank: int, ch: Chunks | None) -> Chunks | None:
+        if ch is None:
+            return None
+        if input_copy is not None and ch.buf == "s" and input_copy <= ch.index < input_copy + coll.in_chunks:
+            ch = Chunks("i", ch.index - input_copy, ch.count)
+        return in_place_storage(coll, rank, ch)
+
+    drafts = []
+    dropped: dict[int, tuple[int, ...]] = {}
+    for op in schedule.ops:
+        src, dst = stored(op.rank, op.src), stored(op.rank, op.dst)
+        if op.kind == "copy" and src == dst:
+            dropped[op.id] = op.deps
+            continue
+        if src is not None and dst is not None and src.buf == dst.buf:
+            a, b = src.indices(), dst.indices()
+            if a.start < b.stop and b.start < a.stop:
+                raise ScheduleError(
+                    f"schedule {schedule.name!r} cannot run in place: {op.describe()} would read and write "
+                    f"overlapping chunks once input and output are one buffer"
+                )
+        drafts.append(_draft(op, src, dst))
+    new_of = _replacements(drafts)
+
+    def resolve(d: int) -> list[int]:
+        if d in dropped:
+            return [j for e in dropped[d] for j in resolve(e)]
+        return new_of[d]
+
+    ops = schedule.ops
+    return _rebuild(schedule, drafts, lambda d: (j for dep in ops[d.old].deps for j in resolve(dep)), in_place=True)

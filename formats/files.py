@@ -1,0 +1,113 @@
+"""Files of every format ccsynth reads, each handed to its reader by its type.
+
+The one place that picks a reader; the CLI and the public API
+(``ccsynth.load_schedule``, ``ccsynth.get_topology``) read files through it:
+
+* schedules -- ccsynth JSON or MSCCL XML, told apart by the first
+  character (``<`` is XML);
+* topologies -- catalog names with parameters, ccsynth JSON files, TACCL
+  profiles (``PATH.json?nodes=2&scale=10``): the spec grammar of
+  :mod:`ccsynth.topologies.names`, and in a file ``gpus_per_node`` without
+  ``format`` for TACCL;
+* sketches -- ccsynth JSON or TACCL sketch JSON (``intranode_sketch``).
+
+Each lower layer reads its own format only (``collectives.schedule``,
+``topologies.io`` / ``topologies.names``, ``synth.sketch``); the foreign
+readers live beside this module (:mod:`.msccl`, :mod:`.taccl_topology`,
+:mod:`.taccl_sketch`). Options after ``?`` in a topology spec apply to TACCL
+profiles only: ``nodes=N``, ``kind=ndv2|dgx2|hub_and_spoke|custom``,
+``chunk=SIZE`` (bytes the betas are for, e.g. 32K), ``scale=S`` (time unit
+is 1/S us).
+
+Example:
+    >>> get_topology("ring:4").n_ranks
+    4
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Mapping
+
+from ccsynth.collectives.schedule import Schedule, read_schedule_text, schedule_from_json
+from ccsynth.collectives.verify import verify as _verify
+from ccsynth.errors import TopologyError
+from ccsynth.formats.msccl import schedule_from_msccl_xml
+from ccsynth.formats.taccl_sketch import is_taccl_sketch, sketch_from_taccl_dict
+from ccsynth.formats.taccl_topology import is_taccl_topology, taccl_options, taccl_topology_from_dict
+from ccsynth.synth.sketch import Sketch, read_sketch_json, sketch_from_dict
+from ccsynth.topologies import names
+from ccsynth.topologies.io import read_json, topology_from_dict
+from ccsynth.topologies.model import Topology
+
+log = logging.getLogger(__name__)
+
+__all__ = ["load_schedule", "get_topology", "load_topology", "list_topologies", "load_sketch"]
+
+
+# ----------------------------------------------------------------- schedules
+def load_schedule(path: str | os.PathLike, *, topology=None, verify: bool = True) -> Schedule:
+    """Read a ccsynth JSON or MSCCL XML schedule and verify it.
+
+    Raises :class:`~ccsynth.errors.ScheduleFormatError` for unreadable files
+    and :class:`~ccsynth.errors.ScheduleError` if the schedule does not
+    implement its collective (or, with ``topology``, uses a missing link).
+    """
+    text = read_schedule_text(path)
+    if text.lstrip().startswith("<"):
+        sched = schedule_from_msccl_xml(text)
+    else:
+        sched = schedule_from_json(text, os.fspath(path))
+    if verify:
+        _verify(sched, topology)
+    return sched
+
+
+# ---------------------------------------------------------------- topologies
+def get_topology(spec) -> Topology:
+    """The topology a spec names: a catalog name with parameters, a ccsynth
+    topology file, or a TACCL profile with ``?options`` (a :class:`Topology`
+    is returned as it is).
+
+    Raises :class:`~ccsynth.errors.TopologyError` naming the bad name,
+    parameter, option or file field.
+    """
+    return names.parse_topology_spec(spec, load_file=load_topology)
+
+
+def load_topology(path: str | os.PathLike, options: Mapping[str, str] | None = None) -> Topology:
+    """Read a topology file: ccsynth's format, or a TACCL profile (imported with ``options``).
+
+    ``options`` (from a spec such as ``file.json?nodes=2&scale=10``, as
+    strings) apply to TACCL profiles only: ``nodes``, ``kind``, ``chunk``,
+    ``scale``.
+    """
+    p = os.fspath(path)
+    d = read_json(p)
+    if is_taccl_topology(d):
+        log.info("%s is a TACCL topology profile; importing it", p)
+        return taccl_topology_from_dict(d, source=p, **taccl_options(options or {}, p))
+    if options:
+        raise TopologyError(f"{p!r}: options {sorted(options)} apply to TACCL topology files only")
+    return topology_from_dict(d, source=p)
+
+
+def list_topologies() -> list[tuple[str, str]]:
+    """Rows ``(spec example, description)`` for ``ccsynth topo list``: the catalog, then files."""
+    return names.list_topologies() + [
+        (
+            "PATH.json?nodes=2&scale=10",
+            "a TACCL topology profile; options nodes, kind, chunk (bytes the betas are for), scale",
+        ),
+    ]
+
+
+# ------------------------------------------------------------------ sketches
+def load_sketch(path: str | os.PathLike) -> Sketch:
+    """Read a sketch file, ccsynth's format or TACCL's."""
+    p = os.fspath(path)
+    d = read_sketch_json(p)
+    if is_taccl_sketch(d):
+        return sketch_from_taccl_dict(d, source=p)
+    return sketch_from_dict(d, source=p)

@@ -1,0 +1,250 @@
+"""Export a schedule (or a plan of schedules) as MSCCL XML.
+
+:func:`schedule_to_msccl_xml` maps each rank to a gpu and goes through
+these steps:
+
+1. *options* -- protocol, ``minBytes``/``maxBytes``, ``coll`` name and
+   algorithm name, by default those of the file a schedule was read from;
+2. *IR transforms* (:mod:`ccsynth.collectives.transforms`) -- ``nchannels``
+   copies side by side, ranges cut to :data:`~.limits.MAX_COUNT` chunks,
+   peers spread to at most :data:`~.limits.MAX_PEERS_PER_CHANNEL` per
+   channel, and for ``inplace`` the in-place form of the schedule
+   (``Schedule.in_place``: input and output one buffer);
+3. *layouts* (:mod:`.threadblocks`) -- the fused and the plain threadblock
+   layout; when a topology is known (given, or the one the schedule names)
+   both are simulated as MSCCL runs them (read back from their XML) and the
+   faster one is written;
+4. *in-place check* -- an in-place file is read back and verified, so a
+   schedule that is not correct once its buffers are aliased is refused.
+
+The runtimes read ``[minBytes, maxBytes]`` inclusively and treat
+``maxBytes="0"`` (the executor) or compare ``nbytes < maxBytes`` (the older
+runtime) differently, so "no upper end" is written as
+:data:`~.limits.UNBOUNDED`, which both read as unbounded.
+
+Round trips: schedule -> XML -> schedule verifies; where the schedule moves
+one stream's messages one after another anyway (rings, recursive doubling
+and halving, trees, synthesized schedules with ordered links) the simulated
+time is the same, while a schedule that sends several messages to one peer
+at once is serialized by the threadblock (slower by up to about 1.3x on the
+catalog's baselines: that is how MSCCL runs it). XML -> schedule -> XML
+gives the same file for files this package wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.transforms import (
+    alias_in_place,
+    channels_used,
+    replicate_instances,
+    split_long_ranges,
+    spread_channels,
+)
+from ccsynth.collectives.verify import verify
+from ccsynth.errors import CCSynthError, ScheduleError
+from ccsynth.formats.msccl.limits import MAX_COUNT, MAX_PEERS_PER_CHANNEL, UNBOUNDED
+from ccsynth.formats.msccl.reader import schedule_from_msccl_xml
+from ccsynth.formats.msccl.schema import COLL_NAMES, COLL_READ, PROTOCOLS
+from ccsynth.formats.msccl.threadblocks import layout_xml, layouts
+from ccsynth.synth.simulate import simulate_sizes
+from ccsynth.tolerance import is_greater
+from ccsynth.topologies import get_topology
+
+log = logging.getLogger(__name__)
+
+__all__ = ["schedule_to_msccl_xml", "plan_to_msccl_xmls"]
+
+
+def schedule_to_msccl_xml(
+    schedule: Schedule,
+    *,
+    proto: str | None = None,
+    nchannels: int | None = None,
+    min_bytes: int | None = None,
+    max_bytes: int | None = None,
+    inplace: bool = False,
+    name: str | None = None,
+    coll: str | None = None,
+    topology=None,
+) -> str:
+    """The MSCCL XML of a (verified) ``schedule``.
+
+    ``proto``: ``Simple`` (default), ``LL`` or ``LL128``. ``min_bytes`` /
+    ``max_bytes``: the message sizes this algorithm is for, written as
+    ``minBytes``/``maxBytes`` (``None``: 0 and no upper end). For a schedule
+    read from MSCCL XML, ``None`` keeps the file's protocol, sizes and name.
+    ``nchannels``: run that many copies ("instances") of the schedule side by
+    side, each on its own channels and on its own share of every chunk
+    (the chunk factor grows by the same factor); it must be a multiple of the
+    channels the schedule uses. ``inplace``: write the in-place form (input
+    and output aliased, ``inplace="1" outofplace="0"``); raises
+    :class:`ScheduleError` if the schedule is not correct in place.
+    ``coll`` overrides the collective's name (``reduce_scatter`` for the
+    older runtime). ``topology`` (a :class:`Topology`, or a catalog name or
+    ccsynth topology file; default: the one the schedule names, if it
+    loads): where fusing steps would serialize streams, the fused and the
+    plain layout are simulated on it (as MSCCL runs them) and the faster one
+    is written.
+
+    Round trip (see the example of :mod:`ccsynth.formats.msccl`):
+    ``schedule_to_msccl_xml(schedule_from_msccl_xml(xml)) == xml`` for a
+    file written here.
+    """
+    info = _file_info(schedule)
+    proto, min_bytes, max_bytes, coll_name, algo_name = _options(schedule, info, proto, min_bytes, max_bytes, coll, name)
+    sched = _transform(schedule, nchannels, inplace, info)
+    texts = [
+        layout_xml(
+            sched,
+            layout,
+            name=algo_name,
+            proto=proto,
+            coll=coll_name,
+            inplace=inplace,
+            min_bytes=min_bytes,
+            max_bytes=UNBOUNDED if max_bytes is None else max_bytes,
+        )
+        for layout in layouts(sched)
+    ]
+    xml = texts[0]
+    if len(texts) > 1:
+        topo = _topology_for(schedule, topology)
+        if topo is not None:
+            xml = _fastest(texts, topo, min_bytes, max_bytes)
+    if inplace:
+        _check_in_place(xml, schedule)
+    return xml
+
+
+def _file_info(schedule: Schedule) -> dict:
+    """What a schedule read from MSCCL XML remembers of its file (``meta["msccl"]``)."""
+    info = schedule.meta.get("msccl")
+    return info if isinstance(info, dict) else {}
+
+
+# -------------------------------------------------------------- 1. options
+def _options(schedule: Schedule, info: dict, proto, min_bytes, max_bytes, coll, name):
+    """Checked ``(proto, min_bytes, max_bytes, coll, name)``; ``None`` takes the file's, else the default."""
+    proto = proto if proto is not None else info.get("proto", "Simple")
+    if proto not in PROTOCOLS:
+        raise ScheduleError(f"unknown MSCCL protocol {proto!r}; choose one of {', '.join(PROTOCOLS)}")
+    if min_bytes is None:
+        min_bytes = int(info.get("minBytes") or 0)
+    if max_bytes is None and info.get("maxBytes") is not None:
+        max_bytes = int(info["maxBytes"])
+    if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 0:
+        raise ScheduleError(f"minBytes must be a non-negative integer, got {min_bytes!r}")
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < min_bytes):
+        raise ScheduleError(f"maxBytes must be an integer >= minBytes ({min_bytes}), got {max_bytes!r}")
+    kind = schedule.collective.kind
+    if coll is None:  # the file's own spelling for a schedule read from MSCCL XML
+        coll = info.get("coll") if COLL_READ.get(info.get("coll")) == kind else COLL_NAMES[kind]
+    if COLL_READ.get(coll) != kind:
+        raise ScheduleError(f"coll={coll!r} does not name a {kind}")
+    algo_name = name if name is not None else (info.get("name") or schedule.name or "ccsynth")
+    return proto, min_bytes, max_bytes, coll, algo_name
+
+
+# ------------------------------------------------------- 2. IR transforms
+def _transform(schedule: Schedule, nchannels: int | None, inplace: bool, info: dict) -> Schedule:
+    """The schedule as the file will hold it: instances, short ranges, peers per channel, in place."""
+    sched = schedule
+    used = channels_used(sched)
+    if nchannels is not None:
+        if isinstance(nchannels, bool) or not isinstance(nchannels, int) or nchannels < 1:
+            raise ScheduleError(f"nchannels must be a positive integer, got {nchannels!r}")
+        if nchannels % used:
+            raise ScheduleError(
+                f"nchannels={nchannels} is not a multiple of the {used} channel(s) schedule {schedule.name!r} uses"
+            )
+        if nchannels > used:
+            sched = replicate_instances(sched, nchannels // used)
+    sched = split_long_ranges(sched, MAX_COUNT)
+    sched = spread_channels(sched, MAX_PEERS_PER_CHANNEL)
+    if inplace:
+        # a schedule read from an in-place file keeps its input in scratch
+        # (the reader's "input_shadow"): that scratch is the input again
+        sched = alias_in_place(sched, input_copy=info.get("input_shadow"))
+    return sched
+
+
+# --------------------------------------------------------------- 3. layouts
+def _topology_for(schedule: Schedule, topology):
+    """The topology to compare layouts on: the one given, else the schedule's (if it loads)."""
+    if topology is not None and not isinstance(topology, str):
+        return topology
+    spec = topology or schedule.topology
+    if not spec:
+        return None
+    try:
+        topo = get_topology(spec)
+    except CCSynthError as e:
+        if topology is not None:
+            raise
+        log.debug("not comparing MSCCL layouts: topology %r does not load: %s", spec, e)
+        return None
+    return topo if topo.n_ranks == schedule.n_ranks else None
+
+
+def _fastest(texts: list[str], topology, min_bytes: int, max_bytes: int | None) -> str:
+    """The file whose schedule (as MSCCL runs it) simulates fastest on ``topology``.
+
+    Sizes: 1 KiB, 1 MiB and 64 MiB where they fall in ``[min_bytes,
+    max_bytes]``, else the middle of that range; times are compared as the
+    sum over sizes of each one's time relative to the best.
+    """
+    hi = max_bytes if max_bytes is not None else UNBOUNDED
+    sizes = [z for z in (1 << 10, 1 << 20, 1 << 26) if min_bytes <= z <= hi]
+    if not sizes:
+        sizes = [max(1, int(math.sqrt(max(min_bytes, 1) * min(hi, 1 << 40))))]
+    times = []
+    for text in texts:
+        sched = schedule_from_msccl_xml(text)
+        try:
+            times.append([r.time_us for r in simulate_sizes(sched, topology, sizes)])
+        except ScheduleError as e:  # e.g. a link the topology lacks: nothing to compare
+            log.debug("not comparing MSCCL layouts: %s", e)
+            return texts[0]
+    best = [min(t[j] for t in times) or 1.0 for j in range(len(sizes))]
+    score = [sum(t[j] / best[j] for j in range(len(sizes))) for t in times]
+    k = min(range(len(texts)), key=lambda i: (is_greater(score[i], min(score)), i))
+    log.debug("MSCCL layouts (fused first) score %s on %s at %s: chose %d", score, topology.name, sizes, k)
+    return texts[k]
+
+
+# ---------------------------------------------------------- 4. in place
+def _check_in_place(xml: str, original: Schedule) -> None:
+    """The in-place file, read back, implements the collective (else :class:`ScheduleError`)."""
+    try:
+        verify(schedule_from_msccl_xml(xml))
+    except ScheduleError as e:
+        raise ScheduleError(f"schedule {original.name!r} is not correct in place (input and output aliased): {e}") from None
+
+
+# ------------------------------------------------------------------ plans
+def plan_to_msccl_xmls(plan, **kwargs) -> list[tuple[str, str]]:
+    """One MSCCL XML per entry of a plan (per-size algorithm table).
+
+    ``plan`` needs only ``entries``, each with ``kind``, ``n_ranks``,
+    ``algorithm``, ``min_bytes``, ``max_bytes`` (None: no upper end) and
+    ``schedule``. Returns ``(file name, xml)`` pairs. A plan row covers
+    ``[min_bytes, max_bytes)``; MSCCL's ``maxBytes`` is inclusive, so it is
+    written as ``max_bytes - 1`` (no upper end stays unbounded). ``kwargs``
+    go to :func:`schedule_to_msccl_xml`.
+    """
+    out = []
+    for e in plan.entries:
+        mx = None if e.max_bytes is None else e.max_bytes - 1
+        xml = schedule_to_msccl_xml(e.schedule, min_bytes=e.min_bytes, max_bytes=mx, **kwargs)
+        hi = "inf" if e.max_bytes is None else str(e.max_bytes)
+        fname = f"{e.kind}_{e.n_ranks}_{_safe(e.algorithm)}_{e.min_bytes}-{hi}.xml"
+        out.append((fname, xml))
+    return out
+
+
+def _safe(s: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in s) or "algo"
