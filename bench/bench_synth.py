@@ -28,7 +28,7 @@ import sys
 import time
 
 from ccsynth.collectives.spec import Collective
-from ccsynth.topologies import get_topology
+from ccsynth.formats.files import get_topology
 from ccsynth.units import format_size, parse_sizes
 
 TOPOLOGIES = ("dgx1", "dgx2", "ndv2x2", "dgx_a100x4", "ndv2x10")
