@@ -62,8 +62,8 @@ from ccsynth.synth.solver import SolveResult, SolverOptions, solve, value
 from ccsynth.tolerance import EVENT_REL, REL, is_close, is_greater
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
 
-__all__ = ["Edge", "Routing", "TIE_BREAK_SHARE", "POLICY_SHARE", "CandidateDag", "candidate_edges", "resource_orbits", "map_edge",
-           "route_allgather"]
+__all__ = ["Edge", "Routing", "TIE_BREAK_SHARE", "POLICY_SHARE", "CandidateDag", "candidate_edges", "resource_orbits",
+           "map_edge", "route_allgather"]
 
 log = logging.getLogger(__name__)
 
