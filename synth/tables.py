@@ -37,13 +37,14 @@ from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective, canonical_kind
 from ccsynth.errors import CCSynthError, PlanError
 from ccsynth.synth.plan import Plan, PlanEntry
+from ccsynth.tolerance import REL
 from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
 
 log = logging.getLogger(__name__)
 
 #: Simulated times this close (relative) count as a tie.
-TIE_REL = 1e-9
+TIE_REL = REL
 
 Candidates = Mapping[tuple[str, int], Sequence[Schedule]] | Iterable[Schedule]
 
