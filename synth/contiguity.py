@@ -65,8 +65,8 @@ from ccsynth.synth.solver import SolveResult, SolverOptions, solve, value
 from ccsynth.tolerance import EVENT_REL, is_greater, is_less
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
 
-__all__ = ["ALPHA_SHARE", "ARRIVAL_WEIGHT", "MAX_MILP_MOVES", "MAX_MILP_BINARIES", "Waves", "chain_waves", "single_waves",
-           "dp_waves", "schedule_waves"]
+__all__ = ["ALPHA_SHARE", "ARRIVAL_WEIGHT", "MAX_MILP_MOVES", "MAX_MILP_BINARIES", "Waves", "chain_waves",
+           "single_waves", "dp_waves", "schedule_waves"]
 
 log = logging.getLogger(__name__)
 

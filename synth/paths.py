@@ -81,7 +81,7 @@ class LatencyPaths:
             self._forward, source, weight=lambda u, v, d: d["weight"] if allowed(u, v) else None)
 
     def distances_to(self, target: int, allowed: EdgeFilter) -> dict[int, float]:
-        """Latency distance to ``target`` from every rank that reaches it over the connections ``allowed(u, v)`` admits."""
+        """Latency distance to ``target`` from every rank reaching it over the connections ``allowed(u, v)`` admits."""
         # the reversed graph walks connection u -> v as v -> u
         return nx.single_source_dijkstra_path_length(
             self._backward, target, weight=lambda v, u, d: d["weight"] if allowed(u, v) else None)

@@ -122,7 +122,8 @@ class CandidateDag:
     layer: dict[int, int]
 
 
-def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int, paths: LatencyPaths | None = None) -> CandidateDag:
+def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int,
+                    paths: LatencyPaths | None = None) -> CandidateDag:
     """The candidate edges of chunk ``(src, j)``, the ranks by distance, and each edge's latency slack.
 
     ``detours=0``: the edges on latency-shortest paths from ``src`` (a DAG).
