@@ -64,6 +64,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
@@ -525,7 +526,7 @@ def _simulate_candidates(topology, collective: Collective, scored: list[_Scored]
     results: list[_Simulated] = []
     for sc in scored:
         cand = sc.candidate
-        sched = None
+        t, name, window, sched = math.inf, "", 0, None  # the fastest lowering so far
         for variant in sc.variants:
             for w in variant.windows:
                 s = _lower(topology, collective, cand, variant.parts, w)
