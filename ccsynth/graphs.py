@@ -60,8 +60,8 @@ def topological_order(
     per-node state until every successor of the node has been visited (the
     verifier's ancestor bitsets) holds few states at once in this order.
     It runs in linear time without building a networkx graph (on the
-    1.3e5-op graph of a 64-rank ring allreduce, 0.16 s against 1.0 s for
-    the generation order).
+    1.3e5-op graph of a 64-rank ring allreduce, about 0.15 s of CPU against
+    0.8 to 1 s for the generation order).
     """
     if depth_first:
         if key is not None:
@@ -83,20 +83,31 @@ def _depth_first_order(preds: Preds) -> list | None:
         plists = [[index[p] for p in preds[v]] for v in nodes]
     else:
         nodes = None
-        plists = [ps if isinstance(ps, (list, tuple)) else list(ps) for ps in preds]
+        plists = preds if isinstance(preds, (list, tuple)) else list(preds)
     n = len(plists)
-    succs: list[list[int]] = [[] for _ in range(n)]
+    # successors in flat arrays (succ[first[p]:first[p + 1]], in node order): a list per node would add
+    # n live containers, and the garbage collector's passes over them cost more than the sort itself
     indeg = [0] * n
-    for v, ps in enumerate(plists):
+    first = [0] * (n + 1)
+    for v in range(n):
+        ps = plists[v]
         indeg[v] = len(ps)
         for p in ps:
-            succs[p].append(v)
+            first[p + 1] += 1
+    for v in range(n):
+        first[v + 1] += first[v]
+    succ = [0] * first[n]
+    fill = first[:n]
+    for v in range(n):
+        for p in plists[v]:
+            succ[fill[p]] = v
+            fill[p] += 1
     stack = [v for v in range(n - 1, -1, -1) if indeg[v] == 0]
     order: list[int] = []
     while stack:
         x = stack.pop()
         order.append(x)
-        for s in succs[x]:
+        for s in succ[first[x]:first[x + 1]]:
             indeg[s] -= 1
             if indeg[s] == 0:
                 stack.append(s)
