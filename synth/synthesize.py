@@ -21,7 +21,7 @@ Pipeline (TACCL's stages, with ccsynth's own models; see each module):
 Without a sketch :func:`synthesize` tries the default sketches of
 :func:`candidate_sketches` (chunk factors around the size-based default,
 with and without sideways detours, and for several nodes relay variants).
-It then runs three stages, one function each:
+Either way it then runs three stages, one function each:
 
 A. :func:`_plan_candidates` -- every :class:`Candidate` is routed and
    ordered and scored by the list schedules' estimates;
