@@ -25,7 +25,7 @@ from typing import Iterable
 from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective
 
-ChunkArg = "Chunks | tuple"
+__all__ = ["ScheduleBuilder"]
 
 
 class ScheduleBuilder:

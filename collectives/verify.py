@@ -30,7 +30,8 @@ so an input chunk and the output chunk it aliases are the same chunk.
 Reachability for the race check uses, per op, a Python-int bitset of its
 ancestors indexed by topological position; a bitset is dropped as soon as
 the last successor of its op has been visited, and the topological order is
-depth-first so that few bitsets are alive at once. Each chunk keeps its last
+depth-first (:func:`ccsynth.graphs.topological_order` with ``depth_first``)
+so that few bitsets are alive at once. Each chunk keeps its last
 writer and the readers since; a new access is tested only against those.
 
 Example:
@@ -58,9 +59,12 @@ from typing import TYPE_CHECKING
 from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Contribution, Value
 from ccsynth.errors import ScheduleError
+from ccsynth.graphs import dependency_cycle, topological_order
 
 if TYPE_CHECKING:  # pragma: no cover
     from ccsynth.topologies.model import Topology
+
+__all__ = ["VerifyReport", "verify", "is_valid"]
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +106,7 @@ def verify(schedule: Schedule, topology: "Topology | None" = None) -> VerifyRepo
     if topology is not None:
         _check_topology(schedule, topology)
     preds, succs = _graph(schedule, matches)
-    order, max_depth = _topological_order(schedule, preds, succs)
+    order, max_depth = _topological_order(schedule, preds)
     _check_races(schedule, order, preds, succs)
     final, last_writer = _execute(schedule, order, matches)
     _check_postcondition(schedule, final, last_writer)
@@ -161,46 +165,26 @@ def _graph(schedule: Schedule, matches: dict[int, int]) -> tuple[list[tuple[int,
     return preds, succs
 
 
-def _topological_order(
-    schedule: Schedule, preds: list[tuple[int, ...]], succs: list[list[int]]
-) -> tuple[list[int], int]:
-    """Kahn's algorithm with a stack (depth-first, to keep few bitsets alive).
+def _topological_order(schedule: Schedule, preds: list[tuple[int, ...]]) -> tuple[list[int], int]:
+    """A depth-first topological order (few bitsets alive at once) and the longest chain in ops.
 
-    Returns the order and the longest path length in ops; raises on a cycle.
+    Raises :class:`ScheduleError` naming the ops of a dependency cycle.
     """
-    n = len(preds)
-    indeg = [len(p) for p in preds]
-    stack = [i for i in range(n - 1, -1, -1) if indeg[i] == 0]
-    depth = [0] * n
-    order: list[int] = []
-    while stack:
-        x = stack.pop()
-        order.append(x)
-        dx = depth[x] + 1
-        depth[x] = dx
-        for s in succs[x]:
-            if depth[s] < dx:
-                depth[s] = dx
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                stack.append(s)
-    if len(order) < n:
-        raise ScheduleError(_describe_cycle(schedule, preds, indeg))
+    order = topological_order(preds, depth_first=True)
+    if order is None:
+        raise ScheduleError(_describe_cycle(schedule, dependency_cycle(preds)))
+    depth = [0] * len(preds)
+    for x in order:
+        d = 0
+        for p in preds[x]:
+            if depth[p] > d:
+                d = depth[p]
+        depth[x] = d + 1
     return order, max(depth, default=0)
 
 
-def _describe_cycle(schedule: Schedule, preds: list[tuple[int, ...]], indeg: list[int]) -> str:
-    # Every op Kahn could not visit has an unvisited predecessor, so walking
-    # unvisited predecessors must come back to an op already on the walk.
-    start = next(i for i, d in enumerate(indeg) if d > 0)
-    walk: list[int] = []
-    seen: dict[int, int] = {}
-    x = start
-    while x not in seen:
-        seen[x] = len(walk)
-        walk.append(x)
-        x = next(p for p in preds[x] if indeg[p] > 0)
-    cycle = walk[seen[x]:][::-1]  # in execution direction: each op waits for the one before it
+def _describe_cycle(schedule: Schedule, cycle: list[int]) -> str:
+    """The ops of ``cycle`` (in execution order: each waits for the one before it) and their ranks."""
     ops = schedule.ops
     shown = " -> ".join(ops[i].describe() for i in cycle[:_MAX_CYCLE_OPS])
     more = f" -> ... ({len(cycle) - _MAX_CYCLE_OPS} more)" if len(cycle) > _MAX_CYCLE_OPS else ""

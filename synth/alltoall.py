@@ -5,7 +5,7 @@ In an alltoall every rank ``s`` sends a distinct chunk to every other rank
 nothing is shared between destinations, so the routing is a
 multi-commodity flow: ``f[(s, d), e]`` pieces of the ``s -> d`` chunk
 cross edge ``e``. Candidate edges of a commodity are those on its
-latency-shortest paths (``detours=1``: every edge that gets strictly closer
+latency-shortest paths (:mod:`~ccsynth.synth.paths`; ``detours=1``: every edge that gets strictly closer
 to ``d`` while moving away from ``s``, still acyclic).
 
 Constraints: ``flow_{s}_{d}_{x}`` conservation (``c`` pieces leave ``s``,
@@ -41,10 +41,14 @@ import math
 import pulp
 
 from ccsynth.errors import InfeasibleError
-from ccsynth.synth.routing import Edge, Routing, _safe, _weights, distances_from, map_edge, resource_orbits
+from ccsynth.synth.paths import Edge, LatencyPaths
+from ccsynth.synth.routing import Routing, _safe, map_edge, resource_orbits
 from ccsynth.synth.sketch import LogicalTopology
 from ccsynth.synth.solver import SolverOptions, solve, value
+from ccsynth.tolerance import REL, is_close, is_greater, is_less
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
+
+__all__ = ["MILP_MAX_VARS", "TIE_BREAK_SHARE", "commodity_edges", "route_alltoall"]
 
 log = logging.getLogger(__name__)
 
@@ -53,44 +57,21 @@ MILP_MAX_VARS = 3000
 TIE_BREAK_SHARE = 0.01
 
 
-def _dist_to(lt: LogicalTopology, src: int, dst: int, weights, js) -> dict[int, float]:
-    """Latency distance from every rank to ``dst`` over edges the chunk of ``src`` may use."""
-    import heapq
-
-    dist = {dst: 0.0}
-    heap = [(0.0, dst)]
-    preds: dict[int, list[int]] = {}
-    for c in lt.connections:
-        preds.setdefault(c.dst, []).append(c.src)
-    while heap:
-        d, v = heapq.heappop(heap)
-        if d > dist[v] + 1e-12:
-            continue
-        for u in preds.get(v, ()):
-            if not all(lt.edge_ok(src, j, u, v) for j in js):
-                continue
-            nd = d + weights[(u, v)]
-            if nd < dist.get(u, math.inf) - 1e-12:
-                dist[u] = nd
-                heapq.heappush(heap, (nd, u))
-    return dist
-
-
-def commodity_edges(lt: LogicalTopology, s: int, d: int, detours: int, weights, js) -> list[Edge]:
-    """Candidate edges of the ``s -> d`` chunk (an acyclic set)."""
-    ds = distances_from(lt, s, js[0], weights)
-    dt = _dist_to(lt, s, d, weights, js)
+def commodity_edges(lt: LogicalTopology, s: int, d: int, detours: int, paths: LatencyPaths, js) -> list[Edge]:
+    """Candidate edges of the ``s -> d`` chunk (pieces ``js``): an acyclic set."""
+    weights = paths.weights
+    ds = paths.distances_from(s, lambda u, v: lt.edge_ok(s, js[0], u, v))
+    dt = paths.distances_to(d, lambda u, v: all(lt.edge_ok(s, j, u, v) for j in js))
     if d not in ds or s not in dt:
         raise InfeasibleError(f"alltoall routing: rank {s} cannot reach rank {d} under the sketch")
     total = ds[d]
-    tol = 1e-9 * (1.0 + total)
     out = []
     for c in lt.connections:
         u, v = c.src, c.dst
         if u not in ds or v not in dt or not all(lt.edge_ok(s, j, u, v) for j in js):
             continue
-        on_shortest = abs(ds[u] + weights[(u, v)] + dt[v] - total) <= tol
-        forward = ds[u] < ds.get(v, math.inf) - tol and dt[v] < dt[u] - tol
+        on_shortest = is_close(ds[u] + weights[(u, v)] + dt[v], total)
+        forward = (v not in ds or is_less(ds[u], ds[v])) and is_less(dt[v], dt[u])
         if on_shortest or (detours >= 1 and forward):
             out.append((u, v))
     return sorted(out, key=lambda e: (ds[e[0]], e))
@@ -116,13 +97,13 @@ def route_alltoall(
     c = chunk_factor
     group = lt.group
     js = list(range(c))
-    weights = _weights(lt)
+    paths = LatencyPaths(lt)
     conn = {(x.src, x.dst): x for x in topo.connections()}
     res_bw = topo.resource_bw
     orbit_rep = resource_orbits(lt)
     rep_res = sorted(set(orbit_rep.values()))
     reps = [(rho, d) for rho in group.representatives for d in range(n) if d != rho]
-    cand = {key: commodity_edges(lt, key[0], key[1], detours, weights, js) for key in reps}
+    cand = {key: commodity_edges(lt, key[0], key[1], detours, paths, js) for key in reps}
     n_int = sum(len(v) for v in cand.values())
     if method == "auto":
         method = "milp" if n_int <= MILP_MAX_VARS else "lp"
@@ -164,7 +145,7 @@ def route_alltoall(
             sec_ub += cost * c
     obj = T
     if sec and sec_ub > 0:
-        eps = TIE_BREAK_SHARE * max(lb * c, 1e-9) / sec_ub
+        eps = TIE_BREAK_SHARE * max(lb * c, REL) / sec_ub  # T's estimate, at least a time told from zero
         obj = obj + pulp.lpSum(eps * w * v for w, v in sec)
     prob += obj
     result = solve(prob, options, f"alltoall routing ({method})", time_limit=time_limit)
@@ -218,7 +199,7 @@ def route_alltoall(
 def _round_flow(key, edges: list[Edge], x: dict[Edge, float], c: int) -> dict[Edge, int]:
     """Split a fractional s->d flow of value c into paths and give the c pieces to paths by largest remainder."""
     s, d = key
-    rem = {e: v for e, v in x.items() if v > 1e-9}
+    rem = {e: v for e, v in x.items() if is_greater(v, 0.0)}
     paths: list[tuple[list[Edge], float]] = []
     out_of: dict[int, list[Edge]] = {}
     for e in edges:
@@ -227,7 +208,7 @@ def _round_flow(key, edges: list[Edge], x: dict[Edge, float], c: int) -> dict[Ed
         # follow the largest remaining flow from s to d (the edge set is acyclic)
         path, node = [], s
         while node != d:
-            nxt = [e for e in out_of.get(node, ()) if rem.get(e, 0.0) > 1e-9]
+            nxt = [e for e in out_of.get(node, ()) if is_greater(rem.get(e, 0.0), 0.0)]
             if not nxt:
                 break
             e = max(nxt, key=lambda e: (rem[e], -e[1]))

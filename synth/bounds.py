@@ -128,6 +128,7 @@ import numpy as np
 
 from ccsynth.collectives.spec import Collective, canonical_kind
 from ccsynth.errors import SizeError, TopologyError
+from ccsynth.tolerance import EVENT_REL, is_close, is_greater
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Connection, Topology
 
 log = logging.getLogger(__name__)
@@ -261,9 +262,10 @@ def cover_capacity(conns: Sequence[Connection], resource_bw: dict[str, float]) -
     while heap:
         _, r = heapq.heappop(heap)
         idx = groups[r]
-        saving = sum(bw[i] for i in idx if not covered[i]) - resource_bw[r]
-        if saving <= 1e-12 * resource_bw[r]:
+        uncovered = sum(bw[i] for i in idx if not covered[i])
+        if not is_greater(uncovered, resource_bw[r], EVENT_REL):
             continue
+        saving = uncovered - resource_bw[r]
         if heap and saving < -heap[0][0]:
             heapq.heappush(heap, (-saving, r))
             continue
@@ -527,7 +529,7 @@ def _fmt_frac(x: float) -> str:
         return str(x)
     for den in (1, 2, 3, 4, 6, 8, 16, 32, 64, 128, 256, 512, 1024):
         num = x * den
-        if abs(num - round(num)) < 1e-9:
+        if is_close(num, round(num)):
             num = int(round(num))
             return str(num) if den == 1 else f"{num}/{den}"
     return f"{x:.4g}"

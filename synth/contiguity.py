@@ -58,10 +58,15 @@ from dataclasses import dataclass, field
 import pulp
 
 from ccsynth.errors import InfeasibleError
+from ccsynth.graphs import topological_order
 from ccsynth.synth.ordering import TransferPlan
 from ccsynth.synth.routing import Edge
 from ccsynth.synth.solver import SolveResult, SolverOptions, solve, value
+from ccsynth.tolerance import EVENT_REL, is_greater, is_less
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
+
+__all__ = ["ALPHA_SHARE", "ARRIVAL_WEIGHT", "MAX_MILP_MOVES", "MAX_MILP_BINARIES", "Waves", "chain_waves",
+           "single_waves", "dp_waves", "schedule_waves"]
 
 log = logging.getLogger(__name__)
 
@@ -114,32 +119,27 @@ def _timing(plan: TransferPlan, groups: dict[Edge, list[list[int]]]) -> tuple[di
             members[key] = [plan.links[e][pos][0] for pos in w]
             for mid in members[key]:
                 wave_of[mid] = key
-    succ: dict[tuple[Edge, int], list[tuple[Edge, int]]] = {k: [] for k in members}
-    indeg = {k: 0 for k in members}
+    preds: dict[tuple[Edge, int], list[tuple[Edge, int]]] = {}
     for key, mids in members.items():
         e, wi = key
-        preds = set()
-        if wi > 0:
-            preds.add((e, wi - 1))
+        before = {(e, wi - 1)} if wi > 0 else set()
         for m in mids:
             p = moves[m].parent
             if p >= 0:
-                preds.add(wave_of[p])
-        if key in preds:
+                before.add(wave_of[p])
+        if key in before:
             raise InfeasibleError("contiguity: a wave would carry a piece before it arrives")
-        for p in preds:
-            succ[p].append(key)
-        indeg[key] = len(preds)
-    ready = sorted(k for k, d in indeg.items() if d == 0)
+        preds[key] = list(before)
+    order = topological_order(preds, depth_first=True)  # the fastest order; any gives the same times
+    if order is None:
+        raise InfeasibleError("contiguity: the wave structure has a cyclic dependency")
     start: dict[int, float] = {}
     end: dict[int, float] = {}
     wave_end: dict[tuple[Edge, int], float] = {}
-    done = 0
-    while ready:
-        key = ready.pop()
+    for key in order:
         e, wi = key
         mids = members[key]
-        s = wave_end.get((e, wi - 1), 0.0) if wi > 0 else 0.0
+        s = wave_end[(e, wi - 1)] if wi > 0 else 0.0
         for m in mids:
             p = moves[m].parent
             if p >= 0:
@@ -148,13 +148,6 @@ def _timing(plan: TransferPlan, groups: dict[Edge, list[list[int]]]) -> tuple[di
         for m in mids:
             start[m], end[m] = s, f
         wave_end[key] = f
-        done += 1
-        for nxt in succ[key]:
-            indeg[nxt] -= 1
-            if indeg[nxt] == 0:
-                ready.append(nxt)
-    if done != len(members):
-        raise InfeasibleError("contiguity: the wave structure has a cyclic dependency")
     return start, end, max(end.values(), default=0.0)
 
 
@@ -193,7 +186,7 @@ def _mergeable(plan: TransferPlan) -> dict[Edge, list[bool]]:
         ok = []
         for i in range(len(seq) - 1):
             a, z = plan.moves[seq[i][0]], plan.moves[seq[i + 1][0]]
-            ok.append(bool(high and z.parent_end <= a.start + alpha + 1e-9))
+            ok.append(bool(high and not is_greater(z.parent_end, a.start + alpha)))
         out[e] = ok
     return out
 
@@ -221,12 +214,10 @@ def _dp_link(ready: list[float], tails: list[float], ok: list[bool], alpha: floa
                 break
             a -= 1
         cands.sort()
-        front = []
-        best_obj = float("inf")
+        front: list[tuple[float, float, int, int]] = []
         for c in cands:
-            if c[1] < best_obj - 1e-12:
+            if not front or is_less(c[1], front[-1][1], EVENT_REL):
                 front.append(c)
-                best_obj = c[1]
         fronts[bnd] = front[:8]
     # backtrack from the best objective at the end
     last = min(range(len(fronts[K - 1])), key=lambda i: (fronts[K - 1][i][1], fronts[K - 1][i][0]))
@@ -269,7 +260,7 @@ def dp_waves(plan: TransferPlan, groups: dict[Edge, list[list[int]]] | None = No
                 s2, e2, mk2 = _timing(plan, trial)
             except InfeasibleError:
                 continue
-            if mk2 < mk - 1e-9 or (mk2 <= mk + 1e-9 and sum(e2.values()) < sum(end.values()) - 1e-9):
+            if is_less(mk2, mk) or (not is_greater(mk2, mk) and is_less(sum(e2.values()), sum(end.values()))):
                 groups, start, end, mk = trial, s2, e2, mk2
                 tails = _tails(plan, end)
                 improved = True
@@ -357,7 +348,7 @@ def schedule_waves(plan: TransferPlan, options: SolverOptions | None = None, *, 
         start, end, mk = _timing(plan, groups)
     except InfeasibleError:
         return heur
-    if mk > heur.makespan_us * (1 + 1e-9):
+    if is_greater(mk, heur.makespan_us):
         log.info("contiguity: MILP waves (%.3f us) are not better than the heuristic (%.3f us)", mk, heur.makespan_us)
         return heur
     w = Waves(plan, groups, start, end, mk, "milp", result, {"binaries": len(G)})

@@ -53,6 +53,8 @@ from ccsynth.errors import InfeasibleError
 from ccsynth.synth.routing import Edge, Routing, map_edge
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
 
+__all__ = ["Move", "TransferPlan", "fair_share_bandwidth", "order_moves"]
+
 log = logging.getLogger(__name__)
 
 
@@ -109,10 +111,6 @@ class TransferPlan:
             n = self.n
             return g[comm // n] * n + g[comm % n]
         return g[comm]
-
-    def link_orbits(self) -> dict[Edge, list[Edge]]:
-        """Every used connection of each representative connection's orbit (same order as the group)."""
-        return {e: [map_edge(g, e) for g in self.lt.group.elements] for e in self.links}
 
     def n_moves_full(self) -> int:
         return len(self.moves) * self.lt.group.order

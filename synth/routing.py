@@ -4,7 +4,8 @@ Every rank ``s`` starts with its ``c`` pieces (chunk factor ``c``); each piece
 must reach every rank. Per source the candidate connections form a DAG
 (:func:`candidate_edges`): the *latency-shortest-path DAG* of the logical
 topology (edge ``u -> v`` is on it when the alpha-distance from ``s`` to
-``v`` equals that to ``u`` plus the edge's alpha), or, with ``detours=1``,
+``v`` equals that to ``u`` plus the edge's alpha; weights and distances
+come from :mod:`~ccsynth.synth.paths`), or, with ``detours=1``,
 every edge that moves forward in the order (distance, rank offset) -- one
 step sideways is then allowed where load needs spreading.
 
@@ -49,21 +50,23 @@ Example:
 
 from __future__ import annotations
 
-import heapq
 import logging
-import math
 from dataclasses import dataclass, field
 
 import pulp
 
 from ccsynth.errors import InfeasibleError
+from ccsynth.synth.paths import Edge, LatencyPaths
 from ccsynth.synth.sketch import LogicalTopology
 from ccsynth.synth.solver import SolveResult, SolverOptions, solve, value
+from ccsynth.tolerance import EVENT_REL, REL, is_close, is_greater
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
+
+__all__ = ["Edge", "Routing", "TIE_BREAK_SHARE", "POLICY_SHARE", "CandidateDag", "candidate_edges", "resource_orbits",
+           "map_edge", "route_allgather"]
 
 log = logging.getLogger(__name__)
 
-Edge = tuple[int, int]
 
 #: weight of the tie-breaking terms relative to the bandwidth time T
 TIE_BREAK_SHARE = 0.01
@@ -99,46 +102,28 @@ class Routing:
     method: str = "milp"
     meta: dict = field(default_factory=dict)
 
-    def loads_us(self) -> dict[str, float]:
-        """Bandwidth-time (us) each resource needs for this routing."""
-        topo = self.lt.topology
-        bw = topo.resource_bw
-        out: dict[str, float] = {}
-        for flow in self.flows.values():
-            for (u, v), k in flow.items():
-                if k:
-                    for r in topo.connection(u, v).resources:
-                        out[r] = out.get(r, 0.0) + k * self.chunk_bytes / (bw[r] * BYTES_PER_US_PER_GBPS)
-        return out
-
 
 # ----------------------------------------------------------------------------- candidate DAGs
-def _weights(lt: LogicalTopology) -> dict[Edge, float]:
-    """Latency weights with a tiny per-hop term so that ties prefer fewer hops."""
-    alphas = [c.alpha for c in lt.connections if c.alpha > 0]
-    delta = 1e-3 * (min(alphas) if alphas else 1.0)
-    return {(c.src, c.dst): c.alpha + delta for c in lt.connections}
+@dataclass(frozen=True)
+class CandidateDag:
+    """The connections one chunk may use, from :func:`candidate_edges`.
+
+    ``edges`` in a topological order (by receiver, then sender, in
+    ``order``); ``order`` every reachable rank by latency distance from the
+    source (ties by rank offset from it); ``slack[e]`` how much longer than
+    the shortest path to its receiver a path through ``e`` is (0 on the
+    shortest-path DAG); ``layer[x]`` the index of ``x``'s distance among the
+    distinct distances (ranks at equal distance share a layer).
+    """
+
+    edges: list[Edge]
+    order: list[int]
+    slack: dict[Edge, float]
+    layer: dict[int, int]
 
 
-def distances_from(lt: LogicalTopology, src: int, j: int, weights: dict[Edge, float]) -> dict[int, float]:
-    """Latency distance from ``src`` to every rank over edges chunk ``(src, j)`` may use."""
-    dist = {src: 0.0}
-    heap = [(0.0, src)]
-    while heap:
-        d, u = heapq.heappop(heap)
-        if d > dist[u] + 1e-12:
-            continue
-        for v in lt.out_edges[u]:
-            if not lt.edge_ok(src, j, u, v):
-                continue
-            nd = d + weights[(u, v)]
-            if nd < dist.get(v, math.inf) - 1e-12:
-                dist[v] = nd
-                heapq.heappush(heap, (nd, v))
-    return dist
-
-
-def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int, weights: dict[Edge, float] | None = None) -> tuple[list[Edge], list[int], dict[Edge, float], dict[int, int]]:
+def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int,
+                    paths: LatencyPaths | None = None) -> CandidateDag:
     """The candidate edges of chunk ``(src, j)``, the ranks by distance, and each edge's latency slack.
 
     ``detours=0``: the edges on latency-shortest paths from ``src`` (a DAG).
@@ -146,13 +131,13 @@ def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int, weights
     (``dist(u) <= dist(v)``), including edges between ranks at the same
     distance in both directions; those could form cycles, which the routing
     MILP excludes by orienting every such pair acyclically (see
-    :func:`route_allgather`). The last result maps each rank to its layer
-    (ranks at equal distance share a layer).
+    :func:`route_allgather`). ``paths`` (built from ``lt`` when None)
+    shares the search graph between calls.
     """
-    w = weights if weights is not None else _weights(lt)
-    dist = distances_from(lt, src, j, w)
+    paths = paths if paths is not None else LatencyPaths(lt)
+    w = paths.weights
+    dist = paths.distances_from(src, lambda u, v: lt.edge_ok(src, j, u, v))
     n = lt.n
-    tol = 1e-9 * (1.0 + max(dist.values()))
     order = sorted(dist, key=lambda x: (dist[x], (x - src) % n))
     pos = {r: i for i, r in enumerate(order)}
     edges = []
@@ -162,19 +147,19 @@ def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int, weights
             if v == src or v not in dist or not lt.edge_ok(src, j, u, v):
                 continue
             s = dist[u] + w[(u, v)] - dist[v]
-            tight = abs(s) <= tol
-            if tight or (detours >= 1 and dist[u] <= dist[v] + tol):
+            tight = is_close(dist[u] + w[(u, v)], dist[v])
+            if tight or (detours >= 1 and not is_greater(dist[u], dist[v])):
                 edges.append((u, v))
                 slack[(u, v)] = max(0.0, s)
     edges.sort(key=lambda e: (pos[e[1]], pos[e[0]]))
     layer: dict[int, int] = {}
     current, last = -1, None
     for x in order:
-        if last is None or dist[x] > last + tol:
+        if last is None or is_greater(dist[x], last):
             current += 1
             last = dist[x]
         layer[x] = current
-    return edges, order, slack, layer
+    return CandidateDag(edges, order, slack, layer)
 
 
 # ----------------------------------------------------------------------------- symmetry helpers
@@ -230,7 +215,7 @@ def route_allgather(
     n = lt.n
     group = lt.group
     classes = lt.chunk_classes(chunk_factor)
-    weights = _weights(lt)
+    paths = LatencyPaths(lt)
     conn = {(c.src, c.dst): c for c in topo.connections()}
     res_bw = topo.resource_bw
     orbit_rep = resource_orbits(lt)
@@ -246,14 +231,15 @@ def route_allgather(
     n_vars_full = 0
     for rho in group.representatives:
         for k, cls in enumerate(classes):
-            edges, order, slack, layer = candidate_edges(lt, rho, cls[0], detours, weights)
-            if len(order) < n:
-                missing = min(set(range(n)) - set(order))
+            dag = candidate_edges(lt, rho, cls[0], detours, paths)
+            if len(dag.order) < n:
+                missing = min(set(range(n)) - set(dag.order))
                 raise InfeasibleError(f"routing: chunk {cls[0]} of rank {rho} cannot reach rank {missing}")
+            edges = dag.edges
             rep_edges[(rho, k)] = edges
-            rep_order[(rho, k)] = order
-            rep_slack[(rho, k)] = slack
-            rep_layer[(rho, k)] = layer
+            rep_order[(rho, k)] = dag.order
+            rep_slack[(rho, k)] = dag.slack
+            rep_layer[(rho, k)] = dag.layer
             for e in edges:
                 y[(rho, k, e)] = prob.add_variable(f"y_{rho}_{k}_{e[0]}_{e[1]}", lowBound=0, upBound=len(cls), cat="Integer")
             n_vars_full += len(edges) * group.order
@@ -324,7 +310,7 @@ def route_allgather(
             sec_ub += cost * len(classes[k])
     objective = T
     if sec_terms and sec_ub > 0:
-        eps = TIE_BREAK_SHARE * max(lb, 1e-9) / sec_ub
+        eps = TIE_BREAK_SHARE * max(lb, REL) / sec_ub  # T's estimate, at least a time told from zero
         objective = objective + pulp.lpSum(eps * c * v for c, v in sec_terms)
     objective = objective + _policy_terms(prob, lt, y, rep_edges, classes, lb)
     prob += objective
@@ -406,7 +392,8 @@ def _policy_terms(prob, lt: LogicalTopology, y, rep_edges, classes, scale: float
                     prob += (U >= expr, f"umax_{e[0]}_{e[1]}")
                 else:
                     prob += (U <= expr, f"umin_{e[0]}_{e[1]}")
-            unit = scale / max(1e-12, max(1.0 / topo.connection(*e).bw for e in conn_loads)) / max(1, len(classes[0]))
+            slowest = max(EVENT_REL, max(1.0 / topo.connection(*e).bw for e in conn_loads))  # us per byte, never 0
+            unit = scale / slowest / max(1, len(classes[0]))
             sign = 1.0 if lt.sketch.intranode == "minmax" else -1.0
             terms.append(sign * POLICY_SHARE * unit * U / max(1, lt.n))
     return pulp.lpSum(terms) if terms else 0

@@ -45,7 +45,7 @@ Model
   do not contend with each other or with transfers. The reduction of a
   ``recv`` with ``reduce=True`` is taken as fused into the receive (free).
 * **Result.** The makespan: when the last op completes. Events at the same
-  instant (within ``1e-12`` relative) are processed together, ties broken by
+  instant (within :data:`~ccsynth.tolerance.EVENT_REL` relative) are processed together, ties broken by
   op id, so the result is a deterministic, pure function of the inputs.
 
 Implementation: one *class* per (connection, channel) holds the stream's
@@ -92,14 +92,13 @@ import numpy as np
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
 from ccsynth.synth.bounds import Bound, lower_bound
+from ccsynth.tolerance import EVENT_REL, is_greater
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
 log = logging.getLogger(__name__)
 
 # op kinds, as small ints for the hot loop
 _SEND, _RECV, _LOCAL = 0, 1, 2
-# events closer than this (relative to the current time) are simultaneous
-_REL_TOL = 1e-12
 
 
 @dataclass(frozen=True)
@@ -271,7 +270,7 @@ def _maxmin(
         if w == 0:
             continue
         share = (caps[r] - used[r]) / w
-        if share > key * (1 + 1e-12):
+        if is_greater(share, key, EVENT_REL):
             heapq.heappush(heap, (share, r))
             continue
         if share < 0.0:
@@ -422,7 +421,7 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
         if not math.isfinite(t0):
             break
         now = t0
-        horizon = t0 + _REL_TOL * max(1.0, abs(t0))
+        horizon = t0 + EVENT_REL * max(1.0, abs(t0))  # events this close are simultaneous
         if tc <= horizon:
             for c in np.flatnonzero(t_next <= horizon).tolist():
                 class_done(c)

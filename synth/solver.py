@@ -43,6 +43,9 @@ from dataclasses import dataclass, replace
 import pulp
 
 from ccsynth.errors import InfeasibleError, SolverError
+from ccsynth.tolerance import EVENT_REL, is_close
+
+__all__ = ["SOLVERS", "SolverOptions", "SolveResult", "available_solvers", "resolve_solver", "solve", "value"]
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +110,7 @@ class SolveResult:
     def gap(self) -> float | None:
         if self.bound is None or not math.isfinite(self.bound):
             return None
-        if abs(self.objective) < 1e-12:
+        if is_close(self.objective, 0.0, EVENT_REL):
             return 0.0
         return max(0.0, (self.objective - self.bound) / abs(self.objective))
 

@@ -39,6 +39,7 @@ from ccsynth.collectives.spec import Collective, canonical_kind
 from ccsynth.errors import CCSynthError, PlanError
 from ccsynth.synth.baselines import applicable_baselines, make_baseline
 from ccsynth.synth.simulate import simulate_sizes
+from ccsynth.tolerance import REL
 from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
 
@@ -47,7 +48,7 @@ __all__ = ["TIE_REL", "PLAN_HEADERS", "candidates_for", "build_plan", "plan_tabl
 log = logging.getLogger(__name__)
 
 #: Simulated times this close (relative) count as a tie.
-TIE_REL = 1e-9
+TIE_REL = REL
 
 Candidates = Mapping[tuple[str, int], Sequence[Schedule]] | Iterable[Schedule]
 

@@ -19,7 +19,8 @@ from ccsynth.synth.routing import route_allgather
 from ccsynth.synth.simulate import simulate
 from ccsynth.synth.sketch import InterNode, Sketch, load_sketch
 from ccsynth.synth.solver import SolverOptions, solve
-from ccsynth.synth.synthesize import lower_allgather, synthesize
+from ccsynth.synth.lowering import lower_allgather
+from ccsynth.synth.synthesize import synthesize
 from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Topology
 from toys import toy_two_nodes

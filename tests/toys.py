@@ -32,3 +32,9 @@ class FakeComm:
 
     def Get_attr(self, key):
         return self.tag_ub
+
+
+def bidirectional(n: int, pairs, alpha: float = 1.0, bw: float = 10.0, **kw) -> Topology:
+    """``n`` ranks with a link each way for every pair, all of ``alpha`` us and ``bw`` GB/s."""
+    links = tuple(Link(a, b, alpha, bw) for x, y in pairs for a, b in ((x, y), (y, x)))
+    return Topology(f"t{n}", n, links=links, **kw)

@@ -51,7 +51,10 @@ from ccsynth.synth.baselines._util import (
     successors,
 )
 from ccsynth.synth.baselines.ring import KINDS
+from ccsynth.tolerance import is_greater, is_less
 from ccsynth.topologies.model import Topology
+
+__all__ = ["NAME", "DESCRIPTION", "MAX_RINGS", "find_rings", "check", "build"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,6 @@ _SEARCH_STEPS = 300_000
 #: Fabrics up to this size also try other first rings (at most _STARTS of them).
 _MULTI_START_MAX_RANKS = 32
 _STARTS = 64
-_EPS = 1e-9
 
 
 def _rate(topology: Topology, uses: Counter) -> float:
@@ -93,17 +95,17 @@ def _greedy(topology: Topology, first, max_rings: int, budget: _Budget) -> tuple
     while len(rings) < max_rings and budget.left > 0:
         m = len(rings)
         # the new max(uses/bw) must stay below (m+1)/rate for the total to grow
-        limit = (m + 1) / rate * (1 - _EPS)
+        limit = (m + 1) / rate
         succ: dict[int, list[int]] = {r: [] for r in range(topology.n_ranks)}
         for conn in conns:
-            if all((uses[res] + 1) / bw[res] < limit for res in conn.resources):
+            if all(is_less((uses[res] + 1) / bw[res], limit) for res in conn.resources):
                 succ[conn.src].append(conn.dst)
         order = search_ring(succ, topology.nodes, budget)
         if order is None:
             break
         new_uses = uses + _uses(topology, order)
         new_rate = (m + 1) * _rate(topology, new_uses)
-        if new_rate <= rate * (1 + _EPS):
+        if not is_greater(new_rate, rate):
             break
         rings.append(order)
         uses, rate = new_uses, new_rate
@@ -134,10 +136,10 @@ def find_rings(topology: Topology, max_rings: int = MAX_RINGS) -> tuple[tuple[in
         starts = _ham_paths(succ, 0, None, frozenset(range(n)), _Budget(_SEARCH_STEPS), close_to=0)
         single = _rate(topology, _uses(topology, first))
         for cycle in islice(starts, _STARTS):
-            if _rate(topology, _uses(topology, cycle)) < single * (1 - _EPS):
+            if is_less(_rate(topology, _uses(topology, cycle)), single):
                 continue  # a worse bottleneck than the first ring (e.g. crossing a NIC twice)
             rate, rings = _greedy(topology, cycle, max_rings, budget)
-            if rate > best_rate * (1 + _EPS):
+            if is_greater(rate, best_rate):
                 best_rate, best = rate, rings
             if len(best) >= max_rings or budget.left <= 0:
                 break
