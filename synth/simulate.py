@@ -40,10 +40,25 @@ Model
   resources (max-min allocations decompose over connected components).
   Sends of one rank are not serialised otherwise: a rank may drive all its
   connections at once, as far as its ports allow.
+* **Per-message overhead (LogGP's o).** Every rank has one serial *rank
+  stream* (its CPU thread, or the GPU threadblock driving its messages).
+  A send pays its connection's ``overhead`` on the sender's stream before
+  the message is posted (the rendezvous and alpha start only then); a
+  receive pays the same connection's ``overhead`` on the receiver's stream
+  after its bytes have arrived, and completes only then. The stream serves
+  its work first come first served, so a rank that moves ``k`` messages
+  pays ``k`` overheads one after another, whatever their size: cutting a
+  message into ever smaller chunks is no longer free, and the chunk count
+  has an optimum. A message alone on a connection between idle ranks takes
+  ``overhead + alpha + bytes / bw + overhead`` (``Connection.time_us``).
+  Zero-byte messages pay their overheads and alpha too.
 * **Local ops.** ``copy`` and ``reduce`` cost ``count * chunk_bytes /
-  (local_bw * 1e3)`` us when ``local_bw`` (GB/s) is given, else nothing; they
-  do not contend with each other or with transfers. The reduction of a
-  ``recv`` with ``reduce=True`` is taken as fused into the receive (free).
+  (local_bw * 1e3)`` us when ``local_bw`` (GB/s; the argument, else the
+  topology's ``local_bw``) is given, else nothing; with a cost they run on
+  the rank's stream (after, and before, its other work there). A ``recv``
+  with ``reduce=True`` then also pays the reduction of its bytes on the
+  receiver's stream (fused receive-reduce: one pass, after the overhead);
+  without ``local_bw`` the reduction counts as fused into the receive (free).
 * **Result.** The makespan: when the last op completes. Events at the same
   instant (within :data:`~ccsynth.tolerance.EVENT_REL` relative) are processed together, ties broken by
   op id, so the result is a deterministic, pure function of the inputs.
@@ -99,6 +114,8 @@ log = logging.getLogger(__name__)
 
 # op kinds, as small ints for the hot loop
 _SEND, _RECV, _LOCAL = 0, 1, 2
+# timed events other than the end of a transfer's data phase
+_EV_DONE, _EV_DATA, _EV_POSTED = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -181,7 +198,12 @@ class _Prepared:
         self.ndeps = [0] * n
         self.dependents: list[list[int]] = [[] for _ in range(n)]
         self.cls = [-1] * n  # class (connection) of each send
+        self.rank = [op.rank for op in ops]
+        self.n_ranks = coll.n_ranks
+        self.overhead = [0.0] * n  # per-message overhead of each send and recv (its connection's)
+        self.reduces = [op.kind == "recv" and op.reduce for op in ops]
         self.class_alpha: list[float] = []
+        self.class_overhead: list[float] = []
         self.class_res: list[tuple[int, ...]] = []
         self.res_names: list[str] = []
         self.res_cap: list[float] = []  # bytes per us
@@ -218,7 +240,9 @@ class _Prepared:
                     c = class_of[key] = len(self.class_res)
                     self.class_res.append(tuple(idx))
                     self.class_alpha.append(conn.alpha)
+                    self.class_overhead.append(conn.overhead)
                 self.cls[i] = c
+                self.overhead[i] = self.overhead[matches[i]] = self.class_overhead[c]
             elif op.kind == "recv":
                 self.kind[i] = _RECV
                 self.partner[i] = matches[i]
@@ -291,14 +315,19 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
     n = p.n_ops
     kind, count, partner, dependents, cls = p.kind, p.count, p.partner, p.dependents, p.cls
     class_res, class_alpha, caps = p.class_res, p.class_alpha, p.res_cap
+    rank_of, overhead, reduces = p.rank, p.overhead, p.reduces
     n_cls = len(class_res)
     ndeps = list(p.ndeps)
     ready = bytearray(n)
     done = bytearray(n)
     local_cost = chunk_bytes / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
-    # timed events other than transfer ends: (time, op id, 1 = data phase starts / 0 = local op ends)
+    # timed events other than transfer ends: (time, op id, _EV_DONE / _EV_DATA / _EV_POSTED)
     heap: list[tuple[float, int, int]] = []
     push, pop = heapq.heappush, heapq.heappop
+    # Per rank: when its serial stream (overheads, local work) is next free, and its busy time.
+    free_at = [0.0] * p.n_ranks
+    stream_busy = [0.0] * p.n_ranks
+    arrivals: list[tuple[int, float, int]] = []  # stream work that arrived at the current instant
     # Per class (connection and channel): the transfer moving data now (-1 if
     # none), its bytes left as of time tupd, its rate, the transfers queued
     # behind it, and when it completes (t_next, numpy for a fast minimum).
@@ -331,12 +360,47 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
             if ndeps[d] == 0:
                 stack.append(d)
 
+    def on_stream(i: int, cost: float, event: int) -> None:
+        # op i needs ``cost`` us of its rank's stream; served by flush_stream()
+        arrivals.append((i, cost, event))
+
+    def flush_stream() -> None:
+        # first come first served; work arriving at the same instant in op id order
+        arrivals.sort()
+        for i, cost, event in arrivals:
+            r = rank_of[i]
+            start = free_at[r] if free_at[r] > now else now
+            free_at[r] = start + cost
+            stream_busy[r] += cost
+            push(heap, (start + cost, i, event))
+        arrivals.clear()
+
+    def received(r: int) -> None:
+        # the bytes of recv r have arrived: its overhead (and fused reduction) on the receiver's stream
+        cost = overhead[r]
+        if reduces[r]:
+            cost += count[r] * local_cost
+        if cost > 0:
+            on_stream(r, cost, _EV_DONE)
+        else:
+            finish(r)
+
+    def posted(s: int) -> None:
+        # send s (or its partner recv) just became ready: start the transfer once both are
+        ready[s] = 1
+        j = partner[s]
+        if ready[j]:
+            # through the heap even without latency: transfers whose data phase
+            # starts at the same instant join their stream in op id order
+            snd = s if kind[s] == _SEND else j
+            push(heap, (now + class_alpha[cls[snd]], snd, _EV_DATA))
+
     def start_data(s: int) -> None:
         nonlocal n_busy
         nbytes = count[s] * chunk_bytes
         if nbytes <= 0:
             finish(s)
-            finish(partner[s])
+            received(partner[s])
             return
         c = cls[s]
         for r in class_res[c]:
@@ -360,25 +424,19 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
             if k == _LOCAL:
                 cost = count[i] * local_cost
                 if cost > 0:
-                    push(heap, (now + cost, i, 0))
+                    on_stream(i, cost, _EV_DONE)
                 else:
                     finish(i)
-                continue
-            ready[i] = 1
-            j = partner[i]
-            if ready[j]:
-                s = i if k == _SEND else j
-                a = class_alpha[cls[s]]
-                if a > 0:
-                    push(heap, (now + a, s, 1))
-                else:
-                    start_data(s)
+            elif k == _SEND and overhead[i] > 0:
+                on_stream(i, overhead[i], _EV_POSTED)
+            else:
+                posted(i)
 
     def class_done(c: int) -> None:
         nonlocal n_busy
         s = cur[c]
         finish(s)
-        finish(partner[s])
+        received(partner[s])
         q = queue[c]
         if q:
             # the next transfer of the queue takes over at the same rate
@@ -412,6 +470,7 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
         touched.clear()
 
     drain()
+    flush_stream()
     if dirty:
         reshare()
     while True:
@@ -427,18 +486,23 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
                 class_done(c)
             drain()
         while heap and heap[0][0] <= horizon:
-            _, i, is_data = pop(heap)
-            if is_data:
+            _, i, event = pop(heap)
+            if event == _EV_DATA:
                 start_data(i)
+            elif event == _EV_POSTED:
+                posted(i)
             else:
                 finish(i)
             drain()
+        if arrivals:
+            flush_stream()
         if dirty:
             reshare()
 
     if n_done < n:
         raise ScheduleError(_deadlock_message(p, done, ready, ndeps))
     busy_us = {p.res_names[r]: res_bytes[r] / caps[r] for r in range(len(caps)) if res_bytes[r] > 0}
+    busy_us.update({f"rank{r}": t for r, t in enumerate(stream_busy) if t > 0})
     return makespan, busy_us
 
 
@@ -478,6 +542,8 @@ def _check_args(size_bytes, local_bw) -> float:
 
 def _result(p: _Prepared, topology: Topology, size_bytes, local_bw) -> SimResult:
     size = _check_args(size_bytes, local_bw)
+    if local_bw is None:
+        local_bw = topology.local_bw
     coll = p.schedule.collective
     time_us, busy = _run(p, coll.chunk_bytes(size), local_bw)
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)
@@ -506,7 +572,8 @@ def simulate(schedule: Schedule, topology: Topology, size_bytes: float, *, local
     """Predict the time of ``schedule`` on ``topology`` for a ``size_bytes`` message.
 
     See the module docstring for the model. ``local_bw`` (GB/s) charges local
-    copies and reductions; by default they are free.
+    copies and reductions; by default the topology's ``local_bw`` does, and
+    where that is None too they are free.
 
     Raises :class:`ScheduleError` if the rank counts differ, a send has no
     connection (the message names the op), a send/recv is unmatched, or the

@@ -275,10 +275,21 @@ def reference_time(schedule, topology, size, local_bw=None):
     """Time-stepping re-implementation of the documented model, written plainly."""
     ops, match = schedule.ops, schedule.matches
     chunk = schedule.collective.chunk_bytes(size)
+    local_bw = local_bw if local_bw is not None else topology.local_bw
     cap = {k: v * GB for k, v in topology.resource_bw.items()}
-    done, ready, started, timers = {}, set(), set(), []
+
+    def conn(op):
+        return topology.connection(op.rank, op.peer) if op.kind == "send" else topology.connection(op.peer, op.rank)
+
+    done, ready, posted, started, timers = {}, set(), set(), set(), []
+    arrived = []  # stream work that arrived at this instant: (op id, cost, what)
+    free_at = {r: 0.0 for r in range(schedule.n_ranks)}
     heads, queues = {}, {}  # stream (src, dst, channel) -> [send id, bytes left] / waiting send ids
     now = 0.0
+
+    def reduce_cost(op):
+        return op.count * chunk / (local_bw * GB) if local_bw else 0.0
+
     while len(done) < len(ops):
         changed = True
         while changed:
@@ -288,30 +299,52 @@ def reference_time(schedule, topology, size, local_bw=None):
                     ready.add(op.id)
                     changed = True
                     if op.kind in ("copy", "reduce"):
-                        cost = op.count * chunk / (local_bw * GB) if local_bw else 0.0
+                        cost = reduce_cost(op)
                         if cost:
-                            timers.append((now + cost, op.id, "local"))
+                            arrived.append((op.id, cost, "local"))
                         else:
                             done[op.id] = now
+                    elif op.kind == "send" and conn(op).overhead > 0:
+                        arrived.append((op.id, conn(op).overhead, "posted"))
+                    else:
+                        posted.add(op.id)
             for op in ops:
-                if op.kind == "send" and op.id not in started and op.id in ready and match[op.id] in ready:
+                if op.kind == "send" and op.id not in started and op.id in posted and match[op.id] in posted:
                     started.add(op.id)
                     changed = True
-                    timers.append((now + topology.connection(op.rank, op.peer).alpha, op.id, "data"))
+                    timers.append((now + conn(op).alpha, op.id, "data"))
             for ev in sorted(e for e in timers if e[0] <= now * (1 + 1e-12)):
                 timers.remove(ev)
                 changed = True
                 t, i, what = ev
-                if what == "local":
+                if what in ("local", "received"):
                     done[i] = now
+                elif what == "posted":
+                    posted.add(i)
                 elif ops[i].count * chunk == 0:
-                    done[i] = done[match[i]] = now
+                    done[i] = now
+                    arrived.append((match[i], None, "arrived"))
                 else:
                     key = (ops[i].rank, ops[i].peer, ops[i].channel)
                     if key in heads:
                         queues.setdefault(key, []).append(i)
                     else:
                         heads[key] = [i, ops[i].count * chunk]
+            for i, cost, what in [a for a in arrived if a[2] == "arrived"]:
+                arrived.remove((i, cost, what))
+                op = ops[i]
+                cost = conn(op).overhead + (reduce_cost(op) if op.reduce else 0.0)
+                if cost:
+                    arrived.append((i, cost, "received"))
+                else:
+                    done[i] = now
+                    changed = True
+        for i, cost, what in sorted(arrived):  # first come first served, same instant by op id
+            r = ops[i].rank
+            start = max(now, free_at[r])
+            free_at[r] = start + cost
+            timers.append((start + cost, i, what))
+        arrived.clear()
         if len(done) == len(ops):
             break
         res_of = {k: topology.connection(k[0], k[1]).resources for k in heads}
@@ -321,7 +354,8 @@ def reference_time(schedule, topology, size, local_bw=None):
             heads[k][1] -= rates[k] * (nxt - now)
             if heads[k][1] <= 1e-9 * chunk:
                 f = heads.pop(k)[0]
-                done[f] = done[match[f]] = nxt
+                done[f] = nxt
+                arrived.append((match[f], None, "arrived"))
                 if queues.get(k):
                     g = queues[k].pop(0)
                     heads[k] = [g, ops[g].count * chunk]
@@ -334,12 +368,13 @@ def random_case(draw):
     n = draw(st.integers(2, 4))
     bws = st.sampled_from([5.0, 10.0, 25.0])
     alphas = st.sampled_from([0.0, 0.5, 2.0])
+    overheads = st.sampled_from([0.0, 0.0, 0.3, 1.5])
     if draw(st.booleans()):
-        topo_links = tuple(Link(a, b, draw(alphas), draw(bws)) for a in range(n) for b in range(n) if a != b)
+        topo_links = tuple(Link(a, b, draw(alphas), draw(bws), draw(overheads)) for a in range(n) for b in range(n) if a != b)
         switches = ()
     else:
         topo_links = ()
-        switches = (Switch("sw", tuple(range(n)), draw(bws), draw(alphas)),)
+        switches = (Switch("sw", tuple(range(n)), draw(bws), draw(alphas), draw(overheads)),)
     ports = ()
     if draw(st.booleans()):
         srcs = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
