@@ -13,6 +13,7 @@ from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
 from ccsynth.synth.simulate import SimResult, simulate, simulate_sizes
+from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
 
 GB = 1e3  # bytes per us per GB/s
@@ -407,3 +408,80 @@ def test_matches_naive_reference_model(case):
     got = simulate(schedule, topo, size, local_bw=local_bw)
     want = reference_time(schedule, topo, size, local_bw)
     assert got.time_us == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+# ------------------------------------------------------------ per-message overhead (LogGP o)
+def _pair(alpha=1.0, bw=10.0, overhead=0.5):
+    return Topology("pair", 2, links=(Link(0, 1, alpha, bw, overhead), Link(1, 0, alpha, bw, overhead)))
+
+
+def test_one_message_pays_the_overhead_on_both_ends():
+    b = alltoall_builder(2)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    # 10 KB chunk: 0.5 (sender) + 1 (alpha) + 1 (10 KB at 10 GB/s) + 0.5 (receiver)
+    assert simulate(b.build(), _pair(), 20_000).time_us == pytest.approx(3.0)
+    # a zero-byte message still costs the overheads and the latency
+    assert simulate(b.build(), _pair(), 0).time_us == pytest.approx(2.0)
+
+
+def test_a_rank_pays_its_overheads_one_after_another():
+    # rank 0 sends to three peers at once on separate links: its overheads serialise,
+    # the transfers and the receivers' overheads overlap
+    n = 4
+    t = Topology("star", n, links=tuple(Link(0, d, 1.0, 10.0, 0.5) for d in range(1, n))
+                 + tuple(Link(d, 0, 1.0, 10.0, 0.5) for d in range(1, n)))
+    b = ScheduleBuilder(Collective("broadcast", n), "fan")
+    for d in range(1, n):
+        b.transfer(0, d, ("i", 0), ("o", 0))
+    r = simulate(b.build(), t, 10_000)
+    # last send posted at 3 * 0.5, then alpha 1, 1 us of data, 0.5 on the receiver
+    assert r.time_us == pytest.approx(3 * 0.5 + 1.0 + 1.0 + 0.5)
+    assert r.busy_us["rank0"] == pytest.approx(1.5)
+
+
+def test_many_small_messages_cost_more_than_one_big_one():
+    # the same 4 chunks on one link: one message of 4 chunks, or 4 messages of 1
+    one = alltoall_builder(2, 4)
+    one.transfer(0, 1, ("i", 4, 4), ("o", 0, 4))
+    many = alltoall_builder(2, 4)
+    for j in range(4):
+        many.transfer(0, 1, ("i", 4 + j), ("o", j))
+    t = _pair(alpha=1.0, bw=10.0, overhead=2.0)
+    size = 8 * 1000  # 1 KB chunks: 0.1 us each
+    t_one = simulate(one.build(), t, size).time_us
+    t_many = simulate(many.build(), t, size).time_us
+    assert t_one == pytest.approx(2.0 + 1.0 + 0.4 + 2.0)
+    # four sends post at 2, 4, 6, 8; the last arrives at 8 + 1 + 0.1 and is received 2 us later
+    assert t_many == pytest.approx(8.0 + 1.0 + 0.1 + 2.0)
+    # without an overhead the split costs nothing more
+    free = _pair(alpha=1.0, bw=10.0, overhead=0.0)
+    assert simulate(many.build(), free, size).time_us == pytest.approx(simulate(one.build(), free, size).time_us)
+
+
+def test_local_work_runs_on_the_rank_stream_after_the_receive_overhead():
+    b = ScheduleBuilder(Collective("allreduce", 2), "ar")
+    for r in range(2):
+        b.copy(r, ("i", 0), ("o", 0))
+    b.transfer(0, 1, ("i", 0), ("o", 0), reduce=True)
+    s = b.build()
+    t = Topology("pair", 2, links=(Link(0, 1, 1.0, 10.0, 0.5), Link(1, 0, 1.0, 10.0, 0.5)), local_bw=5.0)
+    # 10 KB at 5 GB/s: each copy takes 2 us of its rank's stream. Rank 0's send does not depend on its
+    # copy, but the stream serves the copy first (op id order), so the send is posted at 2 + 0.5. The
+    # receive reduces into o[0], after rank 1's copy. Data 2.5 + 1 (alpha) + 1 (10 KB at 10 GB/s) = 4.5;
+    # then rank 1's stream: 0.5 of overhead and 2 us of reduction.
+    assert simulate(s, t, 10_000).time_us == pytest.approx(7.0)
+    # the topology's local_bw is the default; an explicit argument wins
+    assert simulate(s, t, 10_000, local_bw=10.0).time_us == pytest.approx(1.0 + 0.5 + 1.0 + 1.0 + 0.5 + 1.0)
+
+
+def test_the_chunk_count_has_an_optimum():
+    from ccsynth.synth.baselines import make_baseline
+
+    topo = catalog.ring(8)
+    times = {}
+    for c in (1, 2, 4, 8, 16, 32, 64, 128):
+        s = make_baseline("ring", Collective("allreduce", 8, chunk_factor=c), topo)
+        times[c] = simulate(s, topo, 1 << 20).time_us
+    best = min(times, key=times.get)
+    assert 1 < best < 128, times
+    assert times[128] > 2 * times[best]
