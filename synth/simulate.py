@@ -40,25 +40,32 @@ Model
   resources (max-min allocations decompose over connected components).
   Sends of one rank are not serialised otherwise: a rank may drive all its
   connections at once, as far as its ports allow.
-* **Per-message overhead (LogGP's o).** Every rank has one serial *rank
-  stream* (its CPU thread, or the GPU threadblock driving its messages).
-  A send pays its connection's ``overhead`` on the sender's stream before
-  the message is posted (the rendezvous and alpha start only then); a
-  receive pays the same connection's ``overhead`` on the receiver's stream
-  after its bytes have arrived, and completes only then. The stream serves
-  its work first come first served, so a rank that moves ``k`` messages
-  pays ``k`` overheads one after another, whatever their size: cutting a
-  message into ever smaller chunks is no longer free, and the chunk count
-  has an optimum. A message alone on a connection between idle ranks takes
-  ``overhead + alpha + bytes / bw + overhead`` (``Connection.time_us``).
-  Zero-byte messages pay their overheads and alpha too.
+* **Per-message overhead (LogGP's o).** A send pays its connection's
+  ``overhead`` on the sender's *engine* before the message is posted (the
+  rendezvous and alpha start only then); a receive pays the same
+  connection's ``overhead`` on the receiver's engine after its bytes have
+  arrived, and completes only then. An engine serves its work one item at a
+  time, first come first served (work arriving at the same instant in op id
+  order), so ``k`` messages on one engine pay ``k`` overheads one after
+  another, whatever their size: cutting a message into ever smaller chunks
+  is not free, and the chunk count has an optimum. Which work shares an
+  engine is the topology's ``overhead_scope``: ``"connection"`` (GPUs) --
+  each (rank, peer, channel, direction) is an engine of its own, like an
+  MSCCL threadblock, so the sends of one connection and channel serialise
+  (TACCL's per-send cost) while other connections proceed in parallel;
+  ``"rank"`` (CPU processes, as ccsynth's MPI executor) -- one engine per
+  rank, for its sends, receives and local work alike. A message alone on a
+  connection between idle engines takes ``overhead + alpha + bytes / bw +
+  overhead`` (``Connection.time_us``). Zero-byte messages pay their
+  overheads and alpha too.
 * **Local ops.** ``copy`` and ``reduce`` cost ``count * chunk_bytes /
   (local_bw * 1e3)`` us when ``local_bw`` (GB/s; the argument, else the
-  topology's ``local_bw``) is given, else nothing; with a cost they run on
-  the rank's stream (after, and before, its other work there). A ``recv``
-  with ``reduce=True`` then also pays the reduction of its bytes on the
-  receiver's stream (fused receive-reduce: one pass, after the overhead);
-  without ``local_bw`` the reduction counts as fused into the receive (free).
+  topology's ``local_bw``) is given, else nothing. With ``overhead_scope``
+  ``"rank"`` they run on the rank's engine; otherwise they do not queue.
+  With ``local_bw``, a ``recv`` with ``reduce=True`` also pays the
+  reduction of its bytes on the receiver's engine, after the overhead
+  (fused receive-reduce: one pass); without it the reduction counts as
+  fused into the receive (free).
 * **Result.** The makespan: when the last op completes. Events at the same
   instant (within :data:`~ccsynth.tolerance.EVENT_REL` relative) are processed together, ties broken by
   op id, so the result is a deterministic, pure function of the inputs.
@@ -198,10 +205,10 @@ class _Prepared:
         self.ndeps = [0] * n
         self.dependents: list[list[int]] = [[] for _ in range(n)]
         self.cls = [-1] * n  # class (connection) of each send
-        self.rank = [op.rank for op in ops]
-        self.n_ranks = coll.n_ranks
         self.overhead = [0.0] * n  # per-message overhead of each send and recv (its connection's)
         self.reduces = [op.kind == "recv" and op.reduce for op in ops]
+        # the engine of each op (see the module docstring); its rank, for the busy-time report
+        self.engine, self.engine_rank = _engines(ops, topology.overhead_scope)
         self.class_alpha: list[float] = []
         self.class_overhead: list[float] = []
         self.class_res: list[tuple[int, ...]] = []
@@ -248,6 +255,26 @@ class _Prepared:
                 self.partner[i] = matches[i]
             else:
                 self.kind[i] = _LOCAL
+
+
+def _engines(ops, scope: str) -> tuple[list[int], list[int]]:
+    """Engine index of every op, and the rank of every engine (see the module docstring)."""
+    index: dict[tuple, int] = {}
+    engine_rank: list[int] = []
+    out = []
+    for op in ops:
+        if scope == "rank":
+            key: tuple = (op.rank,)
+        elif op.kind in ("send", "recv"):
+            key = (op.rank, op.kind, op.peer, op.channel)
+        else:
+            key = ("local", op.id)  # local work does not queue
+        e = index.get(key)
+        if e is None:
+            e = index[key] = len(engine_rank)
+            engine_rank.append(op.rank)
+        out.append(e)
+    return out, engine_rank
 
 
 def _maxmin(
@@ -315,7 +342,7 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
     n = p.n_ops
     kind, count, partner, dependents, cls = p.kind, p.count, p.partner, p.dependents, p.cls
     class_res, class_alpha, caps = p.class_res, p.class_alpha, p.res_cap
-    rank_of, overhead, reduces = p.rank, p.overhead, p.reduces
+    engine_of, overhead, reduces = p.engine, p.overhead, p.reduces
     n_cls = len(class_res)
     ndeps = list(p.ndeps)
     ready = bytearray(n)
@@ -324,9 +351,9 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
     # timed events other than transfer ends: (time, op id, _EV_DONE / _EV_DATA / _EV_POSTED)
     heap: list[tuple[float, int, int]] = []
     push, pop = heapq.heappush, heapq.heappop
-    # Per rank: when its serial stream (overheads, local work) is next free, and its busy time.
-    free_at = [0.0] * p.n_ranks
-    stream_busy = [0.0] * p.n_ranks
+    # Per engine: when it is next free, and its busy time.
+    free_at = [0.0] * len(p.engine_rank)
+    stream_busy = [0.0] * len(p.engine_rank)
     arrivals: list[tuple[int, float, int]] = []  # stream work that arrived at the current instant
     # Per class (connection and channel): the transfer moving data now (-1 if
     # none), its bytes left as of time tupd, its rate, the transfers queued
@@ -361,22 +388,22 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
                 stack.append(d)
 
     def on_stream(i: int, cost: float, event: int) -> None:
-        # op i needs ``cost`` us of its rank's stream; served by flush_stream()
+        # op i needs ``cost`` us of its engine; served by flush_stream()
         arrivals.append((i, cost, event))
 
     def flush_stream() -> None:
         # first come first served; work arriving at the same instant in op id order
         arrivals.sort()
         for i, cost, event in arrivals:
-            r = rank_of[i]
-            start = free_at[r] if free_at[r] > now else now
-            free_at[r] = start + cost
-            stream_busy[r] += cost
+            e = engine_of[i]
+            start = free_at[e] if free_at[e] > now else now
+            free_at[e] = start + cost
+            stream_busy[e] += cost
             push(heap, (start + cost, i, event))
         arrivals.clear()
 
     def received(r: int) -> None:
-        # the bytes of recv r have arrived: its overhead (and fused reduction) on the receiver's stream
+        # the bytes of recv r have arrived: its overhead (and fused reduction) on the receiver's engine
         cost = overhead[r]
         if reduces[r]:
             cost += count[r] * local_cost
@@ -502,7 +529,10 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
     if n_done < n:
         raise ScheduleError(_deadlock_message(p, done, ready, ndeps))
     busy_us = {p.res_names[r]: res_bytes[r] / caps[r] for r in range(len(caps)) if res_bytes[r] > 0}
-    busy_us.update({f"rank{r}": t for r, t in enumerate(stream_busy) if t > 0})
+    for e, t in enumerate(stream_busy):
+        if t > 0:
+            name = f"rank{p.engine_rank[e]}"
+            busy_us[name] = busy_us.get(name, 0.0) + t
     return makespan, busy_us
 
 

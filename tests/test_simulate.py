@@ -283,8 +283,16 @@ def reference_time(schedule, topology, size, local_bw=None):
         return topology.connection(op.rank, op.peer) if op.kind == "send" else topology.connection(op.peer, op.rank)
 
     done, ready, posted, started, timers = {}, set(), set(), set(), []
-    arrived = []  # stream work that arrived at this instant: (op id, cost, what)
-    free_at = {r: 0.0 for r in range(schedule.n_ranks)}
+    arrived = []  # engine work that arrived at this instant: (op id, cost, what)
+    free_at = {}  # engine -> when it is free
+
+    def engine(op):
+        if topology.overhead_scope == "rank":
+            return op.rank
+        if op.kind in ("send", "recv"):
+            return (op.rank, op.kind, op.peer, op.channel)
+        return ("local", op.id)
+
     heads, queues = {}, {}  # stream (src, dst, channel) -> [send id, bytes left] / waiting send ids
     now = 0.0
 
@@ -341,9 +349,9 @@ def reference_time(schedule, topology, size, local_bw=None):
                     done[i] = now
                     changed = True
         for i, cost, what in sorted(arrived):  # first come first served, same instant by op id
-            r = ops[i].rank
-            start = max(now, free_at[r])
-            free_at[r] = start + cost
+            e = engine(ops[i])
+            start = max(now, free_at.get(e, 0.0))
+            free_at[e] = start + cost
             timers.append((start + cost, i, what))
         arrived.clear()
         if len(done) == len(ops):
@@ -381,7 +389,8 @@ def random_case(draw):
         srcs = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
         dsts = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
         ports = (SharedPort("nic", srcs, dsts, draw(bws)),)
-    topo = Topology("rand", n, links=topo_links, switches=switches, shared_ports=ports)
+    topo = Topology("rand", n, links=topo_links, switches=switches, shared_ports=ports,
+                    overhead_scope=draw(st.sampled_from(["connection", "rank"])))
     c = 2
     b = alltoall_builder(n, c)
     for _ in range(draw(st.integers(1, 9))):
@@ -428,15 +437,19 @@ def test_a_rank_pays_its_overheads_one_after_another():
     # rank 0 sends to three peers at once on separate links: its overheads serialise,
     # the transfers and the receivers' overheads overlap
     n = 4
-    t = Topology("star", n, links=tuple(Link(0, d, 1.0, 10.0, 0.5) for d in range(1, n))
-                 + tuple(Link(d, 0, 1.0, 10.0, 0.5) for d in range(1, n)))
+    links = tuple(Link(0, d, 1.0, 10.0, 0.5) for d in range(1, n)) + tuple(Link(d, 0, 1.0, 10.0, 0.5) for d in range(1, n))
     b = ScheduleBuilder(Collective("broadcast", n), "fan")
     for d in range(1, n):
         b.transfer(0, d, ("i", 0), ("o", 0))
-    r = simulate(b.build(), t, 10_000)
-    # last send posted at 3 * 0.5, then alpha 1, 1 us of data, 0.5 on the receiver
+    cpu = Topology("star", n, links=links, overhead_scope="rank")
+    r = simulate(b.build(), cpu, 10_000)
+    # one engine per rank: the last send is posted at 3 * 0.5, then alpha 1, 1 us of data, 0.5 on the receiver
     assert r.time_us == pytest.approx(3 * 0.5 + 1.0 + 1.0 + 0.5)
     assert r.busy_us["rank0"] == pytest.approx(1.5)
+    # an engine per connection (GPU threadblocks): the three sends are posted together
+    gpu = Topology("star", n, links=links)
+    assert gpu.overhead_scope == "connection"
+    assert simulate(b.build(), gpu, 10_000).time_us == pytest.approx(0.5 + 1.0 + 1.0 + 0.5)
 
 
 def test_many_small_messages_cost_more_than_one_big_one():
@@ -464,7 +477,8 @@ def test_local_work_runs_on_the_rank_stream_after_the_receive_overhead():
         b.copy(r, ("i", 0), ("o", 0))
     b.transfer(0, 1, ("i", 0), ("o", 0), reduce=True)
     s = b.build()
-    t = Topology("pair", 2, links=(Link(0, 1, 1.0, 10.0, 0.5), Link(1, 0, 1.0, 10.0, 0.5)), local_bw=5.0)
+    t = Topology("pair", 2, links=(Link(0, 1, 1.0, 10.0, 0.5), Link(1, 0, 1.0, 10.0, 0.5)), local_bw=5.0,
+                 overhead_scope="rank")
     # 10 KB at 5 GB/s: each copy takes 2 us of its rank's stream. Rank 0's send does not depend on its
     # copy, but the stream serves the copy first (op id order), so the send is posted at 2 + 0.5. The
     # receive reduces into o[0], after rank 1's copy. Data 2.5 + 1 (alpha) + 1 (10 KB at 10 GB/s) = 4.5;
@@ -472,6 +486,10 @@ def test_local_work_runs_on_the_rank_stream_after_the_receive_overhead():
     assert simulate(s, t, 10_000).time_us == pytest.approx(7.0)
     # the topology's local_bw is the default; an explicit argument wins
     assert simulate(s, t, 10_000, local_bw=10.0).time_us == pytest.approx(1.0 + 0.5 + 1.0 + 1.0 + 0.5 + 1.0)
+    # with an engine per connection the copy does not hold the send back (posted at 0.5), but the receive is
+    # posted only after rank 1's 2 us copy: 2 + 1 (alpha) + 1 (data) + 0.5 (overhead) + 2 (reduction) = 6.5
+    gpu = Topology("pair", 2, links=t.links, local_bw=5.0)
+    assert simulate(s, gpu, 10_000).time_us == pytest.approx(6.5)
 
 
 def test_the_chunk_count_has_an_optimum():

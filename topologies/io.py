@@ -8,6 +8,7 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "description": "...", "sources": ["datasheet ..."],
       "nodes": [0, 0, ..., 1],                      # node of each rank (optional: all 0)
       "local_bw_GBps": 8.0,                         # local copy/reduce rate (optional: free)
+      "overhead_scope": "rank",                     # "connection" (default, GPUs) or "rank" (CPUs)
       "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0, "overhead_us": 1.35}, ...],
       "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7,
                         "overhead_us": 1.35}],
@@ -19,7 +20,9 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
 ``description``, ``sources`` and ``local_bw_GBps`` may be left out, and so
 may every ``overhead_us`` (the per-message overhead on each end of a
 message, see :mod:`ccsynth.topologies.model`; a file without it describes a
-network with no per-message cost, as files written before it existed did).
+network with no per-message cost, as files written before it existed did)
+and ``overhead_scope`` (which work shares a serial engine: ``connection``,
+the default, or ``rank``).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
 link). Bandwidths are GB/s per direction, latencies microseconds.
@@ -47,13 +50,13 @@ import os
 from typing import Any, Mapping
 
 from ccsynth.errors import TopologyError
-from ccsynth.topologies.model import Dimension, Link, SharedPort, Switch, Topology
+from ccsynth.topologies.model import OVERHEAD_SCOPES, Dimension, Link, SharedPort, Switch, Topology
 
 FORMAT = "ccsynth.topology"
 VERSION = 1
 
-_TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "nodes", "links",
-             "switches", "shared_ports", "dims")
+_TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
+             "nodes", "links", "switches", "shared_ports", "dims")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
     "switches": ("name", "ranks", "bw_GBps", "alpha_us", "overhead_us"),
@@ -76,6 +79,8 @@ def topology_to_dict(topology: Topology) -> dict:
     }
     if t.local_bw is not None:
         d["local_bw_GBps"] = float(t.local_bw)
+    if t.overhead_scope != "connection":
+        d["overhead_scope"] = t.overhead_scope
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -289,6 +294,9 @@ def _topology_from_dict(d: Any) -> Topology:
     local_bw = None
     if "local_bw_GBps" in d:
         local_bw = _number(d["local_bw_GBps"], "local_bw_GBps", positive=True)
+    scope = d.get("overhead_scope", "connection")
+    if scope not in OVERHEAD_SCOPES:
+        raise TopologyError(f"overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, got {scope!r}")
 
     # The model checks what spans entries (duplicate connections, names, dims product).
     return Topology(
@@ -302,6 +310,7 @@ def _topology_from_dict(d: Any) -> Topology:
         description=description,
         sources=sources,
         local_bw=local_bw,
+        overhead_scope=scope,
     )
 
 

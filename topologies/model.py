@@ -14,7 +14,16 @@ Units used everywhere in ccsynth:
   otherwise idle, is ``overhead + alpha + n / (bw * 1e3) + overhead``
   microseconds (:meth:`Connection.time_us`);
 * ``Topology.local_bw`` (GB/s, optional): the rate of a rank's local copies
-  and reductions; they then run on the rank's serial stream too.
+  and reductions.
+* ``Topology.overhead_scope``: which work of a rank shares one serial
+  engine. ``"connection"`` (the default; GPUs running MSCCL/NCCL-style
+  kernels): every (peer, channel) of a rank has an engine of its own -- a
+  threadblock -- so the overheads of the messages on one connection and
+  channel serialise, like TACCL's per-send cost, while different
+  connections proceed in parallel, and local work does not queue.
+  ``"rank"`` (a CPU process driving MPI, as ccsynth's own executor does):
+  one engine per rank, so all its messages' overheads and its local copies
+  and reductions serialise.
 
 A :class:`Topology` holds
 
@@ -53,6 +62,8 @@ import networkx as nx
 from ccsynth.errors import TopologyError
 
 BYTES_PER_US_PER_GBPS = 1e3
+#: values of :attr:`Topology.overhead_scope` (see the module docstring)
+OVERHEAD_SCOPES = ("connection", "rank")
 
 
 @dataclass(frozen=True)
@@ -182,6 +193,8 @@ class Topology:
     # GB/s of a rank's local copies and reductions (None: free, as on GPUs
     # whose copy engines overlap with communication).
     local_bw: float | None = None
+    # "connection" (an engine per peer and channel: GPUs) or "rank" (one engine per rank: CPUs)
+    overhead_scope: str = "connection"
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -236,6 +249,11 @@ class Topology:
                         if (a, b) in seen:
                             raise TopologyError(f"topology {self.name!r}: two connections {a}->{b} ({seen[(a, b)]} and switch {sw.name})")
                         seen[(a, b)] = f"switch {sw.name}"
+        if self.overhead_scope not in OVERHEAD_SCOPES:
+            raise TopologyError(
+                f"topology {self.name!r}: overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, "
+                f"got {self.overhead_scope!r}"
+            )
         if self.local_bw is not None:
             object.__setattr__(
                 self, "local_bw", _check_number(self.local_bw, f"topology {self.name!r}: local copy bandwidth", positive=True)
