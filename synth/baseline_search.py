@@ -20,9 +20,8 @@ through this module:
   message costs grow linearly);
 * :func:`baseline_choices` / :func:`best_baseline` -- every applicable
   baseline at its best, fastest first;
-* :func:`ladder_schedules` -- every baseline at every factor of the ladder
-  for the largest size, for per-size plans (the plan builder then picks the
-  best factor per size range itself).
+* :func:`plan_baselines` -- the same for many sizes at once (schedules
+  built once), for per-size plans.
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -57,7 +56,7 @@ __all__ = [
     "best_for",
     "baseline_choices",
     "best_baseline",
-    "ladder_schedules",
+    "plan_baselines",
 ]
 
 log = logging.getLogger(__name__)
@@ -93,24 +92,34 @@ def chunk_factor_ladder(name: str, kind: str, topology: Topology, size_bytes: fl
     return tuple(out)
 
 
-def _build(name: str, kind: str, n: int, factor: int, root: int, topology: Topology) -> Schedule | None:
-    try:
-        return make_baseline(name, Collective(kind, n, factor, root), topology)
-    except CCSynthError as e:
-        log.debug("baseline %s at chunk factor %d: %s", name, factor, e)
-        return None
+class _Builds:
+    """Baseline schedules built once per (name, chunk factor); None where the baseline cannot build."""
+
+    def __init__(self, collective: Collective, topology: Topology):
+        self.kind, self.n, self.root = collective.kind, collective.n_ranks, collective.root
+        self.topology = topology
+        self.cache: dict[tuple[str, int], Schedule | None] = {}
+
+    def get(self, name: str, factor: int) -> Schedule | None:
+        key = (name, factor)
+        if key not in self.cache:
+            try:
+                self.cache[key] = make_baseline(name, Collective(self.kind, self.n, factor, self.root), self.topology)
+            except CCSynthError as e:
+                log.debug("baseline %s at chunk factor %d: %s", name, factor, e)
+                self.cache[key] = None
+        return self.cache[key]
 
 
-def best_for(name: str, collective: Collective, topology: Topology, size_bytes: float) -> BaselineChoice | None:
-    """Baseline ``name`` at its fastest chunk factor for ``size_bytes``, or None if it cannot build."""
-    kind, n, root = collective.kind, collective.n_ranks, collective.root
+def _search(name: str, builds: _Builds, size_bytes: float) -> BaselineChoice | None:
+    """Walk baseline ``name``'s ladder at ``size_bytes``; stop after WORSE_IN_A_ROW slower factors."""
     best: BaselineChoice | None = None
     worse = 0
-    for factor in chunk_factor_ladder(name, kind, topology, size_bytes):
-        sched = _build(name, kind, n, factor, root, topology)
+    for factor in chunk_factor_ladder(name, builds.kind, builds.topology, size_bytes):
+        sched = builds.get(name, factor)
         if sched is None:
             continue
-        r = simulate(sched, topology, size_bytes)
+        r = simulate(sched, builds.topology, size_bytes)
         if best is None or is_less(r.time_us, best.result.time_us):
             best, worse = BaselineChoice(name, factor, r, sched), 0
         else:
@@ -118,6 +127,11 @@ def best_for(name: str, collective: Collective, topology: Topology, size_bytes: 
             if worse >= WORSE_IN_A_ROW:
                 break
     return best
+
+
+def best_for(name: str, collective: Collective, topology: Topology, size_bytes: float) -> BaselineChoice | None:
+    """Baseline ``name`` at its fastest chunk factor for ``size_bytes``, or None if it cannot build."""
+    return _search(name, _Builds(collective, topology), size_bytes)
 
 
 def _applicable(collective: Collective, topology: Topology) -> list[str]:
@@ -132,8 +146,9 @@ def _applicable(collective: Collective, topology: Topology) -> list[str]:
 def baseline_choices(collective: Collective, topology: Topology, size_bytes: float) -> list[BaselineChoice]:
     """Every applicable baseline at its best chunk factor, fastest first (ties: registry order)."""
     out = []
+    builds = _Builds(collective, topology)
     for name in _applicable(collective, topology):
-        choice = best_for(name, collective, topology, size_bytes)
+        choice = _search(name, builds, size_bytes)
         if choice is not None:
             out.append(choice)
             log.info("baseline %s: best at chunk factor %d, %.3f us", name, choice.chunk_factor, choice.result.time_us)
@@ -147,19 +162,18 @@ def best_baseline(collective: Collective, topology: Topology, size_bytes: float)
     return choices[0] if choices else None
 
 
-def ladder_schedules(collective: Collective, topology: Topology, sizes: Sequence[float]) -> list[Schedule]:
-    """Every applicable baseline at every factor of its ladder for ``max(sizes)``, named ``name(c=F)``.
+def plan_baselines(collective: Collective, topology: Topology, sizes: Sequence[float]) -> dict[float, list[BaselineChoice]]:
+    """For every size, every applicable baseline at its best chunk factor (fastest first).
 
-    For per-size plans: the plan builder simulates every schedule at every
-    size and keeps the fastest per size range, so each size range gets each
-    baseline at its best factor.
+    Schedules are built once per (baseline, factor) across sizes. The
+    distinct schedules of the result are what a per-size plan needs as
+    baseline candidates: each size range then gets each baseline at its best.
     """
-    kind, n, root = collective.kind, collective.n_ranks, collective.root
-    largest = max(sizes)
-    out = []
-    for name in _applicable(collective, topology):
-        for factor in chunk_factor_ladder(name, kind, topology, largest):
-            s = _build(name, kind, n, factor, root, topology)
-            if s is not None:
-                out.append(Schedule(f"{name}(c={factor})", s.collective, s.ops, s.scratch_chunks, s.topology, s.meta))
+    builds = _Builds(collective, topology)
+    names = _applicable(collective, topology)
+    out = {}
+    for size in sizes:
+        choices = [c for c in (_search(name, builds, size) for name in names) if c is not None]
+        choices.sort(key=lambda c: c.result.time_us)
+        out[size] = choices
     return out

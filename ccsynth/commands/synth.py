@@ -192,7 +192,8 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
     from ccsynth.collectives.plan import save_plan
     from ccsynth.synth.simulate import simulate
     from ccsynth.synth.synthesize import synthesize
-    from ccsynth.synth.tables import build_plan, candidates_for
+    from ccsynth.synth.baseline_search import plan_baselines
+    from ccsynth.synth.tables import build_plan
     from ccsynth.collectives.spec import Collective
 
     if not sizes or min(sizes) <= 0:
@@ -202,22 +203,24 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
     for size in sizes:
         if not quiet:
             print(f"== {human(size)}", file=sys.stderr, flush=True)
-        s = synthesize(topo, coll, sketch, opts, size, progress=_progress(quiet), contiguity=not args.no_contiguity)
+        s = synthesize(topo, coll, sketch, opts, size, progress=_progress(quiet), contiguity=not args.no_contiguity,
+                       compare_baselines=False)
         s = Schedule(f"ccsynth@{human(size)}", s.collective, s.ops, s.scratch_chunks, s.topology, s.meta)
         synthesized.append((size, s))
     seconds = time.perf_counter() - t0
-    factors = sorted({1, *(s.collective.chunk_factor for _, s in synthesized)}
-                     | ({topo.n_ranks} if coll.kind == "allreduce" else set()))
+    # every baseline at its own best chunk factor for every size: the plan picks per size range among them
+    per_size = plan_baselines(Collective(coll.kind, topo.n_ranks), topo, sizes)
     baselines = []
-    for cf in factors:
-        for b in candidates_for(Collective(coll.kind, topo.n_ranks, cf), topo):
-            baselines.append(Schedule(f"{b.name}(c={cf})", b.collective, b.ops, b.scratch_chunks, b.topology, b.meta))
+    for choice in {(c.name, c.chunk_factor): c for cs in per_size.values() for c in cs}.values():
+        b = choice.schedule
+        baselines.append(Schedule(f"{choice.name}(c={choice.chunk_factor})", b.collective, b.ops, b.scratch_chunks,
+                                  b.topology, b.meta))
     plan = build_plan([s for _, s in synthesized] + baselines, topo, sizes)
     rows = []
     out_rows = []
     for size, s in synthesized:
         r = simulate(s, topo, size)
-        bt = min((simulate(b, topo, size) for b in baselines), key=lambda x: x.time_us, default=None)
+        bt = per_size[size][0].result if per_size[size] else None
         entry = plan.entry_for(coll.kind, topo.n_ranks, size)
         rows.append((human(size), r.time_us, r.busbw, f"{r.gap:.2f}x", None if bt is None else bt.time_us,
                      "-" if bt is None else f"{bt.time_us / r.time_us:.2f}x", entry.algorithm if entry else "-"))
