@@ -39,13 +39,14 @@ SIZES = "1K,1M,64M"
 def bench_case(topology, kind: str, size: int, options=None) -> dict:
     """Synthesize one case and measure it; returns a row (dict)."""
     from ccsynth.synth.simulate import simulate
-    from ccsynth.synth.synthesize import best_baseline, synthesize
+    from ccsynth.synth.synthesize import SynthReport, synthesize
 
     t0 = time.perf_counter()
-    sched = synthesize(topology, Collective(kind, topology.n_ranks), options=options, size_bytes=size)
+    report = SynthReport()
+    sched = synthesize(topology, Collective(kind, topology.n_ranks), options=options, size_bytes=size, report=report)
     seconds = time.perf_counter() - t0
     r = simulate(sched, topology, size)
-    base = best_baseline(Collective(kind, topology.n_ranks), topology, size, (sched.collective.chunk_factor,))
+    base = report.baselines[0] if report.baselines else None
     sk = sched.meta.get("sketch") or {}
     return {
         "topology": topology.name,
@@ -57,10 +58,11 @@ def bench_case(topology, kind: str, size: int, options=None) -> dict:
         "busbw": r.busbw,
         "lower_bound_us": r.lower_bound_us,
         "gap": r.gap,
-        "baseline": None if base is None else base[0],
-        "baseline_chunk_factor": None if base is None else base[1],
-        "baseline_us": None if base is None else base[2].time_us,
-        "speedup": None if base is None else base[2].time_us / r.time_us,
+        "baseline": None if base is None else base["name"],
+        "baseline_chunk_factor": None if base is None else base["chunk_factor"],
+        "baseline_us": None if base is None else base["time_us"],
+        "speedup": None if base is None else base["time_us"] / r.time_us,
+        "chosen": report.chosen,
         "ops": len(sched.ops),
         "chunk_factor": sched.collective.chunk_factor,
         "sketch": f"{sk.get('name', '?')} c={sk.get('chunk_factor')} detours={sk.get('detours')}"

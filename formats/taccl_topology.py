@@ -42,6 +42,12 @@ such as ``_1MB``/``_32KB``, binary; else 1 MiB) and ``time_scale`` (default
     alpha_us = alpha / time_scale
     bw_GBps  = chunk_bytes / (beta / time_scale) / 1e3     # bytes/us -> GB/s
 
+TACCL's profiles have no separate per-message overhead (TACCL charges
+``alpha + beta`` per send); ccsynth keeps ``alpha`` as the latency and gives
+links inside a node the catalog's NVLink overhead
+(:data:`~ccsynth.topologies.catalog.NVLINK_OVERHEAD_US`) and links between
+nodes its InfiniBand one (:data:`~ccsynth.topologies.catalog.IB_OVERHEAD_US`).
+
 TACCL's ``topo-ndv2-1MB.json`` (beta 23/46/105) thus gives 45.6 GB/s for a
 doubled NVLink, 22.8 GB/s for a single one and 9.99 GB/s for InfiniBand,
 alpha 0.3 us and 2.6 us; its ``topo-ndv2-32KB.json`` needs
@@ -139,7 +145,7 @@ def _node_links(d: Mapping, kind: str, g: int, alpha: float, bw_of, src: str):
                 if s == dst:
                     raise TopologyError(f"TACCL topology {src}: links[{dst}][{dst}] is a self-loop")
                 beta = _num(betas_m[dst][s], f"betas[{dst}][{s}]", src, positive=True)
-                out.append(Link(s, dst, alpha, count * bw_of(beta)))
+                out.append(Link(s, dst, alpha, count * bw_of(beta), catalog.NVLINK_OVERHEAD_US))
         return out, []
     betas = _field(d, "node_betas_list", src)
     if not isinstance(betas, list):
@@ -155,7 +161,7 @@ def _node_links(d: Mapping, kind: str, g: int, alpha: float, bw_of, src: str):
         for i, row in enumerate(catalog.DGX1_NVLINKS):
             for j, count in enumerate(row):
                 if count:
-                    out.append(Link(i, j, alpha, bws[0] if count == 2 else bws[1]))
+                    out.append(Link(i, j, alpha, bws[0] if count == 2 else bws[1], catalog.NVLINK_OVERHEAD_US))
         return out, []
     # dgx2 / hub_and_spoke: every GPU on one switch
     if len(betas) != 1:
@@ -163,7 +169,7 @@ def _node_links(d: Mapping, kind: str, g: int, alpha: float, bw_of, src: str):
     if g < 2:
         raise TopologyError(f"TACCL topology {src}: a {kind} node needs at least 2 GPUs, got {g}")
     bw = bw_of(_num(betas[0], "node_betas_list[0]", src, positive=True))
-    return [], [Switch("switch", tuple(range(g)), bw, alpha)]
+    return [], [Switch("switch", tuple(range(g)), bw, alpha, catalog.NVLINK_OVERHEAD_US)]
 
 
 def taccl_topology_from_dict(
@@ -214,8 +220,10 @@ def taccl_topology_from_dict(
     switches: list[Switch] = []
     for k in range(nodes):
         base = k * g
-        links += [Link(l.src + base, l.dst + base, l.alpha, l.bw) for l in node_links]
-        switches += [Switch(f"{s.name}{k}", tuple(r + base for r in s.ranks), s.bw, s.alpha) for s in node_switches]
+        links += [Link(l.src + base, l.dst + base, l.alpha, l.bw, l.overhead) for l in node_links]
+        switches += [
+            Switch(f"{s.name}{k}", tuple(r + base for r in s.ranks), s.bw, s.alpha, s.overhead) for s in node_switches
+        ]
     ports: list[SharedPort] = []
     if nodes > 1:
         if nics is None or nics == -1 or "remote_beta" not in d or "remote_alpha" not in d:
@@ -229,7 +237,7 @@ def taccl_topology_from_dict(
         r_alpha = _num(d["remote_alpha"], "remote_alpha", src, positive=False) / scale
         r_bw = bw_of(_num(d["remote_beta"], "remote_beta", src, positive=True))
         for s in range(n):
-            links += [Link(s, t, r_alpha, r_bw) for t in range(n) if t // g != s // g]
+            links += [Link(s, t, r_alpha, r_bw, catalog.IB_OVERHEAD_US) for t in range(n) if t // g != s // g]
         for k in range(nodes):
             others = tuple(r for r in range(n) if r // g != k)
             for j in range(nics):

@@ -140,7 +140,7 @@ def route_alltoall(
     sec_ub = 0.0
     for (rho, d), edges in cand.items():
         for e in edges:
-            cost = chunk_bytes / (conn[e].bw * BYTES_PER_US_PER_GBPS) + conn[e].alpha
+            cost = chunk_bytes / (conn[e].bw * BYTES_PER_US_PER_GBPS) + conn[e].message_us
             sec.append((cost, f[(rho, d, e)]))
             sec_ub += cost * c
     obj = T

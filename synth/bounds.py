@@ -86,8 +86,11 @@ the total rate (GB/s) at which bytes can cross *into* / *out of* ``S``.
    network dimension prefix (the singletons are the aggregate bound).
 
 3. **Latency bound.** Data from ``q`` reaches ``b`` only along a chain of
-   transfers, each costing at least its connection's alpha, so ``T`` is at
-   least the largest alpha-shortest-path distance over the pairs that must
+   transfers. Each costs at least its connection's ``alpha + 2 * overhead``:
+   the sender's per-message overhead comes before the message is posted,
+   alpha in flight, the receiver's overhead before the receive completes,
+   and a relay can forward only after its receive completed. So ``T`` is at
+   least the largest such shortest-path distance over the pairs that must
    communicate (all pairs; root to all for broadcast/scatter; all to root for
    reduce/gather). For very large topologies only a deterministic sample of
    sources is used (still a valid bound).
@@ -149,43 +152,43 @@ FORMULAS: dict[str, tuple[str, ...]] = {
     "allgather": (
         "cut: T >= (n-|S|)/n * Z / in(S) and |S|/n * Z / out(S) for every set S of ranks",
         "aggregate: T >= (n-1) * Z / total network capacity",
-        "latency: T >= max over pairs of the alpha-shortest path",
+        "latency: T >= max over pairs of the shortest path, alpha + 2 overhead per hop",
     ),
     "reduce_scatter": (
         "cut: T >= (n-|S|)/n * Z / out(S) and |S|/n * Z / in(S)",
         "aggregate: T >= (n-1) * Z / total network capacity",
-        "latency: T >= max over pairs of the alpha-shortest path",
+        "latency: T >= max over pairs of the shortest path, alpha + 2 overhead per hop",
     ),
     "allreduce": (
         "cut: T >= Z / in(S) and Z / out(S)",
         "aggregate (one-way gossip, 2n-2 transfers per chunk): T >= 2(n-1) * Z / total network capacity,"
         " and 2(p-1) * Z / capacity between the p groups of any partition (nodes, dimension blocks)",
-        "latency: T >= max over pairs of the alpha-shortest path",
+        "latency: T >= max over pairs of the shortest path, alpha + 2 overhead per hop",
     ),
     "alltoall": (
         "cut: T >= |S|(n-|S|)/n * Z / in(S) and / out(S)",
         "aggregate: T >= sum over pairs of hops(q,d) * Z/n / total network capacity",
-        "latency: T >= max over pairs of the alpha-shortest path",
+        "latency: T >= max over pairs of the shortest path, alpha + 2 overhead per hop",
     ),
     "broadcast": (
         "cut: T >= Z / in(S) for S without the root, Z / out(S) for S with it",
         "aggregate: T >= (n-1) * Z / total network capacity",
-        "latency: T >= max over ranks of the alpha-shortest path from the root",
+        "latency: T >= max over ranks of the shortest path from the root, alpha + 2 overhead per hop",
     ),
     "reduce": (
         "cut: T >= Z / in(S) for S with the root, Z / out(S) for S without it",
         "aggregate: T >= (n-1) * Z / total network capacity",
-        "latency: T >= max over ranks of the alpha-shortest path to the root",
+        "latency: T >= max over ranks of the shortest path to the root, alpha + 2 overhead per hop",
     ),
     "gather": (
         "cut: T >= (n-|S|)/n * Z / in(S) for S with the root, |S|/n * Z / out(S) without it",
         "aggregate: T >= sum over ranks of hops(q,root) * Z/n / total network capacity",
-        "latency: T >= max over ranks of the alpha-shortest path to the root",
+        "latency: T >= max over ranks of the shortest path to the root, alpha + 2 overhead per hop",
     ),
     "scatter": (
         "cut: T >= |S|/n * Z / in(S) for S without the root, (n-|S|)/n * Z / out(S) with it",
         "aggregate: T >= sum over ranks of hops(root,d) * Z/n / total network capacity",
-        "latency: T >= max over ranks of the alpha-shortest path from the root",
+        "latency: T >= max over ranks of the shortest path from the root, alpha + 2 overhead per hop",
     ),
 }
 
@@ -324,7 +327,9 @@ class _Net:
         return sorted(set(range(0, self.n, step)) | {self.n - 1})
 
     def distances(self, weight: str, sources: Iterable[int] | None = None, reverse: bool = False) -> dict[int, np.ndarray]:
-        """Shortest-path distances from each source (``weight``: 'alpha' or 'hops').
+        """Shortest-path distances from each source.
+
+        ``weight``: 'hops', or 'message' (a hop costs ``alpha + 2 * overhead``).
 
         With ``reverse`` the distances are *to* each source. Unreachable = inf.
         """
@@ -338,12 +343,17 @@ class _Net:
             if weight == "hops":
                 d = nx.single_source_shortest_path_length(g, s)
             else:
-                d = nx.single_source_dijkstra_path_length(g, s, weight="alpha")
+                d = nx.single_source_dijkstra_path_length(g, s, weight=_message_us)
             arr = np.full(self.n, math.inf)
             for k, v in d.items():
                 arr[k] = v
             out[s] = arr
         return out
+
+
+def _message_us(u: int, v: int, edge: dict) -> float:
+    """The least time one hop of a chain of messages costs (see the latency bound)."""
+    return edge["alpha"] + 2.0 * edge["overhead"]
 
 
 # ------------------------------------------------------------ needs per cut
@@ -613,18 +623,18 @@ def _partition_coefficient(net: _Net, label: str, groups: list[list[int]]) -> tu
 
 def _latency(kind: str, n: int, root: int, net: _Net) -> tuple[float, str]:
     if kind in ("broadcast", "scatter"):
-        dist = {root: net.distances("alpha", [root])[root]}
+        dist = {root: net.distances("message", [root])[root]}
     elif kind in ("reduce", "gather"):
-        d = net.distances("alpha", [root], reverse=True)[root]
+        d = net.distances("message", [root], reverse=True)[root]
         best = int(np.argmax(d))
-        return float(d[best]), f"latency: alpha path {best}->{root}"
+        return float(d[best]), f"latency: message path {best}->{root}"
     else:
-        dist = net.distances("alpha")
+        dist = net.distances("message")
     best, desc = 0.0, "latency: none"
     for s, arr in dist.items():
         b = int(np.argmax(arr))
         if arr[b] > best:
-            best, desc = float(arr[b]), f"latency: alpha path {s}->{b}"
+            best, desc = float(arr[b]), f"latency: message path {s}->{b}"
     return best, desc
 
 

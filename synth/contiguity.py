@@ -10,6 +10,11 @@ the first piece while the next is on the wire) but pays ``alpha`` per
 piece; one wave pays ``alpha`` once. On connections where ``alpha`` is high
 compared with the time of one piece, grouping wins; the MILP decides.
 
+Here a connection's ``alpha`` is its whole per-message cost, the latency
+plus the per-message overhead on both ends
+(:attr:`~ccsynth.topologies.model.Connection.message_us`): what merging two
+pieces into one message saves, as TACCL's per-send cost.
+
 Model, over the representative moves (symmetric schedules: the times of a
 move's images are its own, so the model shrinks by the group order). For
 the ``i``-th move on connection ``e`` (``alpha_e``, ``beta_e`` = us per
@@ -144,7 +149,7 @@ def _timing(plan: TransferPlan, groups: dict[Edge, list[list[int]]]) -> tuple[di
             p = moves[m].parent
             if p >= 0:
                 s = max(s, end[p])
-        f = s + topo.connection(*e).alpha + len(mids) * b / (plan.eff_bw[e] * BYTES_PER_US_PER_GBPS)
+        f = s + topo.connection(*e).message_us + len(mids) * b / (plan.eff_bw[e] * BYTES_PER_US_PER_GBPS)
         for m in mids:
             start[m], end[m] = s, f
         wave_end[key] = f
@@ -180,7 +185,7 @@ def _mergeable(plan: TransferPlan) -> dict[Edge, list[bool]]:
     b = plan.routing.chunk_bytes
     out = {}
     for e, seq in plan.links.items():
-        alpha = topo.connection(*e).alpha
+        alpha = topo.connection(*e).message_us
         pp = b / (plan.eff_bw[e] * BYTES_PER_US_PER_GBPS)
         high = alpha > ALPHA_SHARE * pp
         ok = []
@@ -247,7 +252,7 @@ def dp_waves(plan: TransferPlan, groups: dict[Edge, list[list[int]]] | None = No
             seq = plan.links[e]
             if len(seq) < 2 or not any(ok[e]):
                 continue
-            alpha = topo.connection(*e).alpha
+            alpha = topo.connection(*e).message_us
             pp = b / (plan.eff_bw[e] * BYTES_PER_US_PER_GBPS)
             ready = [end[plan.moves[m].parent] if plan.moves[m].parent >= 0 else 0.0 for m, _ in seq]
             tl = [tails[m] for m, _ in seq]
@@ -310,7 +315,7 @@ def schedule_waves(plan: TransferPlan, options: SolverOptions | None = None, *, 
         prob += (T >= F[m.id], f"makespan_{m.id}")
     pp_of = {}
     for e, seq in sorted(plan.links.items()):
-        alpha = topo.connection(*e).alpha
+        alpha = topo.connection(*e).message_us
         pp = b / (plan.eff_bw[e] * BYTES_PER_US_PER_GBPS)
         pp_of[e] = pp
         ids = [mid for mid, _ in seq]
@@ -368,7 +373,7 @@ def _warm_values(plan: TransferPlan, w: Waves, S, F, C, G, T, pp_of) -> dict:
                 mid = seq[pos][0]
                 vals[S[mid]] = w.start[mid]
                 vals[F[mid]] = w.end[mid]
-                vals[C[mid]] = w.start[mid] + plan.lt.topology.connection(*e).alpha + (k + 1) * pp_of[e]
+                vals[C[mid]] = w.start[mid] + plan.lt.topology.connection(*e).message_us + (k + 1) * pp_of[e]
                 if k > 0:
                     in_same.add(wave[k - 1])
         for i in range(len(seq) - 1):

@@ -243,11 +243,15 @@ def lower_allreduce_gather(waves: Waves, collective: Collective, topology, sk: S
 
     Piece ``(s, j)`` is input chunk ``j`` of rank ``s``; every other rank
     receives it into scratch chunk ``s * c + j`` and adds it to its output.
+    A rank also copies its own input into its own scratch slots: a wave may
+    forward its own pieces together with relayed ones in one message read
+    from scratch (runs are merged by slot, whoever owns the piece).
     """
     n, c = collective.n_ranks, collective.chunk_factor
     b = ScheduleBuilder(collective, "ccsynth-allreduce-gather", topology=topology.name)
     for r in range(n):
         b.copy(r, ("i", 0, c), ("o", 0, c))
+        b.copy(r, ("i", 0, c), ("s", r * c, c))
     _emit_forward(b, waves, c, _Chain(window), buf="s")
     for r in range(n):
         for s in range(n):

@@ -256,7 +256,7 @@ def order_moves(routing: Routing, *, overlap_alpha: bool = False) -> TransferPla
         return best
 
     # how urgently rank v needs a piece: the busiest connection it still has to feed with that chunk
-    busy = {e: topo.connection(*e).alpha + b / (eff[e] * BYTES_PER_US_PER_GBPS) for e in eff}
+    busy = {e: topo.connection(*e).message_us + b / (eff[e] * BYTES_PER_US_PER_GBPS) for e in eff}
     load_time: dict[Edge, float] = {}
     for key in reps:
         for e, q in routing.flows[key].items():
@@ -274,7 +274,8 @@ def order_moves(routing: Routing, *, overlap_alpha: bool = False) -> TransferPla
                 best = max(best, load_time[rep_e] - free_at[rep_e] + 0.0)
         return round(best, 9)
 
-    alpha = {e: topo.connection(*e).alpha for e in streams_on}
+    # a move's fixed cost: latency plus the per-message overhead on both ends (Connection.message_us)
+    alpha = {e: topo.connection(*e).message_us for e in streams_on}
     heap: list = []
     current: dict[Edge, tuple] = {}  # the one live heap entry of each link; others are outdated copies
 

@@ -8,8 +8,11 @@ needs every rank's distance *to* the destination). They share the weights
 and the distances defined here, so the two stages agree on what "shortest"
 means.
 
-* **Weights** (:func:`latency_weights`): a connection's alpha plus a per-hop
-  term of :data:`HOP_SHARE` times the smallest positive alpha. Among paths of
+* **Weights** (:func:`latency_weights`): a connection's cost per message,
+  ``alpha + 2 * overhead`` (:attr:`~ccsynth.topologies.model.Connection.message_us`:
+  the latency plus the per-message overhead of sender and receiver, what one
+  hop of a relay chain costs), plus a per-hop term of :data:`HOP_SHARE`
+  times the smallest positive such cost. Among paths of
   equal latency the one with fewer hops is then strictly shorter (on a switch
   every two-hop detour would otherwise tie with the direct connection), and
   the term is too small to reorder paths whose latencies differ.
@@ -20,7 +23,7 @@ means.
   that hides the other connections from the search; ranks the chunk cannot
   reach are absent from the result.
 
-Example (a 3-rank line ``0 - 1 - 2`` with alpha 1 us per connection):
+Example (a 3-rank line ``0 - 1 - 2`` with alpha 1 us per connection and no overhead):
     >>> from ccsynth.topologies.model import Link, Topology
     >>> from ccsynth.synth.sketch import Sketch
     >>> line = Topology("line3", 3, links=tuple(Link(a, b, 1.0, 10.0) for a, b in ((0, 1), (1, 0), (1, 2), (2, 1))))
@@ -56,9 +59,9 @@ HOP_SHARE = 1e-3
 
 def latency_weights(lt: LogicalTopology) -> dict[Edge, float]:
     """Every allowed connection's alpha plus a tiny per-hop term, so that ties prefer fewer hops."""
-    alphas = [c.alpha for c in lt.connections if c.alpha > 0]
-    delta = HOP_SHARE * (min(alphas) if alphas else 1.0)
-    return {(c.src, c.dst): c.alpha + delta for c in lt.connections}
+    costs = [c.message_us for c in lt.connections if c.message_us > 0]
+    delta = HOP_SHARE * (min(costs) if costs else 1.0)
+    return {(c.src, c.dst): c.message_us + delta for c in lt.connections}
 
 
 class LatencyPaths:

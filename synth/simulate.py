@@ -40,10 +40,32 @@ Model
   resources (max-min allocations decompose over connected components).
   Sends of one rank are not serialised otherwise: a rank may drive all its
   connections at once, as far as its ports allow.
+* **Per-message overhead (LogGP's o).** A send pays its connection's
+  ``overhead`` on the sender's *engine* before the message is posted (the
+  rendezvous and alpha start only then); a receive pays the same
+  connection's ``overhead`` on the receiver's engine after its bytes have
+  arrived, and completes only then. An engine serves its work one item at a
+  time, first come first served (work arriving at the same instant in op id
+  order), so ``k`` messages on one engine pay ``k`` overheads one after
+  another, whatever their size: cutting a message into ever smaller chunks
+  is not free, and the chunk count has an optimum. Which work shares an
+  engine is the topology's ``overhead_scope``: ``"connection"`` (GPUs) --
+  each (rank, peer, channel, direction) is an engine of its own, like an
+  MSCCL threadblock, so the sends of one connection and channel serialise
+  (TACCL's per-send cost) while other connections proceed in parallel;
+  ``"rank"`` (CPU processes, as ccsynth's MPI executor) -- one engine per
+  rank, for its sends, receives and local work alike. A message alone on a
+  connection between idle engines takes ``overhead + alpha + bytes / bw +
+  overhead`` (``Connection.time_us``). Zero-byte messages pay their
+  overheads and alpha too.
 * **Local ops.** ``copy`` and ``reduce`` cost ``count * chunk_bytes /
-  (local_bw * 1e3)`` us when ``local_bw`` (GB/s) is given, else nothing; they
-  do not contend with each other or with transfers. The reduction of a
-  ``recv`` with ``reduce=True`` is taken as fused into the receive (free).
+  (local_bw * 1e3)`` us when ``local_bw`` (GB/s; the argument, else the
+  topology's ``local_bw``) is given, else nothing. With ``overhead_scope``
+  ``"rank"`` they run on the rank's engine; otherwise they do not queue.
+  With ``local_bw``, a ``recv`` with ``reduce=True`` also pays the
+  reduction of its bytes on the receiver's engine, after the overhead
+  (fused receive-reduce: one pass); without it the reduction counts as
+  fused into the receive (free).
 * **Result.** The makespan: when the last op completes. Events at the same
   instant (within :data:`~ccsynth.tolerance.EVENT_REL` relative) are processed together, ties broken by
   op id, so the result is a deterministic, pure function of the inputs.
@@ -99,6 +121,8 @@ log = logging.getLogger(__name__)
 
 # op kinds, as small ints for the hot loop
 _SEND, _RECV, _LOCAL = 0, 1, 2
+# timed events other than the end of a transfer's data phase
+_EV_DONE, _EV_DATA, _EV_POSTED = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -181,7 +205,12 @@ class _Prepared:
         self.ndeps = [0] * n
         self.dependents: list[list[int]] = [[] for _ in range(n)]
         self.cls = [-1] * n  # class (connection) of each send
+        self.overhead = [0.0] * n  # per-message overhead of each send and recv (its connection's)
+        self.reduces = [op.kind == "recv" and op.reduce for op in ops]
+        # the engine of each op (see the module docstring); its rank, for the busy-time report
+        self.engine, self.engine_rank = _engines(ops, topology.overhead_scope)
         self.class_alpha: list[float] = []
+        self.class_overhead: list[float] = []
         self.class_res: list[tuple[int, ...]] = []
         self.res_names: list[str] = []
         self.res_cap: list[float] = []  # bytes per us
@@ -218,12 +247,34 @@ class _Prepared:
                     c = class_of[key] = len(self.class_res)
                     self.class_res.append(tuple(idx))
                     self.class_alpha.append(conn.alpha)
+                    self.class_overhead.append(conn.overhead)
                 self.cls[i] = c
+                self.overhead[i] = self.overhead[matches[i]] = self.class_overhead[c]
             elif op.kind == "recv":
                 self.kind[i] = _RECV
                 self.partner[i] = matches[i]
             else:
                 self.kind[i] = _LOCAL
+
+
+def _engines(ops, scope: str) -> tuple[list[int], list[int]]:
+    """Engine index of every op, and the rank of every engine (see the module docstring)."""
+    index: dict[tuple, int] = {}
+    engine_rank: list[int] = []
+    out = []
+    for op in ops:
+        if scope == "rank":
+            key: tuple = (op.rank,)
+        elif op.kind in ("send", "recv"):
+            key = (op.rank, op.kind, op.peer, op.channel)
+        else:
+            key = ("local", op.id)  # local work does not queue
+        e = index.get(key)
+        if e is None:
+            e = index[key] = len(engine_rank)
+            engine_rank.append(op.rank)
+        out.append(e)
+    return out, engine_rank
 
 
 def _maxmin(
@@ -291,14 +342,19 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
     n = p.n_ops
     kind, count, partner, dependents, cls = p.kind, p.count, p.partner, p.dependents, p.cls
     class_res, class_alpha, caps = p.class_res, p.class_alpha, p.res_cap
+    engine_of, overhead, reduces = p.engine, p.overhead, p.reduces
     n_cls = len(class_res)
     ndeps = list(p.ndeps)
     ready = bytearray(n)
     done = bytearray(n)
     local_cost = chunk_bytes / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
-    # timed events other than transfer ends: (time, op id, 1 = data phase starts / 0 = local op ends)
+    # timed events other than transfer ends: (time, op id, _EV_DONE / _EV_DATA / _EV_POSTED)
     heap: list[tuple[float, int, int]] = []
     push, pop = heapq.heappush, heapq.heappop
+    # Per engine: when it is next free, and its busy time.
+    free_at = [0.0] * len(p.engine_rank)
+    stream_busy = [0.0] * len(p.engine_rank)
+    arrivals: list[tuple[int, float, int]] = []  # stream work that arrived at the current instant
     # Per class (connection and channel): the transfer moving data now (-1 if
     # none), its bytes left as of time tupd, its rate, the transfers queued
     # behind it, and when it completes (t_next, numpy for a fast minimum).
@@ -331,12 +387,47 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
             if ndeps[d] == 0:
                 stack.append(d)
 
+    def on_stream(i: int, cost: float, event: int) -> None:
+        # op i needs ``cost`` us of its engine; served by flush_stream()
+        arrivals.append((i, cost, event))
+
+    def flush_stream() -> None:
+        # first come first served; work arriving at the same instant in op id order
+        arrivals.sort()
+        for i, cost, event in arrivals:
+            e = engine_of[i]
+            start = free_at[e] if free_at[e] > now else now
+            free_at[e] = start + cost
+            stream_busy[e] += cost
+            push(heap, (start + cost, i, event))
+        arrivals.clear()
+
+    def received(r: int) -> None:
+        # the bytes of recv r have arrived: its overhead (and fused reduction) on the receiver's engine
+        cost = overhead[r]
+        if reduces[r]:
+            cost += count[r] * local_cost
+        if cost > 0:
+            on_stream(r, cost, _EV_DONE)
+        else:
+            finish(r)
+
+    def posted(s: int) -> None:
+        # send s (or its partner recv) just became ready: start the transfer once both are
+        ready[s] = 1
+        j = partner[s]
+        if ready[j]:
+            # through the heap even without latency: transfers whose data phase
+            # starts at the same instant join their stream in op id order
+            snd = s if kind[s] == _SEND else j
+            push(heap, (now + class_alpha[cls[snd]], snd, _EV_DATA))
+
     def start_data(s: int) -> None:
         nonlocal n_busy
         nbytes = count[s] * chunk_bytes
         if nbytes <= 0:
             finish(s)
-            finish(partner[s])
+            received(partner[s])
             return
         c = cls[s]
         for r in class_res[c]:
@@ -360,25 +451,19 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
             if k == _LOCAL:
                 cost = count[i] * local_cost
                 if cost > 0:
-                    push(heap, (now + cost, i, 0))
+                    on_stream(i, cost, _EV_DONE)
                 else:
                     finish(i)
-                continue
-            ready[i] = 1
-            j = partner[i]
-            if ready[j]:
-                s = i if k == _SEND else j
-                a = class_alpha[cls[s]]
-                if a > 0:
-                    push(heap, (now + a, s, 1))
-                else:
-                    start_data(s)
+            elif k == _SEND and overhead[i] > 0:
+                on_stream(i, overhead[i], _EV_POSTED)
+            else:
+                posted(i)
 
     def class_done(c: int) -> None:
         nonlocal n_busy
         s = cur[c]
         finish(s)
-        finish(partner[s])
+        received(partner[s])
         q = queue[c]
         if q:
             # the next transfer of the queue takes over at the same rate
@@ -412,6 +497,7 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
         touched.clear()
 
     drain()
+    flush_stream()
     if dirty:
         reshare()
     while True:
@@ -427,18 +513,26 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
                 class_done(c)
             drain()
         while heap and heap[0][0] <= horizon:
-            _, i, is_data = pop(heap)
-            if is_data:
+            _, i, event = pop(heap)
+            if event == _EV_DATA:
                 start_data(i)
+            elif event == _EV_POSTED:
+                posted(i)
             else:
                 finish(i)
             drain()
+        if arrivals:
+            flush_stream()
         if dirty:
             reshare()
 
     if n_done < n:
         raise ScheduleError(_deadlock_message(p, done, ready, ndeps))
     busy_us = {p.res_names[r]: res_bytes[r] / caps[r] for r in range(len(caps)) if res_bytes[r] > 0}
+    for e, t in enumerate(stream_busy):
+        if t > 0:
+            name = f"rank{p.engine_rank[e]}"
+            busy_us[name] = busy_us.get(name, 0.0) + t
     return makespan, busy_us
 
 
@@ -478,6 +572,8 @@ def _check_args(size_bytes, local_bw) -> float:
 
 def _result(p: _Prepared, topology: Topology, size_bytes, local_bw) -> SimResult:
     size = _check_args(size_bytes, local_bw)
+    if local_bw is None:
+        local_bw = topology.local_bw
     coll = p.schedule.collective
     time_us, busy = _run(p, coll.chunk_bytes(size), local_bw)
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)
@@ -506,7 +602,8 @@ def simulate(schedule: Schedule, topology: Topology, size_bytes: float, *, local
     """Predict the time of ``schedule`` on ``topology`` for a ``size_bytes`` message.
 
     See the module docstring for the model. ``local_bw`` (GB/s) charges local
-    copies and reductions; by default they are free.
+    copies and reductions; by default the topology's ``local_bw`` does, and
+    where that is None too they are free.
 
     Raises :class:`ScheduleError` if the rank counts differ, a send has no
     connection (the message names the op), a send/recv is unmatched, or the

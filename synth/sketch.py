@@ -839,7 +839,7 @@ def default_chunk_factor(topology, collective=None, size_bytes: int | None = Non
     if not conns:
         return 1
     bw = min(c.bw for c in conns)
-    alpha = max(max(c.alpha for c in conns if c.bw == bw), 1e-3)
+    alpha = max(max(c.message_us for c in conns if c.bw == bw), 1e-3)
     per_rank = size_bytes / max(1, collective.n_ranks)
     piece_time = per_rank / (bw * 1e3)
     c = 1

@@ -67,14 +67,14 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.collectives.verify import verify
-from ccsynth.errors import CCSynthError, CollectiveError, InfeasibleError, SketchError
+from ccsynth.errors import CollectiveError, InfeasibleError, SketchError
 from ccsynth.synth.alltoall import route_alltoall
-from ccsynth.synth.baselines import applicable_baselines, make_baseline
+from ccsynth.synth.baseline_search import baseline_choices
 from ccsynth.synth.contiguity import Waves, chain_waves, dp_waves, schedule_waves, single_waves
 from ccsynth.synth.lowering import (
     lower_allgather,
@@ -85,7 +85,7 @@ from ccsynth.synth.lowering import (
 )
 from ccsynth.synth.ordering import TransferPlan, order_moves
 from ccsynth.synth.routing import Routing, route_allgather
-from ccsynth.synth.simulate import SimResult, simulate
+from ccsynth.synth.simulate import simulate
 from ccsynth.synth.sketch import Sketch, default_sketch, find_symmetries
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.tolerance import is_less
@@ -104,9 +104,7 @@ __all__ = [
     "Candidate",
     "CandidatePlans",
     "WaveVariant",
-    "BaselineChoice",
     "synthesize",
-    "best_baseline",
     "candidate_sketches",
 ]
 
@@ -147,6 +145,11 @@ class SynthReport:
     stages: list[Stage] = field(default_factory=list)
     candidates: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: every applicable baseline at its own best chunk factor, fastest first: name, chunk_factor, time_us
+    baselines: list[dict] = field(default_factory=list)
+    #: the best synthesized schedule's simulated time, and what was returned: "synthesized" or "baseline"
+    synthesized_us: float | None = None
+    chosen: str = "synthesized"
 
 
 @dataclass(frozen=True)
@@ -185,15 +188,6 @@ class WaveVariant:
     @property
     def estimated_us(self) -> float:
         return sum(w.makespan_us for w in self.parts)
-
-
-class BaselineChoice(NamedTuple):
-    """The fastest baseline (:func:`best_baseline`): its name, chunk factor, simulation and schedule."""
-
-    name: str
-    chunk_factor: int
-    result: SimResult
-    schedule: Schedule
 
 
 @dataclass(frozen=True)
@@ -249,8 +243,9 @@ def synthesize(
     progress: ProgressFn | None = None,
     report: SynthReport | None = None,
     contiguity: bool = True,
+    compare_baselines: bool = True,
 ) -> Schedule:
-    """Synthesize a verified schedule of ``collective`` on ``topology``.
+    """Synthesize a verified schedule of ``collective`` on ``topology``: the fastest ccsynth knows.
 
     ``sketch`` guides the synthesis (None: try the default sketches of
     :func:`candidate_sketches` and keep the fastest in simulation);
@@ -263,6 +258,13 @@ def synthesize(
     schedule's collective has the chunk factor actually used (``n * c`` for
     allreduce). ``progress(stage, seconds, detail)`` is called after every
     stage; ``contiguity=False`` skips the contiguity MILP.
+
+    Every applicable baseline is simulated at its own best chunk factor
+    (:mod:`ccsynth.synth.baseline_search`, recorded in ``report.baselines``);
+    when one is faster than every synthesized schedule, that baseline is
+    returned instead (``meta["chosen"] == "baseline"``) and a warning says
+    so. ``compare_baselines=False`` returns the synthesized schedule
+    regardless.
 
     Raises :class:`~ccsynth.errors.SketchError` for a sketch that does not
     fit the topology, :class:`~ccsynth.errors.InfeasibleError` when no
@@ -283,35 +285,34 @@ def synthesize(
     if contiguity:
         best_t, best_sched = _refine_contiguity(topology, collective, best, options, size_bytes, prog)
     best_sched = best_sched.with_meta(predicted_us=best_t, size_bytes=size_bytes, candidates=report.candidates)
-    return _finish(best_sched, topology, prog)
+    best_sched = _finish(best_sched, topology, prog)
+    report.synthesized_us = best_t
+    if not compare_baselines:
+        return best_sched
+    return _against_baselines(best_sched, best_t, topology, collective, size_bytes, prog, report)
 
 
-def best_baseline(collective: Collective, topology, size_bytes: int, chunk_factors=()) -> BaselineChoice | None:
-    """The fastest applicable baseline in simulation, or None.
-
-    A :class:`BaselineChoice`: the named tuple ``(name, chunk_factor,
-    result, schedule)`` (``result`` the :class:`SimResult` at ``size_bytes``).
-
-    Every baseline is tried with chunk factor 1, the factors given, and for
-    allreduce also ``n`` (one block per rank), so each classic algorithm is
-    compared at its best.
-    """
-    n = topology.n_ranks
-    factors = {1, *chunk_factors}
-    if collective.kind == "allreduce":
-        factors.add(n)
-    best = None
-    for cf in sorted(factors):
-        coll = Collective(collective.kind, n, cf)
-        for name in applicable_baselines(coll, topology):
-            try:
-                sched = make_baseline(name, coll, topology)
-            except CCSynthError:
-                continue
-            r = simulate(sched, topology, size_bytes)
-            if best is None or is_less(r.time_us, best.result.time_us):
-                best = BaselineChoice(name, cf, r, sched)
-    return best
+def _against_baselines(sched: Schedule, time_us: float, topology, collective: Collective, size_bytes: int,
+                       prog: _Progress, report: SynthReport) -> Schedule:
+    """The synthesized schedule, or the fastest baseline at its best chunk factor when that is faster."""
+    choices = baseline_choices(Collective(collective.kind, collective.n_ranks, 1, collective.root), topology,
+                               size_bytes)
+    report.baselines = [{"name": c.name, "chunk_factor": c.chunk_factor, "time_us": c.result.time_us}
+                        for c in choices]
+    if choices:
+        best = choices[0]
+        prog("baselines", f"best baseline {best.name} (chunk factor {best.chunk_factor}) {best.result.time_us:.3f} us "
+                          f"of {len(choices)} at their best chunk factors; synthesized {time_us:.3f} us")
+        if is_less(best.result.time_us, time_us):
+            msg = (f"baseline {best.name} (chunk factor {best.chunk_factor}) simulates faster "
+                   f"({best.result.time_us:.3f} us) than the best synthesized schedule ({time_us:.3f} us) at "
+                   f"{size_bytes} bytes on {topology.name}: returning the baseline")
+            log.warning("%s", msg)
+            report.warnings.append(msg)
+            report.chosen = "baseline"
+            return best.schedule.with_meta(predicted_us=best.result.time_us, size_bytes=size_bytes, chosen="baseline",
+                                           synthesized_us=time_us, chunk_factor=best.chunk_factor, verified=True)
+    return sched.with_meta(chosen="synthesized")
 
 
 def candidate_sketches(topology, collective: Collective, size_bytes: int) -> list[Sketch]:

@@ -60,7 +60,11 @@ def test_bidirectional_ring_from_catalog(n):
     B = 25.0
     assert bound("allgather", t).time_us == pytest.approx((n - 1) / (2 * n) * Z / (B * GB))
     assert bound("allreduce", t).time_us == pytest.approx((n - 1) / n * Z / (B * GB))
-    assert bound("allreduce", t, size=0).time_us == pytest.approx((n // 2) * 0.5)
+    # latency: n // 2 hops, each alpha plus the per-message overhead on both ends
+    o = catalog.DEFAULT_OVERHEAD
+    assert bound("allreduce", t, size=0).time_us == pytest.approx((n // 2) * (0.5 + 2 * o))
+    no_overhead = catalog.ring(n, bw=25.0, alpha=0.5, overhead=0.0)
+    assert bound("allreduce", no_overhead, size=0).time_us == pytest.approx((n // 2) * 0.5)
 
 
 @pytest.mark.parametrize("n", [2, 4, 7, 10])
@@ -73,7 +77,7 @@ def test_fully_connected(n):
     assert bound("allreduce", t).time_us == pytest.approx(2 * Z / (n * B * GB))
     # broadcast: the root's egress of (n-1) links carries Z at least once
     assert bound("broadcast", t).time_us == pytest.approx(Z / ((n - 1) * B * GB))
-    assert bound("gather", t, size=0).time_us == pytest.approx(0.7)
+    assert bound("gather", t, size=0).time_us == pytest.approx(0.7 + 2 * catalog.DEFAULT_OVERHEAD)
 
 
 @pytest.mark.parametrize("n", [4, 9, 16, 24])
@@ -329,7 +333,7 @@ def test_bounds_are_tight_for_optimal_schedules():
     assert r.time_us == pytest.approx(2 * (n - 1) * (a + Z / n / (B * GB)))
     assert r.lower_bound_us == pytest.approx(2 * (n - 1) / n * Z / (B * GB))
     assert 1 < r.gap < 1.001
-    t = catalog.fully_connected(4, bw=B, alpha=a)
+    t = catalog.fully_connected(4, bw=B, alpha=a, overhead=0.0)
     r = simulate(direct_allreduce(4), t, Z)
     assert r.time_us == pytest.approx(2 * a + 2 * Z / (4 * B * GB))
     assert 1 < r.gap < 1.001

@@ -70,3 +70,24 @@ def test_reduce_scatter_stages_the_sums_of_several_children():
 def test_docstring_examples():
     result = doctest.testmod(importlib.import_module("ccsynth.synth.lowering"))
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_gather_allreduce_merges_own_and_relayed_pieces_correctly():
+    # dgx1, 4 KiB, single waves: a relay forwards its own piece and relayed ones in one message.
+    # The lowering once read the relay's own piece from a scratch slot nothing wrote (caught by verify).
+    from ccsynth.collectives.spec import Collective
+    from ccsynth.collectives.verify import verify
+    from ccsynth.synth.contiguity import single_waves
+    from ccsynth.synth.lowering import lower_allreduce_gather
+    from ccsynth.synth.ordering import order_moves
+    from ccsynth.synth.routing import route_allgather
+    from ccsynth.synth.sketch import default_sketch
+    from ccsynth.topologies import get_topology
+
+    topo = get_topology("dgx1")
+    coll = Collective("allreduce", 8)
+    sk = default_sketch(topo, coll, 4096)
+    lt = sk.bind(topo)
+    plan = order_moves(route_allgather(lt, 1, 4096.0))
+    for window in (0, 1, 2):
+        verify(lower_allreduce_gather(single_waves(plan), coll, topo, sk, window), topo)

@@ -13,6 +13,7 @@ from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
 from ccsynth.synth.simulate import SimResult, simulate, simulate_sizes
+from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
 
 GB = 1e3  # bytes per us per GB/s
@@ -275,10 +276,29 @@ def reference_time(schedule, topology, size, local_bw=None):
     """Time-stepping re-implementation of the documented model, written plainly."""
     ops, match = schedule.ops, schedule.matches
     chunk = schedule.collective.chunk_bytes(size)
+    local_bw = local_bw if local_bw is not None else topology.local_bw
     cap = {k: v * GB for k, v in topology.resource_bw.items()}
-    done, ready, started, timers = {}, set(), set(), []
+
+    def conn(op):
+        return topology.connection(op.rank, op.peer) if op.kind == "send" else topology.connection(op.peer, op.rank)
+
+    done, ready, posted, started, timers = {}, set(), set(), set(), []
+    arrived = []  # engine work that arrived at this instant: (op id, cost, what)
+    free_at = {}  # engine -> when it is free
+
+    def engine(op):
+        if topology.overhead_scope == "rank":
+            return op.rank
+        if op.kind in ("send", "recv"):
+            return (op.rank, op.kind, op.peer, op.channel)
+        return ("local", op.id)
+
     heads, queues = {}, {}  # stream (src, dst, channel) -> [send id, bytes left] / waiting send ids
     now = 0.0
+
+    def reduce_cost(op):
+        return op.count * chunk / (local_bw * GB) if local_bw else 0.0
+
     while len(done) < len(ops):
         changed = True
         while changed:
@@ -288,30 +308,52 @@ def reference_time(schedule, topology, size, local_bw=None):
                     ready.add(op.id)
                     changed = True
                     if op.kind in ("copy", "reduce"):
-                        cost = op.count * chunk / (local_bw * GB) if local_bw else 0.0
+                        cost = reduce_cost(op)
                         if cost:
-                            timers.append((now + cost, op.id, "local"))
+                            arrived.append((op.id, cost, "local"))
                         else:
                             done[op.id] = now
+                    elif op.kind == "send" and conn(op).overhead > 0:
+                        arrived.append((op.id, conn(op).overhead, "posted"))
+                    else:
+                        posted.add(op.id)
             for op in ops:
-                if op.kind == "send" and op.id not in started and op.id in ready and match[op.id] in ready:
+                if op.kind == "send" and op.id not in started and op.id in posted and match[op.id] in posted:
                     started.add(op.id)
                     changed = True
-                    timers.append((now + topology.connection(op.rank, op.peer).alpha, op.id, "data"))
+                    timers.append((now + conn(op).alpha, op.id, "data"))
             for ev in sorted(e for e in timers if e[0] <= now * (1 + 1e-12)):
                 timers.remove(ev)
                 changed = True
                 t, i, what = ev
-                if what == "local":
+                if what in ("local", "received"):
                     done[i] = now
+                elif what == "posted":
+                    posted.add(i)
                 elif ops[i].count * chunk == 0:
-                    done[i] = done[match[i]] = now
+                    done[i] = now
+                    arrived.append((match[i], None, "arrived"))
                 else:
                     key = (ops[i].rank, ops[i].peer, ops[i].channel)
                     if key in heads:
                         queues.setdefault(key, []).append(i)
                     else:
                         heads[key] = [i, ops[i].count * chunk]
+            for i, cost, what in [a for a in arrived if a[2] == "arrived"]:
+                arrived.remove((i, cost, what))
+                op = ops[i]
+                cost = conn(op).overhead + (reduce_cost(op) if op.reduce else 0.0)
+                if cost:
+                    arrived.append((i, cost, "received"))
+                else:
+                    done[i] = now
+                    changed = True
+        for i, cost, what in sorted(arrived):  # first come first served, same instant by op id
+            e = engine(ops[i])
+            start = max(now, free_at.get(e, 0.0))
+            free_at[e] = start + cost
+            timers.append((start + cost, i, what))
+        arrived.clear()
         if len(done) == len(ops):
             break
         res_of = {k: topology.connection(k[0], k[1]).resources for k in heads}
@@ -321,7 +363,8 @@ def reference_time(schedule, topology, size, local_bw=None):
             heads[k][1] -= rates[k] * (nxt - now)
             if heads[k][1] <= 1e-9 * chunk:
                 f = heads.pop(k)[0]
-                done[f] = done[match[f]] = nxt
+                done[f] = nxt
+                arrived.append((match[f], None, "arrived"))
                 if queues.get(k):
                     g = queues[k].pop(0)
                     heads[k] = [g, ops[g].count * chunk]
@@ -334,18 +377,20 @@ def random_case(draw):
     n = draw(st.integers(2, 4))
     bws = st.sampled_from([5.0, 10.0, 25.0])
     alphas = st.sampled_from([0.0, 0.5, 2.0])
+    overheads = st.sampled_from([0.0, 0.0, 0.3, 1.5])
     if draw(st.booleans()):
-        topo_links = tuple(Link(a, b, draw(alphas), draw(bws)) for a in range(n) for b in range(n) if a != b)
+        topo_links = tuple(Link(a, b, draw(alphas), draw(bws), draw(overheads)) for a in range(n) for b in range(n) if a != b)
         switches = ()
     else:
         topo_links = ()
-        switches = (Switch("sw", tuple(range(n)), draw(bws), draw(alphas)),)
+        switches = (Switch("sw", tuple(range(n)), draw(bws), draw(alphas), draw(overheads)),)
     ports = ()
     if draw(st.booleans()):
         srcs = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
         dsts = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
         ports = (SharedPort("nic", srcs, dsts, draw(bws)),)
-    topo = Topology("rand", n, links=topo_links, switches=switches, shared_ports=ports)
+    topo = Topology("rand", n, links=topo_links, switches=switches, shared_ports=ports,
+                    overhead_scope=draw(st.sampled_from(["connection", "rank"])))
     c = 2
     b = alltoall_builder(n, c)
     for _ in range(draw(st.integers(1, 9))):
@@ -372,3 +417,89 @@ def test_matches_naive_reference_model(case):
     got = simulate(schedule, topo, size, local_bw=local_bw)
     want = reference_time(schedule, topo, size, local_bw)
     assert got.time_us == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+# ------------------------------------------------------------ per-message overhead (LogGP o)
+def _pair(alpha=1.0, bw=10.0, overhead=0.5):
+    return Topology("pair", 2, links=(Link(0, 1, alpha, bw, overhead), Link(1, 0, alpha, bw, overhead)))
+
+
+def test_one_message_pays_the_overhead_on_both_ends():
+    b = alltoall_builder(2)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    # 10 KB chunk: 0.5 (sender) + 1 (alpha) + 1 (10 KB at 10 GB/s) + 0.5 (receiver)
+    assert simulate(b.build(), _pair(), 20_000).time_us == pytest.approx(3.0)
+    # a zero-byte message still costs the overheads and the latency
+    assert simulate(b.build(), _pair(), 0).time_us == pytest.approx(2.0)
+
+
+def test_a_rank_pays_its_overheads_one_after_another():
+    # rank 0 sends to three peers at once on separate links: its overheads serialise,
+    # the transfers and the receivers' overheads overlap
+    n = 4
+    links = tuple(Link(0, d, 1.0, 10.0, 0.5) for d in range(1, n)) + tuple(Link(d, 0, 1.0, 10.0, 0.5) for d in range(1, n))
+    b = ScheduleBuilder(Collective("broadcast", n), "fan")
+    for d in range(1, n):
+        b.transfer(0, d, ("i", 0), ("o", 0))
+    cpu = Topology("star", n, links=links, overhead_scope="rank")
+    r = simulate(b.build(), cpu, 10_000)
+    # one engine per rank: the last send is posted at 3 * 0.5, then alpha 1, 1 us of data, 0.5 on the receiver
+    assert r.time_us == pytest.approx(3 * 0.5 + 1.0 + 1.0 + 0.5)
+    assert r.busy_us["rank0"] == pytest.approx(1.5)
+    # an engine per connection (GPU threadblocks): the three sends are posted together
+    gpu = Topology("star", n, links=links)
+    assert gpu.overhead_scope == "connection"
+    assert simulate(b.build(), gpu, 10_000).time_us == pytest.approx(0.5 + 1.0 + 1.0 + 0.5)
+
+
+def test_many_small_messages_cost_more_than_one_big_one():
+    # the same 4 chunks on one link: one message of 4 chunks, or 4 messages of 1
+    one = alltoall_builder(2, 4)
+    one.transfer(0, 1, ("i", 4, 4), ("o", 0, 4))
+    many = alltoall_builder(2, 4)
+    for j in range(4):
+        many.transfer(0, 1, ("i", 4 + j), ("o", j))
+    t = _pair(alpha=1.0, bw=10.0, overhead=2.0)
+    size = 8 * 1000  # 1 KB chunks: 0.1 us each
+    t_one = simulate(one.build(), t, size).time_us
+    t_many = simulate(many.build(), t, size).time_us
+    assert t_one == pytest.approx(2.0 + 1.0 + 0.4 + 2.0)
+    # four sends post at 2, 4, 6, 8; the last arrives at 8 + 1 + 0.1 and is received 2 us later
+    assert t_many == pytest.approx(8.0 + 1.0 + 0.1 + 2.0)
+    # without an overhead the split costs nothing more
+    free = _pair(alpha=1.0, bw=10.0, overhead=0.0)
+    assert simulate(many.build(), free, size).time_us == pytest.approx(simulate(one.build(), free, size).time_us)
+
+
+def test_local_work_runs_on_the_rank_stream_after_the_receive_overhead():
+    b = ScheduleBuilder(Collective("allreduce", 2), "ar")
+    for r in range(2):
+        b.copy(r, ("i", 0), ("o", 0))
+    b.transfer(0, 1, ("i", 0), ("o", 0), reduce=True)
+    s = b.build()
+    t = Topology("pair", 2, links=(Link(0, 1, 1.0, 10.0, 0.5), Link(1, 0, 1.0, 10.0, 0.5)), local_bw=5.0,
+                 overhead_scope="rank")
+    # 10 KB at 5 GB/s: each copy takes 2 us of its rank's stream. Rank 0's send does not depend on its
+    # copy, but the stream serves the copy first (op id order), so the send is posted at 2 + 0.5. The
+    # receive reduces into o[0], after rank 1's copy. Data 2.5 + 1 (alpha) + 1 (10 KB at 10 GB/s) = 4.5;
+    # then rank 1's stream: 0.5 of overhead and 2 us of reduction.
+    assert simulate(s, t, 10_000).time_us == pytest.approx(7.0)
+    # the topology's local_bw is the default; an explicit argument wins
+    assert simulate(s, t, 10_000, local_bw=10.0).time_us == pytest.approx(1.0 + 0.5 + 1.0 + 1.0 + 0.5 + 1.0)
+    # with an engine per connection the copy does not hold the send back (posted at 0.5), but the receive is
+    # posted only after rank 1's 2 us copy: 2 + 1 (alpha) + 1 (data) + 0.5 (overhead) + 2 (reduction) = 6.5
+    gpu = Topology("pair", 2, links=t.links, local_bw=5.0)
+    assert simulate(s, gpu, 10_000).time_us == pytest.approx(6.5)
+
+
+def test_the_chunk_count_has_an_optimum():
+    from ccsynth.synth.baselines import make_baseline
+
+    topo = catalog.ring(8)
+    times = {}
+    for c in (1, 2, 4, 8, 16, 32, 64, 128):
+        s = make_baseline("ring", Collective("allreduce", 8, chunk_factor=c), topo)
+        times[c] = simulate(s, topo, 1 << 20).time_us
+    best = min(times, key=times.get)
+    assert 1 < best < 128, times
+    assert times[128] > 2 * times[best]

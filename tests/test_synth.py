@@ -179,7 +179,7 @@ def test_reduce_scatter_reduces_and_allreduce_uses_n_blocks():
     t = ring4()
     rs = synthesize(t, Collective("reduce_scatter", 4), size_bytes=1 << 20)
     assert any(op.kind == "recv" and op.reduce for op in rs.ops) or any(op.kind == "reduce" for op in rs.ops)
-    ar = synthesize(t, Collective("allreduce", 4, chunk_factor=2), size_bytes=4 << 20)
+    ar = synthesize(t, Collective("allreduce", 4, chunk_factor=2), size_bytes=4 << 20, compare_baselines=False)
     assert ar.collective.chunk_factor == 8  # n * c blocks: reduce-scatter then allgather
     assert ar.meta["sketch"]["chunk_factor"] == 2
 
@@ -194,7 +194,8 @@ def test_synthesize_is_deterministic():
 def test_synthesize_with_taccl_sketch_and_cbc():
     t = toy_two_nodes()
     sk = load_sketch(os.path.join(DATA, "ccsynth_sketch_toy.json"))
-    s = synthesize(t, Collective("allgather", 4), sk, SolverOptions(solver="cbc", time_limit=30), size_bytes=1 << 16)
+    s = synthesize(t, Collective("allgather", 4), sk, SolverOptions(solver="cbc", time_limit=30), size_bytes=1 << 16,
+                   compare_baselines=False)
     assert s.meta["sketch"]["name"] == "toy-relay" and s.collective.chunk_factor == 2
     # relay rule: a GPU sends only its own pieces to the other node
     for op in s.ops:
@@ -297,3 +298,38 @@ def test_cli_synth_bad_input(tmp_path):
     code, out, err = run_cli("synth", "-t", "ring:4", "-c", "allgather", "--solver", "gurobi", cwd=tmp_path)
     assert code == 2
     assert os.listdir(tmp_path) == []
+
+
+def test_synthesize_never_returns_a_schedule_slower_than_a_baseline_at_its_best_chunk_factor():
+    from ccsynth.synth.baseline_search import best_for
+    from ccsynth.synth.synthesize import SynthReport
+    from ccsynth.topologies import get_topology
+
+    topo = get_topology("dgx1")
+    for kind, size in (("allgather", 64 << 20), ("allreduce", 1 << 20), ("alltoall", 1 << 10)):
+        report = SynthReport()
+        s = synthesize(topo, Collective(kind, 8), size_bytes=size, report=report)
+        got = simulate(s, topo, size).time_us
+        assert report.baselines, kind
+        # every baseline, re-searched independently at its own best chunk factor, is no faster
+        for b in report.baselines:
+            best = best_for(b["name"], Collective(kind, 8), topo, size)
+            assert got <= best.result.time_us * (1 + 1e-9), (kind, b)
+        assert s.meta["chosen"] == report.chosen
+        if report.chosen == "baseline":
+            assert report.synthesized_us > got
+            assert report.warnings and "returning the baseline" in report.warnings[-1]
+
+
+def test_multi_ring_on_dgx1_is_compared_at_its_best_chunk_factor():
+    # issue 10: multi_ring was compared at one chunk factor while another was much faster
+    from ccsynth.synth.baseline_search import best_for, chunk_factor_ladder
+    from ccsynth.synth.baselines import make_baseline
+    from ccsynth.topologies import get_topology
+
+    topo = get_topology("dgx1")
+    coll = Collective("allreduce", 8)
+    best = best_for("multi_ring", coll, topo, 64 << 20)
+    for f in chunk_factor_ladder("multi_ring", "allreduce", topo, 64 << 20):
+        s = make_baseline("multi_ring", Collective("allreduce", 8, f), topo)
+        assert simulate(s, topo, 64 << 20).time_us >= best.result.time_us * (1 - 1e-9)

@@ -166,7 +166,9 @@ def test_ring_and_fully_connected():
     r5 = ring(5, bw=10, alpha=1.5)
     assert r5.name == "ring:5@10/1.5"
     assert all(set(r5.neighbors_out(i)) == {(i + 1) % 5, (i - 1) % 5} for i in range(5))
-    assert r5.connection(0, 4).time_us(10_000) == pytest.approx(1.5 + 1.0)
+    # alpha + bytes / bw + the per-message overhead on both ends
+    assert r5.connection(0, 4).time_us(10_000) == pytest.approx(1.5 + 1.0 + 2 * 1.35)
+    assert ring(5, bw=10, alpha=1.5, overhead=0).connection(0, 4).time_us(10_000) == pytest.approx(2.5)
     f = fully_connected(4)
     assert all(f.has_connection(a, b) for a in range(4) for b in range(4) if a != b)
 
@@ -218,7 +220,7 @@ def test_hierarchical_groups():
         (lambda: torus((1, 1)), "needs at least 2"),
         (lambda: torus((4, 4), bw=(1, 2, 3)), "one per dimension"),
         (lambda: hierarchical([]), "at least one dimension"),
-        (lambda: hierarchical([(4,)]), "(size, GB/s)"),
+        (lambda: hierarchical([(4,)]), "(size, GB/s"),
         (lambda: hierarchical([(4, -5)]), "positive"),
         (lambda: ndv2(0), "at least 1"),
         (lambda: dgx_a100(1000), "more than ccsynth builds"),

@@ -26,10 +26,22 @@ Figures and where they come from
   H100 datasheet).
 * Latency: TACCL (Shah et al., NSDI'23) profiled NDv2 at alpha = 0.3 us on
   NVLink and 2.6 us across InfiniBand (``taccl/examples/topo/topo-ndv2-1MB.json``).
-  A collective kernel also pays a per-hop synchronisation cost (NCCL's tuning
-  model charges about 0.5 us per NVLink hop for its LL protocol and more for
-  Simple), so ccsynth uses :data:`NVLINK_ALPHA_US` = 0.7 us for one NVLink or
-  NVSwitch hop and :data:`IB_ALPHA_US` = 2.6 us for one InfiniBand hop.
+  NCCL's tuning model charges about 0.5-0.6 us per NVLink hop for its
+  low-latency LL protocol (``src/graph/tuning.cc``, ``hwLat``), which is
+  close to the bare latency; ccsynth uses :data:`NVLINK_ALPHA_US` = 0.7 us
+  for one NVLink or NVSwitch hop and :data:`IB_ALPHA_US` = 2.6 us for one
+  InfiniBand hop.
+* Per-message overhead (LogGP's ``o``, TACCL's per-send cost): for the
+  Simple protocol that bulk transfers and MSCCL schedules use, NCCL's tuning
+  model charges 3.4 us per NVLink hop and 14.0 us per network hop of a ring
+  (``hwLat``, Ring/Simple, NCCL 2.18 and later). One hop of a chain of
+  messages costs ``alpha + 2 * overhead`` in ccsynth's model (the sender's
+  and the receiver's overhead), so :data:`NVLINK_OVERHEAD_US` = (3.4 - 0.7) / 2
+  = 1.35 us and :data:`IB_OVERHEAD_US` = (14.0 - 2.6) / 2 = 5.7 us. The
+  generic shapes (ring, fully connected, torus) default to the NVLink
+  figures; a hierarchy's dimension 0 takes the NVLink figures and the others
+  the InfiniBand ones. A machine measured with ``ccsynth topo profile`` has
+  its own figures.
 
 Example:
     >>> t = dgx1()
@@ -51,12 +63,17 @@ from ccsynth.topologies.model import Dimension, Link, SharedPort, Switch, Topolo
 NVLINK_ALPHA_US = 0.7
 #: latency of one InfiniBand hop (us), TACCL's NDv2 profile.
 IB_ALPHA_US = 2.6
+#: per-message overhead on each end of an NVLink / NVSwitch message (us); see the module docstring.
+NVLINK_OVERHEAD_US = 1.35
+#: per-message overhead on each end of an InfiniBand message (us); see the module docstring.
+IB_OVERHEAD_US = 5.7
 #: NVLink2 bandwidth per link and direction (GB/s), V100.
 NVLINK2_GBPS = 25.0
 
 #: Defaults of the generic shapes (ring, fully connected, torus).
 DEFAULT_BW = 25.0
 DEFAULT_ALPHA = 0.7
+DEFAULT_OVERHEAD = NVLINK_OVERHEAD_US
 
 #: Guards against typos such as ``ring:80000``: building is O(connections).
 MAX_RANKS = 4096
@@ -87,6 +104,8 @@ _SRC_TACCL = ("TACCL (Shah et al., NSDI'23), taccl/examples/topo/topo-ndv2-1MB.j
               "2.6 us InfiniBand")
 _SRC_ALPHA = ("ccsynth: 0.7 us per NVLink/NVSwitch hop (TACCL's 0.3 us link latency plus kernel per-hop cost, "
               "cf. NCCL tuning model ~0.5 us/NVLink hop for LL)")
+_SRC_OVERHEAD = ("NCCL src/graph/tuning.cc hwLat, Ring/Simple (NCCL >= 2.18): 3.4 us per NVLink hop, 14.0 us per network "
+                 "hop; ccsynth: hop = alpha + 2 x overhead, so 1.35 us (NVLink) and 5.7 us (InfiniBand) per message end")
 
 
 # ----------------------------------------------------------------- helpers
@@ -142,39 +161,42 @@ def _fmt_list(values: Sequence[float], default: float | None = None) -> str | No
     return ",".join(fmt_number(v) for v in values)
 
 
-def _spec_suffix(bws: Sequence[float], alphas: Sequence[float], bw_default, alpha_default) -> str:
-    out = ""
-    b = _fmt_list(bws, bw_default)
-    a = _fmt_list(alphas, alpha_default)
-    if b is not None:
-        out += f"@{b}"
-    if a is not None:
-        out += f"/{a}"
-    return out
+def _spec_suffix(bws: Sequence[float], alphas: Sequence[float], bw_default, alpha_default,
+                 overheads: Sequence[float] = (), overhead_default=None) -> str:
+    """``@bw[/alpha[/overhead]]``, leaving out trailing parts that have their defaults."""
+    parts = [_fmt_list(bws, bw_default), _fmt_list(alphas, alpha_default)]
+    parts.append(_fmt_list(overheads, overhead_default) if overheads else None)
+    while parts and parts[-1] is None:
+        parts.pop()
+    if not parts:
+        return ""
+    defaults = [bw_default, alpha_default, overhead_default]
+    filled = [p if p is not None else _fmt_list([defaults[i]]) for i, p in enumerate(parts)]
+    return "@" + "/".join(filled)
 
 
-def _ring_links(ranks: Sequence[int], bw: float, alpha: float) -> list[Link]:
+def _ring_links(ranks: Sequence[int], bw: float, alpha: float, overhead: float = 0.0) -> list[Link]:
     """Bidirectional ring through ``ranks`` (one link each way for two ranks)."""
     s = len(ranks)
     if s < 2:
         return []
     if s == 2:
         a, b = ranks
-        return [Link(a, b, alpha, bw), Link(b, a, alpha, bw)]
+        return [Link(a, b, alpha, bw, overhead), Link(b, a, alpha, bw, overhead)]
     out = []
     for i in range(s):
         a, b = ranks[i], ranks[(i + 1) % s]
-        out += [Link(a, b, alpha, bw), Link(b, a, alpha, bw)]
+        out += [Link(a, b, alpha, bw, overhead), Link(b, a, alpha, bw, overhead)]
     return out
 
 
-def _cube_mesh_links(base: int, alpha: float) -> list[Link]:
+def _cube_mesh_links(base: int, alpha: float, overhead: float) -> list[Link]:
     """DGX-1 hybrid cube-mesh of GPUs ``base..base+7``; a doubled NVLink is one 50 GB/s link."""
     out = []
     for i, row in enumerate(DGX1_NVLINKS):
         for j, count in enumerate(row):
             if count:
-                out.append(Link(base + i, base + j, alpha, count * NVLINK2_GBPS))
+                out.append(Link(base + i, base + j, alpha, count * NVLINK2_GBPS, overhead))
     return out
 
 
@@ -196,11 +218,12 @@ def _mixed_radix_groups(sizes: Sequence[int], d: int) -> list[list[int]]:
 
 
 # ----------------------------------------------------------- generic shapes
-def ring(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA) -> Topology:
+def ring(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, overhead: float = DEFAULT_OVERHEAD) -> Topology:
     """A bidirectional ring of ``n`` ranks: ``i <-> i+1 (mod n)``.
 
     Each direction of each link carries ``bw`` GB/s with ``alpha`` us latency
-    (defaults: one NVLink2, 25 GB/s, 0.7 us). Two ranks get one link each way.
+    and ``overhead`` us per message end (defaults: one NVLink2, 25 GB/s,
+    0.7 us, 1.35 us). Two ranks get one link each way.
 
     >>> [ (l.src, l.dst) for l in ring(3).links ][:2]
     [(0, 1), (1, 0)]
@@ -208,23 +231,28 @@ def ring(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA) -> Topolo
     n = _int_param(n, "ring: number of ranks", 2)
     bw = _float_param(bw, "ring: bandwidth", positive=True)
     alpha = _float_param(alpha, "ring: latency", positive=False)
+    overhead = _float_param(overhead, "ring: per-message overhead", positive=False)
     check_size(n, 2 * n, f"ring:{n}")
     egress = bw if n == 2 else 2 * bw
     return Topology(
-        name=f"ring:{n}" + _spec_suffix([bw], [alpha], DEFAULT_BW, DEFAULT_ALPHA),
+        name=f"ring:{n}" + _spec_suffix([bw], [alpha], DEFAULT_BW, DEFAULT_ALPHA, [overhead], DEFAULT_OVERHEAD),
         n_ranks=n,
-        links=tuple(_ring_links(list(range(n)), bw, alpha)),
-        dims=(Dimension("ring", n, egress, alpha),),
-        description=f"bidirectional ring of {n} ranks, {fmt_number(bw)} GB/s per direction, {fmt_number(alpha)} us",
-        sources=(_SRC_V100, _SRC_ALPHA),
+        links=tuple(_ring_links(list(range(n)), bw, alpha, overhead)),
+        dims=(Dimension("ring", n, egress, alpha, overhead),),
+        description=f"bidirectional ring of {n} ranks, {fmt_number(bw)} GB/s per direction, {fmt_number(alpha)} us, "
+        f"{fmt_number(overhead)} us per message",
+        sources=(_SRC_V100, _SRC_ALPHA, _SRC_OVERHEAD),
     )
 
 
-def fully_connected(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA) -> Topology:
+def fully_connected(
+    n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, overhead: float = DEFAULT_OVERHEAD
+) -> Topology:
     """Direct links between every ordered pair of ``n`` ranks.
 
     The generic model of an MPI world (every process can reach every other at
-    the same cost). Each link has ``bw`` GB/s and ``alpha`` us.
+    the same cost). Each link has ``bw`` GB/s, ``alpha`` us and ``overhead``
+    us per message end.
 
     >>> len(fully_connected(4).links)
     12
@@ -232,16 +260,17 @@ def fully_connected(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA
     n = _int_param(n, "fully_connected: number of ranks", 2)
     bw = _float_param(bw, "fully_connected: bandwidth", positive=True)
     alpha = _float_param(alpha, "fully_connected: latency", positive=False)
+    overhead = _float_param(overhead, "fully_connected: per-message overhead", positive=False)
     check_size(n, n * (n - 1), f"fully_connected:{n}")
-    links = tuple(Link(a, b, alpha, bw) for a in range(n) for b in range(n) if a != b)
+    links = tuple(Link(a, b, alpha, bw, overhead) for a in range(n) for b in range(n) if a != b)
     return Topology(
-        name=f"fully_connected:{n}" + _spec_suffix([bw], [alpha], DEFAULT_BW, DEFAULT_ALPHA),
+        name=f"fully_connected:{n}" + _spec_suffix([bw], [alpha], DEFAULT_BW, DEFAULT_ALPHA, [overhead], DEFAULT_OVERHEAD),
         n_ranks=n,
         links=links,
-        dims=(Dimension("full", n, bw * (n - 1), alpha),),
+        dims=(Dimension("full", n, bw * (n - 1), alpha, overhead),),
         description=f"{n} ranks with direct links between all pairs, {fmt_number(bw)} GB/s per direction, "
-        f"{fmt_number(alpha)} us",
-        sources=("ccsynth generic model",),
+        f"{fmt_number(alpha)} us, {fmt_number(overhead)} us per message",
+        sources=("ccsynth generic model", _SRC_OVERHEAD),
     )
 
 
@@ -249,13 +278,14 @@ def torus(
     dims: Sequence[int],
     bw: float | Sequence[float] = DEFAULT_BW,
     alpha: float | Sequence[float] = DEFAULT_ALPHA,
+    overhead: float | Sequence[float] = DEFAULT_OVERHEAD,
 ) -> Topology:
     """A multi-dimensional torus, e.g. ``torus((4, 4))``.
 
     Ranks have mixed-radix coordinates (dimension 0 varies fastest). In every
     dimension each rank links to its +1 and -1 neighbours with wrap-around; a
     dimension of size 2 gets one link each way, a dimension of size 1 none.
-    ``bw`` and ``alpha`` are one value or one per dimension. ``dims`` of the
+    ``bw``, ``alpha`` and ``overhead`` are one value or one per dimension. ``dims`` of the
     result carries a :class:`Dimension` per axis whose ``bw`` is a rank's
     total egress in that axis (two links, or one for size 2).
 
@@ -269,6 +299,7 @@ def torus(
     sizes = tuple(_int_param(s, f"torus: size of dimension {i}", 1) for i, s in enumerate(sizes))
     bws = _per_dim(bw, len(sizes), "torus: bandwidth", positive=True)
     alphas = _per_dim(alpha, len(sizes), "torus: latency", positive=False)
+    overheads = _per_dim(overhead, len(sizes), "torus: per-message overhead", positive=False)
     n = math.prod(sizes)
     if n < 2:
         raise TopologyError(f"torus {'x'.join(map(str, sizes))} has {n} rank; it needs at least 2")
@@ -277,18 +308,18 @@ def torus(
     dimensions = []
     for d, size in enumerate(sizes):
         for group in _mixed_radix_groups(sizes, d):
-            links += _ring_links(group, bws[d], alphas[d])
+            links += _ring_links(group, bws[d], alphas[d], overheads[d])
         egress = 0.0 if size == 1 else (bws[d] if size == 2 else 2 * bws[d])
-        dimensions.append(Dimension(f"dim{d}", size, egress or bws[d], alphas[d]))
+        dimensions.append(Dimension(f"dim{d}", size, egress or bws[d], alphas[d], overheads[d]))
     shape = "x".join(map(str, sizes))
     return Topology(
-        name=f"torus:{shape}" + _spec_suffix(bws, alphas, DEFAULT_BW, DEFAULT_ALPHA),
+        name=f"torus:{shape}" + _spec_suffix(bws, alphas, DEFAULT_BW, DEFAULT_ALPHA, overheads, DEFAULT_OVERHEAD),
         n_ranks=n,
         links=tuple(links),
         dims=tuple(dimensions),
         description=f"{len(sizes)}-D torus {shape} ({n} ranks), GB/s per direction per dimension "
         f"{[fmt_number(b) for b in bws]}",
-        sources=("ccsynth generic model",),
+        sources=("ccsynth generic model", _SRC_OVERHEAD),
     )
 
 
@@ -297,15 +328,21 @@ def default_hierarchy_alpha(d: int) -> float:
     return NVLINK_ALPHA_US if d == 0 else IB_ALPHA_US
 
 
+def default_hierarchy_overhead(d: int) -> float:
+    """Default per-message overhead of hierarchy dimension ``d``: NVLink-class for 0, InfiniBand-class above."""
+    return NVLINK_OVERHEAD_US if d == 0 else IB_OVERHEAD_US
+
+
 def hierarchical(dims: Sequence[Sequence[float]]) -> Topology:
-    """A multi-dimension switched hierarchy (Themis-style), ``dims = [(size, GB/s[, alpha_us]), ...]``.
+    """A multi-dimension switched hierarchy (Themis-style), ``dims = [(size, GB/s[, alpha_us[, overhead_us]]), ...]``.
 
     Ranks have mixed-radix coordinates, dimension 0 varying fastest. For each
     dimension ``d`` the ranks that differ only in coordinate ``d`` form one
     group, joined by a :class:`Switch` named ``d{d}.g{k}`` whose every port
     carries that dimension's GB/s (``k`` numbers the group by the ranks' other
     coordinates). An omitted alpha defaults to 0.7 us for dimension 0 and
-    2.6 us for the others (:func:`default_hierarchy_alpha`). Dimensions of
+    2.6 us for the others (:func:`default_hierarchy_alpha`), an omitted
+    overhead to 1.35 us and 5.7 us (:func:`default_hierarchy_overhead`). Dimensions of
     size 1 get no switch. ``nodes`` is ``rank // size of dimension 0``: the
     first dimension is taken as the inside of a node.
 
@@ -318,15 +355,19 @@ def hierarchical(dims: Sequence[Sequence[float]]) -> Topology:
     entries = list(dims)
     if not entries:
         raise TopologyError("hierarchical needs at least one dimension, e.g. hierarchical([(8, 300), (4, 25)])")
-    sizes, bws, alphas = [], [], []
+    sizes, bws, alphas, overheads = [], [], [], []
     for d, entry in enumerate(entries):
         entry = tuple(entry)
-        if len(entry) not in (2, 3):
-            raise TopologyError(f"hierarchical: dimension {d} must be (size, GB/s) or (size, GB/s, alpha_us), got {entry!r}")
+        if len(entry) not in (2, 3, 4):
+            raise TopologyError(
+                f"hierarchical: dimension {d} must be (size, GB/s[, alpha_us[, overhead_us]]), got {entry!r}"
+            )
         sizes.append(_int_param(entry[0], f"hierarchical: size of dimension {d}", 1))
         bws.append(_float_param(entry[1], f"hierarchical: bandwidth of dimension {d}", positive=True))
-        a = entry[2] if len(entry) == 3 else default_hierarchy_alpha(d)
+        a = entry[2] if len(entry) >= 3 else default_hierarchy_alpha(d)
         alphas.append(_float_param(a, f"hierarchical: latency of dimension {d}", positive=False))
+        o = entry[3] if len(entry) == 4 else default_hierarchy_overhead(d)
+        overheads.append(_float_param(o, f"hierarchical: per-message overhead of dimension {d}", positive=False))
     n = math.prod(sizes)
     shape = "x".join(map(str, sizes))
     if n < 2:
@@ -337,19 +378,24 @@ def hierarchical(dims: Sequence[Sequence[float]]) -> Topology:
         if size < 2:
             continue
         for k, group in enumerate(_mixed_radix_groups(sizes, d)):
-            switches.append(Switch(f"d{d}.g{k}", tuple(group), bws[d], alphas[d]))
+            switches.append(Switch(f"d{d}.g{k}", tuple(group), bws[d], alphas[d], overheads[d]))
     name = f"hierarchical:{shape}@" + ",".join(fmt_number(b) for b in bws)
-    if any(a != default_hierarchy_alpha(d) for d, a in enumerate(alphas)):
+    custom_overheads = any(o != default_hierarchy_overhead(d) for d, o in enumerate(overheads))
+    if custom_overheads or any(a != default_hierarchy_alpha(d) for d, a in enumerate(alphas)):
         name += "/" + ",".join(fmt_number(a) for a in alphas)
+    if custom_overheads:
+        name += "/" + ",".join(fmt_number(o) for o in overheads)
     return Topology(
         name=name,
         n_ranks=n,
         switches=tuple(switches),
         nodes=tuple(r // sizes[0] for r in range(n)),
-        dims=tuple(Dimension(f"dim{d}", s, b, a) for d, (s, b, a) in enumerate(zip(sizes, bws, alphas))),
+        dims=tuple(
+            Dimension(f"dim{d}", s, b, a, o) for d, (s, b, a, o) in enumerate(zip(sizes, bws, alphas, overheads))
+        ),
         description=f"{len(sizes)}-dimension switched hierarchy {shape} ({n} ranks), GB/s per port per dimension "
         f"{[fmt_number(b) for b in bws]}",
-        sources=("ccsynth generic model (Themis-style multi-dimension network, ISCA'22)",),
+        sources=("ccsynth generic model (Themis-style multi-dimension network, ISCA'22)", _SRC_OVERHEAD),
     )
 
 
@@ -379,11 +425,11 @@ def dgx1() -> Topology:
     return Topology(
         name="dgx1",
         n_ranks=8,
-        links=tuple(_cube_mesh_links(0, NVLINK_ALPHA_US)),
-        dims=(Dimension("nvlink", 8, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US),),
+        links=tuple(_cube_mesh_links(0, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US)),
+        dims=(Dimension("nvlink", 8, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US),),
         description="NVIDIA DGX-1: 8 V100, hybrid cube-mesh NVLink2 (25 GB/s per link per direction, "
         "doubled pairs 50 GB/s)",
-        sources=(_SRC_DGX1, _SRC_V100, _SRC_TACCL, _SRC_ALPHA),
+        sources=(_SRC_DGX1, _SRC_V100, _SRC_TACCL, _SRC_ALPHA, _SRC_OVERHEAD),
     )
 
 
@@ -397,10 +443,10 @@ def dgx2() -> Topology:
     return Topology(
         name="dgx2",
         n_ranks=16,
-        switches=(Switch("nvswitch", tuple(range(16)), 6 * NVLINK2_GBPS, NVLINK_ALPHA_US),),
-        dims=(Dimension("nvswitch", 16, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US),),
+        switches=(Switch("nvswitch", tuple(range(16)), 6 * NVLINK2_GBPS, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US),),
+        dims=(Dimension("nvswitch", 16, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US),),
         description="NVIDIA DGX-2: 16 V100 on NVSwitch, 150 GB/s per GPU per direction",
-        sources=(_SRC_DGX2, _SRC_V100, _SRC_ALPHA),
+        sources=(_SRC_DGX2, _SRC_V100, _SRC_ALPHA, _SRC_OVERHEAD),
     )
 
 
@@ -425,20 +471,20 @@ def ndv2(nodes: int = 1) -> Topology:
     check_size(n, 32 * nodes + n * (n - 8), f"ndv2x{nodes}")
     links: list[Link] = []
     for k in range(nodes):
-        links += _cube_mesh_links(8 * k, NVLINK_ALPHA_US)
+        links += _cube_mesh_links(8 * k, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US)
     ports = []
     for a in range(nodes):
         mine = tuple(range(8 * a, 8 * a + 8))
         others = tuple(r for r in range(n) if r // 8 != a)
         for s in mine:
-            links += [Link(s, d, IB_ALPHA_US, NDV2_NIC_GBPS) for d in others]
+            links += [Link(s, d, IB_ALPHA_US, NDV2_NIC_GBPS, IB_OVERHEAD_US) for d in others]
         if others:
             ports.append(SharedPort(f"nic{a}.tx", mine, others, NDV2_NIC_GBPS))
             ports.append(SharedPort(f"nic{a}.rx", others, mine, NDV2_NIC_GBPS))
-    dims = [Dimension("nvlink", 8, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US)]
+    dims = [Dimension("nvlink", 8, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US)]
     if nodes > 1:
         # a rank's fair share of its node's single NIC
-        dims.append(Dimension("ib", nodes, NDV2_NIC_GBPS / 8, IB_ALPHA_US))
+        dims.append(Dimension("ib", nodes, NDV2_NIC_GBPS / 8, IB_ALPHA_US, IB_OVERHEAD_US))
     return Topology(
         name=_family_name("ndv2", nodes),
         n_ranks=n,
@@ -450,20 +496,23 @@ def ndv2(nodes: int = 1) -> Topology:
         if nodes == 1
         else f"Azure NDv2 x{nodes}: per node 8 V100 in a DGX-1 cube-mesh; one 100 Gb/s InfiniBand NIC "
         f"(12.5 GB/s) per node shared by its 8 GPUs",
-        sources=(_SRC_NDV2, _SRC_DGX1, _SRC_V100, _SRC_TACCL, _SRC_ALPHA),
+        sources=(_SRC_NDV2, _SRC_DGX1, _SRC_V100, _SRC_TACCL, _SRC_ALPHA, _SRC_OVERHEAD),
     )
 
 
 def _dgx_switched(base: str, nodes: int, nvswitch_gbps: float, nic_gbps: float, gpu: str, sources) -> Topology:
     nodes = _nodes_param(nodes, base, 128)
     n = 8 * nodes
-    switches = [Switch(f"nvswitch{k}", tuple(range(8 * k, 8 * k + 8)), nvswitch_gbps, NVLINK_ALPHA_US) for k in range(nodes)]
-    dims = [Dimension("nvswitch", 8, nvswitch_gbps, NVLINK_ALPHA_US)]
+    switches = [
+        Switch(f"nvswitch{k}", tuple(range(8 * k, 8 * k + 8)), nvswitch_gbps, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US)
+        for k in range(nodes)
+    ]
+    dims = [Dimension("nvswitch", 8, nvswitch_gbps, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US)]
     if nodes > 1:
         # rail-aligned: NIC i of every node hangs off rail switch i; cross-rail
         # traffic first crosses the NVSwitch (as NCCL's PXN does).
-        switches += [Switch(f"rail{i}", tuple(range(i, n, 8)), nic_gbps, IB_ALPHA_US) for i in range(8)]
-        dims.append(Dimension("rail", nodes, nic_gbps, IB_ALPHA_US))
+        switches += [Switch(f"rail{i}", tuple(range(i, n, 8)), nic_gbps, IB_ALPHA_US, IB_OVERHEAD_US) for i in range(8)]
+        dims.append(Dimension("rail", nodes, nic_gbps, IB_ALPHA_US, IB_OVERHEAD_US))
     nic = f"; 8 x {fmt_number(nic_gbps * 8)} Gb/s NICs ({fmt_number(nic_gbps)} GB/s) per node, rail-aligned"
     count = "(one node):" if nodes == 1 else f"x{nodes}:"
     if nodes == 1:
@@ -476,7 +525,7 @@ def _dgx_switched(base: str, nodes: int, nvswitch_gbps: float, nic_gbps: float, 
         dims=tuple(dims),
         description=f"NVIDIA {base.upper().replace('_', ' ')} {count} 8 {gpu} per node on NVSwitch "
         f"({fmt_number(nvswitch_gbps)} GB/s per GPU per direction){nic}",
-        sources=tuple(sources) + (_SRC_RAIL, _SRC_TACCL, _SRC_ALPHA),
+        sources=tuple(sources) + (_SRC_RAIL, _SRC_TACCL, _SRC_ALPHA, _SRC_OVERHEAD),
     )
 
 
@@ -518,7 +567,10 @@ __all__ = [
     "DGX1_NVLINKS",
     "NVLINK_ALPHA_US",
     "IB_ALPHA_US",
+    "NVLINK_OVERHEAD_US",
+    "IB_OVERHEAD_US",
     "default_hierarchy_alpha",
+    "default_hierarchy_overhead",
     "fmt_number",
     "check_size",
 ]

@@ -7,17 +7,25 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "name": "ndv2x2", "n_ranks": 16,
       "description": "...", "sources": ["datasheet ..."],
       "nodes": [0, 0, ..., 1],                      # node of each rank (optional: all 0)
-      "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0}, ...],
-      "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7}],
+      "local_bw_GBps": 8.0,                         # local copy/reduce rate (optional: free)
+      "overhead_scope": "rank",                     # "connection" (default, GPUs) or "rank" (CPUs)
+      "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0, "overhead_us": 1.35}, ...],
+      "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7,
+                        "overhead_us": 1.35}],
       "shared_ports": [{"name": "nic0.tx", "srcs": [0, ...], "dsts": [8, ...], "bw_GBps": 12.5}],
-      "dims":         [{"name": "nvlink", "size": 8, "bw_GBps": 150.0, "alpha_us": 0.7}]
+      "dims":         [{"name": "nvlink", "size": 8, "bw_GBps": 150.0, "alpha_us": 0.7, "overhead_us": 1.35}]
     }
 
 ``format``, ``version``, ``name`` and ``n_ranks`` are required; the lists,
-``description`` and ``sources`` may be left out. Keys starting with ``_`` are
-comments and ignored; any other unknown key is an error (a typo such as
-``"lnks"`` would otherwise silently drop every link). Bandwidths are GB/s
-per direction, latencies microseconds.
+``description``, ``sources`` and ``local_bw_GBps`` may be left out, and so
+may every ``overhead_us`` (the per-message overhead on each end of a
+message, see :mod:`ccsynth.topologies.model`; a file without it describes a
+network with no per-message cost, as files written before it existed did)
+and ``overhead_scope`` (which work shares a serial engine: ``connection``,
+the default, or ``rank``).
+Keys starting with ``_`` are comments and ignored; any other unknown key is
+an error (a typo such as ``"lnks"`` would otherwise silently drop every
+link). Bandwidths are GB/s per direction, latencies microseconds.
 
 Every problem is one :class:`~ccsynth.errors.TopologyError` naming the JSON
 path, e.g. ``links[3].bw_GBps must be positive, got -1``.
@@ -29,7 +37,7 @@ foreign format, read by :mod:`ccsynth.formats.taccl_topology`, and
 >>> from ccsynth.topologies.catalog import ring
 >>> d = topology_to_dict(ring(3))
 >>> d["format"], d["n_ranks"], d["links"][0]
-('ccsynth.topology', 3, {'src': 0, 'dst': 1, 'alpha_us': 0.7, 'bw_GBps': 25.0})
+('ccsynth.topology', 3, {'src': 0, 'dst': 1, 'alpha_us': 0.7, 'bw_GBps': 25.0, 'overhead_us': 1.35})
 >>> topology_from_dict(d) == ring(3)
 True
 """
@@ -42,18 +50,18 @@ import os
 from typing import Any, Mapping
 
 from ccsynth.errors import TopologyError
-from ccsynth.topologies.model import Dimension, Link, SharedPort, Switch, Topology
+from ccsynth.topologies.model import OVERHEAD_SCOPES, Dimension, Link, SharedPort, Switch, Topology
 
 FORMAT = "ccsynth.topology"
 VERSION = 1
 
-_TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "nodes", "links", "switches",
-             "shared_ports", "dims")
+_TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
+             "nodes", "links", "switches", "shared_ports", "dims")
 _ENTRY_KEYS = {
-    "links": ("src", "dst", "alpha_us", "bw_GBps"),
-    "switches": ("name", "ranks", "bw_GBps", "alpha_us"),
+    "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
+    "switches": ("name", "ranks", "bw_GBps", "alpha_us", "overhead_us"),
     "shared_ports": ("name", "srcs", "dsts", "bw_GBps"),
-    "dims": ("name", "size", "bw_GBps", "alpha_us"),
+    "dims": ("name", "size", "bw_GBps", "alpha_us", "overhead_us"),
 }
 
 
@@ -61,17 +69,27 @@ _ENTRY_KEYS = {
 def topology_to_dict(topology: Topology) -> dict:
     """The JSON-ready dict of ``topology`` (every field written out)."""
     t = topology
-    return {
+    d: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
         "name": t.name,
         "n_ranks": t.n_ranks,
         "description": t.description,
         "sources": list(t.sources),
+    }
+    if t.local_bw is not None:
+        d["local_bw_GBps"] = float(t.local_bw)
+    if t.overhead_scope != "connection":
+        d["overhead_scope"] = t.overhead_scope
+    d.update({
         "nodes": list(t.nodes),
-        "links": [{"src": l.src, "dst": l.dst, "alpha_us": float(l.alpha), "bw_GBps": float(l.bw)} for l in t.links],
+        "links": [
+            {"src": l.src, "dst": l.dst, "alpha_us": float(l.alpha), "bw_GBps": float(l.bw), **_overhead_field(l)}
+            for l in t.links
+        ],
         "switches": [
-            {"name": s.name, "ranks": list(s.ranks), "bw_GBps": float(s.bw), "alpha_us": float(s.alpha)}
+            {"name": s.name, "ranks": list(s.ranks), "bw_GBps": float(s.bw), "alpha_us": float(s.alpha),
+             **_overhead_field(s)}
             for s in t.switches
         ],
         "shared_ports": [
@@ -79,9 +97,16 @@ def topology_to_dict(topology: Topology) -> dict:
             for p in t.shared_ports
         ],
         "dims": [
-            {"name": d.name, "size": d.size, "bw_GBps": float(d.bw), "alpha_us": float(d.alpha)} for d in t.dims
+            {"name": d.name, "size": d.size, "bw_GBps": float(d.bw), "alpha_us": float(d.alpha), **_overhead_field(d)}
+            for d in t.dims
         ],
-    }
+    })
+    return d
+
+
+def _overhead_field(entry: Link | Switch | Dimension) -> dict[str, float]:
+    # written only when there is one, so that files without overheads round-trip unchanged
+    return {"overhead_us": float(entry.overhead)} if entry.overhead else {}
 
 
 def topology_to_json(topology: Topology) -> str:
@@ -230,7 +255,7 @@ def _topology_from_dict(d: Any) -> Topology:
             raise TopologyError(f"{where} is a self-loop {src}->{dst}")
         alpha = _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False)
         bw = _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True)
-        links.append(Link(src, dst, alpha, bw))
+        links.append(Link(src, dst, alpha, bw, _overhead(e, where)))
 
     switches = []
     for where, e in _entries(d, "switches"):
@@ -240,6 +265,7 @@ def _topology_from_dict(d: Any) -> Topology:
                 _ranks(_get(e, "ranks", where), f"{where}.ranks", n),
                 _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
                 _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
+                _overhead(e, where),
             )
         )
 
@@ -262,8 +288,15 @@ def _topology_from_dict(d: Any) -> Topology:
                 _int(_get(e, "size", where), f"{where}.size", 1),
                 _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
                 _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
+                _overhead(e, where),
             )
         )
+    local_bw = None
+    if "local_bw_GBps" in d:
+        local_bw = _number(d["local_bw_GBps"], "local_bw_GBps", positive=True)
+    scope = d.get("overhead_scope", "connection")
+    if scope not in OVERHEAD_SCOPES:
+        raise TopologyError(f"overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, got {scope!r}")
 
     # The model checks what spans entries (duplicate connections, names, dims product).
     return Topology(
@@ -276,7 +309,13 @@ def _topology_from_dict(d: Any) -> Topology:
         dims=tuple(dims),
         description=description,
         sources=sources,
+        local_bw=local_bw,
+        overhead_scope=scope,
     )
+
+
+def _overhead(entry: Mapping, where: str) -> float:
+    return _number(entry.get("overhead_us", 0.0), f"{where}.overhead_us", positive=False)
 
 
 def read_json(path: str | os.PathLike, what: str = "topology") -> Any:

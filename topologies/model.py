@@ -2,10 +2,28 @@
 
 Units used everywhere in ccsynth:
 
-* latency ``alpha`` in microseconds (us);
+* latency ``alpha`` in microseconds (us): the time a message spends in
+  flight before its bytes start to arrive (LogGP's ``L``); it overlaps with
+  everything else;
+* per-message ``overhead`` in microseconds: the time the sending rank and the
+  receiving rank are each busy with one message (LogGP's ``o``; TACCL's
+  per-send cost): paid on the rank's own serial stream, so a rank that moves
+  ``k`` messages pays it ``k`` times, whatever their size;
 * bandwidth ``bw`` in GB/s (1e9 bytes per second), i.e. ``1e3`` bytes per us;
-* the time of one transfer of ``n`` bytes on a connection alone is
-  ``alpha + n / (bw * 1e3)`` microseconds.
+* the time of one transfer of ``n`` bytes on a connection alone, both ranks
+  otherwise idle, is ``overhead + alpha + n / (bw * 1e3) + overhead``
+  microseconds (:meth:`Connection.time_us`);
+* ``Topology.local_bw`` (GB/s, optional): the rate of a rank's local copies
+  and reductions.
+* ``Topology.overhead_scope``: which work of a rank shares one serial
+  engine. ``"connection"`` (the default; GPUs running MSCCL/NCCL-style
+  kernels): every (peer, channel) of a rank has an engine of its own -- a
+  threadblock -- so the overheads of the messages on one connection and
+  channel serialise, like TACCL's per-send cost, while different
+  connections proceed in parallel, and local work does not queue.
+  ``"rank"`` (a CPU process driving MPI, as ccsynth's own executor does):
+  one engine per rank, so all its messages' overheads and its local copies
+  and reductions serialise.
 
 A :class:`Topology` holds
 
@@ -44,6 +62,8 @@ import networkx as nx
 from ccsynth.errors import TopologyError
 
 BYTES_PER_US_PER_GBPS = 1e3
+#: values of :attr:`Topology.overhead_scope` (see the module docstring)
+OVERHEAD_SCOPES = ("connection", "rank")
 
 
 @dataclass(frozen=True)
@@ -54,6 +74,7 @@ class Link:
     dst: int
     alpha: float  # us
     bw: float  # GB/s
+    overhead: float = 0.0  # us per message, on the sender and on the receiver
 
     @property
     def name(self) -> str:
@@ -65,13 +86,15 @@ class Switch:
     """A switch (hyperedge): all-to-all connectivity among ``ranks``.
 
     Every member has an egress and an ingress port of ``bw`` GB/s; a transfer
-    between two members costs ``alpha`` us of latency.
+    between two members costs ``alpha`` us of latency and ``overhead`` us of
+    per-message work on each end.
     """
 
     name: str
     ranks: tuple[int, ...]
     bw: float  # GB/s per port and direction
     alpha: float  # us
+    overhead: float = 0.0  # us per message, on the sender and on the receiver
 
 
 @dataclass(frozen=True)
@@ -92,6 +115,7 @@ class Dimension:
     size: int
     bw: float  # GB/s per rank in this dimension
     alpha: float  # us
+    overhead: float = 0.0  # us per message
 
 
 @dataclass(frozen=True)
@@ -108,10 +132,20 @@ class Connection:
     bw: float
     via: str  # "link:0->1" or the switch name
     resources: tuple[str, ...]
+    overhead: float = 0.0
 
     def time_us(self, nbytes: float) -> float:
-        """Alpha-beta time of ``nbytes`` on this connection when alone."""
-        return self.alpha + nbytes / (self.bw * BYTES_PER_US_PER_GBPS)
+        """Time of one message of ``nbytes`` on this connection when alone.
+
+        ``overhead`` on the sender, ``alpha`` in flight, the bytes at ``bw``,
+        ``overhead`` on the receiver.
+        """
+        return 2.0 * self.overhead + self.alpha + nbytes / (self.bw * BYTES_PER_US_PER_GBPS)
+
+    @property
+    def message_us(self) -> float:
+        """The size-independent part of :meth:`time_us`: ``alpha + 2 * overhead``."""
+        return self.alpha + 2.0 * self.overhead
 
 
 @dataclass(frozen=True)
@@ -156,6 +190,11 @@ class Topology:
     description: str = ""
     # Free-form provenance: where the figures come from (datasheet citations).
     sources: tuple[str, ...] = field(default=(), compare=False)
+    # GB/s of a rank's local copies and reductions (None: free, as on GPUs
+    # whose copy engines overlap with communication).
+    local_bw: float | None = None
+    # "connection" (an engine per peer and channel: GPUs) or "rank" (one engine per rank: CPUs)
+    overhead_scope: str = "connection"
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -186,6 +225,7 @@ class Topology:
                 raise TopologyError(f"topology {self.name!r}: link {link.src}->{link.dst} is a self-loop")
             _check_number(link.bw, f"topology {self.name!r}: bandwidth of link {link.src}->{link.dst}", positive=True)
             _check_number(link.alpha, f"topology {self.name!r}: latency of link {link.src}->{link.dst}", positive=False)
+            _check_number(link.overhead, f"topology {self.name!r}: per-message overhead of link {link.src}->{link.dst}", positive=False)
             key = (link.src, link.dst)
             if key in seen:
                 raise TopologyError(f"topology {self.name!r}: two connections {link.src}->{link.dst} ({seen[key]} and {link.name})")
@@ -202,12 +242,22 @@ class Topology:
                 rank_ok(r, f"switch {sw.name!r}")
             _check_number(sw.bw, f"topology {self.name!r}: bandwidth of switch {sw.name!r}", positive=True)
             _check_number(sw.alpha, f"topology {self.name!r}: latency of switch {sw.name!r}", positive=False)
+            _check_number(sw.overhead, f"topology {self.name!r}: per-message overhead of switch {sw.name!r}", positive=False)
             for a in sw.ranks:
                 for b in sw.ranks:
                     if a != b:
                         if (a, b) in seen:
                             raise TopologyError(f"topology {self.name!r}: two connections {a}->{b} ({seen[(a, b)]} and switch {sw.name})")
                         seen[(a, b)] = f"switch {sw.name}"
+        if self.overhead_scope not in OVERHEAD_SCOPES:
+            raise TopologyError(
+                f"topology {self.name!r}: overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, "
+                f"got {self.overhead_scope!r}"
+            )
+        if self.local_bw is not None:
+            object.__setattr__(
+                self, "local_bw", _check_number(self.local_bw, f"topology {self.name!r}: local copy bandwidth", positive=True)
+            )
         for sp in self.shared_ports:
             object.__setattr__(sp, "srcs", tuple(sp.srcs))
             object.__setattr__(sp, "dsts", tuple(sp.dsts))
@@ -224,6 +274,7 @@ class Topology:
                     raise TopologyError(f"topology {self.name!r}: dimension {d.name!r} has size {d.size}")
                 _check_number(d.bw, f"topology {self.name!r}: bandwidth of dimension {d.name!r}", positive=True)
                 _check_number(d.alpha, f"topology {self.name!r}: latency of dimension {d.name!r}", positive=False)
+                _check_number(d.overhead, f"topology {self.name!r}: per-message overhead of dimension {d.name!r}", positive=False)
                 prod *= d.size
             if prod != n:
                 raise TopologyError(
@@ -244,14 +295,14 @@ class Topology:
         for link in self.links:
             res = (link.name, *extra.get((link.src, link.dst), ()))
             bw = min([link.bw] + [sp_bw[r] for r in res[1:]])
-            out[(link.src, link.dst)] = Connection(link.src, link.dst, link.alpha, bw, link.name, res)
+            out[(link.src, link.dst)] = Connection(link.src, link.dst, link.alpha, bw, link.name, res, link.overhead)
         for sw in self.switches:
             for a in sw.ranks:
                 for b in sw.ranks:
                     if a != b:
                         res = (f"{sw.name}:tx{a}", f"{sw.name}:rx{b}", *extra.get((a, b), ()))
                         bw = min([sw.bw] + [sp_bw[r] for r in res[2:]])
-                        out[(a, b)] = Connection(a, b, sw.alpha, bw, sw.name, res)
+                        out[(a, b)] = Connection(a, b, sw.alpha, bw, sw.name, res, sw.overhead)
         return dict(sorted(out.items()))
 
     def connections(self) -> tuple[Connection, ...]:
@@ -309,7 +360,7 @@ class Topology:
         for r in range(self.n_ranks):
             g.add_node(r, node=self.nodes[r])
         for c in self.connections():
-            g.add_edge(c.src, c.dst, alpha=c.alpha, bw=c.bw, via=c.via)
+            g.add_edge(c.src, c.dst, alpha=c.alpha, bw=c.bw, overhead=c.overhead, via=c.via)
         return g
 
     @property
@@ -339,7 +390,7 @@ class Topology:
         return replace(
             self,
             name=f"{self.name}.reversed" if not self.name.endswith(".reversed") else self.name[: -len(".reversed")],
-            links=tuple(Link(l.dst, l.src, l.alpha, l.bw) for l in self.links),
+            links=tuple(Link(l.dst, l.src, l.alpha, l.bw, l.overhead) for l in self.links),
             shared_ports=tuple(SharedPort(s.name, s.dsts, s.srcs, s.bw) for s in self.shared_ports),
         )
 
@@ -360,6 +411,6 @@ class Topology:
         for s, d, data in sorted(g.edges(data=True)):
             if "alpha" not in data or "bw" not in data:
                 raise TopologyError(f"edge {s}->{d} needs 'alpha' and 'bw' attributes")
-            links.append(Link(s, d, data["alpha"], data["bw"]))
+            links.append(Link(s, d, data["alpha"], data["bw"], data.get("overhead", 0.0)))
         nodes = tuple(g.nodes[r].get("node", 0) for r in range(n))
         return cls(name or g.graph.get("name", "graph"), n, links=tuple(links), nodes=nodes)

@@ -5,16 +5,19 @@ Grammar (names are case-insensitive; ``-`` may stand for ``_``)::
     dgx1 | dgx2                      single machines
     ndv2[xN] | dgx_a100[xN] | dgx_h100[xN]
                                      N nodes of that machine (default 1)
-    ring:N[@BW][/ALPHA]              generic shapes; BW in GB/s per direction,
-    fully_connected:N[@BW][/ALPHA]   ALPHA in us (defaults 25 GB/s, 0.7 us);
+    ring:N[@BW][/ALPHA][/OVERHEAD]   generic shapes; BW in GB/s per direction,
+    fully_connected:N[@BW][/ALPHA][/OVERHEAD]
+                                     ALPHA and the per-message OVERHEAD in us
+                                     (defaults 25 GB/s, 0.7 us, 1.35 us);
     full:N ...                       alias of fully_connected
-    torus:AxB[xC...][@BW[,BW...]][/ALPHA[,ALPHA...]]
+    torus:AxB[xC...][@BW[,BW...]][/ALPHA[,ALPHA...]][/OVERHEAD[,...]]
                                      one value, or one per dimension
-    hierarchical:AxB[xC...]@BW,BW,...[/ALPHA,ALPHA,...]
+    hierarchical:AxB[xC...]@BW,BW,...[/ALPHA,ALPHA,...][/OVERHEAD,...]
                                      GB/s per port of each dimension (one
                                      value is used for every dimension);
                                      alphas default to 0.7 us for dimension 0
-                                     and 2.6 us for the others
+                                     and 2.6 us for the others, overheads to
+                                     1.35 us and 5.7 us
     PATH.json[?KEY=VALUE&...]        a topology file; the file reader gets
                                      the options (a ccsynth topology file
                                      takes none)
@@ -54,7 +57,7 @@ __all__ = ["FileLoader", "parse_topology_spec", "list_topologies"]
 #: ``load_file(path, options)``: the topology in file ``path``, with the spec's ``?key=value`` options.
 FileLoader = Callable[[str, Mapping[str, str]], Topology]
 
-_SHAPE_RE = re.compile(r"^(?P<shape>[^@/]*)(?:@(?P<bw>[^/]*))?(?:/(?P<alpha>.*))?$")
+_SHAPE_RE = re.compile(r"^(?P<shape>[^@/]*)(?:@(?P<bw>[^/]*))?(?:/(?P<alpha>[^/]*))?(?:/(?P<overhead>.*))?$")
 
 # machines: base name -> (builder taking a node count, whether it takes nodes)
 _MACHINES: dict[str, tuple[Callable[..., Topology], bool]] = {
@@ -113,12 +116,13 @@ def _parse_shape(kind: str, rest: str, spec: str) -> Topology:
         raise TopologyError(f"topology {spec!r}: cannot parse {rest!r}")
     bws = _numbers(m.group("bw"), "bandwidths after '@'", spec)
     alphas = _numbers(m.group("alpha"), "latencies after '/'", spec)
+    overheads = _numbers(m.group("overhead"), "per-message overheads after the second '/'", spec)
     shape_text = m.group("shape")
     if kind in ("ring", "fully_connected"):
         sizes = _shape(shape_text, kind, spec, f"{kind}:8")
         if len(sizes) != 1:
             raise TopologyError(f"topology {spec!r}: {kind} takes one rank count, e.g. '{kind}:8'")
-        for values, what in ((bws, "bandwidth"), (alphas, "latency")):
+        for values, what in ((bws, "bandwidth"), (alphas, "latency"), (overheads, "overhead")):
             if values is not None and len(values) != 1:
                 raise TopologyError(f"topology {spec!r}: {kind} takes one {what}, got {len(values)}")
         build = catalog.ring if kind == "ring" else catalog.fully_connected
@@ -126,13 +130,18 @@ def _parse_shape(kind: str, rest: str, spec: str) -> Topology:
             sizes[0],
             bws[0] if bws else catalog.DEFAULT_BW,
             alphas[0] if alphas else catalog.DEFAULT_ALPHA,
+            overheads[0] if overheads else catalog.DEFAULT_OVERHEAD,
         )
     sizes = _shape(shape_text, kind, spec, f"{kind}:4x4")
     if kind == "torus":
+        def one_or_all(values, default):
+            return values if values and len(values) > 1 else (values[0] if values else default)
+
         return catalog.torus(
             sizes,
-            bws if bws and len(bws) > 1 else (bws[0] if bws else catalog.DEFAULT_BW),
-            alphas if alphas and len(alphas) > 1 else (alphas[0] if alphas else catalog.DEFAULT_ALPHA),
+            one_or_all(bws, catalog.DEFAULT_BW),
+            one_or_all(alphas, catalog.DEFAULT_ALPHA),
+            one_or_all(overheads, catalog.DEFAULT_OVERHEAD),
         )
     # hierarchical
     if not bws:
@@ -140,7 +149,7 @@ def _parse_shape(kind: str, rest: str, spec: str) -> Topology:
             f"topology {spec!r}: hierarchical needs the GB/s of each dimension, e.g. 'hierarchical:4x8@200,50'"
         )
     k = len(sizes)
-    for values, what in ((bws, "bandwidths"), (alphas, "latencies")):
+    for values, what in ((bws, "bandwidths"), (alphas, "latencies"), (overheads, "overheads")):
         if values is not None and len(values) not in (1, k):
             raise TopologyError(f"topology {spec!r}: give 1 or {k} {what} for {k} dimensions, got {len(values)}")
     bws = bws * k if len(bws) == 1 else bws
@@ -148,7 +157,11 @@ def _parse_shape(kind: str, rest: str, spec: str) -> Topology:
         alphas = [catalog.default_hierarchy_alpha(d) for d in range(k)]
     elif len(alphas) == 1:
         alphas = alphas * k
-    return catalog.hierarchical(list(zip(sizes, bws, alphas)))
+    if overheads is None:
+        overheads = [catalog.default_hierarchy_overhead(d) for d in range(k)]
+    elif len(overheads) == 1:
+        overheads = overheads * k
+    return catalog.hierarchical(list(zip(sizes, bws, alphas, overheads)))
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -219,13 +232,13 @@ def list_topologies() -> list[tuple[str, str]]:
     for spec in ("dgx1", "dgx2", "ndv2", "ndv2x2", "dgx_a100", "dgx_a100x4", "dgx_h100", "dgx_h100x2"):
         rows.append((spec, parse_topology_spec(spec).description))
     rows += [
-        ("ring:8", "bidirectional ring of N ranks: ring:N[@GBps][/us], default 25 GB/s, 0.7 us"),
-        ("fully_connected:4", "direct links between all N ranks (alias full:N): fully_connected:N[@GBps][/us]"),
-        ("torus:4x4", "torus, ring links per dimension: torus:AxB[xC][@GBps[,...]][/us[,...]]"),
+        ("ring:8", "bidirectional ring of N ranks: ring:N[@GBps][/us][/overhead us], default 25 GB/s, 0.7 us, 1.35 us"),
+        ("fully_connected:4", "direct links between all N ranks (alias full:N): fully_connected:N[@GBps][/us][/us]"),
+        ("torus:4x4", "torus, ring links per dimension: torus:AxB[xC][@GBps[,...]][/us[,...]][/us[,...]]"),
         (
             "hierarchical:4x8x4@200,100,50",
-            "one switch per group in each dimension: hierarchical:AxBxC@GBps,...[/us,...] "
-            "(alpha default 0.7 us for dim 0, 2.6 us above)",
+            "one switch per group in each dimension: hierarchical:AxBxC@GBps,...[/us,...][/us,...] "
+            "(alpha default 0.7 us for dim 0, 2.6 us above; overhead 1.35 us, 5.7 us)",
         ),
         ("PATH.json", "a ccsynth topology file ('ccsynth.topology' format version 1)"),
     ]

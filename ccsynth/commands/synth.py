@@ -130,9 +130,9 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
                        contiguity=not args.no_contiguity)
     seconds = time.perf_counter() - t0
     res = simulate(sched, topo, size)
-    from ccsynth.synth.synthesize import best_baseline
-
-    base = best_baseline(coll, topo, size, (sched.collective.chunk_factor,))
+    base = report.baselines[0] if report.baselines else None
+    # the speedup of what is written over the best baseline (1.0 when the baseline itself is written)
+    speedup = None if base is None else base["time_us"] / res.time_us
     wrote = None
     if args.output:
         if fmt == "msccl-xml":
@@ -155,8 +155,11 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
         "lower_bound_us": res.lower_bound_us,
         "gap": res.gap,
         "bound": res.bound_which,
-        "baseline": None if base is None else {"name": base[0], "chunk_factor": base[1], "time_us": base[2].time_us},
-        "speedup": None if base is None else base[2].time_us / res.time_us,
+        "baseline": base,
+        "baselines": report.baselines,
+        "chosen": report.chosen,
+        "synthesized_us": report.synthesized_us,
+        "speedup": speedup,
         "synthesis_seconds": seconds,
         "solver": opts.to_dict(),
         "sketch": sched.meta.get("sketch"),
@@ -168,13 +171,17 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
     if args.json:
         print_json(figures)
         return 0
-    print(f"synthesized {sched.collective.kind} on {topo.name} ({topo.n_ranks} ranks), {human(size)}: "
+    what = "synthesized" if report.chosen == "synthesized" else f"chose baseline {sched.name} for"
+    print(f"{what} {sched.collective.kind} on {topo.name} ({topo.n_ranks} ranks), {human(size)}: "
           f"{len(sched.ops)} ops, verified, in {seconds:.1f} s")
     print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s   busbw {res.busbw:.2f} GB/s")
     print(f"  lower bound    {res.lower_bound_us:.3f} us   gap {res.gap:.3f}x   ({res.bound_which})")
-    if base is not None:
-        print(f"  best baseline  {base[0]} (chunk factor {base[1]}) {base[2].time_us:.3f} us   "
-              f"speedup {base[2].time_us / res.time_us:.2f}x")
+    if report.chosen == "baseline":
+        print(f"  best baseline  {base['name']} (chunk factor {base['chunk_factor']}) {base['time_us']:.3f} us is "
+              f"faster than the best synthesized schedule ({report.synthesized_us:.3f} us): it is what was written")
+    elif base is not None:
+        print(f"  best baseline  {base['name']} (chunk factor {base['chunk_factor']}) {base['time_us']:.3f} us   "
+              f"speedup {speedup:.2f}x   (every baseline at its best chunk factor; -v lists them)")
     if wrote:
         print(f"wrote {wrote} ({'MSCCL XML' if fmt == 'msccl-xml' else 'ccsynth JSON'})")
     return 0
@@ -185,7 +192,8 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
     from ccsynth.collectives.plan import save_plan
     from ccsynth.synth.simulate import simulate
     from ccsynth.synth.synthesize import synthesize
-    from ccsynth.synth.tables import build_plan, candidates_for
+    from ccsynth.synth.baseline_search import plan_baselines
+    from ccsynth.synth.tables import build_plan
     from ccsynth.collectives.spec import Collective
 
     if not sizes or min(sizes) <= 0:
@@ -195,22 +203,24 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
     for size in sizes:
         if not quiet:
             print(f"== {human(size)}", file=sys.stderr, flush=True)
-        s = synthesize(topo, coll, sketch, opts, size, progress=_progress(quiet), contiguity=not args.no_contiguity)
+        s = synthesize(topo, coll, sketch, opts, size, progress=_progress(quiet), contiguity=not args.no_contiguity,
+                       compare_baselines=False)
         s = Schedule(f"ccsynth@{human(size)}", s.collective, s.ops, s.scratch_chunks, s.topology, s.meta)
         synthesized.append((size, s))
     seconds = time.perf_counter() - t0
-    factors = sorted({1, *(s.collective.chunk_factor for _, s in synthesized)}
-                     | ({topo.n_ranks} if coll.kind == "allreduce" else set()))
+    # every baseline at its own best chunk factor for every size: the plan picks per size range among them
+    per_size = plan_baselines(Collective(coll.kind, topo.n_ranks), topo, sizes)
     baselines = []
-    for cf in factors:
-        for b in candidates_for(Collective(coll.kind, topo.n_ranks, cf), topo):
-            baselines.append(Schedule(f"{b.name}(c={cf})", b.collective, b.ops, b.scratch_chunks, b.topology, b.meta))
+    for choice in {(c.name, c.chunk_factor): c for cs in per_size.values() for c in cs}.values():
+        b = choice.schedule
+        baselines.append(Schedule(f"{choice.name}(c={choice.chunk_factor})", b.collective, b.ops, b.scratch_chunks,
+                                  b.topology, b.meta))
     plan = build_plan([s for _, s in synthesized] + baselines, topo, sizes)
     rows = []
     out_rows = []
     for size, s in synthesized:
         r = simulate(s, topo, size)
-        bt = min((simulate(b, topo, size) for b in baselines), key=lambda x: x.time_us, default=None)
+        bt = per_size[size][0].result if per_size[size] else None
         entry = plan.entry_for(coll.kind, topo.n_ranks, size)
         rows.append((human(size), r.time_us, r.busbw, f"{r.gap:.2f}x", None if bt is None else bt.time_us,
                      "-" if bt is None else f"{bt.time_us / r.time_us:.2f}x", entry.algorithm if entry else "-"))
