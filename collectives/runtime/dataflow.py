@@ -135,6 +135,7 @@ def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, fai
                 for _, d, s, _ in work[v]:
                     copy(d, s)
                 dirty = device
+            # done, as a local node above (written out twice: a call per node would cost more than the rest)
             left -= 1
             for x in succ[v]:
                 c = cnt[x] - 1
