@@ -194,16 +194,25 @@ def _cut(segs: Sequence[Region], a: int, b: int) -> list[Region]:
 
 
 def _aligned(a_segs: Sequence[Region], b_segs: Sequence[Region], lo: int, hi: int) -> list[_Aligned]:
-    """Split message range ``[lo, hi)`` where either side's segments break."""
-    cuts = {lo, hi}
-    for segs in (a_segs, b_segs):
-        pos = 0
-        for _, s, e in segs:
-            pos += e - s
-            if lo < pos < hi:
-                cuts.add(pos)
-    cs = sorted(cuts)
-    return [_Aligned(x, y, _cut(a_segs, x, y)[0], _cut(b_segs, x, y)[0]) for x, y in zip(cs, cs[1:])]
+    """Split message range ``[lo, hi)`` where either side's segments break (one walk over both)."""
+    out: list[_Aligned] = []
+    pa, pb = _cut(a_segs, lo, hi), _cut(b_segs, lo, hi)
+    i = j = 0
+    used_a = used_b = 0  # elements of pa[i] and pb[j] already handed out
+    pos = lo
+    while i < len(pa) and j < len(pb):
+        A, B = pa[i], pb[j]
+        n = min(A.stop - A.start - used_a, B.stop - B.start - used_b)
+        a0, b0 = A.start + used_a, B.start + used_b
+        out.append(_Aligned(pos, pos + n, Region(A.buf, a0, a0 + n), Region(B.buf, b0, b0 + n)))
+        pos += n
+        used_a += n
+        used_b += n
+        if A.start + used_a == A.stop:
+            i, used_a = i + 1, 0
+        if B.start + used_b == B.stop:
+            j, used_b = j + 1, 0
+    return out
 
 
 @dataclass(frozen=True)
@@ -216,6 +225,7 @@ class OpExtent:
     slices: int
     tag_base: int = 0
     staging: int | None = None  # where its staged copy starts in the staging area
+    staged_segs: tuple[Region, ...] = ()  # its whole staged copy, as segments
 
     def staged(self, lo: int, hi: int) -> Region:
         return Region("t", self.staging + lo, self.staging + hi)
@@ -362,11 +372,11 @@ def _extents(ops: Sequence[LocalOp], geo: ChunkGeometry, per_slice: int, rank: i
         need = op.kind in ("rrecv", "rrc") or (op.kind == "send" and len(ext.src) > 1) or (
             op.kind == "recv" and len(ext.dst) > 1
         )
-        staging = None
+        staging, segs = None, ()
         if need and ext.total:
-            staging = staged
+            staging, segs = staged, (Region("t", staged, staged + ext.total),)
             staged += ext.total
-        out[i] = OpExtent(ext.src, ext.dst, ext.total, ext.slices, tag_base[i], staging)
+        out[i] = OpExtent(ext.src, ext.dst, ext.total, ext.slices, tag_base[i], staging, segs)
     return out
 
 
@@ -413,16 +423,12 @@ class _SliceNodes:
             pieces.append(touched)
 
 
-def _staging_segments(ext: OpExtent) -> tuple[Region]:
-    return (Region("t", ext.staging, ext.staging + ext.total),)
-
-
 def _send_slice(ext: OpExtent, lo: int, hi: int):
     touched = _cut(ext.src, lo, hi)
     if ext.staging is None:
         return K_SEND, (touched[0] if touched else EMPTY), (), touched
     # scattered chunks: pack them into staging first
-    items = tuple(WorkItem(W_COPY, p.a, p.b) for p in _aligned(_staging_segments(ext), ext.src, lo, hi))
+    items = tuple(WorkItem(W_COPY, p.a, p.b) for p in _aligned(ext.staged_segs, ext.src, lo, hi))
     return K_SEND, ext.staged(lo, hi), items, touched
 
 
@@ -431,7 +437,7 @@ def _recv_slice(ext: OpExtent, lo: int, hi: int):
     if ext.staging is None:
         return K_RECV, (touched[0] if touched else EMPTY), (), touched
     # scattered chunks: unpack after arrival
-    items = tuple(WorkItem(W_COPY, p.a, p.b) for p in _aligned(ext.dst, _staging_segments(ext), lo, hi))
+    items = tuple(WorkItem(W_COPY, p.a, p.b) for p in _aligned(ext.dst, ext.staged_segs, lo, hi))
     return K_RECV, ext.staged(lo, hi), items, touched
 
 
@@ -441,7 +447,7 @@ def _receive_reduce_slice(ext: OpExtent, lo: int, hi: int, *, fused: bool):
     if not ext.total:  # an empty message: nothing to reduce
         return K_RRED, region, (), touched
     if not fused:
-        items = tuple(WorkItem(W_REDUCE, p.a, p.b) for p in _aligned(ext.dst, _staging_segments(ext), lo, hi))
+        items = tuple(WorkItem(W_REDUCE, p.a, p.b) for p in _aligned(ext.dst, ext.staged_segs, lo, hi))
         return K_RRED, region, items, touched
     touched += _cut(ext.src, lo, hi)
     items = tuple(

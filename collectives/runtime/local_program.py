@@ -45,8 +45,11 @@ one function each (:func:`build_local_program` runs them):
    rewrites could in principle create one, so :attr:`LocalProgram.levels_ok`
    records whether this rank's program keeps to them.
 
-Dependency graphs are ordered with :func:`ccsynth.graphs.topological_order`;
-ancestor sets are Python-int bitsets over local op indices.
+Dependency graphs are ordered with :func:`ccsynth.graphs.topological_order`,
+except when the ops already come in dataflow order (every dependency on an
+earlier op): schedules are almost always written so, and the rewrites keep
+it, so one pass that checks it saves building a graph (most of the compile
+time otherwise). Ancestor sets are Python-int bitsets over local op indices.
 """
 
 from __future__ import annotations
@@ -182,8 +185,15 @@ def ordered(ops: Sequence[LocalOp], what: str) -> list[int]:
     return _order_or_raise(preds, what, lambda i: ops[i].describe())
 
 
+def _order(preds: Sequence) -> list[int] | None:
+    """A topological order of nodes ``0..n-1``, or None if there is a cycle."""
+    if all(p < v for v, ps in enumerate(preds) for p in ps):
+        return list(range(len(preds)))  # already in dataflow order: nothing to sort
+    return topological_order(preds)
+
+
 def _order_or_raise(preds: Sequence, what: str, describe: Callable[[int], str]) -> list[int]:
-    order = topological_order(preds)
+    order = _order(preds)
     if order is None:
         cycle = dependency_cycle(preds)
         shown = " -> ".join(describe(i) for i in cycle[:_MAX_CYCLE_OPS])
@@ -499,7 +509,7 @@ def fuse(ops: list[LocalOp], what: str) -> list[LocalOp]:
             replace_by[r] = [LocalOp(0, "rrc", C.src, R.dst, R.peer, deps, R.seq, C.sched_ids + R.sched_ids,
                                      C.src_cols, R.dst_cols)]
         candidate = _renumber(_redirected(ops, redirect), replace_by)
-        candidate_order = topological_order([op.deps for op in candidate])
+        candidate_order = _order([op.deps for op in candidate])
         if candidate_order is None:
             # merging a batch of pairs made a cycle: merge pair by pair instead
             if one_at_a_time:  # pragma: no cover - a single contraction without a path between cannot cycle
