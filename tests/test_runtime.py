@@ -104,6 +104,34 @@ def test_layout_records_are_named():
     assert any(lay.kind[v] == K_SEND for v in lay.mpi)
 
 
+def reversed_ids(schedule: Schedule) -> Schedule:
+    """The same schedule with its ops listed last to first (every dependency now on a later op)."""
+    n = len(schedule.ops)
+    ops = tuple(
+        Op(n - 1 - op.id, op.rank, op.kind, op.src, op.dst, op.peer, op.reduce, tuple(n - 1 - d for d in op.deps),
+           op.channel)
+        for op in reversed(schedule.ops)
+    )
+    return Schedule(schedule.name + "_reversed", schedule.collective, ops, schedule.scratch_chunks)
+
+
+@pytest.mark.parametrize("slice_bytes", [16, 1 << 20])
+def test_ops_listed_out_of_dataflow_order_compile_and_run_alike(slice_bytes):
+    s = local_schedule()
+    r = reversed_ids(s)
+    assert any(d > op.id for op in r.ops for d in op.deps)  # not in dataflow order: a graph orders it
+    x = np.arange(40.0)
+    for sched in (s, r):
+        cs = CompiledSchedule(sched, MPI.COMM_SELF, slice_bytes=slice_bytes)
+        y = np.zeros(40)
+        cs.run(x, y)
+        np.testing.assert_array_equal(y, 2 * x)
+    rd = [build_local_program(reversed_ids(hand.ring_allreduce(3)), q, q) for q in range(3)]
+    fw = [build_local_program(hand.ring_allreduce(3), q, q) for q in range(3)]
+    for a, b in zip(rd, fw):
+        assert sorted(op.kind for op in a.ops) == sorted(op.kind for op in b.ops) and a.levels_ok == b.levels_ok
+
+
 def test_a_dependency_cycle_names_its_ops():
     # rank 0's two copies wait for each other; rank 1 is fine
     c = Collective("allgather", 2)
