@@ -407,10 +407,8 @@ class _SliceNodes:
             v = len(self.kind)
             slices.append(v)
             k = op.kind
-            if k == "send":
-                kind, region, items, touched = _send_slice(ext, lo, hi)
-            elif k == "recv":
-                kind, region, items, touched = _recv_slice(ext, lo, hi)
+            if k == "send" or k == "recv":
+                kind, region, items, touched = _message_slice(ext, lo, hi, sending=k == "send")
             elif k in ("rrecv", "rrc"):
                 kind, region, items, touched = _receive_reduce_slice(ext, lo, hi, fused=k == "rrc")
             else:
@@ -423,22 +421,20 @@ class _SliceNodes:
             pieces.append(touched)
 
 
-def _send_slice(ext: OpExtent, lo: int, hi: int):
-    touched = _cut(ext.src, lo, hi)
-    if ext.staging is None:
-        return K_SEND, (touched[0] if touched else EMPTY), (), touched
-    # scattered chunks: pack them into staging first
-    items = tuple(WorkItem(W_COPY, p.a, p.b) for p in _aligned(ext.staged_segs, ext.src, lo, hi))
-    return K_SEND, ext.staged(lo, hi), items, touched
+def _message_slice(ext: OpExtent, lo: int, hi: int, *, sending: bool):
+    """A send slice (of ``ext.src``) or a receive slice (into ``ext.dst``).
 
-
-def _recv_slice(ext: OpExtent, lo: int, hi: int):
-    touched = _cut(ext.dst, lo, hi)
+    Scattered chunks go through staging: packed into it before the send,
+    unpacked from it after the arrival.
+    """
+    segs = ext.src if sending else ext.dst
+    kind = K_SEND if sending else K_RECV
+    touched = _cut(segs, lo, hi)
     if ext.staging is None:
-        return K_RECV, (touched[0] if touched else EMPTY), (), touched
-    # scattered chunks: unpack after arrival
-    items = tuple(WorkItem(W_COPY, p.a, p.b) for p in _aligned(ext.dst, ext.staged_segs, lo, hi))
-    return K_RECV, ext.staged(lo, hi), items, touched
+        return kind, (touched[0] if touched else EMPTY), (), touched
+    dst, src = (ext.staged_segs, segs) if sending else (segs, ext.staged_segs)
+    items = tuple(WorkItem(W_COPY, p.a, p.b) for p in _aligned(dst, src, lo, hi))
+    return kind, ext.staged(lo, hi), items, touched
 
 
 def _receive_reduce_slice(ext: OpExtent, lo: int, hi: int, *, fused: bool):

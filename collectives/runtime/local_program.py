@@ -233,13 +233,17 @@ def _overlap(a: Chunks, b: Chunks) -> bool:
     return a.buf == b.buf and max(a.index, b.index) < min(a.index + a.count, b.index + b.count)
 
 
+def _keys(chunks: list[Chunks]) -> list[tuple[str, int]]:
+    """``(buffer, chunk index)`` of every chunk of the ranges."""
+    return [(ch.buf, k) for ch in chunks for k in ch.indices()]
+
+
 def _writers(ops: Sequence[LocalOp]) -> dict[tuple[str, int], list[int]]:
     """Every op that writes each chunk."""
     writers: dict[tuple[str, int], list[int]] = {}
     for x, X in enumerate(ops):
-        for ch in X.writes():
-            for k in ch.indices():
-                writers.setdefault((ch.buf, k), []).append(x)
+        for key in _keys(X.writes()):
+            writers.setdefault(key, []).append(x)
     return writers
 
 
@@ -399,15 +403,13 @@ def _raw_readers(ops: Sequence[LocalOp], order: list[int]):
     readers: dict[tuple[int, str, int], list[int]] = {}
     for b in order:
         op = ops[b]
-        for ch in op.reads():
-            for k in ch.indices():
-                w = writer.get((ch.buf, k))
-                if w is not None:
-                    raw[b][(ch.buf, k)] = w
-                    readers.setdefault((w, ch.buf, k), []).append(b)
-        for ch in op.writes():
-            for k in ch.indices():
-                writer[(ch.buf, k)] = b
+        for key in _keys(op.reads()):
+            w = writer.get(key)
+            if w is not None:
+                raw[b][key] = w
+                readers.setdefault((w, *key), []).append(b)
+        for key in _keys(op.writes()):
+            writer[key] = b
     return raw, readers
 
 
@@ -595,26 +597,22 @@ def memory_conflicts(ops: Sequence[LocalOp], order: list[int]) -> list[dict[int,
 
     for b in order:
         op = ops[b]
-        for ch in op.reads():
-            for k in ch.indices():
-                w = writer.get((ch.buf, k))
-                if w is not None:
-                    edge(w, b, (ch.buf, k))
-        for ch in op.writes():
-            for k in ch.indices():
-                key = (ch.buf, k)
-                w = writer.get(key)
-                if w is not None:
-                    edge(w, b, key)
-                for rd in readers.get(key, ()):
-                    edge(rd, b, key)
-        for ch in op.reads():
-            for k in ch.indices():
-                readers.setdefault((ch.buf, k), []).append(b)
-        for ch in op.writes():
-            for k in ch.indices():
-                writer[(ch.buf, k)] = b
-                readers[(ch.buf, k)] = []
+        reads, writes = _keys(op.reads()), _keys(op.writes())
+        for key in reads:
+            w = writer.get(key)
+            if w is not None:
+                edge(w, b, key)
+        for key in writes:
+            w = writer.get(key)
+            if w is not None:
+                edge(w, b, key)
+            for rd in readers.get(key, ()):
+                edge(rd, b, key)
+        for key in reads:
+            readers.setdefault(key, []).append(b)
+        for key in writes:
+            writer[key] = b
+            readers[key] = []
     return conflicts
 
 
