@@ -199,8 +199,8 @@ def _order_or_raise(preds: Sequence, what: str, describe: Callable[[int], str]) 
         shown = " -> ".join(describe(i) for i in cycle[:_MAX_CYCLE_OPS])
         more = f" -> ... ({len(cycle) - _MAX_CYCLE_OPS} more)" if len(cycle) > _MAX_CYCLE_OPS else ""
         raise ScheduleError(
-            f"{what} has a dependency cycle (deadlock) involving op(s) {cycle}: {shown}{more} -> back to the first "
-            f"(each op waits for the one before it)"
+            f"{what} has a dependency cycle (deadlock) involving {len(cycle)} op(s): {shown}{more} -> back to the "
+            f"first (each op waits for the one before it; a receive waits for its matching send)"
         )
     return order
 
