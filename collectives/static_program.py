@@ -36,20 +36,23 @@ keep the dataflow loop. Then:
   into the chunk it sent earlier) first copies its data into a private
   snapshot, so that the later node need not wait for the send to complete.
 
-The run loop itself lives in the executor (it needs its error reporting);
-this module plans (:func:`plan_static`, per layout) and binds
-(:func:`bind_static`, per pair of caller buffers).
+This module plans (:func:`plan_static`, per layout) and binds
+(:func:`bind_static`, per pair of caller buffers: a :class:`BoundProgram`);
+the loop that runs a bound program is
+:func:`ccsynth.collectives.runtime.straight_line.run_straight_line`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# instruction codes of a bound program: (code, a, b, c)
-I_START, I_WAIT, I_FUSED, I_REDUCE, I_COPY, I_STARTALL, I_SYNC = range(7)
+from ccsynth.collectives.runtime.constants import (
+    I_COPY, I_FUSED, I_REDUCE, I_START, I_STARTALL, I_SYNC, I_WAIT, K_LOCAL, K_RECV, K_RRED, K_SEND,
+    STATIC_MAX_BYTES, W_FUSED, W_REDUCE,
+)
+from ccsynth.graphs import topological_order
 
-#: messages up to this many bytes may take the straight-line path
-STATIC_MAX_BYTES = 64 * 1024
+__all__ = ["StaticPlan", "BoundProgram", "plan_static", "bind_static", "STATIC_MAX_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -73,25 +76,23 @@ def plan_static(kind: list[int], succ: list[tuple[int, ...]], mpi: dict, work: d
     """Order the slice graph by level; None if a local edge goes down in level.
 
     ``kind``, ``succ``, ``mpi``, ``work`` and ``pre`` are the
-    layout's (see ``_Layout`` in the executor); ``node_level[v]`` is the
-    level of the operation node ``v`` belongs to.
+    layout's (see :class:`~ccsynth.collectives.runtime.layout.Layout`);
+    ``node_level[v]`` is the level of the operation node ``v`` belongs to.
     """
-    import networkx as nx
-
-    from ccsynth.collectives.executor import K_LOCAL, K_RECV, K_RRED, K_SEND
-
     n = len(kind)
     for u in range(n):
         lu = node_level[u]
         for v in succ[u]:
             if node_level[v] < lu:
                 return None
-    g = nx.DiGraph()
-    g.add_nodes_from(range(n))
-    g.add_edges_from((u, v) for u in range(n) for v in succ[u])
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for u in range(n):
+        for v in succ[u]:
+            preds[v].append(u)
+    for p in preds:
+        p.sort()
     # a topological order that takes the lowest level first among the nodes ready at each point
-    order = list(nx.lexicographical_topological_sort(g, key=lambda v: (node_level[v], v)))
-    preds: list[list[int]] = [sorted(g.predecessors(v)) for v in range(n)]
+    order = topological_order(preds, key=lambda v: (node_level[v], v))
 
     steps: list[tuple] = []
     pending: set[int] = set()  # receives started but not yet waited for
@@ -113,8 +114,8 @@ def plan_static(kind: list[int], succ: list[tuple[int, ...]], mpi: dict, work: d
         if k == K_SEND:
             if v in work:
                 steps.append(("work", v))
-            region = mpi[v][2]
-            if succ[v] and region[0] in ("o", "s") and region[2] > region[1]:
+            region = mpi[v].region
+            if succ[v] and region.buf in ("o", "s") and region.stop > region.start:
                 snap.append(v)
                 steps.append(("snap", v))
             steps.append(("start", v))
@@ -133,20 +134,34 @@ def plan_static(kind: list[int], succ: list[tuple[int, ...]], mpi: dict, work: d
     return StaticPlan(tuple(steps), tuple(pre), tuple(sends), tuple(snap))
 
 
-def bind_static(plan: StaticPlan, lay, reqs: list, work: list, comm, backend, view) -> tuple[list, list]:
+@dataclass(frozen=True)
+class BoundProgram:
+    """A straight-line program bound to buffers.
+
+    ``instructions`` are ``(code, a, b, c)`` tuples (codes ``I_*`` of
+    :mod:`~ccsynth.collectives.runtime.constants`): ``I_START`` request,
+    ``I_STARTALL`` requests, ``I_WAIT`` request, expected bytes, node,
+    ``I_FUSED``/``I_REDUCE``/``I_COPY`` views, ``I_SYNC``. Plain tuples,
+    since the run loop unpacks one per step. ``sends`` are the requests to
+    wait for at the end (snapshot sends included).
+    """
+
+    instructions: list
+    sends: list
+
+
+def bind_static(plan: StaticPlan, lay, reqs: list, work: list, comm, backend, view) -> BoundProgram:
     """Instructions and end-of-run send requests for one binding.
 
     ``reqs``/``work`` are the binding's per-node requests and work views;
     ``view(region)`` makes a view of a layout region; snapshot buffers and
-    their persistent sends are made here (returned requests include them so
+    their persistent sends are made here (the returned sends include them so
     the caller frees them with the binding).
     """
-    from ccsynth.collectives.executor import W_FUSED, W_REDUCE
-
     snap_req: dict[int, object] = {}
     snap_copy: dict[int, tuple] = {}
     if plan.snap:
-        sizes = {v: lay.mpi[v][2][2] - lay.mpi[v][2][1] for v in plan.snap}
+        sizes = {v: lay.mpi[v].region.size for v in plan.snap}
         buf = backend.empty(sum(sizes.values()), lay.dtype)
         off = 0
         for v in plan.snap:
@@ -195,7 +210,4 @@ def bind_static(plan: StaticPlan, lay, reqs: list, work: list, comm, backend, vi
     if dirty:
         prog.append((I_SYNC, None, None, None))
     send_reqs = [snap_req.get(v, reqs[v]) for v in plan.sends]
-    return prog, send_reqs
-
-
-__all__ = ["StaticPlan", "plan_static", "bind_static", "STATIC_MAX_BYTES"]
+    return BoundProgram(prog, send_reqs)

@@ -1,0 +1,158 @@
+"""The dataflow run loop: start every slice as soon as the slices it waits for are done.
+
+:func:`run_dataflow` runs one bound layout (:mod:`.layout`,
+:mod:`.binding`). Every node has a counter of predecessors not yet done;
+the loop keeps a queue of ready nodes and a list of requests in flight:
+
+* a ready send or receive slice starts its persistent request (a send of
+  scattered chunks first packs them into staging) and joins the list in
+  flight; it is done when MPI says so;
+* a ready local slice (copies, reductions, the fused receive-reduce-copy)
+  runs its kernels and is done at once;
+* a receive-reduce slice was posted at the start (its request receives
+  into private staging while the data it reduces into is still being
+  computed); its counter includes its own arrival, so it becomes ready
+  when both the data and its predecessors are there;
+* a done node decrements its successors' counters; those reaching zero
+  join the queue;
+* only when nothing is ready does the loop wait (``wait_some``: MPI's
+  ``Waitsome``, or polling with yields), for any of the requests in flight.
+
+There is no step barrier. Every receive slice that completes has its byte
+count (from the MPI status) compared with what the slice expects
+(:mod:`.failures`). Completed requests become null requests in the list in
+flight (MPI skips them), which is compacted only now and then. On a device
+the loop synchronises before MPI touches memory that a queued kernel
+writes (a ``dirty`` flag), and at the end.
+
+The loop receives its MPI and kernel calls as arguments (:mod:`.primitives`):
+a profiled run passes timed ones (:mod:`.profiling`) to this same code.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ccsynth.collectives.runtime.binding import Binding
+from ccsynth.collectives.runtime.constants import K_RECV, K_RRED, K_SEND, W_FUSED, W_REDUCE
+from ccsynth.collectives.runtime.failures import RunFailures
+from ccsynth.collectives.runtime.layout import Layout
+from ccsynth.collectives.runtime.primitives import Kernels, MpiCalls
+
+__all__ = ["run_dataflow"]
+
+
+def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, failures: RunFailures) -> None:
+    """Run every slice node of ``lay`` on the views and requests of ``bnd``."""
+    red = kernels.reduce
+    fred = kernels.fused
+    copy = kernels.copy
+    sync = kernels.sync
+    device = kernels.device
+    start = mpi.start
+    wait_some = mpi.wait_some
+    MPIError = mpi.error
+    BYTE = mpi.byte
+    sts = mpi.statuses  # MPI fills one status per completed request (grows as needed)
+    NULL = mpi.null
+    expect = lay.expect
+    cnt = lay.cnt0[:]
+    succ = lay.succ
+    kind = lay.kind
+    reqs = bnd.reqs
+    work = bnd.work
+    left = lay.n_nodes
+    dirty = False
+    if device:
+        sync()  # kernels the caller queued on the buffers must finish before MPI touches them
+    if bnd.pre_reqs:
+        mpi.startall(bnd.pre_reqs)
+        active = list(bnd.pre_reqs)
+        anodes = list(lay.pre)
+    else:
+        active, anodes = [], []
+    live = len(active)  # requests in flight; completed ones become NULL until compacted
+    ready = deque(lay.ready0)
+    pop = ready.popleft
+    push = ready.append
+    while True:
+        while ready:
+            v = pop()
+            k = kind[v]
+            if k == K_SEND or k == K_RECV:
+                if k == K_SEND and work[v] is not None:
+                    for _, d, s, _ in work[v]:
+                        copy(d, s)
+                    dirty = device
+                if dirty:
+                    sync()
+                    dirty = False
+                r = reqs[v]
+                start(r)
+                active.append(r)
+                anodes.append(v)
+                live += 1
+                continue
+            w = work[v]
+            if w is not None:
+                for mode, d, s, s2 in w:
+                    if mode == W_REDUCE:
+                        red(d, s)
+                    elif mode == W_FUSED:
+                        fred(d, s, s2)
+                    else:
+                        copy(d, s)
+                dirty = device
+            left -= 1
+            for x in succ[v]:
+                c = cnt[x] - 1
+                cnt[x] = c
+                if c == 0:
+                    push(x)
+        if left == 0:
+            break
+        if not live:  # pragma: no cover - excluded by the compile-time checks
+            raise failures.stalled(left)
+        try:
+            done = wait_some(active, sts)
+        except MPIError as e:  # try costs nothing until it raises (Python >= 3.11)
+            raise failures.wait_failed(lay, e, active, anodes) from e
+        j = -1  # sts[j] is the status of done[j] (an index is cheaper than zip here)
+        for i in done:
+            j += 1
+            v = anodes[i]
+            k = kind[v]
+            # MPI accepts a message shorter than the receive buffer without complaint
+            if k != K_SEND and sts[j].Get_count(BYTE) != expect[v]:
+                raise failures.count_mismatch(lay, v, sts[j].Get_count(BYTE))
+            if k == K_RRED:  # the data arrived; the reduction may still wait for deps
+                c = cnt[v] - 1
+                cnt[v] = c
+                if c == 0:
+                    push(v)
+                continue
+            if k == K_RECV and work[v] is not None:
+                for _, d, s, _ in work[v]:
+                    copy(d, s)
+                dirty = device
+            # done, as a local node above (written out twice: a call per node would cost more than the rest)
+            left -= 1
+            for x in succ[v]:
+                c = cnt[x] - 1
+                cnt[x] = c
+                if c == 0:
+                    push(x)
+        live -= len(done)
+        if not live:
+            active.clear()
+            anodes.clear()
+        else:
+            for i in done:
+                active[i] = NULL  # MPI skips null requests; compact only now and then
+            dead = len(active) - live
+            if dead > 16 and dead > live:
+                keep = [j for j, q in enumerate(active) if q is not NULL]
+                active = [active[j] for j in keep]
+                anodes = [anodes[j] for j in keep]
+    if dirty:
+        sync()

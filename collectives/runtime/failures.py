@@ -1,0 +1,111 @@
+"""The errors a run reports: one clear message naming this rank, the peer and the bytes.
+
+Ranks that disagree on the count: MPI accepts a message shorter than the
+receive buffer without complaint, so the run loops compare the byte count
+of every receive slice with what the slice expects (one
+``Status.Get_count`` per received slice), and MPI reports a longer one as
+truncated. Either way the receiving rank raises
+:class:`~ccsynth.errors.BufferMismatchError` naming itself, the peer and the
+expected and received bytes, before using the data (the layout's slicing
+guarantees that a disagreement always shows up as a slice of the wrong
+length: see :mod:`.layout`). A different dtype of the same item size goes
+unnoticed. Any other MPI error during a run is reported the same way, since
+differing arguments are by far its most likely cause.
+
+Such an error leaves the ranks that did not see it waiting: install
+:func:`ccsynth.collectives.mpi_util.install_abort_handler` so that an
+unhandled exception aborts the whole job.
+"""
+
+from __future__ import annotations
+
+from ccsynth.collectives.runtime.constants import K_SEND
+from ccsynth.collectives.runtime.layout import Layout
+from ccsynth.errors import BufferMismatchError, ScheduleError
+
+__all__ = ["RunFailures"]
+
+_HINT = (
+    "Pass debug=True to the Communicator (or set CCSYNTH_DEBUG=1) to compare every call's arguments "
+    "across ranks before communicating"
+)
+
+
+class RunFailures:
+    """Builds the exception for what went wrong in a run of one compiled schedule on one rank.
+
+    ``statuses`` and ``null`` are the run loops' (:class:`~.primitives.MpiCalls`):
+    a failed ``wait_some`` is explained from the statuses it filled.
+    """
+
+    def __init__(self, rank: int, schedule, MPI, statuses: list | None, null) -> None:
+        self.rank = rank
+        self.schedule = schedule
+        self.MPI = MPI
+        self.statuses = statuses
+        self.null = null
+
+    def what_ran(self, lay: Layout) -> str:
+        coll = self.schedule.collective
+        per = f"{lay.m} bytes" if not coll.is_reducing else f"{lay.m} x {lay.dtype.name}"
+        return f"schedule {self.schedule.name!r} ({coll.describe()}, {per} per block on this rank)"
+
+    def count_mismatch(self, lay: Layout, v: int, got: int | None) -> BufferMismatchError:
+        """Receive slice ``v`` got ``got`` bytes (None: more than it holds)."""
+        peer, tag, _ = lay.mpi[v]
+        exp = lay.expect[v]
+        received = f"received {got}" if got is not None else "was sent more (MPI truncated the message)"
+        return BufferMismatchError(
+            f"rank {self.rank} expected {exp} bytes from rank {peer} (message tag {tag}) but {received}, "
+            f"running {self.what_ran(lay)}: the ranks passed different counts (or datatypes) to the collective. "
+            f"{_HINT}"
+        )
+
+    def wait_failed(self, lay: Layout, e, active: list, anodes: list) -> BufferMismatchError:
+        """``wait_some`` raised: typically a receive was sent more than it holds (MPI_ERR_TRUNCATE).
+
+        MPICH fills in the source and tag of the requests completed by the
+        failing call but not their error fields, and a truncated receive
+        reports its own size as the count; so the culprit is found among the
+        receives this call completed (the statuses with a real source; those
+        of requests that did not complete keep MPI_ANY_SOURCE).
+        """
+        MPI = self.MPI
+        if e.Get_error_class() not in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS):
+            return self.mpi_failure(lay, e)
+        completed = set()
+        for status in self.statuses[:len(active)]:
+            if status.Get_source() >= 0:
+                completed.add((status.Get_source(), status.Get_tag()))
+        suspects = [
+            v for q, v in zip(active, anodes)
+            if q is not self.null and lay.kind[v] != K_SEND and lay.mpi[v][:2] in completed
+        ]
+        if len(suspects) == 1:
+            return self.count_mismatch(lay, suspects[0], None)
+        if suspects:
+            from_ = ", ".join(f"{lay.expect[v]} bytes from rank {lay.mpi[v].peer}" for v in suspects)
+            return BufferMismatchError(
+                f"rank {self.rank} was sent more than it expected in one of these receives: {from_} "
+                f"(MPI truncated the message), running {self.what_ran(lay)}: the ranks passed different counts "
+                f"(or datatypes) to the collective. {_HINT}"
+            )
+        return self.mpi_failure(lay, e)
+
+    def single_wait_failed(self, lay: Layout, e, v: int) -> BufferMismatchError:
+        """Waiting for receive node ``v`` raised: MPI truncated it (sent more than it holds), or worse."""
+        if e.Get_error_class() == self.MPI.ERR_TRUNCATE:
+            return self.count_mismatch(lay, v, None)
+        return self.mpi_failure(lay, e)
+
+    def mpi_failure(self, lay: Layout, e) -> BufferMismatchError:
+        """Any other MPI error during a run, as a BufferMismatchError (the usual cause)."""
+        return BufferMismatchError(
+            f"rank {self.rank}: MPI failed while running {self.what_ran(lay)} ({e.Get_error_string()}); "
+            f"this usually means the ranks passed different counts (or datatypes) to the collective "
+            f"(the Communicator's debug=True, or CCSYNTH_DEBUG=1, checks that before communicating)"
+        )
+
+    def stalled(self, left: int) -> ScheduleError:  # pragma: no cover - excluded by the compile-time checks
+        """The dataflow loop has nothing ready and nothing in flight."""
+        return ScheduleError(f"rank {self.rank}: schedule {self.schedule.name!r} stalled with {left} slices left")
