@@ -28,7 +28,7 @@ Example:
     >>> from ccsynth.topologies.catalog import ring
     >>> t = ring(8)
     >>> chunk_factor_ladder("ring", "allreduce", t, 1 << 20)
-    (8, 16, 32, 64, 128, 256, 512)
+    (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
     >>> best = best_baseline(Collective("allreduce", 8), t, 1 << 20)
     >>> best.name in ("ring", "multi_ring", "recursive_halving", "direct", "one_shot", "recursive_doubling")
     True
