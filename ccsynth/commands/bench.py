@@ -13,16 +13,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import sys
 import traceback
 
+from ccsynth.atomic import check_writable
+from ccsynth.bench.memory import check_memory
 from ccsynth.bench.omb import BENCHMARKS, LARGE_MESSAGE, WINDOW, Options, agree, run_benchmark, run_interleaved
 from ccsynth.bench.validate import DTYPES
 from ccsynth.errors import CCSynthError
+from ccsynth.limits import MAX_MESSAGE_BYTES
 from ccsynth.units import format_size, parse_size, parse_sizes
 
-MAX_MESSAGE = 1 << 32  # 4 GiB: beyond this a typo is likelier than a wish
+MAX_MESSAGE = MAX_MESSAGE_BYTES  # 4 GiB: beyond this a typo is likelier than a wish
 
 
 def _sizes(default: str):
@@ -37,7 +39,7 @@ def _sizes(default: str):
             except CCSynthError as e:
                 raise argparse.ArgumentTypeError(str(e)) from None
             if sizes and sizes[-1] > MAX_MESSAGE:
-                raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message")
+                raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message (MAX_MESSAGE_BYTES)")
             return tuple(sizes)
         lo_s, sep, hi_s = text.partition(":")
         if not sep:
@@ -48,7 +50,7 @@ def _sizes(default: str):
             if lo > hi:
                 raise argparse.ArgumentTypeError(f"{text!r}: minimum {format_size(lo)} is above maximum {format_size(hi)}")
             if hi > MAX_MESSAGE:
-                raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message")
+                raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message (MAX_MESSAGE_BYTES)")
             sizes = parse_sizes(f"{max(lo, 1)}:{hi}") if hi > 0 else []
         except CCSynthError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
@@ -234,6 +236,7 @@ def _run(args, comm) -> int:
         raise CCSynthError(f"no size in -m is at least {unit} B, the smallest {bench.name} message with {options.dtype} on {n} ranks")
     options = dataclasses.replace(options, sizes=sizes)
     ctx.options = options
+    _check_memory(args, comm, bench, options, algos, ctx.itemsize if bench.kind is not None else 1)
 
     meta = _meta(args, comm, bench)
     say = report.emit if rank == 0 else (lambda line: None)
@@ -296,11 +299,29 @@ def _run(args, comm) -> int:
 def _check_outputs(args) -> None:
     """Fail before a long run, not after it, if the results could not be written."""
     for path in (args.json, args.plot):
-        if path:
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                raise CCSynthError(f"cannot write {path!r}: folder {folder!r} does not exist")
-    if args.plot:
-        from ccsynth.bench.plot import require_matplotlib
+        if path is not None:
+            check_writable(path)
+    if args.plot is not None:
+        from ccsynth.bench.plot import plot_format
 
-        require_matplotlib()
+        plot_format(args.plot)
+
+
+def _check_memory(args, comm, bench, options, algos, itemsize: int) -> None:
+    """Refuse, on every rank, sizes whose buffers cannot fit in this machine's memory (see ccsynth.bench.memory)."""
+    from mpi4py import MPI
+
+    if not bench.sized:
+        return
+    here = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        ranks_here = here.Get_size()
+    finally:
+        here.Free()
+    largest = max(options.sizes)
+    agree(comm, lambda: check_memory(
+        bench.name, bench.kind, largest, comm.Get_size(), ranks_here, [a.name for a in algos],
+        itemsize=itemsize, validate=options.validate,
+        on_host=options.buffer == "numpy",
+        together=bool(getattr(args, "interleave", False)) and len(algos) > 1, size_text=format_size(largest),
+    ))

@@ -46,6 +46,7 @@ from ccsynth.collectives.transforms import (
 )
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import CCSynthError, ScheduleError
+from ccsynth.limits import check as check_limit
 from ccsynth.formats.msccl.limits import MAX_COUNT, MAX_PEERS_PER_CHANNEL, UNBOUNDED
 from ccsynth.formats.msccl.reader import schedule_from_msccl_xml
 from ccsynth.formats.msccl.schema import COLL_NAMES, COLL_READ, PROTOCOLS
@@ -161,8 +162,15 @@ def _transform(schedule: Schedule, nchannels: int | None, inplace: bool, info: d
             raise ScheduleError(
                 f"nchannels={nchannels} is not a multiple of the {used} channel(s) schedule {schedule.name!r} uses"
             )
+        check_limit("nchannels", nchannels, "MAX_CHANNELS", ScheduleError)
         if nchannels > used:
-            sched = replicate_instances(sched, nchannels // used)
+            copies = nchannels // used
+            check_limit(f"{len(sched.ops)} ops x {copies} instances (nchannels={nchannels}): operations",
+                        len(sched.ops) * copies, "MAX_SCHEDULE_OPS", ScheduleError)
+            sched = replicate_instances(sched, copies)
+    # Ranges longer than MAX_COUNT become several steps: bound what that makes before making it.
+    check_limit(f"schedule {schedule.name!r} in steps of at most {MAX_COUNT} chunks: operations",
+                sum(-(-op.count // MAX_COUNT) for op in sched.ops), "MAX_SCHEDULE_OPS", ScheduleError)
     sched = split_long_ranges(sched, MAX_COUNT)
     sched = spread_channels(sched, MAX_PEERS_PER_CHANNEL)
     if inplace:
