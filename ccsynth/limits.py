@@ -31,10 +31,19 @@ limit                       value          why
 ``MAX_BUFFER_CHUNKS``       65 536         chunks of one rank's largest buffer (``n * c``
                                            for allgather and alltoall, ``c`` otherwise)
 ``MAX_TOTAL_CHUNKS``        16 777 216     chunks of the largest buffer over all ranks
-                                           (``n * size_chunks``): what the verifier's and
-                                           the executor's chunk tables hold; MAX_RANKS^2,
-                                           one chunk per rank pair at the largest size
+                                           (``n * size_chunks``) of one collective, a
+                                           descriptor that per-rank programs are built from;
+                                           MAX_RANKS^2, one chunk per rank pair at the
+                                           largest size (whole schedules: below)
 ``MAX_SCRATCH_CHUNKS``      65 536         scratch chunks per rank (a buffer, as above)
+``MAX_SCHEDULE_CHUNKS``     4 194 304      chunks of all buffers of all ranks of one whole
+                                           schedule (``n * (in + out + scratch)``): the
+                                           verifier proves every one symbolically, at about
+                                           400 bytes and 7 us each in Python (1.6 GB and
+                                           30 s at the limit); a ring allgather on 2048
+                                           ranks. Files must also write at least as many
+                                           output chunks as their collective needs, so that
+                                           a short file cannot ask for that work
 ``MAX_SCHEDULE_OPS``        4 194 304      operations of one schedule (about 300 MB of JSON;
                                            a ring allreduce on 1024 ranks has about 4 M)
 ``MAX_CHANNELS``            1024           channels of a schedule (``Op.channel``) and
@@ -42,6 +51,9 @@ limit                       value          why
 ``MAX_SYNTH_CHUNK_FACTOR``  64             chunk factor the MILP synthesizer accepts: its
                                            models grow with chunks x links, and 64 already
                                            takes hours (ccsynth's default is at most 16)
+``MAX_SOLVER_THREADS``      1024           ``synth --threads``: far above any machine's
+                                           cores; HiGHS aborts the whole process (no error
+                                           to catch) when asked for 100 000
 ``MAX_FILE_BYTES``          256 MiB        any file ccsynth reads (JSON or XML): the parsed
                                            form takes about ten times as much memory
 ``MAX_JSON_DEPTH``          32             nesting of free-form JSON ccsynth keeps from a
@@ -49,9 +61,11 @@ limit                       value          why
                                            own formats nest 4 levels. Deeper documents
                                            anywhere else are refused by the parser as
                                            "nested too deeply" (its recursion limit)
-``MAX_XML_THREADBLOCKS``    1024           ``<tb>`` elements of one ``<gpu>`` in MSCCL XML;
+``MAX_XML_THREADBLOCKS``    8192           ``<tb>`` elements of one ``<gpu>`` in MSCCL XML;
                                            the executor can name 128 (``depid`` is an
-                                           int8), so this is 8 times what runs
+                                           int8), but ccsynth writes (with a warning) and
+                                           reads back files of up to MAX_CHANNELS channels
+                                           with a few threadblocks each
 ``MAX_XML_STEP_CLOCKS``     67 108 864     steps of one ``<gpu>`` times its threadblocks:
                                            the reader keeps a clock (one number per
                                            threadblock) per step; 512 MB at most
@@ -59,7 +73,15 @@ limit                       value          why
                                            -m``): beyond this a typo is likelier than a
                                            wish. Sizes given to the simulator and the
                                            synthesizer (``-s``, ``--sizes``) are numbers,
-                                           not buffers, and are not limited
+                                           not buffers: MAX_SIZE_BYTES bounds them
+``MAX_SIZE_BYTES``          1 EiB (2^60)   any size in bytes ccsynth parses (``-s``,
+                                           ``--sizes``, ``--min-bytes``, a sketch's
+                                           ``input_size``): MPI counts and MSCCL's
+                                           ``maxBytes`` are int64; larger is a typo
+``MAX_BENCH_ITERATIONS``    1 000 000      ``bench -i`` and ``-x``: one timing (8 bytes) per
+                                           iteration is kept; OMB runs 1000
+``MAX_BENCH_WINDOW``        65 536         ``bench bw -W``: requests in flight per window
+                                           (osu_bw: 64)
 ``MIN_BANDWIDTH_GBPS``      1e-6           a link slower than 1 kB/s is a typo (or a
                                            denormal such as 1e-320, whose transfer time is
                                            infinite and reads as a deadlock)
@@ -92,14 +114,19 @@ __all__ = [
     "MAX_BUFFER_CHUNKS",
     "MAX_TOTAL_CHUNKS",
     "MAX_SCRATCH_CHUNKS",
+    "MAX_SCHEDULE_CHUNKS",
     "MAX_SCHEDULE_OPS",
     "MAX_CHANNELS",
     "MAX_SYNTH_CHUNK_FACTOR",
+    "MAX_SOLVER_THREADS",
     "MAX_FILE_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_XML_THREADBLOCKS",
     "MAX_XML_STEP_CLOCKS",
     "MAX_MESSAGE_BYTES",
+    "MAX_SIZE_BYTES",
+    "MAX_BENCH_ITERATIONS",
+    "MAX_BENCH_WINDOW",
     "MIN_BANDWIDTH_GBPS",
     "MAX_LATENCY_US",
     "LIMITS",
@@ -114,14 +141,19 @@ MAX_CHUNK_FACTOR = 4096
 MAX_BUFFER_CHUNKS = 1 << 16
 MAX_TOTAL_CHUNKS = MAX_RANKS * MAX_RANKS
 MAX_SCRATCH_CHUNKS = 1 << 16
+MAX_SCHEDULE_CHUNKS = 1 << 22
 MAX_SCHEDULE_OPS = 1 << 22
 MAX_CHANNELS = 1024
 MAX_SYNTH_CHUNK_FACTOR = 64
+MAX_SOLVER_THREADS = 1024
 MAX_FILE_BYTES = 256 << 20
 MAX_JSON_DEPTH = 32
-MAX_XML_THREADBLOCKS = 1024
+MAX_XML_THREADBLOCKS = 8192
 MAX_XML_STEP_CLOCKS = 1 << 26
 MAX_MESSAGE_BYTES = 1 << 32
+MAX_SIZE_BYTES = 1 << 60
+MAX_BENCH_ITERATIONS = 1_000_000
+MAX_BENCH_WINDOW = 1 << 16
 MIN_BANDWIDTH_GBPS = 1e-6
 MAX_LATENCY_US = 1e9
 

@@ -16,6 +16,7 @@ import math
 import re
 
 from ccsynth.errors import SizeError
+from ccsynth.limits import MAX_SIZE_BYTES, check as check_limit
 
 __all__ = ["parse_size", "parse_sizes", "format_size"]
 
@@ -29,15 +30,18 @@ def parse_size(text: str | int) -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise SizeError(f"size must not be negative, got {text}")
+        check_limit("size", text, "MAX_SIZE_BYTES", SizeError)
         return text
-    m = _RE.match(str(text))
+    text = str(text)
+    shown = text if len(text) <= 24 else text[:20] + "..."
+    m = _RE.match(text)
     if not m or m.group(2).upper() not in _UNITS:
-        raise SizeError(f"bad size {text!r}: use a number of bytes with an optional K, M, G or T suffix (e.g. 1M)")
+        raise SizeError(f"bad size {shown!r}: use a number of bytes with an optional K, M, G or T suffix (e.g. 1M)")
     value = float(m.group(1)) * _UNITS[m.group(2).upper()]
-    if not math.isfinite(value):
-        raise SizeError(f"size {text!r} is too large")
+    if not math.isfinite(value) or value > MAX_SIZE_BYTES:
+        raise SizeError(f"size {shown!r} exceeds MAX_SIZE_BYTES = {MAX_SIZE_BYTES} (1 EiB)")
     if value != int(value):
-        raise SizeError(f"size {text!r} is not a whole number of bytes")
+        raise SizeError(f"size {shown!r} is not a whole number of bytes")
     return int(value)
 
 

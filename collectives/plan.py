@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ccsynth.atomic import write_text
-from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.schedule import Schedule, check_writes_cover_outputs
 from ccsynth.collectives.spec import canonical_kind
 from ccsynth.collectives.verify import verify as verify_schedule  # load_plan has a keyword named verify
 from ccsynth.errors import CCSynthError, PlanError
@@ -215,5 +215,6 @@ def load_plan(path: str | os.PathLike, *, verify: bool = True) -> Plan:
     plan = Plan.from_dict(parse_json(read_text(p, "plan", PlanError), repr(p), PlanError))
     if verify:
         for e in plan.entries:
+            check_writes_cover_outputs(e.schedule)
             verify_schedule(e.schedule)
     return plan

@@ -92,6 +92,7 @@ __all__ = [
     "Op",
     "Schedule",
     "in_place_storage",
+    "check_writes_cover_outputs",
     "schedule_from_json",
     "read_schedule_text",
     "read_schedule",
@@ -333,6 +334,9 @@ class Schedule:
             raise ScheduleError(f"scratch_chunks must be a non-negative integer, got {self.scratch_chunks!r}")
         check_limit("scratch_chunks", self.scratch_chunks, "MAX_SCRATCH_CHUNKS", ScheduleError)
         check_limit("operations", len(self.ops), "MAX_SCHEDULE_OPS", ScheduleError)
+        c = self.collective
+        check_limit(f"{c.describe()} with {self.scratch_chunks} scratch chunks: chunks of all ranks' buffers",
+                    n * (c.in_chunks + c.out_chunks + self.scratch_chunks), "MAX_SCHEDULE_CHUNKS", ScheduleError)
         if not isinstance(self.in_place, bool):
             raise ScheduleError(f"in_place must be true or false, got {self.in_place!r}")
         ranks_of = [op.rank for op in self.ops]
@@ -443,6 +447,26 @@ class Schedule:
     def __repr__(self) -> str:
         where = ", in place" if self.in_place else ""
         return f"Schedule({self.name!r}, {self.collective.describe()}, {len(self.ops)} ops{where})"
+
+
+def check_writes_cover_outputs(schedule: Schedule) -> None:
+    """Refuse, before verification, a schedule whose ops cannot fill its outputs.
+
+    Outputs start empty, so every output chunk the postcondition names must
+    be written by some op (in place, the input already lies in some of
+    them). A cheap necessary condition that readers of files check before
+    :func:`~ccsynth.collectives.verify.verify`: a file of a hundred bytes
+    that names a large collective would otherwise have the verifier build
+    its whole postcondition first. Raises :class:`ScheduleError`.
+    """
+    c = schedule.collective
+    written = sum(op.dst.count for op in schedule.ops if op.dst is not None and op.dst.buf != "s")
+    needed = c.postcondition_size - (c.n_ranks * c.in_chunks if schedule.in_place else 0)
+    if written < needed:
+        raise ScheduleError(
+            f"schedule {schedule.name!r} cannot implement {c.describe()}: its ops write at most {written} output "
+            f"chunk(s) and the collective needs {needed}"
+        )
 
 
 def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:

@@ -157,6 +157,16 @@ class Collective:
         """Chunks in the buffer whose byte size is the message size."""
         return max(self.in_chunks, self.out_chunks)
 
+    @property
+    def postcondition_size(self) -> int:
+        """How many output chunks :meth:`postcondition` names (without building it).
+
+        >>> Collective("allgather", 4, 2).postcondition_size == len(Collective("allgather", 4, 2).postcondition())
+        True
+        """
+        n, c = self.n_ranks, self.chunk_factor
+        return {"allgather": n * n * c, "alltoall": n * n * c, "reduce": c}.get(self.kind, n * c)
+
     def chunk_bytes(self, size_bytes: float) -> float:
         """Bytes per chunk for a message of ``size_bytes`` (nccl-tests size)."""
         return size_bytes / self.size_chunks

@@ -374,6 +374,9 @@ def sketch_from_dict(d: Any, source: str = "") -> Sketch:
         raise SketchError(f"{what}: sketch version {d.get('version')!r} is not supported (this ccsynth reads {VERSION})")
     check_fields(d, ("format", "version", "name", "chunk_factor", "input_size", "symmetry", "switches", "intranode",
                     "internode", "exclude", "detours", "nnodes"), what)
+    for key in ("switches", "exclude"):
+        if d.get(key) is not None and not isinstance(d[key], list):
+            raise SketchError(f"{what}: {key} must be a list, got {d[key]!r}")
     switches = []
     for i, s in enumerate(d.get("switches") or []):
         if not isinstance(s, Mapping):

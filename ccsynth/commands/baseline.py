@@ -43,7 +43,7 @@ def run(args) -> int:
     from ccsynth.synth.baselines import get_baseline, min_chunk_factor
 
     if args.output is not None:
-        check_writable(args.output)  # before the work, not after it
+        check_writable(args.output, "schedule")  # before the work, not after it
     topo = topology_from(args.topology)
     get_baseline(args.algo)  # unknown names fail here, before anything else
     default = min_chunk_factor(args.algo, canonical_kind(args.collective), topo)

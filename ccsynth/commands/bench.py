@@ -21,7 +21,7 @@ from ccsynth.bench.memory import check_memory
 from ccsynth.bench.omb import BENCHMARKS, LARGE_MESSAGE, WINDOW, Options, agree, run_benchmark, run_interleaved
 from ccsynth.bench.validate import DTYPES
 from ccsynth.errors import CCSynthError
-from ccsynth.limits import MAX_MESSAGE_BYTES
+from ccsynth.limits import LIMITS, MAX_MESSAGE_BYTES
 from ccsynth.units import format_size, parse_size, parse_sizes
 
 MAX_MESSAGE = MAX_MESSAGE_BYTES  # 4 GiB: beyond this a typo is likelier than a wish
@@ -33,6 +33,8 @@ def _sizes(default: str):
 
     def parse(text: str) -> tuple[int, ...]:
         text = text.strip()
+        if not text:
+            raise argparse.ArgumentTypeError("empty: give [MIN:]MAX, e.g. 8:64M, or a list 8,1M")
         if "," in text:  # an explicit list, e.g. 8,1M,64M
             try:
                 sizes = sorted(set(parse_sizes(text)))
@@ -60,7 +62,9 @@ def _sizes(default: str):
     return parse
 
 
-def _count(minimum: int):
+def _count(minimum: int, limit: str | None = None):
+    """argparse type for a count of at least ``minimum`` and at most the limit named ``limit`` (ccsynth.limits)."""
+
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -68,6 +72,8 @@ def _count(minimum: int):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if v < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} must be at least {minimum}")
+        if limit is not None and v > LIMITS[limit]:
+            raise argparse.ArgumentTypeError(f"{v} exceeds {limit} = {LIMITS[limit]}")
         return v
 
     parse.__name__ = "count"
@@ -101,9 +107,9 @@ def _add_common(p, b) -> None:
             metavar="[MIN:]MAX",
             help=f"message sizes, powers of two from MIN to MAX, e.g. 8:64M, or a list 8,1M (default {b.default_sizes})",
         )
-    p.add_argument("-i", "--iterations", type=_count(1), metavar="N",
+    p.add_argument("-i", "--iterations", type=_count(1, "MAX_BENCH_ITERATIONS"), metavar="N",
                    help=f"timed iterations per size (default 200, or 20 above {format_size(LARGE_MESSAGE)})")
-    p.add_argument("-x", "--warmup", type=_count(0), metavar="N",
+    p.add_argument("-x", "--warmup", type=_count(0, "MAX_BENCH_ITERATIONS"), metavar="N",
                    help=f"untimed warm-up iterations per size (default 20, or 2 above {format_size(LARGE_MESSAGE)})")
     p.add_argument("-c", "--validation", action="store_true", help="check every result against a local NumPy reference (Pass/Fail column)")
     p.add_argument("-f", "--full", action="store_true", help="also print min/max latency over ranks and the iteration count")
@@ -114,7 +120,7 @@ def _add_common(p, b) -> None:
                             "default plan), plan:FILE, or a baseline: ring, multi_ring, recursive_doubling, recursive_halving, "
                             "direct, one_shot, binomial_tree, hierarchical (default mpi)")
         p.add_argument("--dtype", choices=DTYPES, default="float32", help="element type (default float32, as OMB)")
-        p.add_argument("--chunks", type=_count(1), metavar="K",
+        p.add_argument("--chunks", type=_count(1, "MAX_CHUNK_FACTOR"), metavar="K",
                        help="chunk factor of baseline schedules (default: ranks for allreduce, 1 otherwise)")
         p.add_argument("--profile", action="store_true",
                        help="time the executor's parts (MPI waits, kernels, starts, Python) for baseline algorithms; "
@@ -122,7 +128,7 @@ def _add_common(p, b) -> None:
     else:
         p.add_argument("--algo", default="mpi", metavar="mpi", help="only mpi: this benchmark measures the MPI library")
     if b.metric == "bandwidth":
-        p.add_argument("-W", "--window", type=_count(1), default=WINDOW, metavar="N",
+        p.add_argument("-W", "--window", type=_count(1, "MAX_BENCH_WINDOW"), default=WINDOW, metavar="N",
                        help=f"messages in flight per window (default {WINDOW})")
     if b.kind is not None:
         p.add_argument("--interleave", action="store_true",

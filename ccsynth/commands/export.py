@@ -13,6 +13,7 @@ import os
 import sys
 
 from ccsynth.atomic import check_writable, write_text
+from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import topology_from
 from ccsynth.errors import CCSynthError, ScheduleFormatError
 from ccsynth.limits import check as check_limit
@@ -121,6 +122,7 @@ def run(args) -> int:
         if os.path.exists(args.output) and not os.path.isdir(args.output):
             raise CCSynthError(f"cannot write MSCCL XML files into {args.output!r}: it is a file, not a directory")
         for e in obj.entries:
+            check_writes_cover_outputs(e.schedule)
             verify(e.schedule, topo)
         files = plan_to_msccl_xmls(obj, **xml_opts)
         try:
@@ -138,6 +140,7 @@ def run(args) -> int:
     sched = obj
     if to_file:
         check_writable(args.output)
+    check_writes_cover_outputs(sched)
     verify(sched, topo)
     if fmt == "json":
         if any(v is not None for v in (args.min_bytes, args.max_bytes, args.proto, args.channels, args.name, args.coll)) or args.inplace:

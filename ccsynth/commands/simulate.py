@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import add_json_arg, add_size_args, human, print_json, print_table, sizes_from, topology_from
 from ccsynth.errors import CCSynthError
 from ccsynth.limits import check_min as check_limit_min
@@ -41,6 +42,7 @@ def run(args) -> int:
     topo = topology_from(spec)
     from ccsynth.collectives.verify import verify
 
+    check_writes_cover_outputs(sched)
     verify(sched, topo)
     results = [simulate(sched, topo, s, local_bw=args.local_bw) for s in sizes]
     if args.json:

@@ -90,7 +90,7 @@ def _check_output(args, fmt: str) -> None:
         if os.path.exists(args.output) and not os.path.isdir(args.output):
             raise CCSynthError(f"cannot write MSCCL XML files into {args.output!r}: it is a file, not a directory")
         return
-    check_writable(args.output)
+    check_writable(args.output, "MSCCL XML" if fmt == "msccl-xml" else ("plan" if args.sizes is not None else "schedule"))
 
 
 # --------------------------------------------------------------------------- run

@@ -121,10 +121,29 @@ def schedule_to_msccl_xml(
     return xml
 
 
+#: The fields of ``meta["msccl"]`` the exporter reads, and the types they must have (a schedule
+#: file's meta is the user's: a wrong type is an error naming the field, not a crash).
+_INFO_TYPES = {
+    "proto": (str,),
+    "coll": (str,),
+    "name": (str,),
+    "minBytes": (int,),
+    "maxBytes": (int,),
+    "input_shadow": (int,),
+}
+
+
 def _file_info(schedule: Schedule) -> dict:
-    """What a schedule read from MSCCL XML remembers of its file (``meta["msccl"]``)."""
+    """What a schedule read from MSCCL XML remembers of its file (``meta["msccl"]``), type-checked."""
     info = schedule.meta.get("msccl")
-    return info if isinstance(info, dict) else {}
+    if not isinstance(info, dict):
+        return {}
+    for key, types in _INFO_TYPES.items():
+        v = info.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, types) or (isinstance(v, int) and v < 0)):
+            raise ScheduleError(f"schedule {schedule.name!r}: meta.msccl.{key} must be a "
+                                f"{'non-negative integer' if types == (int,) else 'string'} or null, got {v!r:.40}")
+    return info
 
 
 # -------------------------------------------------------------- 1. options
@@ -211,8 +230,8 @@ def _fastest(texts: list[str], topology, min_bytes: int, max_bytes: int | None) 
         sizes = [max(1, int(math.sqrt(max(min_bytes, 1) * min(hi, 1 << 40))))]
     times = []
     for text in texts:
-        sched = schedule_from_msccl_xml(text)
         try:
+            sched = schedule_from_msccl_xml(text)  # beyond ccsynth's reading limits (ccsynth.limits): no comparison
             times.append([r.time_us for r in simulate_sizes(sched, topology, sizes)])
         except ScheduleError as e:  # e.g. a link the topology lacks: nothing to compare
             log.debug("not comparing MSCCL layouts: %s", e)
