@@ -75,34 +75,34 @@ def test_exception_inside_the_block_keeps_the_old_file(tmp_path, exc):
     assert _only(tmp_path) == ["s.json"]
 
 
-def test_interrupt_in_fsync_keeps_the_old_schedule(tmp_path, monkeypatch):
-    """KeyboardInterrupt after the data is written but before the rename (the window that matters)."""
-    p = tmp_path / "s.json"
-    save_schedule(_ring_schedule(4), p)
+_SAVERS = {
+    "schedule": (save_schedule, lambda: _ring_schedule(4), lambda: _ring_schedule(8)),
+    "topology": (save_topology, lambda: ring(4), lambda: ring(8)),
+}
+
+
+@pytest.mark.parametrize(
+    "what, where",
+    [
+        ("schedule", "ccsynth.atomic.os.fsync"),  # data written, not yet renamed: the window that matters
+        ("schedule", "ccsynth.atomic.os.replace"),
+        ("topology", "ccsynth.topologies.io.topology_to_json"),  # inside the serializer
+    ],
+)
+def test_interrupt_keeps_the_old_file(tmp_path, monkeypatch, what, where):
+    save, old, new = _SAVERS[what]
+    p = tmp_path / "f.json"
+    save(old(), p)
     before = p.read_text()
 
-    def interrupted(fd):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("ccsynth.atomic.os.fsync", interrupted)
+    monkeypatch.setattr(where, interrupted)
     with pytest.raises(KeyboardInterrupt):
-        save_schedule(_ring_schedule(8), p)
+        save(new(), p)
     assert p.read_text() == before
-    assert _only(tmp_path) == ["s.json"]
-
-
-def test_serializer_interrupt_keeps_the_old_topology(tmp_path, monkeypatch):
-    p = tmp_path / "t.json"
-    save_topology(ring(4), p)
-    before = p.read_text()
-
-    def boom(_topology):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr("ccsynth.topologies.io.topology_to_json", boom)
-    with pytest.raises(KeyboardInterrupt):
-        save_topology(ring(8), p)
-    assert p.read_text() == before and _only(tmp_path) == ["t.json"]
+    assert _only(tmp_path) == ["f.json"]
 
 
 # ------------------------------------------------------------------ errors

@@ -335,8 +335,16 @@ def _command_lines(d) -> list[list[str]]:
             ["bench", "allreduce", "--json", "/nonexistent/x.json"], ["bench", "allreduce", "--json", ""],
             ["bench", "allreduce", "--json", str(d)], ["bench", "allreduce", "--plot", "/nonexistent/x.png"],
             ["bench", "allreduce", "--plot", str(d / "x.nosuchformat")], ["bench", "latency"],
-            ["bench", "bw", "-W", "0"], ["bench", "barrier", "-m", "8"], ["bench", "allreduce", "-m", "4G:4G", "-i", "1"]]
+            ["bench", "bw", "-W", "0"], ["bench", "barrier", "-m", "8"]]
     return out
+
+
+def test_bench_beyond_memory(capsys, monkeypatch):
+    """bench -m whose buffers cannot fit: refused before allocating (the machine's memory faked to 1 GiB)."""
+    monkeypatch.setattr("ccsynth.bench.memory.available_bytes", lambda: 1 << 30)
+    check_bad(["bench", "allreduce", "-m", "2G:2G", "-i", "1"], capsys, "issue", "needs about 18.0 GiB",
+              "1.0 GiB available")
+    check_bad(["bench", "allgather", "-m", "1G", "-c"], capsys, "issue", "needs about 10.0 GiB")
 
 
 def test_bad_command_lines(files, capsys):
