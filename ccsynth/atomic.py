@@ -13,14 +13,17 @@ SIGINT or SIGTERM arrives in between. Every file ccsynth writes goes through
 3. ``os.replace`` onto the destination (readers see the old file or the
    new one, never a mix), then ``fsync`` of the folder so the rename itself
    survives a crash;
-4. on any error or interrupt (``KeyboardInterrupt``, and ``SystemExit`` from
-   the CLI's SIGTERM handler) the temporary file is removed and the
-   destination is left untouched.
+4. on any error or interrupt (``KeyboardInterrupt``, and
+   :class:`ccsynth.cli.Terminated` from the CLI's SIGTERM handler) the
+   temporary file is removed and the destination is left untouched.
 
-A destination that exists but is not a regular file (``/dev/stdout``,
-``/dev/full``, a FIFO) is written directly: it cannot be replaced by a rename
-and there is no previous content to protect. A symbolic link is followed (the
-file it names is replaced, the link stays).
+A read-only destination is refused (``Permission denied``), as ``open``
+would refuse it. A destination that exists but is not a regular file
+(``/dev/stdout``, ``/dev/full``, a FIFO) is written directly: it cannot be
+replaced by a rename and there is no previous content to protect. A symbolic
+link is followed (the file it names is replaced, the link stays). The new
+file has the permission bits of the old one, not its owner, group or ACLs
+(a rename makes a new inode).
 
 Failures are :class:`AtomicWriteError` (a :class:`~ccsynth.errors.CCSynthError`),
 or the error class a caller passes (``error=TopologyError``), with one line
@@ -94,6 +97,8 @@ def check_writable(path: str | os.PathLike, what: str = "", error: type[Exceptio
         raise fail("Is a directory")
     if os.path.exists(p) and not stat.S_ISREG(os.stat(p).st_mode):
         return  # a device or FIFO: written directly
+    if os.path.exists(p) and not os.access(p, os.W_OK):
+        raise fail("Permission denied")
     folder = os.path.dirname(os.path.abspath(p))
     if not os.path.isdir(folder):
         raise fail(f"{folder!r} is not a folder" if os.path.exists(folder) else f"folder {folder!r} does not exist")
@@ -130,6 +135,8 @@ def open_atomic(
         raise fail(_reason(e)) from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise fail("Is a directory")
+    if st is not None and stat.S_ISREG(st.st_mode) and not os.access(target, os.W_OK):
+        raise fail("Permission denied")  # as open() would: a read-only file is not replaced behind its back
     if st is not None and not stat.S_ISREG(st.st_mode):
         # /dev/stdout, /dev/full, a FIFO: no rename possible, nothing to protect.
         try:

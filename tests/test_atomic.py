@@ -54,6 +54,20 @@ def test_new_file_gets_umask_mode_and_existing_keeps_its_mode(tmp_path):
         os.umask(old)
 
 
+def test_read_only_file_is_not_replaced(tmp_path, monkeypatch):
+    p = tmp_path / "ro.json"
+    p.write_text("keep")
+    p.chmod(0o444)
+    if os.access(p, os.W_OK):  # root writes anything: pretend not to be
+        real = os.access
+        monkeypatch.setattr("ccsynth.atomic.os.access", lambda f, mode: False if str(f) == str(p) else real(f, mode))
+    with pytest.raises(AtomicWriteError, match="Permission denied"):
+        write_text(p, "new")
+    with pytest.raises(AtomicWriteError, match="Permission denied"):
+        check_writable(p)
+    assert p.read_text() == "keep" and _only(tmp_path) == ["ro.json"]
+
+
 def test_symlink_is_followed(tmp_path):
     real = tmp_path / "real.txt"
     real.write_text("old")
