@@ -30,7 +30,7 @@ import logging
 import os
 from typing import Mapping
 
-from ccsynth.collectives.schedule import Schedule, read_schedule_text, schedule_from_json
+from ccsynth.collectives.schedule import Schedule, check_writes_cover_outputs, read_schedule_text, schedule_from_json
 from ccsynth.collectives.verify import verify as _verify
 from ccsynth.errors import TopologyError
 from ccsynth.formats.msccl import schedule_from_msccl_xml
@@ -60,6 +60,7 @@ def load_schedule(path: str | os.PathLike, *, topology=None, verify: bool = True
     else:
         sched = schedule_from_json(text, os.fspath(path))
     if verify:
+        check_writes_cover_outputs(sched)  # cheap; spares the verifier a file that names a huge collective
         _verify(sched, topology)
     return sched
 

@@ -27,6 +27,7 @@ import json
 import os
 from typing import Any, Mapping
 
+from ccsynth.atomic import write_text
 from ccsynth.errors import SketchError
 from ccsynth.synth.sketch import (
     INTRANODE_STRATEGIES,
@@ -141,10 +142,8 @@ def sketch_to_taccl_dict(sketch: Sketch) -> dict:
 
 
 def save_taccl_sketch(sketch: Sketch, path: str | os.PathLike) -> None:
-    """Write ``sketch`` as TACCL sketch JSON."""
-    with open(path, "w") as f:
-        json.dump(sketch_to_taccl_dict(sketch), f, indent=2)
-        f.write("\n")
+    """Write ``sketch`` as TACCL sketch JSON, atomically (see :mod:`ccsynth.atomic`)."""
+    write_text(path, json.dumps(sketch_to_taccl_dict(sketch), indent=2) + "\n", what="sketch")
 
 
 def _internode(d: Mapping, what: str) -> InterNode:

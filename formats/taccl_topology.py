@@ -67,6 +67,7 @@ import re
 from typing import Any, Mapping
 
 from ccsynth.errors import SizeError, TopologyError
+from ccsynth.limits import check as check_limit
 from ccsynth.topologies import catalog
 from ccsynth.topologies.io import json_type_name, read_json
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
@@ -191,6 +192,8 @@ def taccl_topology_from_dict(
     g = _pos_int(_field(d, "gpus_per_node", src), "gpus_per_node", src)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise TopologyError(f"TACCL topology {src}: nodes must be a positive integer, got {nodes!r}")
+    # Before anything is built per GPU (a node's switch lists all of its GPUs).
+    check_limit(f"TACCL topology {src}: gpus_per_node x nodes", g * nodes, "MAX_RANKS", TopologyError)
     if kind is None:
         if "links" in d:
             kind = "custom"

@@ -64,7 +64,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
+from ccsynth.atomic import write_text
 from ccsynth.errors import SizeError, SketchError
+from ccsynth.limits import check as check_limit
+from ccsynth.reading import parse_json, read_text
 from ccsynth.tolerance import is_close
 from ccsynth.units import parse_size
 
@@ -201,6 +204,11 @@ class Sketch:
         object.__setattr__(self, "exclude", tuple((int(a), int(b)) for a, b in self.exclude))
         if isinstance(self.chunk_factor, bool) or not isinstance(self.chunk_factor, int) or self.chunk_factor < 1:
             raise SketchError(f"sketch {self.name!r}: chunk factor (input_chunkup) must be a positive integer, got {self.chunk_factor!r}")
+        check_limit(f"sketch {self.name!r}: chunk factor (input_chunkup)", self.chunk_factor, "MAX_CHUNK_FACTOR", SketchError)
+        if self.nnodes is not None:
+            if isinstance(self.nnodes, bool) or not isinstance(self.nnodes, int) or self.nnodes < 1:
+                raise SketchError(f"sketch {self.name!r}: nnodes must be a positive integer, got {self.nnodes!r}")
+            check_limit(f"sketch {self.name!r}: nnodes", self.nnodes, "MAX_RANKS", SketchError)
         if self.input_size is not None and (not isinstance(self.input_size, int) or self.input_size <= 0):
             raise SketchError(f"sketch {self.name!r}: input size must be a positive number of bytes, got {self.input_size!r}")
         if self.intranode not in INTRANODE_STRATEGIES:
@@ -211,6 +219,7 @@ class Sketch:
         for off, size in self.symmetry:
             if size < 1 or off < 0:
                 raise SketchError(f"sketch {self.name!r}: symmetry offset [{off}, {size}] needs offset >= 0 and size >= 1")
+            check_limit(f"sketch {self.name!r}: symmetry size", size, "MAX_RANKS", SketchError)
 
     # ------------------------------------------------------------------ helpers
     def with_chunk_factor(self, c: int) -> "Sketch":
@@ -257,7 +266,10 @@ def int_field(v, what: str, minimum: int = 0) -> int:
     if isinstance(v, bool):
         raise SketchError(f"{what} must be an integer, got {v!r}")
     if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        v = int(v)
+        try:
+            v = int(v)
+        except ValueError:  # more digits than Python converts
+            raise SketchError(f"{what} must be an integer >= {minimum}, got a {len(v)}-character number") from None
     if not isinstance(v, int) or v < minimum:
         raise SketchError(f"{what} must be an integer >= {minimum}, got {v!r}")
     return v
@@ -362,6 +374,9 @@ def sketch_from_dict(d: Any, source: str = "") -> Sketch:
         raise SketchError(f"{what}: sketch version {d.get('version')!r} is not supported (this ccsynth reads {VERSION})")
     check_fields(d, ("format", "version", "name", "chunk_factor", "input_size", "symmetry", "switches", "intranode",
                     "internode", "exclude", "detours", "nnodes"), what)
+    for key in ("switches", "exclude"):
+        if d.get(key) is not None and not isinstance(d[key], list):
+            raise SketchError(f"{what}: {key} must be a list, got {d[key]!r}")
     switches = []
     for i, s in enumerate(d.get("switches") or []):
         if not isinstance(s, Mapping):
@@ -394,13 +409,7 @@ def sketch_from_dict(d: Any, source: str = "") -> Sketch:
 def read_sketch_json(path: str | os.PathLike) -> Any:
     """The parsed JSON of a sketch file; unreadable or malformed files raise :class:`SketchError`."""
     p = os.fspath(path)
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except OSError as e:
-        raise SketchError(f"cannot read sketch {p!r}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise SketchError(f"sketch {p!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    return parse_json(read_text(p, "sketch", SketchError), f"sketch {p!r}", SketchError)
 
 
 def load_sketch(path: str | os.PathLike) -> Sketch:
@@ -410,10 +419,8 @@ def load_sketch(path: str | os.PathLike) -> Sketch:
 
 
 def save_sketch(sketch: Sketch, path: str | os.PathLike) -> None:
-    """Write ``sketch`` as ccsynth sketch JSON."""
-    with open(path, "w") as f:
-        json.dump(sketch.to_dict(), f, indent=2)
-        f.write("\n")
+    """Write ``sketch`` as ccsynth sketch JSON, atomically (see :mod:`ccsynth.atomic`)."""
+    write_text(path, json.dumps(sketch.to_dict(), indent=2) + "\n", what="sketch")
 
 
 # --------------------------------------------------------------------------- symmetry

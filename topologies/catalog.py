@@ -56,6 +56,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from ccsynth import limits
 from ccsynth.errors import TopologyError
 from ccsynth.topologies.model import Dimension, Link, SharedPort, Switch, Topology
 
@@ -76,8 +77,9 @@ DEFAULT_ALPHA = 0.7
 DEFAULT_OVERHEAD = NVLINK_OVERHEAD_US
 
 #: Guards against typos such as ``ring:80000``: building is O(connections).
-MAX_RANKS = 4096
-MAX_CONNECTIONS = 300_000
+#: The values live in :mod:`ccsynth.limits` (with the reasons); named here too for the catalog's readers.
+MAX_RANKS = limits.MAX_RANKS
+MAX_CONNECTIONS = limits.MAX_CONNECTIONS
 
 #: NVLink count between GPU pairs of a DGX-1 (V100) / NDv2 node, row = GPU 0..7.
 DGX1_NVLINKS: tuple[tuple[int, ...], ...] = (
@@ -139,11 +141,10 @@ def _per_dim(value, k: int, what: str, *, positive: bool) -> tuple[float, ...]:
 def check_size(n_ranks: int, n_connections: int, what: str) -> None:
     """Refuse a topology larger than ccsynth builds (``what`` names it in the error)."""
     if n_ranks > MAX_RANKS:
-        raise TopologyError(f"{what}: {n_ranks} ranks is more than ccsynth builds ({MAX_RANKS})")
+        raise TopologyError(f"{what}: {n_ranks} ranks is more than ccsynth builds (MAX_RANKS = {MAX_RANKS})")
     if n_connections > MAX_CONNECTIONS:
-        raise TopologyError(
-            f"{what}: would create {n_connections} directed connections, more than ccsynth builds ({MAX_CONNECTIONS})"
-        )
+        raise TopologyError(f"{what}: would create {n_connections} directed connections, more than ccsynth builds "
+                            f"(MAX_CONNECTIONS = {MAX_CONNECTIONS})")
 
 
 def fmt_number(x: float) -> str:

@@ -49,7 +49,10 @@ import math
 import os
 from typing import Any, Mapping
 
+from ccsynth.atomic import write_text
 from ccsynth.errors import TopologyError
+from ccsynth.limits import check as check_limit, check_min as check_limit_min
+from ccsynth.reading import parse_json, read_text
 from ccsynth.topologies.model import OVERHEAD_SCOPES, Dimension, Link, SharedPort, Switch, Topology
 
 FORMAT = "ccsynth.topology"
@@ -126,12 +129,8 @@ def topology_to_json(topology: Topology) -> str:
 
 
 def save_topology(topology: Topology, path: str | os.PathLike) -> None:
-    """Write ``topology`` to ``path`` in the ccsynth JSON format."""
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(topology_to_json(topology))
-    except OSError as e:
-        raise TopologyError(f"cannot write topology {os.fspath(path)!r}: {e.strerror}") from None
+    """Write ``topology`` to ``path`` in the ccsynth JSON format (atomically: see :mod:`ccsynth.atomic`)."""
+    write_text(path, topology_to_json(topology), what="topology", error=TopologyError)
 
 
 # ------------------------------------------------------------------- reading
@@ -166,6 +165,10 @@ def _number(v, where: str, *, positive: bool) -> float:
         raise TopologyError(f"{where} must be positive, got {v!r}")
     if x < 0:
         raise TopologyError(f"{where} must not be negative, got {v!r}")
+    if positive:  # a bandwidth
+        check_limit_min(where, x, "MIN_BANDWIDTH_GBPS", TopologyError)
+    else:  # a latency
+        check_limit(where, x, "MAX_LATENCY_US", TopologyError)
     return x
 
 
@@ -237,6 +240,7 @@ def _topology_from_dict(d: Any) -> Topology:
     _check_keys(d, _TOP_KEYS, "topology")
     name = _str(_get(d, "name", "topology"), "name")
     n = _int(_get(d, "n_ranks", "topology"), "n_ranks", 1)
+    check_limit("n_ranks", n, "MAX_RANKS", TopologyError)
     description = _str(d.get("description", ""), "description", empty_ok=True)
     sources = tuple(_str(s, f"sources[{i}]", empty_ok=True) for i, s in enumerate(_list(d.get("sources", []), "sources")))
 
@@ -321,17 +325,7 @@ def _overhead(entry: Mapping, where: str) -> float:
 def read_json(path: str | os.PathLike, what: str = "topology") -> Any:
     """Parsed JSON of ``path``; unreadable or malformed files raise :class:`TopologyError`."""
     p = os.fspath(path)
-    try:
-        with open(p, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise TopologyError(f"cannot read {what} {p!r}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise TopologyError(f"{what} file {p!r} is not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TopologyError(f"{what} file {p!r} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    return parse_json(read_text(p, what, TopologyError), f"{what} file {p!r}", TopologyError)
 
 
 def load_topology(path: str | os.PathLike) -> Topology:

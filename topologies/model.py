@@ -60,6 +60,7 @@ from typing import Iterator
 import networkx as nx
 
 from ccsynth.errors import TopologyError
+from ccsynth.limits import check as check_limit, check_min as check_limit_min
 
 BYTES_PER_US_PER_GBPS = 1e3
 #: values of :attr:`Topology.overhead_scope` (see the module docstring)
@@ -171,6 +172,20 @@ def _check_number(value, what: str, *, positive: bool) -> float:
     return v
 
 
+def _check_bw(value, what: str) -> float:
+    """A bandwidth (GB/s): positive, finite and at least MIN_BANDWIDTH_GBPS."""
+    v = _check_number(value, what, positive=True)
+    check_limit_min(what, v, "MIN_BANDWIDTH_GBPS", TopologyError)
+    return v
+
+
+def _check_alpha(value, what: str) -> float:
+    """A latency (us): non-negative, finite and at most MAX_LATENCY_US."""
+    v = _check_number(value, what, positive=False)
+    check_limit(what, v, "MAX_LATENCY_US", TopologyError)
+    return v
+
+
 @dataclass(frozen=True)
 class Topology:
     """An immutable network of ``n_ranks`` ranks (GPUs or processes).
@@ -199,6 +214,7 @@ class Topology:
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
             raise TopologyError(f"topology {self.name!r}: n_ranks must be a positive integer, got {self.n_ranks!r}")
+        check_limit(f"topology {self.name!r}: n_ranks", self.n_ranks, "MAX_RANKS", TopologyError)
         object.__setattr__(self, "links", tuple(self.links))
         object.__setattr__(self, "switches", tuple(self.switches))
         object.__setattr__(self, "shared_ports", tuple(self.shared_ports))
@@ -217,15 +233,21 @@ class Topology:
             if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n:
                 raise TopologyError(f"topology {self.name!r}: {where} names unknown rank {r!r} (ranks are 0..{n - 1})")
 
+        # Sizes first: a small file must not make the pair tables below huge.
+        n_conn = len(self.links) + sum(len(sw.ranks) * (len(sw.ranks) - 1) for sw in self.switches)
+        check_limit(f"topology {self.name!r}: directed connections", n_conn, "MAX_CONNECTIONS", TopologyError)
+        n_pairs = sum(len(sp.srcs) * len(sp.dsts) for sp in self.shared_ports)
+        check_limit(f"topology {self.name!r}: shared-port (source, destination) pairs", n_pairs, "MAX_PORT_PAIRS",
+                    TopologyError)
         seen: dict[tuple[int, int], str] = {}
         for link in self.links:
             rank_ok(link.src, f"link {link.src}->{link.dst}")
             rank_ok(link.dst, f"link {link.src}->{link.dst}")
             if link.src == link.dst:
                 raise TopologyError(f"topology {self.name!r}: link {link.src}->{link.dst} is a self-loop")
-            _check_number(link.bw, f"topology {self.name!r}: bandwidth of link {link.src}->{link.dst}", positive=True)
-            _check_number(link.alpha, f"topology {self.name!r}: latency of link {link.src}->{link.dst}", positive=False)
-            _check_number(link.overhead, f"topology {self.name!r}: per-message overhead of link {link.src}->{link.dst}", positive=False)
+            _check_bw(link.bw, f"topology {self.name!r}: bandwidth of link {link.src}->{link.dst}")
+            _check_alpha(link.alpha, f"topology {self.name!r}: latency of link {link.src}->{link.dst}")
+            _check_alpha(link.overhead, f"topology {self.name!r}: per-message overhead of link {link.src}->{link.dst}")
             key = (link.src, link.dst)
             if key in seen:
                 raise TopologyError(f"topology {self.name!r}: two connections {link.src}->{link.dst} ({seen[key]} and {link.name})")
@@ -240,9 +262,9 @@ class Topology:
                 raise TopologyError(f"topology {self.name!r}: switch {sw.name!r} needs at least two distinct ranks, got {list(sw.ranks)}")
             for r in sw.ranks:
                 rank_ok(r, f"switch {sw.name!r}")
-            _check_number(sw.bw, f"topology {self.name!r}: bandwidth of switch {sw.name!r}", positive=True)
-            _check_number(sw.alpha, f"topology {self.name!r}: latency of switch {sw.name!r}", positive=False)
-            _check_number(sw.overhead, f"topology {self.name!r}: per-message overhead of switch {sw.name!r}", positive=False)
+            _check_bw(sw.bw, f"topology {self.name!r}: bandwidth of switch {sw.name!r}")
+            _check_alpha(sw.alpha, f"topology {self.name!r}: latency of switch {sw.name!r}")
+            _check_alpha(sw.overhead, f"topology {self.name!r}: per-message overhead of switch {sw.name!r}")
             for a in sw.ranks:
                 for b in sw.ranks:
                     if a != b:
@@ -256,7 +278,7 @@ class Topology:
             )
         if self.local_bw is not None:
             object.__setattr__(
-                self, "local_bw", _check_number(self.local_bw, f"topology {self.name!r}: local copy bandwidth", positive=True)
+                self, "local_bw", _check_bw(self.local_bw, f"topology {self.name!r}: local copy bandwidth")
             )
         for sp in self.shared_ports:
             object.__setattr__(sp, "srcs", tuple(sp.srcs))
@@ -266,15 +288,15 @@ class Topology:
             names.add(sp.name)
             for r in sp.srcs + sp.dsts:
                 rank_ok(r, f"shared port {sp.name!r}")
-            _check_number(sp.bw, f"topology {self.name!r}: bandwidth of shared port {sp.name!r}", positive=True)
+            _check_bw(sp.bw, f"topology {self.name!r}: bandwidth of shared port {sp.name!r}")
         if self.dims:
             prod = 1
             for d in self.dims:
                 if d.size < 1:
                     raise TopologyError(f"topology {self.name!r}: dimension {d.name!r} has size {d.size}")
-                _check_number(d.bw, f"topology {self.name!r}: bandwidth of dimension {d.name!r}", positive=True)
-                _check_number(d.alpha, f"topology {self.name!r}: latency of dimension {d.name!r}", positive=False)
-                _check_number(d.overhead, f"topology {self.name!r}: per-message overhead of dimension {d.name!r}", positive=False)
+                _check_bw(d.bw, f"topology {self.name!r}: bandwidth of dimension {d.name!r}")
+                _check_alpha(d.alpha, f"topology {self.name!r}: latency of dimension {d.name!r}")
+                _check_alpha(d.overhead, f"topology {self.name!r}: per-message overhead of dimension {d.name!r}")
                 prod *= d.size
             if prod != n:
                 raise TopologyError(

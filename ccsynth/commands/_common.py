@@ -41,7 +41,8 @@ def add_size_args(p, default: str = "1M") -> None:
 
 
 def sizes_from(args) -> list[int]:
-    if getattr(args, "sizes", None):
+    """The sizes of ``-s`` or ``--sizes`` (an empty ``--sizes ""`` is an error, not the default)."""
+    if getattr(args, "sizes", None) is not None:
         return parse_sizes(args.sizes)
     return [parse_size(args.size if args.size is not None else args._default_size)]
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from ccsynth.atomic import check_writable
 from ccsynth.commands._common import add_json_arg, print_json, print_table
+from ccsynth.errors import TopologyError
 
 
 def register(sub) -> None:
@@ -32,6 +34,8 @@ def run(args) -> int:
         else:
             print_table(["topology", "description"], rows)
         return 0
+    if args.topo_cmd == "export":
+        check_writable(args.output, "topology", TopologyError)
     topo = get_topology(args.spec)
     if args.topo_cmd == "export":
         T.save_topology(topo, args.output)
