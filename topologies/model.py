@@ -397,13 +397,17 @@ class Topology:
         share two ranks, which counting the switch pairs met at each rank finds.
         """
         names: set[str] = set()
+        leaves = {name for sp in self.spines for name in sp.leaves}
         for sw in self.switches:
             if sw.name in names:
                 raise TopologyError(f"topology {self.name!r}: duplicate switch name {sw.name!r}")
             names.add(sw.name)
             object.__setattr__(sw, "ranks", tuple(sw.ranks))
-            if len(set(sw.ranks)) != len(sw.ranks) or len(sw.ranks) < 2:
-                raise TopologyError(f"topology {self.name!r}: switch {sw.name!r} needs at least two distinct ranks, got {list(sw.ranks)}")
+            # a spine's leaf may hold one rank (a scalable unit of one node): its ports reach the spine
+            fewest = 1 if sw.name in leaves else 2
+            if len(set(sw.ranks)) != len(sw.ranks) or len(sw.ranks) < fewest:
+                raise TopologyError(f"topology {self.name!r}: switch {sw.name!r} needs at least two distinct ranks"
+                                    f"{' (one on a spine leaf)' if fewest == 1 else ''}, got {list(sw.ranks)}")
             for r in sw.ranks:
                 self._rank_ok(r, f"switch {sw.name!r}")
             _check_number(sw.bw, f"topology {self.name!r}: bandwidth of switch {sw.name!r}", positive=True)
