@@ -11,6 +11,25 @@ A :class:`Sketch` narrows the synthesis problem the way a TACCL user does:
   ``j`` of every rank may leave through; ``enforce_ordering``: a sender puts
   its own chunks on the wire before relayed ones; ``ring`` (ccsynth): a node
   sends only to the next node, ``k -> k+1 mod N``, as rings along rails do);
+* **relays as TACCL means them** -- TACCL (``taccl/cli/common.py``,
+  ``taccl/routing.py``) expands ``fully-connected`` to every sender -> every
+  receiver and ``direct-map`` to GPU ``i`` -> GPU ``i``, lets a chunk use
+  any GPU on its shortest paths (its candidate sets are sets of GPUs, not
+  paths) and requires it to cross from its own node into every other node
+  (at least once, never back): a chunk *enters a node and spreads inside
+  it*. Routing over latency-shortest paths alone would instead send data
+  that every rank needs across the network to every GPU of a node it can
+  reach directly (``fully-connected`` on NDv2: once per remote GPU through
+  the node's one NIC). So where the relay rules let a sender reach several
+  GPUs of a node (no ``connections``, ``fully-connected``, or a sender with
+  several receivers), data of rank ``s`` enters every other node at one GPU
+  (:meth:`LogicalTopology.entry_local`: the receivers its senders may reach,
+  taken in turn by ``s``'s index inside its node, so the ranks of a node
+  enter through different GPUs) and spreads from there
+  (:meth:`LogicalTopology.relay_edge_ok`, which the allgather routing -- and
+  reduce-scatter, its reverse -- uses; alltoall data has one destination and
+  keeps :meth:`LogicalTopology.edge_ok`). The routing stays a shortest-path
+  DAG, one of the routings TACCL's model admits;
 * **switch hyperedge policy** per switch (:data:`SWITCH_POLICIES`): ``uc-max``
   uses as many distinct connections of the switch as possible (spreads the
   sends), ``uc-min`` as few as possible (relays through a few partners);
@@ -560,6 +579,8 @@ class LogicalTopology:
     def _setup_internode(self) -> None:
         inter = self.sketch.internode
         self.inter = inter
+        self.spreads = False
+        self._entries: dict[int, int | None] = {}
         if inter is None:
             return
         sizes = {len(r) for r in self.node_ranks.values()}
@@ -575,6 +596,8 @@ class LogicalTopology:
         elif inter.pattern == "fully-connected":
             conn = None
         self.conn = conn
+        # a sender reaching several GPUs of a node: data enters each node once and spreads (module docstring)
+        self.spreads = self.topology.n_nodes > 1 and (conn is None or any(len(d) > 1 for d in conn.values()))
         for what, m in (("internode connection", inter.conn_map), ("gpus_to_sender_rev_map", inter.sender_map)):
             for s, vals in (m or {}).items():
                 for x in (s, *vals):
@@ -605,6 +628,37 @@ class LogicalTopology:
         if self.conn is None:
             return True
         return self.local[v] in self.conn.get(self.local[u], ())
+
+    def entry_local(self, src: int) -> int | None:
+        """The GPU (index inside a node) at which data of ``src`` enters every other node; None: anywhere.
+
+        Only when the relay rules spread (see the module docstring): the
+        receivers of the senders that may forward ``src``'s data, the
+        ``k``-th of them for ``src``'s index ``k`` inside its node (modulo
+        their number).
+        """
+        if not self.spreads:
+            return None
+        k = self.local[src]
+        if k not in self._entries:
+            g = self.gpus_per_node
+            senders = range(g) if self.conn is None else sorted(self.conn)
+            sm = self.inter.sender_map
+            if sm is not None:
+                senders = [s for s in senders if k in sm.get(s, ())]
+            receivers = sorted(set(range(g)) if self.conn is None and senders else
+                               {r for s in senders for r in (self.conn or {}).get(s, ())})
+            self._entries[k] = receivers[k % len(receivers)] if receivers else None
+        return self._entries[k]
+
+    def relay_edge_ok(self, src: int, j: int, u: int, v: int) -> bool:
+        """:meth:`edge_ok`, and data every rank needs enters another node only at :meth:`entry_local`."""
+        if not self.edge_ok(src, j, u, v):
+            return False
+        if self.spreads and self.is_cross(u, v):
+            entry = self.entry_local(src)
+            return entry is None or self.local[v] == entry
+        return True
 
     def sender_ok(self, src: int, j: int, u: int) -> bool:
         """May chunk ``j`` of rank ``src`` leave ``src``'s node from rank ``u``?"""
@@ -719,6 +773,13 @@ class LogicalTopology:
                         if self.sender_ok(src, j, u) != self.sender_ok(perm[src], j, perm[u]):
                             return (f"the relay rules let rank {u} forward chunk {j} of rank {src} but not rank "
                                     f"{perm[u]} forward that of rank {perm[src]} (or the reverse)")
+        if self.spreads:
+            for src in range(self.n):
+                e, img = self.entry_local(src), self.entry_local(perm[src])
+                for node, ranks in self.node_ranks.items():
+                    if e is not None and node != self.node_of[src] and self.local[perm[ranks[e]]] != img:
+                        return (f"data of rank {src} enters node {node} at rank {ranks[e]}, but its image "
+                                f"{perm[src]} enters elsewhere than {perm[ranks[e]]}")
         for sw in topo.switches:
             members = sorted(perm[r] for r in sw.ranks)
             img = [s for s in topo.switches if sorted(s.ranks) == members]
