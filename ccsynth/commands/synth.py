@@ -92,7 +92,9 @@ def run(args) -> int:
     from ccsynth.formats.files import load_sketch
     from ccsynth.units import parse_size, parse_sizes
 
-    topo = topology_from(args.topology)
+    sketch = load_sketch(args.sketch) if args.sketch else None
+    # a TACCL profile without ?nodes= has as many nodes as the sketch says (TACCL's nnodes)
+    topo = topology_from(args.topology, sketch.nnodes if sketch is not None else None)
     if args.chunks is not None and args.chunks < 1:
         raise CCSynthError(f"--chunks must be a positive integer, got {args.chunks}")
     coll = Collective(args.collective, topo.n_ranks, args.chunks or 1)
@@ -100,7 +102,6 @@ def run(args) -> int:
 
     if coll.kind not in SUPPORTED:
         raise CollectiveError(f"ccsynth synth supports {', '.join(SUPPORTED)}; got {coll.kind}")
-    sketch = load_sketch(args.sketch) if args.sketch else None
     if sketch is not None:
         sketch.bind(topo)  # sketch errors (with the failed rule) before any solver runs
     opts = _options(args)
