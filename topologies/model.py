@@ -602,16 +602,18 @@ class Topology:
                             counts[("switch", c.alpha, c.bw, c.overhead)] += 1
         for si, sp in enumerate(self.spines):
             leaves = [self.switches[w] for w in idx.spine_leaves[si]]
-            per_node = [Counter(self.nodes[r] for r in leaf.ranks if r not in capped) for leaf in leaves]
+            senders = [Counter(self.nodes[r] for r in leaf.ranks if r not in capped) for leaf in leaves]
+            receivers = [Counter(self.nodes[r] for r in leaf.ranks) for leaf in leaves]
             for x, la in enumerate(leaves):
+                na = senders[x]
+                n_senders = sum(na.values())
                 for y, lb in enumerate(leaves):
                     if x == y:
                         continue
-                    na, nb = per_node[x], per_node[y]
-                    pairs = sum(na.values()) * len(lb.ranks) - sum(cnt * sum(
-                        1 for r in lb.ranks if self.nodes[r] == node) for node, cnt in na.items())
+                    nb = receivers[y]
+                    same_node = sum(cnt * nb[node] for node, cnt in na.items() if node in nb)
                     bw = min(la.bw, lb.bw, sp.uplink_bw if sp.uplink_bw is not None else math.inf)
-                    counts[("spine", sp.alpha, bw, sp.overhead)] += pairs
+                    counts[("spine", sp.alpha, bw, sp.overhead)] += n_senders * len(lb.ranks) - same_node
             for w in idx.spine_leaves[si]:
                 for a in self.switches[w].ranks:
                     if a in capped:
