@@ -580,7 +580,7 @@ class LogicalTopology:
         inter = self.sketch.internode
         self.inter = inter
         self.spreads = False
-        self._entries: dict[int, int | None] = {}
+        self._entries: dict[tuple[int, frozenset | None], int | None] = {}
         if inter is None:
             return
         sizes = {len(r) for r in self.node_ranks.values()}
@@ -629,34 +629,39 @@ class LogicalTopology:
             return True
         return self.local[v] in self.conn.get(self.local[u], ())
 
-    def entry_local(self, src: int) -> int | None:
-        """The GPU (index inside a node) at which data of ``src`` enters every other node; None: anywhere.
+    def entry_local(self, src: int, j: int = 0) -> int | None:
+        """The GPU (index inside a node) at which piece ``j`` of ``src`` enters every other node; None: anywhere.
 
         Only when the relay rules spread (see the module docstring): the
-        receivers of the senders that may forward ``src``'s data, the
-        ``k``-th of them for ``src``'s index ``k`` inside its node (modulo
-        their number).
+        receivers of the senders that may forward the piece (``senders``,
+        ``chunk_relays``), the ``k``-th of them for ``src``'s index ``k``
+        inside its node (modulo their number). Pieces of one chunk class
+        (:meth:`chunk_classes`) enter at the same GPU.
         """
         if not self.spreads:
             return None
         k = self.local[src]
-        if k not in self._entries:
+        rm = self.inter.relay_map
+        relays = rm.get(j) if rm is not None else None
+        key = (k, relays)
+        if key not in self._entries:
             g = self.gpus_per_node
-            senders = range(g) if self.conn is None else sorted(self.conn)
+            senders = [s for s in (range(g) if self.conn is None else sorted(self.conn))
+                       if relays is None or s in relays]
             sm = self.inter.sender_map
             if sm is not None:
                 senders = [s for s in senders if k in sm.get(s, ())]
             receivers = sorted(set(range(g)) if self.conn is None and senders else
                                {r for s in senders for r in (self.conn or {}).get(s, ())})
-            self._entries[k] = receivers[k % len(receivers)] if receivers else None
-        return self._entries[k]
+            self._entries[key] = receivers[k % len(receivers)] if receivers else None
+        return self._entries[key]
 
     def relay_edge_ok(self, src: int, j: int, u: int, v: int) -> bool:
         """:meth:`edge_ok`, and data every rank needs enters another node only at :meth:`entry_local`."""
         if not self.edge_ok(src, j, u, v):
             return False
         if self.spreads and self.is_cross(u, v):
-            entry = self.entry_local(src)
+            entry = self.entry_local(src, j)
             return entry is None or self.local[v] == entry
         return True
 
@@ -774,12 +779,13 @@ class LogicalTopology:
                             return (f"the relay rules let rank {u} forward chunk {j} of rank {src} but not rank "
                                     f"{perm[u]} forward that of rank {perm[src]} (or the reverse)")
         if self.spreads:
-            for src in range(self.n):
-                e, img = self.entry_local(src), self.entry_local(perm[src])
-                for node, ranks in self.node_ranks.items():
-                    if e is not None and node != self.node_of[src] and self.local[perm[ranks[e]]] != img:
-                        return (f"data of rank {src} enters node {node} at rank {ranks[e]}, but its image "
-                                f"{perm[src]} enters elsewhere than {perm[ranks[e]]}")
+            for j in [cls[0] for cls in self.chunk_classes(self.sketch.chunk_factor)]:
+                for src in range(self.n):
+                    e, img = self.entry_local(src, j), self.entry_local(perm[src], j)
+                    for node, ranks in self.node_ranks.items():
+                        if e is not None and node != self.node_of[src] and self.local[perm[ranks[e]]] != img:
+                            return (f"piece {j} of rank {src} enters node {node} at rank {ranks[e]}, but that of its "
+                                    f"image {perm[src]} enters elsewhere than {perm[ranks[e]]}")
         for sw in topo.switches:
             members = sorted(perm[r] for r in sw.ranks)
             img = [s for s in topo.switches if sorted(s.ranks) == members]

@@ -22,7 +22,9 @@ from ccsynth.errors import ScheduleError, TopologyError
 from ccsynth.formats import files
 from ccsynth.formats.taccl_topology import load_taccl_topology, time_scale_for
 from ccsynth.synth.bounds import lower_bound
+from ccsynth.synth.routing import route_allgather
 from ccsynth.synth.simulate import simulate
+from ccsynth.synth.sketch import InterNode, Sketch
 from ccsynth.synth.synthesize import synthesize
 from ccsynth.topologies import catalog
 
@@ -113,6 +115,13 @@ def test_fully_connected_data_enters_each_node_at_one_gpu_taken_in_turn():
     assert lt.edge_ok(3, 0, 3, 12)  # alltoall data (one destination) may still go straight there
     direct = files.load_sketch(DATA / "taccl_sketch_sk3_ndv2_n2.json").bind(catalog.ndv2(2))
     assert not direct.spreads and direct.entry_local(3) is None
+    # senders with several receivers, pieces relayed by index: each piece enters where its relay reaches
+    relays = Sketch(chunk_factor=2, internode=InterNode(connections=((0, (1, 2)), (4, (5, 6))),
+                                                        chunk_relays=((0, (0,)), (1, (4,)))))
+    lt = relays.bind(catalog.ndv2(2))
+    assert [(lt.entry_local(r, 0), lt.entry_local(r, 1)) for r in (0, 1)] == [(1, 5), (2, 6)]
+    routing = route_allgather(lt, 2, 1e6)
+    assert routing.t_bw_us > 0
 
 
 # ------------------------------------------------------------------ MSCCL's A100 schedules on the catalog's A100s
