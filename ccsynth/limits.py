@@ -18,10 +18,10 @@ limit                       value          why
 ``MAX_RANKS``               4096           the largest communicator ccsynth plans for (a
                                            512-node DGX cluster); per-rank tables are
                                            O(ranks) and rank-pair tables O(ranks^2)
-``MAX_CONNECTIONS``         300 000        directed connections of one topology (a link, or
-                                           a pair of members of one switch): the simulator,
-                                           the bounds and the MILPs hold one entry per
-                                           connection; a switch of k ranks is k(k-1)
+``MAX_CONNECTIONS``         300 000        links written out in one topology (switches and
+                                           spines imply their connections without building
+                                           them; only the links a file or builder lists
+                                           are held one by one)
 ``MAX_PORT_PAIRS``          4 000 000      (source, destination) pairs over all shared
                                            ports (a NIC shared by its node's GPUs covers
                                            8 x (n - 8)); one table entry each

@@ -12,7 +12,11 @@ TACCL's sketch JSON names the same rules as a ccsynth
      "symmetry_offsets": [[8, 16]],
      "hyperparameters": {"input_chunkup": 2, "input_size": "64M"}}
 
-(``internode_conn`` may also be ``fully-connected`` or ``direct-map``). A
+(``internode_conn`` may also be ``fully-connected`` or ``direct-map``;
+binding routes them as TACCL does -- a chunk crosses into every other node
+and spreads inside it, see :mod:`ccsynth.synth.sketch` -- and ``nnodes`` is
+the node count of a TACCL profile loaded for the sketch,
+``ccsynth.formats.files.get_topology(spec, default_nodes=sketch.nnodes)``). A
 TACCL sketch has ``intranode_sketch`` (:func:`is_taccl_sketch`), which is
 how :func:`ccsynth.formats.files.load_sketch` tells it from ccsynth's
 own. Writing one (:func:`sketch_to_taccl_dict`) drops what TACCL does not

@@ -111,13 +111,14 @@ def run(args) -> int:
         raise CCSynthError(f"--size must be positive, got {args.size!r}")
     fmt = _output_format(args)
     _check_output(args, fmt)
-    topo = topology_from(args.topology)
+    sketch = load_sketch(args.sketch) if args.sketch else None
+    # a TACCL profile without ?nodes= has as many nodes as the sketch says (TACCL's nnodes)
+    topo = topology_from(args.topology, sketch.nnodes if sketch is not None else None)
     coll = Collective(args.collective, topo.n_ranks, args.chunks or 1)
     from ccsynth.synth.synthesize import SUPPORTED
 
     if coll.kind not in SUPPORTED:
         raise CollectiveError(f"ccsynth synth supports {', '.join(SUPPORTED)}; got {coll.kind}")
-    sketch = load_sketch(args.sketch) if args.sketch else None
     if sketch is not None:
         if args.chunks is None:  # the sketch's factor is what the MILPs will use
             check_limit(f"sketch {args.sketch!r}: chunk factor", sketch.chunk_factor, "MAX_SYNTH_CHUNK_FACTOR")
