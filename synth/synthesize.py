@@ -33,6 +33,12 @@ C. :func:`_refine_contiguity` -- the contiguity MILP refines the winner.
 The fastest schedule in simulation is returned, after
 :func:`~ccsynth.collectives.verify.verify` on the topology.
 
+Multi-dimension networks: on a topology with dimensions, the best
+multi-dimension schedule (per-dimension phases in per-chunk dimension
+orders, :mod:`ccsynth.synth.multidim.candidates`) is a candidate too; above
+:data:`~ccsynth.synth.multidim.candidates.MILP_MAX_RANKS` ranks (32) the
+MILPs are skipped and it answers alone (with the baselines).
+
 Combining collectives:
 
 * **reduce-scatter** = allgather synthesized on ``topology.reversed()`` with
@@ -76,6 +82,8 @@ from ccsynth.errors import CollectiveError, InfeasibleError, SketchError
 from ccsynth.synth.alltoall import route_alltoall
 from ccsynth.synth.baseline_search import baseline_choices
 from ccsynth.synth.contiguity import Waves, chain_waves, dp_waves, schedule_waves, single_waves
+from ccsynth.synth.multidim.candidates import MILP_MAX_RANKS, MultiDimCandidate, best_multidim, milps_scale
+from ccsynth.synth.multidim.candidates import applies as multidim_applies
 from ccsynth.synth.lowering import (
     lower_allgather,
     lower_allreduce,
@@ -147,9 +155,12 @@ class SynthReport:
     warnings: list[str] = field(default_factory=list)
     #: every applicable baseline at its own best chunk factor, fastest first: name, chunk_factor, time_us
     baselines: list[dict] = field(default_factory=list)
-    #: the best synthesized schedule's simulated time, and what was returned: "synthesized" or "baseline"
+    #: the best synthesized schedule's simulated time, and what was returned: "synthesized", "multidim" or "baseline"
     synthesized_us: float | None = None
     chosen: str = "synthesized"
+    #: on topologies with dimensions: the best multi-dimension schedule (scheduler, time_us) and every
+    #: scheduler's time in the dimension-level model (:mod:`ccsynth.synth.multidim.candidates`)
+    multidim: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -275,6 +286,15 @@ def synthesize(
     report = report if report is not None else SynthReport()
     prog = _Progress(progress, report)
     size_bytes = _check_request(topology, collective, sketch, size_bytes)
+    multidim = _multidim_candidate(topology, collective, size_bytes, options, prog, report)
+    if multidim is not None and sketch is None and not milps_scale(topology):
+        prog("multidim", f"{topology.n_ranks} ranks: above MILP_MAX_RANKS = {MILP_MAX_RANKS}, the MILPs are skipped")
+        report.chosen = "multidim"
+        report.synthesized_us = multidim.time_us
+        best_sched = multidim.schedule.with_meta(chosen="multidim")
+        if not compare_baselines:
+            return best_sched
+        return _against_baselines(best_sched, multidim.time_us, topology, collective, size_bytes, prog, report)
     candidates = _candidates(topology, collective, sketch, size_bytes)
     prog("sketches", f"{len(candidates)} candidate(s): " + ", ".join(c.describe() for c in candidates))
     scored = _plan_candidates(topology, collective, candidates, options, size_bytes, prog,
@@ -287,6 +307,12 @@ def synthesize(
     best_sched = best_sched.with_meta(predicted_us=best_t, size_bytes=size_bytes, candidates=report.candidates)
     best_sched = _finish(best_sched, topology, prog)
     report.synthesized_us = best_t
+    if multidim is not None and is_less(multidim.time_us, best_t):
+        prog("multidim", f"{multidim.scheduler} ({multidim.time_us:.3f} us) is faster than the MILPs' schedule "
+                         f"({best_t:.3f} us)")
+        best_sched, best_t = multidim.schedule, multidim.time_us
+        report.chosen = "multidim"
+        report.synthesized_us = best_t
     if not compare_baselines:
         return best_sched
     return _against_baselines(best_sched, best_t, topology, collective, size_bytes, prog, report)
@@ -312,7 +338,22 @@ def _against_baselines(sched: Schedule, time_us: float, topology, collective: Co
             report.chosen = "baseline"
             return best.schedule.with_meta(predicted_us=best.result.time_us, size_bytes=size_bytes, chosen="baseline",
                                            synthesized_us=time_us, chunk_factor=best.chunk_factor, verified=True)
-    return sched.with_meta(chosen="synthesized")
+    return sched.with_meta(chosen=report.chosen)
+
+
+def _multidim_candidate(topology, collective: Collective, size_bytes: int, options: SolverOptions, prog: _Progress,
+                        report: SynthReport) -> MultiDimCandidate | None:
+    """The best multi-dimension schedule on a topology with dimensions (:mod:`ccsynth.synth.multidim.candidates`)."""
+    if not multidim_applies(topology, collective):
+        return None
+    got = best_multidim(topology, collective, size_bytes, options)
+    if got is None:
+        return None
+    report.multidim = {"scheduler": got.scheduler, "chunks": got.model.n_chunks, "time_us": got.time_us,
+                       "model_us": dict(got.model_us)}
+    prog("multidim", f"best multi-dimension schedule: {got.scheduler}, {got.model.n_chunks} chunks, "
+                     f"{got.time_us:.3f} us (model: " + ", ".join(f"{k} {v:.3f}" for k, v in got.model_us.items()) + ")")
+    return got
 
 
 def candidate_sketches(topology, collective: Collective, size_bytes: int) -> list[Sketch]:
