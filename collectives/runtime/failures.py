@@ -9,19 +9,24 @@ truncated. Either way the receiving rank raises
 expected and received bytes, before using the data (the layout's slicing
 guarantees that a disagreement always shows up as a slice of the wrong
 length: see :mod:`.layout`). A different dtype of the same item size goes
-unnoticed. Any other MPI error during a run is reported the same way, since
-differing arguments are by far its most likely cause.
+unnoticed (the Communicator's ``debug=True`` compares dtypes too).
 
-Such an error leaves the ranks that did not see it waiting: install
-:func:`ccsynth.collectives.mpi_util.install_abort_handler` so that an
-unhandled exception aborts the whole job.
+Other MPI errors are named for what they are: a peer whose process died or
+whose connection broke (``MPI_ERR_PROC_FAILED``, or MPICH's communication
+errors) is reported as :class:`~ccsynth.errors.PeerError` naming the peer,
+never as a count mismatch; anything else as the MPI error it is. A wait that
+times out (``timeout=``) raises :class:`~ccsynth.errors.CallTimeoutError`
+naming the ranks whose messages never came.
+
+The rank that raises one of these tells the others through the control line
+(:mod:`.control`), so every rank of the call raises.
 """
 
 from __future__ import annotations
 
 from ccsynth.collectives.runtime.constants import K_SEND
 from ccsynth.collectives.runtime.layout import Layout
-from ccsynth.errors import BufferMismatchError, ScheduleError
+from ccsynth.errors import BufferMismatchError, CallTimeoutError, CCSynthError, PeerError, ScheduleError
 
 __all__ = ["RunFailures"]
 
@@ -79,7 +84,7 @@ class RunFailures:
                 completed.add((status.Get_source(), status.Get_tag()))
         suspects = [
             v for q, v in zip(active, anodes)
-            if q is not self.null and lay.kind[v] != K_SEND and lay.mpi[v][:2] in completed
+            if v >= 0 and q is not self.null and lay.kind[v] != K_SEND and lay.mpi[v][:2] in completed
         ]
         if len(suspects) == 1:
             return self.count_mismatch(lay, suspects[0], None)
@@ -98,12 +103,34 @@ class RunFailures:
             return self.count_mismatch(lay, v, None)
         return self.mpi_failure(lay, e)
 
-    def mpi_failure(self, lay: Layout, e) -> BufferMismatchError:
-        """Any other MPI error during a run, as a BufferMismatchError (the usual cause)."""
-        return BufferMismatchError(
-            f"rank {self.rank}: MPI failed while running {self.what_ran(lay)} ({e.Get_error_string()}); "
-            f"this usually means the ranks passed different counts (or datatypes) to the collective "
-            f"(the Communicator's debug=True, or CCSYNTH_DEBUG=1, checks that before communicating)"
+    def mpi_failure(self, lay: Layout, e) -> CCSynthError:
+        """Any other MPI error during a run: a peer that went away, or the MPI error as it is."""
+        MPI = self.MPI
+        cls = e.Get_error_class()
+        text = e.Get_error_string()
+        gone = {getattr(MPI, name) for name in ("ERR_PROC_FAILED", "ERR_PROC_FAILED_PENDING", "ERR_REVOKED")
+                if hasattr(MPI, name)}
+        lowered = text.lower()
+        if cls in gone or "communication error" in lowered or "socket" in lowered or "terminated" in lowered:
+            return PeerError(
+                f"rank {self.rank}: a peer went away (its process ended or its connection failed) while running "
+                f"{self.what_ran(lay)}: {text}"
+            )
+        if cls == MPI.ERR_TRUNCATE:
+            return BufferMismatchError(
+                f"rank {self.rank} was sent more than it expected while running {self.what_ran(lay)} (MPI truncated "
+                f"a message): the ranks passed different counts (or datatypes) to the collective. {_HINT}"
+            )
+        return CCSynthError(f"rank {self.rank}: MPI failed while running {self.what_ran(lay)}: {text}")
+
+    def timed_out(self, lay: Layout, seconds: float, waiting_for: list[int]) -> CallTimeoutError:
+        """Nothing arrived for ``seconds``; ``waiting_for``: nodes of the receives still pending."""
+        peers = sorted({lay.mpi[v].peer for v in waiting_for if v in lay.mpi})
+        who = (f"messages from rank(s) {', '.join(map(str, peers))}" if peers
+               else "its sends to complete (a peer is not receiving)")
+        return CallTimeoutError(
+            f"rank {self.rank} waited {seconds:g} s for {who} while running {self.what_ran(lay)}: a rank skipped "
+            f"this call, called another collective, passed other arguments, or stopped. {_HINT}"
         )
 
     def stalled(self, left: int) -> ScheduleError:  # pragma: no cover - excluded by the compile-time checks

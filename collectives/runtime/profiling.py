@@ -8,8 +8,8 @@ the whole run. Nothing of this is on the path of an ordinary run: the
 plain calls are the library's own functions.
 
 What the figures mean: ``wait`` is time blocked waiting for MPI (every
-``wait_some``/``wait_one``/``wait_all``, polling included), ``mpi_start``
-the ``Start``/``Startall`` calls, ``kernels`` copies and reductions (on a
+``wait_some``/``wait_any``/``test_all``, polling included), ``mpi_start``
+the ``Isend``/``Irecv`` calls that post messages, ``kernels`` copies and reductions (on a
 device each kernel is followed by a synchronisation, so that its time is
 its own) and ``python`` everything else: the loop's own bookkeeping.
 """
@@ -33,7 +33,7 @@ class RunStats:
     total_s: float = 0.0
     wait_s: float = 0.0  # blocked waiting for MPI (Waitsome, Wait, Test polling)
     kernel_s: float = 0.0  # copies and reductions
-    start_s: float = 0.0  # MPI Start/Startall calls
+    start_s: float = 0.0  # posting messages (Isend/Irecv)
     waits: int = 0
     kernels: int = 0
     starts: int = 0
@@ -58,22 +58,18 @@ class RunStats:
 
 
 def timed_mpi(calls: MpiCalls, stats: RunStats) -> MpiCalls:
-    """``calls`` with every start and wait timed into ``stats``."""
+    """``calls`` with every post (``Isend``/``Irecv``) and wait timed into ``stats``."""
     clock = time.perf_counter
-    start, startall = calls.start, calls.startall
-    wait_some, wait_one, wait_all = calls.wait_some, calls.wait_one, calls.wait_all
 
-    def timed_start(request):
-        t = clock()
-        start(request)
-        stats.start_s += clock() - t
-        stats.starts += 1
+    def posting(post: Callable) -> Callable:
+        def timed_post(*args):
+            t = clock()
+            request = post(*args)
+            stats.start_s += clock() - t
+            stats.starts += 1
+            return request
 
-    def timed_startall(requests):
-        t = clock()
-        startall(requests)
-        stats.start_s += clock() - t
-        stats.starts += len(requests)
+        return timed_post
 
     def waiting(wait: Callable) -> Callable:
         def timed_wait(*args):
@@ -85,8 +81,8 @@ def timed_mpi(calls: MpiCalls, stats: RunStats) -> MpiCalls:
 
         return timed_wait
 
-    return replace(calls, start=timed_start, startall=timed_startall, wait_some=waiting(wait_some),
-                   wait_one=waiting(wait_one), wait_all=waiting(wait_all))
+    return replace(calls, isend=posting(calls.isend), irecv=posting(calls.irecv), wait_some=waiting(calls.wait_some),
+                   wait_any=waiting(calls.wait_any), test_all=waiting(calls.test_all))
 
 
 def timed_kernels(k: Kernels, stats: RunStats) -> Kernels:
@@ -113,10 +109,10 @@ def timed_kernels(k: Kernels, stats: RunStats) -> Kernels:
     return replace(k, copy=kernel(k.copy), reduce=kernel(k.reduce), fused=kernel(k.fused), sync=timed_sync)
 
 
-def run_profiled(loop: Callable, stats: RunStats, lay, bnd, k: Kernels, calls: MpiCalls, failures) -> None:
+def run_profiled(loop: Callable, stats: RunStats, lay, bnd, k: Kernels, calls: MpiCalls, failures, ch) -> None:
     """Run ``loop`` with timed calls; one more run in ``stats`` if it returns."""
     k, calls = timed_kernels(k, stats), timed_mpi(calls, stats)
     t = time.perf_counter()
-    loop(lay, bnd, k, calls, failures)
+    loop(lay, bnd, k, calls, failures, ch)
     stats.runs += 1
     stats.total_s += time.perf_counter() - t
