@@ -620,11 +620,12 @@ class Communicator:
         return False
 
     def _run(self, kind: str, nbytes: int, m: int, dtype, opname, root: int, like, sendarr, recvarr, fallback,
-             pre=None):
+             copy_of=None):
         """Run a schedule if one covers the call, else the MPI library's collective.
 
-        ``pre()`` (the copy of an in-place input into a private buffer) runs
-        first when a schedule runs the call.
+        ``copy_of`` (an in-place call): the schedule's input is a private
+        copy of this array, made first on every run of the call (the MPI
+        library takes the in-place call as it is).
         """
         if self.debug:
             self._agree(self._signature(kind, m, dtype, opname, root))
@@ -649,6 +650,10 @@ class Communicator:
             # non-reducing collectives move bytes: the executor counts chunks in bytes
             unit = m if cs._reducing else m * np.dtype(dtype).itemsize
             if cs.supports_count(unit):
+                pre = None
+                if copy_of is not None:
+                    sendarr, entry = self._private("in", like, copy_of.size)
+                    pre = self._copier(sendarr, copy_of, entry)
                 run, device = cs.execute, backend.is_device
                 sync, op_run = backend.synchronize, opname or "sum"
                 count = m if (sendarr is None and recvarr is None) else None
@@ -736,10 +741,9 @@ class Communicator:
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m)
         self._check_op_dtype(opname, dt)
-        pre = None
+        copy_of = None
         if in_place:
-            inp, entry = self._private("in", r.array, m)
-            pre = self._copier(inp, r.array, entry)
+            inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
         else:
             inp = s.array
 
@@ -747,7 +751,7 @@ class Communicator:
             self._mpi_collective("Allreduce", lambda: self.comm.Iallreduce(sendbuf, recvbuf, mpi_op))
             self._finish_avg(opname, r.array)
 
-        self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb, pre)
+        self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb, copy_of)
 
     @_numbered("reduce_scatter")
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
@@ -774,10 +778,9 @@ class Communicator:
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, what_count=f"{n} x {m} (one block per rank)")
         self._check_op_dtype(opname, dt)
-        pre = None
+        copy_of = None
         if in_place:
-            inp, entry = self._private("in", r.array, n * m)
-            pre = self._copier(inp, r.array, entry)
+            inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
             out = r.array[:m]
         else:
             inp, out = s.array, r.array
@@ -787,7 +790,7 @@ class Communicator:
                                  lambda: self.comm.Ireduce_scatter_block(sendbuf, recvbuf, mpi_op))
             self._finish_avg(opname, out)
 
-        self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb, pre)
+        self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb, copy_of)
 
     @_numbered("reduce")
     def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
@@ -813,10 +816,9 @@ class Communicator:
         if r is not None and s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m)
         self._check_op_dtype(opname, dt)
-        pre = None
+        copy_of = None
         if in_place:
-            inp, entry = self._private("in", r.array, m)
-            pre = self._copier(inp, r.array, entry)
+            inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
         else:
             inp = s.array
         out = r.array if r is not None else None
@@ -826,7 +828,7 @@ class Communicator:
             if out is not None:
                 self._finish_avg(opname, out)
 
-        self._run("reduce", m * dt.itemsize, m, dt, opname, root, ref.array, inp, out, fb, pre)
+        self._run("reduce", m * dt.itemsize, m, dt, opname, root, ref.array, inp, out, fb, copy_of)
 
     @_numbered("allgather")
     def Allgather(self, sendbuf, recvbuf) -> None:
@@ -844,14 +846,13 @@ class Communicator:
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, recv_blocks=n)
-        pre = None
+        copy_of = None
         if in_place:
-            inp, entry = self._private("in", r.array, m)
-            pre = self._copier(inp, r.array[self._rank * m:(self._rank + 1) * m], entry)
+            inp, copy_of = None, r.array[self._rank * m:(self._rank + 1) * m]  # copied in _run, as above
         else:
             inp = s.array
         self._run("allgather", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
-                  lambda: self._mpi_collective("Allgather", lambda: self.comm.Iallgather(sendbuf, recvbuf)), pre)
+                  lambda: self._mpi_collective("Allgather", lambda: self.comm.Iallgather(sendbuf, recvbuf)), copy_of)
 
     @_numbered("alltoall")
     def Alltoall(self, sendbuf, recvbuf) -> None:
@@ -869,14 +870,13 @@ class Communicator:
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, recv_blocks=n, what_count=f"{n} x {m} (one block per rank)")
-        pre = None
+        copy_of = None
         if in_place:
-            inp, entry = self._private("in", r.array, n * m)
-            pre = self._copier(inp, r.array, entry)
+            inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
         else:
             inp = s.array
         self._run("alltoall", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
-                  lambda: self._mpi_collective("Alltoall", lambda: self.comm.Ialltoall(sendbuf, recvbuf)), pre)
+                  lambda: self._mpi_collective("Alltoall", lambda: self.comm.Ialltoall(sendbuf, recvbuf)), copy_of)
 
     @_numbered("broadcast")
     def Bcast(self, buf, root: int = 0) -> None:

@@ -381,8 +381,7 @@ class CompiledSchedule:
                     return False
                 sb, smb = self.slice_bytes, self.static_max_bytes
                 if self._agreement is None:
-                    key = (f"{self.schedule.name}|{self.collective.describe()}|{len(self.schedule.ops)}|"
-                           f"{self.roles}|{self.backend.name}")
+                    key = f"{self.schedule.name}|{self.collective.describe()}|{len(self.schedule.ops)}|{self.roles}"
                     self._agreement = ch.line.agreement(key, [int(ok), sb, smb])
                 ch.wait_watching(self._agreement.recvs, self._mpi)
                 got = self._agreement.got
@@ -561,7 +560,10 @@ class CompiledSchedule:
             or _sig(sendbuf) != fast.send_sig
             or _sig(recvbuf) != fast.recv_sig
         ):
-            fast = self._prepare(sendbuf, recvbuf, op, count)
+            try:
+                fast = self._prepare(sendbuf, recvbuf, op, count)
+            except WaitTimedOut as e:  # waiting for the other ranks' settings (the first call only)
+                raise self._failures.timed_out(None, e.seconds, []) from None
             self._fast = fast
         # else: the same arrays as last time (a training or benchmark loop): the checks are skipped
         lay, bnd = fast.layout, fast.binding
@@ -579,6 +581,9 @@ class CompiledSchedule:
             if self._MPI is not None and isinstance(e, self._MPI.Exception):
                 raise self._failures.mpi_failure(lay, e) from e
             raise
+        memory = ch.memory
+        if memory.total > memory.budget:  # this call needed more than the budget: keep no more than it
+            memory.trim()
         if fast.opname == "avg" and recvbuf is not None and (
                 self.collective.kind != "reduce" or self.role == self.collective.root):
             self.backend.divide(self._flat(recvbuf, "recvbuf"), self.size)

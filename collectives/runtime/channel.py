@@ -139,14 +139,17 @@ class Channel:
     ``ctrl`` (the control line's posted receive) in every wait.
     """
 
-    def __init__(self, comm, control_comm, MPI, *, own_comm: bool, cache_bytes: int | None = None) -> None:
+    def __init__(self, comm, control_comm, MPI, *, own_comm: bool, cache_bytes: int | None = None,
+                 tags: TagSpace | None = None) -> None:
         self.MPI = MPI
         self.comm = comm  # where the messages go (replaced every `window` calls)
         self._own = own_comm  # whether self.comm is ours to free
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        tag_ub = comm.Get_attr(MPI.TAG_UB)
-        self.tags = TagSpace.for_tag_ub(int(tag_ub) if tag_ub else 32767)
+        if tags is None:
+            tag_ub = comm.Get_attr(MPI.TAG_UB)
+            tags = TagSpace.for_tag_ub(int(tag_ub) if tag_ub else 32767)
+        self.tags = tags
         self._mask = self.tags.window - 1
         self._shift = self.tags.slice_bits
         self.seq = 0  # the call in progress (or the last one)
@@ -164,11 +167,13 @@ class Channel:
         shutdown.register(self)
 
     @classmethod
-    def build(cls, comm, MPI, *, private: bool = True, cache_bytes: int | None = None) -> "Channel":
+    def build(cls, comm, MPI, *, private: bool = True, cache_bytes: int | None = None,
+              tags: TagSpace | None = None) -> "Channel":
         """A channel for ``comm`` (collective): its messages go on a ``Dup`` of it if ``private``, else on
-        ``comm`` itself; the control line always gets a ``Dup`` of its own."""
+        ``comm`` itself; the control line always gets a ``Dup`` of its own. ``tags`` overrides the split of
+        the tag (tests use a small window)."""
         p2p = comm.Dup() if private else comm
-        return cls(p2p, comm.Dup(), MPI, own_comm=private, cache_bytes=cache_bytes)
+        return cls(p2p, comm.Dup(), MPI, own_comm=private, cache_bytes=cache_bytes, tags=tags)
 
     # ------------------------------------------------------------------ calls
     def open_call(self) -> int:
@@ -327,6 +332,13 @@ class Channel:
                 self.comm.Free()
             except MPI.Exception:  # pragma: no cover
                 pass
+
+    def __del__(self):
+        # Dropped before exit (its communicator went away): withdraw the posted receive, free the communicators.
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
 
     def __repr__(self) -> str:
         return f"<Channel rank {self.rank} of {self.size}, call {self.seq}, generation {self.generation}>"

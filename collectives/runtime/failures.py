@@ -123,14 +123,20 @@ class RunFailures:
             )
         return CCSynthError(f"rank {self.rank}: MPI failed while running {self.what_ran(lay)}: {text}")
 
-    def timed_out(self, lay: Layout, seconds: float, waiting_for: list[int]) -> CallTimeoutError:
-        """Nothing arrived for ``seconds``; ``waiting_for``: nodes of the receives still pending."""
-        peers = sorted({lay.mpi[v].peer for v in waiting_for if v in lay.mpi})
-        who = (f"messages from rank(s) {', '.join(map(str, peers))}" if peers
-               else "its sends to complete (a peer is not receiving)")
+    def timed_out(self, lay: Layout | None, seconds: float, waiting_for: list[int]) -> CallTimeoutError:
+        """Nothing arrived for ``seconds``; ``waiting_for``: nodes of the receives still pending (``lay`` None:
+        waiting for the other ranks' settings before the first run)."""
+        if lay is None:
+            who = f"the other ranks to start schedule {self.schedule.name!r}"
+            running = "its first call"
+        else:
+            peers = sorted({lay.mpi[v].peer for v in waiting_for if v in lay.mpi})
+            who = (f"messages from rank(s) {', '.join(map(str, peers))}" if peers
+                   else "its sends to complete (a peer is not receiving)")
+            running = self.what_ran(lay)
         return CallTimeoutError(
-            f"rank {self.rank} waited {seconds:g} s for {who} while running {self.what_ran(lay)}: a rank skipped "
-            f"this call, called another collective, passed other arguments, or stopped. {_HINT}"
+            f"rank {self.rank} waited {seconds:g} s for {who} while running {running}: a rank skipped this call, "
+            f"called another collective, passed other arguments (root, count), or stopped. {_HINT}"
         )
 
     def stalled(self, left: int) -> ScheduleError:  # pragma: no cover - excluded by the compile-time checks

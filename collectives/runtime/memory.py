@@ -14,8 +14,9 @@ free them), never one that the call in progress uses. Hence, at any time::
 
     kept bytes <= max(budget, bytes the call in progress needs)
 
-and buffers are dropped *before* new ones are allocated, so the peak is the
-same bound. The budget is ``cache_bytes`` (``Communicator(cache_bytes=...)``,
+buffers are dropped *before* new ones are allocated, so the peak is the
+same bound, and a call that needed more than the budget drops its own
+buffers when it ends (:meth:`MemoryBudget.trim`). The budget is ``cache_bytes`` (``Communicator(cache_bytes=...)``,
 ``CompiledSchedule(cache_bytes=...)`` or the environment variable
 ``CCSYNTH_CACHE_BYTES``); by default it is ``max(32 MiB, 2 x the largest
 message seen)``, which holds the buffers of one call of the largest size
@@ -132,6 +133,17 @@ class MemoryBudget:
             self.forget(e)
             log.debug("dropped %s (%d bytes; last used by call %d) to stay within %d bytes",
                       e.what or "a cached buffer", e.nbytes, e.last, limit)
+            e.drop()
+
+    def trim(self) -> None:
+        """After a call: drop least recently used entries until the budget holds (``cache_bytes=0``: all)."""
+        limit = self.budget
+        if self.total <= limit:
+            return
+        for e in sorted(self._entries.values(), key=lambda e: e.last):
+            if self.total <= limit:
+                break
+            self.forget(e)
             e.drop()
 
     def forget(self, entry: Entry) -> None:
