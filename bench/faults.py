@@ -377,7 +377,7 @@ class Scenario:
     body: Callable[[Ctx], None]
     expect: str  # "clean error", "abort" or "correct result"
     alone: bool = False
-    ranks: tuple[int, ...] = (2, 4, 6)
+    ranks: tuple[int, ...] = (2, 3, 4, 5, 6)
     handler: bool = True  # install the abort handler (an uncaught error aborts the job)
 
 
@@ -426,7 +426,7 @@ def _scenarios() -> list[Scenario]:
         Scenario("exit-after-large", "exit right after 32 MiB allreduce, bcast, reduce", _exit_after_large,
                  "correct result", alone=True),
         Scenario("memory-200-sizes", "200 distinct in-place allreduce sizes up to 16 MiB", _memory,
-                 "correct result", alone=True, ranks=(2, 4)),
+                 "correct result", alone=True),
     ]
     return out
 
@@ -522,7 +522,7 @@ def _classify(s: Scenario, n: int, rc: int | None, out: str, ended: float) -> Ou
         return Outcome(s.name, n, "OVER", 0.0, detail_of("OVER"), s.expect, lines)
     if injected and rc != 0:
         why = ""
-        m = re.search(r"(rank \d+[^\n]*(?:failed|aborting)[^\n]*)", out)
+        m = re.search(r"(rank \d+:[^\n]*aborting the MPI job)", out) or re.search(r"(rank \d+[^\n]*failed[^\n]*)", out)
         if m:
             why = m.group(1)
         elif "KILLED BY SIGNAL: 9" in out or "signal 9" in out.lower():
@@ -531,7 +531,8 @@ def _classify(s: Scenario, n: int, rc: int | None, out: str, ended: float) -> Ou
         det = (why or out.strip().splitlines()[-1] if out.strip() else "")[:240]
         if misleading:
             det += " [MISLEADING: blamed on different counts]"
-        if errors and all(main_.get(r) for r in range(n)) and all(
+        aborted = "aborting the MPI job" in out or "KILLED BY SIGNAL" in out
+        if not aborted and errors and all(main_.get(r) for r in range(n)) and all(
                 any(st.startswith("ERROR:") for st, _, _ in main_[r]) for r in range(n)):
             return Outcome(s.name, n, "clean error", max(0.0, ended - min(injected)),
                            f"{'/'.join(errors)} on every rank; {detail_of('ERROR:')}"[:300], s.expect, lines)

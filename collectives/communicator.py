@@ -318,7 +318,7 @@ class Communicator:
         self._compiled.clear()
         self._scratch.clear()
         self._channel.memory.clear()
-        self._channel.close()
+        self._channel.close(free=True)
 
     @property
     def channel(self) -> Channel:

@@ -474,7 +474,7 @@ class CompiledSchedule:
         if bnd is not None:
             lay.bindings.move_to_end(key)
             return bnd
-        bnd = bind(lay, key, ibuf, obuf, be)
+        bnd = bind(lay, key, ibuf, obuf, be, None if be.is_device or self._MPI is None else self._MPI.buffer)
         lay.bindings[key] = bnd
         if bnd.extra_bytes:
             self._budget.grow(lay.entry, bnd.extra_bytes, self._now())

@@ -158,13 +158,13 @@ class BoundProgram:
     own_bytes: int = 0
 
 
-def bind_static(plan: StaticPlan, lay, msgs: list, work: list, backend, view) -> BoundProgram:
+def bind_static(plan: StaticPlan, lay, msgs: list, work: list, backend, view, wrap=None) -> BoundProgram:
     """Instructions for one binding.
 
     ``msgs``/``work`` are the binding's per-node ``(view, peer, tag)`` and
     work views; ``view(region)`` makes a view of a layout region; the
     snapshot buffers (sends whose memory a later node overwrites) are
-    allocated here.
+    allocated here; ``wrap`` is the binding's (what a message's view becomes).
     """
     snap_view: dict[int, object] = {}
     snap_copy: dict[int, tuple] = {}
@@ -177,8 +177,8 @@ def bind_static(plan: StaticPlan, lay, msgs: list, work: list, backend, view) ->
         for v in plan.snap:
             sv = buf[off:off + sizes[v]]
             off += sizes[v]
-            snap_view[v] = sv
-            snap_copy[v] = (sv, msgs[v][0])
+            snap_view[v] = wrap(sv) if wrap is not None else sv
+            snap_copy[v] = (sv, view(lay.mpi[v].region))
     device = backend.is_device
     prog: list[tuple] = []
     recv_nodes: list[int] = []

@@ -61,8 +61,12 @@ class Binding:
     inflight: InFlight = field(default_factory=InFlight)
 
 
-def bind(lay: Layout, key: tuple, ibuf, obuf, backend) -> Binding:
-    """Views of ``ibuf`` (buffer ``i``), ``obuf`` (``o``), scratch and staging, and the messages on them."""
+def bind(lay: Layout, key: tuple, ibuf, obuf, backend, wrap=None) -> Binding:
+    """Views of ``ibuf`` (buffer ``i``), ``obuf`` (``o``), scratch and staging, and the messages on them.
+
+    ``wrap(view)`` turns a message's view into what ``Isend``/``Irecv`` take
+    fastest (``MPI.buffer`` for host memory: about 0.1 us less per message).
+    """
     bufs: dict[str, Any] = {"i": backend.alias(ibuf), "o": backend.alias(obuf), "s": lay.scratch, "t": lay.staging}
 
     def view(region: Region | None):
@@ -73,12 +77,13 @@ def bind(lay: Layout, key: tuple, ibuf, obuf, backend) -> Binding:
 
     msgs: list = [None] * lay.n_nodes
     for v, (peer, tag, region) in lay.mpi.items():
-        msgs[v] = (view(region), peer, tag)
+        d = view(region)
+        msgs[v] = (wrap(d) if wrap is not None else d, peer, tag)
     work: list = [None] * lay.n_nodes
     for v, items in lay.work.items():
         work[v] = tuple((mode, view(d), view(s), view(s2)) for mode, d, s, s2 in items)
     bnd = Binding(key, msgs, work)
     if lay.static is not None:
-        bnd.static = bind_static(lay.static, lay, msgs, work, backend, view)
+        bnd.static = bind_static(lay.static, lay, msgs, work, backend, view, wrap)
         bnd.extra_bytes = bnd.static.own_bytes
     return bnd

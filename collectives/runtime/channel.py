@@ -77,7 +77,7 @@ from ccsynth.collectives.runtime.control import ControlLine, Notice
 from ccsynth.collectives.runtime.memory import MemoryBudget
 from ccsynth.errors import CCSynthError, PeerError
 
-__all__ = ["TagSpace", "Channel", "channel_for", "is_shared", "mark_shared", "MAX_SLICE_BITS", "RESERVED_TAGS"]
+__all__ = ["TagSpace", "Channel", "channel_for", "flush", "is_shared", "mark_shared", "MAX_SLICE_BITS", "RESERVED_TAGS"]
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,8 @@ class Channel:
         self.comm = old.Dup()
         self.generation += 1
         if self._own:
-            old.Free()  # MPI frees it once the requests still on it (stranded sends) complete
+            flush(old, self.MPI, self.tags.base(0) + self.tags.own_tag(0))  # stranded sends: received now
+            old.Free()
         self._own = True
 
     def call_failed(self, exc: BaseException, what: str) -> None:
@@ -303,12 +304,17 @@ class Channel:
                     self.notice(sts[j])
 
     # ---------------------------------------------------------------- the end
-    def close(self, *, barrier_s: float = 0.0) -> None:
-        """Withdraw the control line's receive and free the communicators ccsynth made.
+    def close(self, *, barrier_s: float = 0.0, free: bool = False) -> None:
+        """Withdraw the control line's posted receives; with ``free`` (collective) also free the communicators.
 
         With ``barrier_s > 0`` the ranks first meet in a barrier on the control
         communicator, given up after that many seconds (at exit: no rank
         finalizes MPI while a peer still exchanges messages with it).
+        Communicators are freed only with ``free`` (``Communicator.Free()``,
+        called on every rank), after a :func:`flush`: MPI reuses the context
+        of a freed communicator, and a message left unreceived on it would
+        otherwise be matched on the next communicator that gets its context.
+        A channel that is merely dropped keeps them (see :meth:`__del__`).
         """
         MPI = self.MPI
         if self.closed or MPI.Is_finalized():
@@ -319,22 +325,18 @@ class Channel:
         self._reap(self.seq)
         if barrier_s > 0 and self.size > 1:
             _barrier(self.line.comm, MPI, barrier_s)
-        self.line.close()
-        for reqs, _ in self.stranded:  # sends nobody will receive: MPI may finish them on its own
-            for r in reqs:
-                try:
-                    r.Free()
-                except MPI.Exception:  # pragma: no cover
-                    pass
-        self.stranded = []
-        if self._own:
-            try:
+        self.line.withdraw()
+        if free:
+            if self._own:
+                flush(self.comm, MPI, self.tags.base(0) + self.tags.own_tag(0))
                 self.comm.Free()
-            except MPI.Exception:  # pragma: no cover
-                pass
+            flush(self.line.comm, MPI, 0)
+            self.line.comm.Free()
+            MPI.Request.Waitall([r for reqs, _ in self.stranded for r in reqs])  # the peers' flushes take them
+            self.stranded = []
 
     def __del__(self):
-        # Dropped before exit (its communicator went away): withdraw the posted receive, free the communicators.
+        # Dropped without Free(): withdraw the posted receive (no collective point to flush: keep the communicators).
         try:
             self.close()
         except Exception:  # pragma: no cover - interpreter shutdown
@@ -342,6 +344,31 @@ class Channel:
 
     def __repr__(self) -> str:
         return f"<Channel rank {self.rank} of {self.size}, call {self.seq}, generation {self.generation}>"
+
+
+def flush(comm, MPI, tag: int) -> None:
+    """Take in every message still unreceived on ``comm`` (collective: every rank calls it at the same point).
+
+    Every rank sends every other rank an empty marker with ``tag`` (a tag no
+    call uses) and waits for theirs; since MPI implementations deliver the
+    messages between two ranks on one communicator in the order they were
+    sent, everything a peer sent before its marker has then arrived, and is
+    received (into a throwaway buffer) and dropped. Unfinished sends of
+    failed calls complete this way too.
+    """
+    n, me = comm.Get_size(), comm.Get_rank()
+    if n > 1:
+        empty = bytearray(0)
+        got = [bytearray(0) for _ in range(n)]
+        reqs = [comm.Irecv(got[p], p, tag) for p in range(n) if p != me]
+        reqs += [comm.Isend(empty, p, tag) for p in range(n) if p != me]
+        MPI.Request.Waitall(reqs)
+    status = MPI.Status()
+    while True:
+        msg = comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+        if msg is None:
+            break
+        msg.Recv(bytearray(status.Get_count(MPI.BYTE)))
 
 
 def _barrier(comm, MPI, seconds: float) -> bool:

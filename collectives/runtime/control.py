@@ -84,6 +84,7 @@ class ControlLine:
         self.request = comm.Recv_init(self._buf, MPI.ANY_SOURCE, _TAG)
         self.request.Start()
         self.outbox: list = []  # (request, payload) of notices this rank sent that may be in flight
+        self.agreements: list[Agreement] = []
 
     def post(self, notice: Notice) -> None:
         """Send ``notice`` to every other rank (non-blocking; never waits for them)."""
@@ -110,6 +111,7 @@ class ControlLine:
         tag = 2 + zlib.crc32(key.encode()) % (int(tag_ub) - 2)
         a = Agreement(self, tag, values)
         self.outbox.extend((r, a) for r in a.sends)
+        self.agreements.append(a)
         return a
 
     def tidy(self) -> bool:
@@ -117,17 +119,21 @@ class ControlLine:
         self.outbox = [(r, p) for r, p in self.outbox if not r.Test()]
         return bool(self.outbox)
 
-    def close(self) -> None:
-        """Withdraw the posted receive and free the communicator (at exit, or when the channel goes)."""
+    def withdraw(self) -> None:
+        """Cancel the posted receive and the agreements' unfinished receives (at exit, or when the channel goes)."""
         MPI = self.MPI
         if MPI.Is_finalized():
             return
-        req = self.request
+        posted = [self.request] + [r for a in self.agreements for r in a.recvs if r]
+        for r in posted:
+            try:
+                r.Cancel()
+                r.Wait()
+            except MPI.Exception:  # pragma: no cover - MPI is going down
+                pass
         try:
-            req.Cancel()
-            req.Wait()
-            req.Free()
-        except MPI.Exception:  # pragma: no cover - MPI is going down
+            self.request.Free()
+        except MPI.Exception:  # pragma: no cover
             pass
         for r, _ in self.outbox:
             try:
@@ -136,10 +142,7 @@ class ControlLine:
             except MPI.Exception:  # pragma: no cover
                 pass
         self.outbox = []
-        try:
-            self.comm.Free()
-        except MPI.Exception:  # pragma: no cover
-            pass
+        self.agreements = []
 
 
 class Agreement:

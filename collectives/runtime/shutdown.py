@@ -11,10 +11,10 @@ open, in the order they were built (the same on every rank), it reaps the
 sends that failed calls left behind, meets the other ranks in a barrier on
 the channel's control communicator (an ``Ibarrier``, given up after
 :data:`EXIT_BARRIER_S` seconds so that a peer stuck elsewhere cannot hang
-the exit), withdraws the control line's posted receive (MPI must not find
-an active request at finalization) and frees the communicators ccsynth
-made. ``Communicator.Free()`` does the same for one communicator, without
-the barrier.
+the exit) and withdraws the control line's posted receive (MPI must not
+find an active request at finalization). ``Communicator.Free()`` closes one
+communicator's channel without the barrier but frees its communicators,
+after taking in whatever is left on them (:func:`~.channel.flush`).
 """
 
 from __future__ import annotations
