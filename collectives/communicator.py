@@ -48,30 +48,50 @@ and size range (``fallback=False`` raises :class:`~ccsynth.errors.PlanError`
 instead).
 
 Errors: mismatched counts or dtypes between the buffers of a call,
-non-contiguous arrays, unknown ops and ``avg`` on integers raise (on the
-rank that sees them, before any communication):
+non-contiguous or read-only arrays, unknown ops and ``avg`` on integers are
+found on the rank that makes them, before any communication:
 :class:`~ccsynth.errors.BufferMismatchError` naming the argument and the
-size it should have, :class:`~ccsynth.errors.OpError`. A plan or
-schedule for another rank count raises :class:`~ccsynth.errors.ScheduleError`
-on every rank. Mistakes that only one rank makes (a different count on rank
-2) cannot be seen before communicating: the ranks then disagree about
-message sizes. The executor checks the length of every message it receives,
-so a rank that receives fewer bytes than it expects (which MPI accepts
-silently) or more (MPI truncates the message) raises BufferMismatchError
-("rank 1 expected 64 bytes from rank 2 but received 56 ...: the ranks passed
-different counts") instead of returning a wrong result, while ranks that saw
-no wrong-sized message wait for the ones that stopped. Install
-:func:`~ccsynth.collectives.mpi_util.install_abort_handler` so that such an
-error aborts the job instead of leaving the other ranks waiting, and pass
-``debug=True`` (or set ``CCSYNTH_DEBUG=1``) while developing: every call then
-first agrees on its signature (collective, count, dtype, op, root) with one
-small ``Allreduce`` and raises BufferMismatchError on every rank if they
-differ (that also catches different dtypes of the same size, which the
-length check cannot see).
+size it should have, :class:`~ccsynth.errors.OpError`. A plan or schedule
+for another rank count raises :class:`~ccsynth.errors.ScheduleError` on
+every rank. An error that only one rank sees is raised on *every* rank of
+the call: the rank tells the others on a control line of its own
+(:mod:`~ccsynth.collectives.runtime.control`), and they raise the same
+error class, naming the rank and the reason ("rank 1 failed in allreduce
+(call 7 on this communicator) with BufferMismatchError: sendbuf is not
+contiguous ..."), instead of waiting for it. Every call is numbered, and
+every message carries its call's number in its tag
+(:mod:`~ccsynth.collectives.runtime.channel`), so a program may catch such
+an error and go on: no later call can consume a message of the failed one.
+Mistakes that only one rank makes and cannot see (a different count on
+rank 2) show up when a message arrives: the executor checks the length of
+every message it receives, so a rank that receives fewer bytes than it
+expects (which MPI accepts silently) or more (MPI truncates the message)
+raises BufferMismatchError ("rank 1 expected 64 bytes from rank 2 but
+received 56 ...: the ranks passed different counts"), and the others with
+it. Pass ``debug=True`` (or set ``CCSYNTH_DEBUG=1``) while developing:
+every call then first agrees on its signature (call number, collective,
+count, dtype, op, root) with one small ``Allreduce``, and if the ranks
+differ every rank raises BufferMismatchError listing every rank's call
+(that also catches different dtypes of the same size, different roots and
+a skipped call, which message lengths cannot show). ``timeout=`` (or
+``CCSYNTH_TIMEOUT``) turns a wait without progress into
+:class:`~ccsynth.errors.CallTimeoutError`. Calls that go to the MPI
+library's own collective are waited for the same way; since MPI cannot
+cancel a collective, a rank whose peer failed there aborts the job with a
+message naming the rank and the reason. Install
+:func:`~ccsynth.collectives.mpi_util.install_abort_handler` so that an
+error nobody catches aborts the job.
+
+Memory: the buffers kept between calls (in-place copies, staging areas,
+stand-ins) stay within a byte budget (``cache_bytes``; default
+``max(32 MiB, 2 x the largest message)``; see
+:mod:`~ccsynth.collectives.runtime.memory`), and the caller's arrays are
+never kept alive by a cache (only by the replay of the last call).
 
 The communicator sends its point-to-point traffic on a duplicate of the
 wrapped communicator (``comm.Dup()`` in the constructor, a collective call),
-so it never mixes with the program's own messages.
+so it never mixes with the program's own messages; ``Free()`` (on every
+rank) releases it.
 """
 
 from __future__ import annotations

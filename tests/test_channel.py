@@ -97,6 +97,20 @@ def test_the_budget_drops_the_least_recently_used_first_never_the_current_call()
     assert b.total <= 100
 
 
+def test_buffers_unused_for_a_generation_are_dropped():
+    ch = Channel.build(MPI.COMM_SELF, MPI, tags=TagSpace(slice_bits=8, seq_bits=2))
+    log: list = []
+    ch.open_call()
+    ch.memory.admit(_entry(10, log, "once"), ch.seq)  # call 1
+    hot = ch.memory.admit(_entry(10, log, "hot"), ch.seq)
+    for _ in range(6):
+        ch.open_call()
+        hot.last = ch.seq
+    ch.open_call()  # call 8 starts generation 2: "once" was not used in calls 4..7
+    assert log == ["once"] and ch.memory.total == 10
+    ch.close()
+
+
 def test_the_automatic_budget_follows_the_largest_message():
     b = MemoryBudget()
     assert b.budget == 32 << 20

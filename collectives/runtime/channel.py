@@ -191,6 +191,7 @@ class Channel:
             raise CCSynthError("this communicator has been freed")
         if low == 0:
             self._renew()
+            self.memory.expire(seq - self.tags.window)  # buffers no call of the last generation used
         if self.stranded or self.line.outbox:
             if seq >= self._reap_at:
                 self._reap(seq)

@@ -16,7 +16,10 @@ free them), never one that the call in progress uses. Hence, at any time::
 
 buffers are dropped *before* new ones are allocated, so the peak is the
 same bound, and a call that needed more than the budget drops its own
-buffers when it ends (:meth:`MemoryBudget.trim`). The budget is ``cache_bytes`` (``Communicator(cache_bytes=...)``,
+buffers when it ends (:meth:`MemoryBudget.trim`). Buffers that no call of
+a whole communicator generation (8192 calls with MPICH, see
+:mod:`.channel`) used are dropped too (:meth:`MemoryBudget.expire`): a
+one-off large call does not keep its buffers for good. The budget is ``cache_bytes`` (``Communicator(cache_bytes=...)``,
 ``CompiledSchedule(cache_bytes=...)`` or the environment variable
 ``CCSYNTH_CACHE_BYTES``); by default it is ``max(32 MiB, 2 x the largest
 message seen)``, which holds the buffers of one call of the largest size
@@ -143,6 +146,12 @@ class MemoryBudget:
         for e in sorted(self._entries.values(), key=lambda e: e.last):
             if self.total <= limit:
                 break
+            self.forget(e)
+            e.drop()
+
+    def expire(self, before: int) -> None:
+        """Drop the entries no call since call ``before`` has used (a one-off large call's buffers)."""
+        for e in [e for e in self._entries.values() if e.last < before]:
             self.forget(e)
             e.drop()
 
