@@ -96,7 +96,6 @@ rank) releases it.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
@@ -172,24 +171,6 @@ def _dtype_of(datatype) -> np.dtype:
         return np.dtype(datatype.tocode())
     except Exception:
         raise _Fallback(f"datatype {datatype!r} has no NumPy equivalent") from None
-
-
-def _numbered(kind: str):
-    """A collective method as one numbered call: every rank counts it first; an error is told to the others."""
-
-    def wrap(method):
-        @functools.wraps(method)
-        def call(self, *args, **kwargs):
-            self._channel.open_call()
-            try:
-                return method(self, *args, **kwargs)
-            except BaseException as e:
-                self._failed(e, kind)
-                raise
-
-        return call
-
-    return wrap
 
 
 class Communicator:
@@ -742,11 +723,17 @@ class Communicator:
         self.comm.Abort(1)
 
     # -------------------------------------------------------- collectives
-    @_numbered("allreduce")
     def Allreduce(self, sendbuf, recvbuf, op=None) -> None:
         """``recvbuf = op over ranks of sendbuf`` (``MPI.IN_PLACE`` as sendbuf: recvbuf is the input)."""
-        if self._hit is not None and self._replay("allreduce", sendbuf, recvbuf, op, 0):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("allreduce", sendbuf, recvbuf, op, 0):
+                self._allreduce(sendbuf, recvbuf, op)
+        except BaseException as e:
+            self._failed(e, "allreduce")
+            raise
+
+    def _allreduce(self, sendbuf, recvbuf, op=None) -> None:
         self._call = ("allreduce", sendbuf, recvbuf, op, 0)
         MPI = self._MPI
         op = MPI.SUM if op is None else op
@@ -773,11 +760,17 @@ class Communicator:
 
         self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb, copy_of)
 
-    @_numbered("reduce_scatter")
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
         """Rank ``r`` gets block ``r`` of the reduction of everyone's sendbuf (n blocks)."""
-        if self._hit is not None and self._replay("reduce_scatter", sendbuf, recvbuf, op, 0):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("reduce_scatter", sendbuf, recvbuf, op, 0):
+                self._reduce_scatter_block(sendbuf, recvbuf, op)
+        except BaseException as e:
+            self._failed(e, "reduce_scatter")
+            raise
+
+    def _reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
         self._call = ("reduce_scatter", sendbuf, recvbuf, op, 0)
         MPI = self._MPI
         op = MPI.SUM if op is None else op
@@ -812,11 +805,17 @@ class Communicator:
 
         self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb, copy_of)
 
-    @_numbered("reduce")
     def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
         """``recvbuf`` on ``root`` = op over ranks of sendbuf; recvbuf is ignored elsewhere."""
-        if self._hit is not None and self._replay("reduce", sendbuf, recvbuf, op, root):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("reduce", sendbuf, recvbuf, op, root):
+                self._reduce(sendbuf, recvbuf, op, root)
+        except BaseException as e:
+            self._failed(e, "reduce")
+            raise
+
+    def _reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
         MPI = self._MPI
         op = MPI.SUM if op is None else op
         self._check_root(root)
@@ -850,11 +849,17 @@ class Communicator:
 
         self._run("reduce", m * dt.itemsize, m, dt, opname, root, ref.array, inp, out, fb, copy_of)
 
-    @_numbered("allgather")
     def Allgather(self, sendbuf, recvbuf) -> None:
         """recvbuf block ``q`` = sendbuf of rank ``q`` (``MPI.IN_PLACE``: this rank's block is the input)."""
-        if self._hit is not None and self._replay("allgather", sendbuf, recvbuf, None, 0):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("allgather", sendbuf, recvbuf, None, 0):
+                self._allgather(sendbuf, recvbuf)
+        except BaseException as e:
+            self._failed(e, "allgather")
+            raise
+
+    def _allgather(self, sendbuf, recvbuf) -> None:
         self._call = ("allgather", sendbuf, recvbuf, None, 0)
         n = self._size
         try:
@@ -874,11 +879,17 @@ class Communicator:
         self._run("allgather", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
                   lambda: self._mpi_collective("Allgather", lambda: self.comm.Iallgather(sendbuf, recvbuf)), copy_of)
 
-    @_numbered("alltoall")
     def Alltoall(self, sendbuf, recvbuf) -> None:
         """recvbuf block ``q`` = block ``rank`` of rank ``q``'s sendbuf."""
-        if self._hit is not None and self._replay("alltoall", sendbuf, recvbuf, None, 0):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("alltoall", sendbuf, recvbuf, None, 0):
+                self._alltoall(sendbuf, recvbuf)
+        except BaseException as e:
+            self._failed(e, "alltoall")
+            raise
+
+    def _alltoall(self, sendbuf, recvbuf) -> None:
         self._call = ("alltoall", sendbuf, recvbuf, None, 0)
         n = self._size
         try:
@@ -898,11 +909,17 @@ class Communicator:
         self._run("alltoall", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
                   lambda: self._mpi_collective("Alltoall", lambda: self.comm.Ialltoall(sendbuf, recvbuf)), copy_of)
 
-    @_numbered("broadcast")
     def Bcast(self, buf, root: int = 0) -> None:
         """Every rank's ``buf`` = the root's."""
-        if self._hit is not None and self._replay("broadcast", buf, None, None, root):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("broadcast", buf, None, None, root):
+                self._bcast(buf, root)
+        except BaseException as e:
+            self._failed(e, "broadcast")
+            raise
+
+    def _bcast(self, buf, root: int = 0) -> None:
         self._check_root(root)
         self._call = ("broadcast", buf, None, None, root)
         if self._is_in_place(buf):

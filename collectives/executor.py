@@ -581,9 +581,8 @@ class CompiledSchedule:
             if self._MPI is not None and isinstance(e, self._MPI.Exception):
                 raise self._failures.mpi_failure(lay, e) from e
             raise
-        memory = ch.memory
-        if memory.total > memory.budget:  # this call needed more than the budget: keep no more than it
-            memory.trim()
+        if ch.memory.over:  # this call needed more than the budget: keep no more than that
+            ch.memory.trim()
         if fast.opname == "avg" and recvbuf is not None and (
                 self.collective.kind != "reduce" or self.role == self.collective.root):
             self.backend.divide(self._flat(recvbuf, "recvbuf"), self.size)

@@ -7,7 +7,7 @@ request in flight) than the messages cost in MPI. When every operation of a
 rank is a single slice, the rank's part of the schedule is instead turned,
 once per layout, into a fixed list of instructions -- start these requests,
 wait for that receive, reduce, copy -- that a short loop runs with one
-``Start``/``Test`` per message.
+``Isend``/``Irecv`` and one wait per message.
 
 Why a fixed order cannot deadlock
 ---------------------------------

@@ -44,10 +44,7 @@ def _explain(o: faults.Outcome) -> str:
 
 def _check(o: faults.Outcome) -> None:
     assert o.outcome not in ("WRONG", "HANG", "OVER", "unfinished"), _explain(o)
-    acceptable = {o.expected}
-    if o.scenario.startswith("roots-warm/"):
-        acceptable.add("correct result")  # every rank got what its own call asked for
-    assert o.outcome in acceptable, _explain(o)
+    assert o.as_expected, _explain(o)
     assert "MISLEADING" not in o.detail, _explain(o)
     if o.outcome == "clean error" and not o.scenario.startswith(("skip", "roots", "uncaught")):
         after = {r: [st for st, _, _ in lines if st.startswith("AFTER-")] for r, lines in o.lines.items()}

@@ -10,8 +10,8 @@ these modules hold its parts, in the order a call goes through them:
 * :mod:`.layout` -- once per dtype and element count: chunk geometry,
   slices, tags, staging, the slice graph (records :class:`~.layout.Region`,
   :class:`~.layout.Message`, :class:`~.layout.WorkItem`);
-* :mod:`.binding` -- once per pair of caller buffers: views and persistent
-  requests;
+* :mod:`.binding` -- once per pair of caller buffers: views, and per
+  message its view, peer and tag;
 * :mod:`.dataflow` and :mod:`.straight_line` -- the two run loops (the
   straight-line program itself is planned by
   :mod:`ccsynth.collectives.static_program`);

@@ -26,7 +26,7 @@ on communicator generation ``g(s) = s div W``.
 
 Requests are created per call (``Isend``/``Irecv``), not persistent: a
 persistent request's tag is fixed, and the tag must change with every call.
-That costs about 0.4 us of Python per message over ``Start`` of a
+That costs about 0.3 us of Python per message over ``Start`` of a
 persistent request (measured in ``bench/RESULTS.md``).
 
 Why a call can never consume another call's message

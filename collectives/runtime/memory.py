@@ -84,6 +84,7 @@ class MemoryBudget:
         self.largest = 0  # the largest message seen (bytes)
         self.total = 0  # bytes kept
         self.peak = 0
+        self.over = False  # a call's own buffers went over the budget: trim when it ends
         self._entries: dict[int, Entry] = {}
 
     @property
@@ -107,6 +108,7 @@ class MemoryBudget:
         self.total += entry.nbytes
         if self.total > self.peak:
             self.peak = self.total
+        self.over = self.total > self.budget
         return entry
 
     def grow(self, entry: Entry, nbytes: int, now: int) -> None:
@@ -118,6 +120,7 @@ class MemoryBudget:
             self.total += nbytes
             if self.total > self.peak:
                 self.peak = self.total
+            self.over = self.total > self.budget
 
     def shrink(self, entry: Entry, nbytes: int) -> None:
         """``entry`` keeps ``nbytes`` fewer."""
@@ -140,6 +143,7 @@ class MemoryBudget:
 
     def trim(self) -> None:
         """After a call: drop least recently used entries until the budget holds (``cache_bytes=0``: all)."""
+        self.over = False
         limit = self.budget
         if self.total <= limit:
             return

@@ -1,24 +1,28 @@
-"""What a run loop calls: MPI (start, wait) and kernels, handed to it as plain callables.
+"""What a run loop calls: MPI (post, wait) and kernels, handed to it as plain callables.
 
 The run loops (:mod:`.dataflow`, :mod:`.straight_line`) never call MPI or
 the buffer backend by name. They receive an :class:`MpiCalls` and a
 :class:`Kernels` and bind their fields to locals once per run, so that a
 profiled run can pass timed versions of the same calls
 (:mod:`.profiling`) to the very same loop. The plain versions are the
-library's own functions, unwrapped: ``MPI.Prequest.Start`` called on a
-request costs what ``request.Start()`` costs, and waiting with
+library's own functions, unwrapped: ``MPI.Comm.Isend`` called on a
+communicator costs what ``comm.Isend(...)`` costs, and waiting with
 ``Waitsome`` is one call into MPI.
 
 Waiting has two modes (``wait=`` of the executor):
 
-* ``waitsome`` -- block inside MPI (``Waitsome``, ``Wait``, ``Waitall``);
-* ``yield`` -- poll (``Testsome``, ``Test``, ``Testall``) and give the core
-  away between polls (``os.sched_yield``; ``CCSYNTH_SPIN=k`` polls k times
+* ``waitsome`` -- block inside MPI (``Waitsome``, ``Waitany``);
+* ``yield`` -- poll (``Testsome``, ``Testany``) and give the core away
+  between polls (``os.sched_yield``; ``CCSYNTH_SPIN=k`` polls k times
   between yields). Much faster when ranks outnumber cores: a rank blocked
   in MPI busy-polls and keeps the core that its peer needs.
 
 ``auto`` picks ``yield`` when the launcher put more ranks on this node than
-the cores this process may use; ``CCSYNTH_WAIT`` overrides the choice.
+the cores this process may use; ``CCSYNTH_WAIT`` overrides the choice. A
+``timeout`` makes every wait poll, and give up (:class:`WaitTimedOut`)
+after that many seconds without progress. Every wait of a run loop
+includes the control line's posted receive (:mod:`.control`): that is how
+a failure on another rank wakes it.
 """
 
 from __future__ import annotations
