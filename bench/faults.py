@@ -59,7 +59,7 @@ KINDS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "r
 BAD = 1  # the rank that fails
 COUNT = 6  # elements per block in small calls
 LARGE = 4 << 20  # elements (float64: 32 MiB) in large calls
-CALL_TIMEOUT = 5.0  # seconds: the timeout= of scenarios that need one
+CALL_TIMEOUT = float(os.environ.get("CCSYNTH_FAULT_TIMEOUT", "5"))  # seconds: timeout= of scenarios that need one
 LINE = re.compile(r"^FAULT\|([^|]+)\|(\d+)\|([^|]+)\|([0-9.]+)\|(.*)$", re.MULTILINE)
 
 

@@ -306,6 +306,8 @@ class CompiledSchedule:
             self._MPI = None
             tag_ub = None
         self._tags = TagSpace.for_tag_ub(int(tag_ub) if tag_ub else 32767)
+        root = roles[c.root] if c.rooted else 0
+        self._tag_sig = self._tags.signature(c.kind, root)  # added to every slice tag (see runtime.channel)
         self._is_mpi = self._MPI is not None and isinstance(comm, self._MPI.Comm)
         self._channel = channel
         self._cache_bytes = cache_bytes_from_env(cache_bytes)
@@ -326,7 +328,8 @@ class CompiledSchedule:
         spin = max(1, int(os.environ.get("CCSYNTH_SPIN", "1") or 1))  # polls between yields
         self._mpi = mpi_calls(self._MPI, self.wait_mode, spin, self.timeout) if self._MPI is not None else None
         mpi = self._mpi
-        self._failures = RunFailures(self.rank, schedule, self._MPI, mpi and mpi.statuses, mpi and mpi.null)
+        self._failures = RunFailures(self.rank, schedule, self._MPI, mpi and mpi.statuses, mpi and mpi.null,
+                                     (1 << self._tags.slice_bits) - 1)
 
     # ------------------------------------------------------------- channel
     @property
@@ -474,7 +477,8 @@ class CompiledSchedule:
         if bnd is not None:
             lay.bindings.move_to_end(key)
             return bnd
-        bnd = bind(lay, key, ibuf, obuf, be, None if be.is_device or self._MPI is None else self._MPI.buffer)
+        bnd = bind(lay, key, ibuf, obuf, be, None if be.is_device or self._MPI is None else self._MPI.buffer,
+                   self._tag_sig)
         lay.bindings[key] = bnd
         if bnd.extra_bytes:
             self._budget.grow(lay.entry, bnd.extra_bytes, self._now())
@@ -575,9 +579,10 @@ class CompiledSchedule:
             else:
                 loop(lay, bnd, fast.kernels, self._mpi, self._failures, ch)
         except BaseException as e:
+            waiting = self._waiting_for(lay, bnd) if isinstance(e, WaitTimedOut) else []
             self._abandon(lay, bnd, (sendbuf, recvbuf))
             if isinstance(e, WaitTimedOut):
-                raise self._failures.timed_out(lay, e.seconds, self._waiting_for(lay, bnd)) from None
+                raise self._failures.timed_out(lay, e.seconds, waiting) from None
             if self._MPI is not None and isinstance(e, self._MPI.Exception):
                 raise self._failures.mpi_failure(lay, e) from e
             raise

@@ -28,31 +28,39 @@ MPI = pytest.importorskip("mpi4py.MPI")
 
 
 # ------------------------------------------------------------------- tags
-@pytest.mark.parametrize("tag_ub,slice_bits,seq_bits", [(2**29 - 1, 16, 13), (32767, 10, 5), (2**31 - 1, 16, 15)])
-def test_the_tag_splits_into_call_number_and_slice(tag_ub, slice_bits, seq_bits):
+@pytest.mark.parametrize("tag_ub,slice_bits,sig_bits,seq_bits",
+                         [(2**29 - 1, 14, 6, 9), (32767, 8, 3, 4), (2**31 - 1, 14, 6, 11)])
+def test_the_tag_splits_into_call_number_signature_and_slice(tag_ub, slice_bits, sig_bits, seq_bits):
     t = TagSpace.for_tag_ub(tag_ub)
-    assert (t.slice_bits, t.seq_bits) == (slice_bits, seq_bits)
-    top = max(t.base(s) + (1 << t.slice_bits) - 1 for s in range(2 * t.window))
+    assert (t.slice_bits, t.sig_bits, t.seq_bits) == (slice_bits, sig_bits, seq_bits)
+    top = max(t.base(s) + t.signature("reduce", 7) + (1 << t.slice_bits) - 1 for s in range(2 * t.window))
     assert top <= tag_ub  # every tag is valid
     assert t.slice_limit == (1 << slice_bits) - RESERVED_TAGS
 
 
-def test_calls_of_one_generation_never_share_a_tag():
-    """Call s uses tags [base(s), base(s) + 2**B): disjoint for the W calls of a generation."""
-    t = TagSpace(slice_bits=4, seq_bits=3)
-    ranges = [set(range(t.base(s), t.base(s) + (1 << t.slice_bits))) for s in range(t.window)]
-    for i in range(t.window):
-        for j in range(i + 1, t.window):
-            assert not ranges[i] & ranges[j]
+def test_calls_and_collectives_never_share_a_tag():
+    """Call s of collective c uses tags base(s) + signature(c) + [0, 2**B): disjoint for the W calls of a
+    generation and for different collectives (or roots, modulo 8) under one call number."""
+    t = TagSpace(slice_bits=4, seq_bits=3, sig_bits=6)
+    sigs = [t.signature(k, r) for k in ("allreduce", "allgather", "reduce_scatter", "alltoall") for r in (0,)]
+    sigs += [t.signature(k, r) for k in ("broadcast", "reduce") for r in range(8)]
+    ranges = {}
+    for s in range(t.window):
+        for c in sigs:
+            tags = set(range(t.base(s) + c, t.base(s) + c + (1 << t.slice_bits)))
+            for other in ranges.values():
+                assert not tags & other
+            ranges[(s, c)] = tags
     assert t.base(t.window) == t.base(0)  # the next generation starts over, on a new communicator
+    assert t.signature("broadcast", 1) == t.signature("broadcast", 9)  # roots modulo 8
 
 
 def test_a_layout_never_needs_more_tags_than_a_call_has():
     s = hand.ring_allreduce(2)
-    cs = CompiledSchedule(s, FakeComm(2, 0, tag_ub=32767), slice_bytes=8)  # 1024 - 64 slice tags per pair
-    cs._layout(np.dtype(np.float64), 2 * 400)  # two messages of 401 one-element slices on the pair: fits
-    with pytest.raises(ScheduleError, match="more than the 960 tags a call may use per rank pair"):
-        cs._layout(np.dtype(np.float64), 2 * 500)
+    cs = CompiledSchedule(s, FakeComm(2, 0, tag_ub=32767), slice_bytes=8)  # 256 - 16 slice tags per pair
+    cs._layout(np.dtype(np.float64), 2 * 100)  # two messages of 101 one-element slices on the pair: fits
+    with pytest.raises(ScheduleError, match="more than the 240 tags a call may use per rank pair"):
+        cs._layout(np.dtype(np.float64), 2 * 130)
 
 
 # ---------------------------------------------------------------- notices
@@ -98,7 +106,7 @@ def test_the_budget_drops_the_least_recently_used_first_never_the_current_call()
 
 
 def test_buffers_unused_for_a_generation_are_dropped():
-    ch = Channel.build(MPI.COMM_SELF, MPI, tags=TagSpace(slice_bits=8, seq_bits=2))
+    ch = Channel.build(MPI.COMM_SELF, MPI, tags=TagSpace(slice_bits=8, seq_bits=2, sig_bits=3))
     log: list = []
     ch.open_call()
     ch.memory.admit(_entry(10, log, "once"), ch.seq)  # call 1
@@ -130,7 +138,7 @@ def test_cache_bytes_from_the_environment(monkeypatch):
 
 # ------------------------------------------------------- a channel on one rank
 def test_every_window_of_calls_gets_a_new_communicator():
-    ch = Channel.build(MPI.COMM_SELF, MPI, tags=TagSpace(slice_bits=8, seq_bits=2))
+    ch = Channel.build(MPI.COMM_SELF, MPI, tags=TagSpace(slice_bits=8, seq_bits=2, sig_bits=3))
     comms = []
     for _ in range(9):
         ch.open_call()

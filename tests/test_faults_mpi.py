@@ -16,6 +16,8 @@ benchmark's (``-m slow`` runs a 6-rank share of them here too).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ccsynth.bench import faults
@@ -30,10 +32,23 @@ SLOW_ALONE = ["skip/allreduce", "skip-warm/broadcast", "roots/broadcast", "roots
 LIMIT = 120.0  # seconds per launch: a hang shows up as the outcome HANG, not as a stuck test run
 
 
+@pytest.fixture(autouse=True)
+def short_timeouts(monkeypatch):
+    monkeypatch.setenv("CCSYNTH_FAULT_TIMEOUT", "2")  # the workers' timeout= where a scenario needs one
+
+
 @pytest.fixture(scope="module")
 def shared_outcomes():
     """Every shared scenario on 4 ranks, in one launch (relaunched after a scenario that ended the job)."""
-    return {o.scenario: o for o in faults.run_scenarios(SHARED, [4], LIMIT)}
+    saved = os.environ.get("CCSYNTH_FAULT_TIMEOUT")
+    os.environ["CCSYNTH_FAULT_TIMEOUT"] = "2"
+    try:
+        return {o.scenario: o for o in faults.run_scenarios(SHARED, [4], LIMIT)}
+    finally:
+        if saved is None:
+            os.environ.pop("CCSYNTH_FAULT_TIMEOUT")
+        else:
+            os.environ["CCSYNTH_FAULT_TIMEOUT"] = saved
 
 
 def _explain(o: faults.Outcome) -> str:

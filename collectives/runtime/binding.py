@@ -61,11 +61,13 @@ class Binding:
     inflight: InFlight = field(default_factory=InFlight)
 
 
-def bind(lay: Layout, key: tuple, ibuf, obuf, backend, wrap=None) -> Binding:
+def bind(lay: Layout, key: tuple, ibuf, obuf, backend, wrap=None, tag_sig: int = 0) -> Binding:
     """Views of ``ibuf`` (buffer ``i``), ``obuf`` (``o``), scratch and staging, and the messages on them.
 
     ``wrap(view)`` turns a message's view into what ``Isend``/``Irecv`` take
-    fastest (``MPI.buffer`` for host memory: about 0.1 us less per message).
+    fastest (``MPI.buffer`` for host memory: about 0.1 us less per message);
+    ``tag_sig`` (the collective's signature, :mod:`.channel`) is added to
+    every slice tag.
     """
     bufs: dict[str, Any] = {"i": backend.alias(ibuf), "o": backend.alias(obuf), "s": lay.scratch, "t": lay.staging}
 
@@ -78,7 +80,7 @@ def bind(lay: Layout, key: tuple, ibuf, obuf, backend, wrap=None) -> Binding:
     msgs: list = [None] * lay.n_nodes
     for v, (peer, tag, region) in lay.mpi.items():
         d = view(region)
-        msgs[v] = (wrap(d) if wrap is not None else d, peer, tag)
+        msgs[v] = (wrap(d) if wrap is not None else d, peer, tag_sig + tag)
     work: list = [None] * lay.n_nodes
     for v, items in lay.work.items():
         work[v] = tuple((mode, view(d), view(s), view(s2)) for mode, d, s, s2 in items)

@@ -9,20 +9,28 @@ calls (:mod:`.memory`), and the requests a failed call left behind.
 
 Tags
 ----
-Every message of call number ``s`` is sent, and received, with the tag::
+Every message of call number ``s`` of a collective with signature ``c`` is
+sent, and received, with the tag::
 
-    tag = (s mod W) * 2**B + t          (t < 2**B: the slice's tag within the call)
+    tag = ((s mod W) * 2**C + c) * 2**B + t      (t < 2**B: the slice's tag within the call)
 
 where ``t`` is the layout's per-(rank pair, direction) slice number
-(:mod:`.layout`), ``B`` the *slice bits* and ``W = 2**(bits - B)`` the
-*window* (:class:`TagSpace`, sized from the communicator's ``MPI_TAG_UB``:
-with MPICH's 2**29 - 1, B = 16 and W = 8192; with the minimum MPI
-guarantees, 32767, B = 10 and W = 32). A layout that would need more than
+(:mod:`.layout`), ``c < 2**C`` the call's *signature* -- the collective
+(allreduce, allgather, ...) and its root modulo 8 -- ``B`` the *slice bits*
+and ``W`` the *window* (:class:`TagSpace`, sized from the communicator's
+``MPI_TAG_UB``: with MPICH's 2**29 - 1, B = 14, C = 6 and W = 512; with the
+minimum MPI guarantees, 32767, B = 8, C = 3 (the collective only) and W = 16). A layout that would need more than
 ``2**B`` (less a few reserved) slices on one rank pair in one call is
 refused before anything is sent (:class:`~ccsynth.errors.ScheduleError`:
 use larger slices). Every ``W`` calls (when ``s mod W == 0``) every rank
 replaces the channel's communicator by a ``Dup`` of it, so call ``s`` runs
-on communicator generation ``g(s) = s div W``.
+on communicator generation ``g(s) = s div W``. The old generation is then
+freed, but only after a :func:`flush` has taken in every message still
+unreceived on it: MPI gives the context of a freed communicator to the next
+one it creates, and a message left on the old one would be matched there.
+(The flush relies on the messages between two ranks on one communicator
+arriving in the order they were sent, which MPI implementations provide
+although the standard promises it only for messages of one tag.)
 
 Requests are created per call (``Isend``/``Irecv``), not persistent: a
 persistent request's tag is fixed, and the tag must change with every call.
@@ -37,13 +45,20 @@ is on generation ``g(s)`` with a tag whose high part is ``s mod W``. A
 message of call ``s'`` that matches it is therefore on generation
 ``g(s') = g(s)`` with ``s' mod W = s mod W``; the two together give
 ``s' = s``. So whatever happened before -- a call that failed on one rank
-after the others had sent to it, a rank that skipped a call, a receive that
-was never matched -- a message can only ever complete a receive of its own
-call. A call whose messages never come blocks (a ``timeout`` turns that into
-:class:`~ccsynth.errors.CallTimeoutError`) instead of returning another
-call's data. This needs only that the ranks number their calls alike, which
-they do because every rank counts every call, including calls that fail
-before communicating and calls handed to the MPI library.
+after the others had sent to it, a receive that was never matched -- a
+message can only ever complete a receive of its own call. Within one call
+number, the signature field keeps a rank that skipped a call (and so makes
+its *next* collective under that number) or names another root from
+feeding its messages to the others' receives: different collectives, or
+roots that differ modulo 8, never match. A call whose messages never come
+blocks (a ``timeout`` turns that into
+:class:`~ccsynth.errors.CallTimeoutError`; ``debug=True`` reports the
+mismatch before communicating) instead of returning another call's data.
+This needs only that the ranks number their calls alike, which they do
+because every rank counts every call, including calls that fail before
+communicating and calls handed to the MPI library. What remains for
+``debug=True`` alone: the same collective and root with another count
+(message lengths usually show it) or another dtype of the same size.
 
 Failed calls
 ------------
@@ -77,28 +92,39 @@ from ccsynth.collectives.runtime.control import ControlLine, Notice
 from ccsynth.collectives.runtime.memory import MemoryBudget
 from ccsynth.errors import CCSynthError, PeerError
 
-__all__ = ["TagSpace", "Channel", "channel_for", "flush", "is_shared", "mark_shared", "MAX_SLICE_BITS", "RESERVED_TAGS"]
+__all__ = [
+    "TagSpace", "Channel", "channel_for", "flush", "is_shared", "mark_shared", "KIND_CODES", "MAX_SLICE_BITS",
+    "RESERVED_TAGS",
+]
 
 log = logging.getLogger(__name__)
 
-MAX_SLICE_BITS = 16
-MIN_SEQ_BITS = 5
-#: per call, this many of the highest slice tags are the channel's own (agreement rounds)
-RESERVED_TAGS = 64
+MAX_SLICE_BITS = 14
+MIN_SEQ_BITS = 4
+#: per call, this many of the highest slice tags are the channel's own (the flush marker)
+RESERVED_TAGS = 16
+#: the collective's number in a tag's signature field
+KIND_CODES = {"allreduce": 0, "allgather": 1, "reduce_scatter": 2, "alltoall": 3, "broadcast": 4, "reduce": 5}
 
 
 @dataclass(frozen=True)
 class TagSpace:
-    """How a tag splits into the call number (high bits) and the slice tag (low ``slice_bits``)."""
+    """How a tag splits: call number (high ``seq_bits``), signature (``sig_bits``), slice tag (low ``slice_bits``).
+
+    The signature is the collective's kind (3 bits) and, where the tag has
+    room (``sig_bits`` 6), its root modulo 8.
+    """
 
     slice_bits: int
     seq_bits: int
+    sig_bits: int = 0
 
     @classmethod
     def for_tag_ub(cls, tag_ub: int) -> "TagSpace":
         bits = (int(tag_ub) + 1).bit_length() - 1  # every tag below 2**bits is valid
-        slice_bits = max(1, min(MAX_SLICE_BITS, bits - MIN_SEQ_BITS))
-        return cls(slice_bits, max(1, bits - slice_bits))
+        sig_bits = 6 if bits >= 24 else 3
+        slice_bits = max(6, min(MAX_SLICE_BITS, bits - sig_bits - MIN_SEQ_BITS))
+        return cls(slice_bits, max(1, bits - sig_bits - slice_bits), sig_bits)
 
     @property
     def window(self) -> int:
@@ -111,7 +137,14 @@ class TagSpace:
         return (1 << self.slice_bits) - RESERVED_TAGS
 
     def base(self, seq: int) -> int:
-        return (seq & (self.window - 1)) << self.slice_bits
+        return (seq & (self.window - 1)) << (self.slice_bits + self.sig_bits)
+
+    def signature(self, kind: str, root: int = 0) -> int:
+        """What a compiled schedule of ``kind`` (rooted at ``root``) adds to every tag it uses."""
+        sig = KIND_CODES.get(kind, 7)
+        if self.sig_bits >= 6:
+            sig = (sig << 3) | (root & 7)
+        return (sig & ((1 << self.sig_bits) - 1)) << self.slice_bits
 
     def own_tag(self, k: int) -> int:
         """The ``k``-th of the channel's own slice tags."""
@@ -151,7 +184,7 @@ class Channel:
             tags = TagSpace.for_tag_ub(int(tag_ub) if tag_ub else 32767)
         self.tags = tags
         self._mask = self.tags.window - 1
-        self._shift = self.tags.slice_bits
+        self._shift = self.tags.slice_bits + self.tags.sig_bits
         self.seq = 0  # the call in progress (or the last one)
         self.base = 0  # its tag base
         self.generation = 0

@@ -135,7 +135,7 @@ def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, fai
         try:
             done = wait_some(active, sts)
         except MPIError as e:  # try costs nothing until it raises (Python >= 3.11)
-            raise failures.wait_failed(lay, e, active, anodes) from e
+            raise failures.wait_failed(lay, e, active, anodes, base) from e
         j = -1  # sts[j] is the status of done[j] (an index is cheaper than zip here)
         for i in done:
             j += 1

@@ -43,8 +43,9 @@ class RunFailures:
     a failed ``wait_some`` is explained from the statuses it filled.
     """
 
-    def __init__(self, rank: int, schedule, MPI, statuses: list | None, null) -> None:
+    def __init__(self, rank: int, schedule, MPI, statuses: list | None, null, slice_mask: int = -1) -> None:
         self.rank = rank
+        self.slice_mask = slice_mask  # a received tag's slice tag: tag & slice_mask
         self.schedule = schedule
         self.MPI = MPI
         self.statuses = statuses
@@ -66,26 +67,38 @@ class RunFailures:
             f"{_HINT}"
         )
 
-    def wait_failed(self, lay: Layout, e, active: list, anodes: list) -> BufferMismatchError:
+    def wait_failed(self, lay: Layout, e, active: list, anodes: list, base: int = 0) -> CCSynthError:
         """``wait_some`` raised: typically a receive was sent more than it holds (MPI_ERR_TRUNCATE).
 
         MPICH fills in the source and tag of the requests completed by the
-        failing call but not their error fields, and a truncated receive
-        reports its own size as the count; so the culprit is found among the
-        receives this call completed (the statuses with a real source; those
-        of requests that did not complete keep MPI_ANY_SOURCE).
+        failing call but not always their error fields, and a truncated
+        receive reports its own size as the count; so the culprit is found
+        among the receives this call completed (the statuses with a real
+        source; those of requests that did not complete keep
+        MPI_ANY_SOURCE). ``base`` is the call's tag base (tags are ``base +``
+        the layout's slice tag). A status whose error field names another
+        error (a peer that died) is reported as such.
         """
         MPI = self.MPI
         if e.Get_error_class() not in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS):
             return self.mpi_failure(lay, e)
         completed = set()
+        broken = {}
         for status in self.statuses[:len(active)]:
-            if status.Get_source() >= 0:
-                completed.add((status.Get_source(), status.Get_tag()))
+            src = status.Get_source()
+            if src >= 0:
+                completed.add((src, (status.Get_tag() - base) & self.slice_mask))
+                code = status.Get_error()
+                if code not in (MPI.SUCCESS, MPI.ERR_PENDING) and MPI.Get_error_class(code) != MPI.ERR_TRUNCATE:
+                    broken.setdefault(src, MPI.Get_error_string(code))
         suspects = [
             v for q, v in zip(active, anodes)
             if v >= 0 and q is not self.null and lay.kind[v] != K_SEND and lay.mpi[v][:2] in completed
         ]
+        if broken:
+            src, text = next(iter(broken.items()))
+            return PeerError(f"rank {self.rank}: its messages with rank {src} failed while running "
+                             f"{self.what_ran(lay)} (a peer process that ended, or a broken connection): {text}")
         if len(suspects) == 1:
             return self.count_mismatch(lay, suspects[0], None)
         if suspects:
@@ -115,6 +128,11 @@ class RunFailures:
             return PeerError(
                 f"rank {self.rank}: a peer went away (its process ended or its connection failed) while running "
                 f"{self.what_ran(lay)}: {text}"
+            )
+        if cls == MPI.ERR_IN_STATUS:
+            return PeerError(
+                f"rank {self.rank}: MPI failed a request while running {self.what_ran(lay)} and named no cause "
+                f"(a peer process that ended, or a broken connection, are the usual ones): {text}"
             )
         if cls == MPI.ERR_TRUNCATE:
             return BufferMismatchError(

@@ -136,47 +136,58 @@ def mpi_calls(MPI, wait_mode: str, spin: int = 1, timeout: float | None = None) 
     )
 
 
+class _Patience:
+    """Polling between yields; with a timeout, :class:`WaitTimedOut` once nothing completed for that long."""
+
+    __slots__ = ("spin", "timeout", "polls", "end")
+
+    def __init__(self, spin: int, timeout: float | None) -> None:
+        self.spin, self.timeout = spin, timeout
+        self.polls, self.end = 0, None
+
+    def start(self) -> "_Patience":
+        self.polls, self.end = 0, None
+        return self
+
+    def pause(self) -> None:
+        self.polls += 1
+        if self.polls < self.spin:
+            return
+        self.polls = 0
+        os.sched_yield()
+        if self.timeout is not None:
+            now = time.monotonic()
+            if self.end is None:
+                self.end = now + self.timeout
+            elif now > self.end:
+                raise WaitTimedOut(self.timeout)
+
+
 def _polling_wait_some(Testsome, spin: int, timeout: float | None = None):
-    yield_cpu = os.sched_yield
-    clock = time.monotonic
+    patience = _Patience(spin, timeout)
 
     def wait_some(requests, statuses):
         done = Testsome(requests, statuses)
-        polls = 0
-        end = None
-        while not done:
-            polls += 1
-            if polls >= spin:
-                yield_cpu()
-                polls = 0
-                if timeout is not None:
-                    now = clock()
-                    if end is None:
-                        end = now + timeout
-                    elif now > end:
-                        raise WaitTimedOut(timeout)
-            done = Testsome(requests, statuses)
+        if not done:
+            p = patience.start()
+            while not done:
+                p.pause()
+                done = Testsome(requests, statuses)
         return done
 
     return wait_some
 
 
 def _polling_wait_any(Testany, timeout: float | None = None):
-    yield_cpu = os.sched_yield
-    clock = time.monotonic
+    patience = _Patience(1, timeout)
 
     def wait_any(requests, status):
         index, flag = Testany(requests, status)
-        end = None
-        while not flag:
-            yield_cpu()
-            if timeout is not None:
-                now = clock()
-                if end is None:
-                    end = now + timeout
-                elif now > end:
-                    raise WaitTimedOut(timeout)
-            index, flag = Testany(requests, status)
+        if not flag:
+            p = patience.start()
+            while not flag:
+                p.pause()
+                index, flag = Testany(requests, status)
         return index
 
     return wait_any

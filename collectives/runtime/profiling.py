@@ -61,28 +61,19 @@ def timed_mpi(calls: MpiCalls, stats: RunStats) -> MpiCalls:
     """``calls`` with every post (``Isend``/``Irecv``) and wait timed into ``stats``."""
     clock = time.perf_counter
 
-    def posting(post: Callable) -> Callable:
-        def timed_post(*args):
+    def timed(call: Callable, seconds: str, count: str) -> Callable:
+        def timed_call(*args):
             t = clock()
-            request = post(*args)
-            stats.start_s += clock() - t
-            stats.starts += 1
-            return request
+            out = call(*args)
+            setattr(stats, seconds, getattr(stats, seconds) + clock() - t)
+            setattr(stats, count, getattr(stats, count) + 1)
+            return out
 
-        return timed_post
+        return timed_call
 
-    def waiting(wait: Callable) -> Callable:
-        def timed_wait(*args):
-            t = clock()
-            done = wait(*args)
-            stats.wait_s += clock() - t
-            stats.waits += 1
-            return done
-
-        return timed_wait
-
-    return replace(calls, isend=posting(calls.isend), irecv=posting(calls.irecv), wait_some=waiting(calls.wait_some),
-                   wait_any=waiting(calls.wait_any), test_all=waiting(calls.test_all))
+    post = {name: timed(getattr(calls, name), "start_s", "starts") for name in ("isend", "irecv")}
+    wait = {name: timed(getattr(calls, name), "wait_s", "waits") for name in ("wait_some", "wait_any", "test_all")}
+    return replace(calls, **post, **wait)
 
 
 def timed_kernels(k: Kernels, stats: RunStats) -> Kernels:

@@ -301,7 +301,7 @@ def case_levels_agree() -> None:
 def case_generations() -> str:
     """Calls across many communicator generations (a window of 4 calls), with failed calls in between whose
     large sends nobody received: every result still matches MPI, and Free() takes in what is left."""
-    ch = Channel.build(WORLD, MPI, tags=TagSpace(slice_bits=10, seq_bits=2))
+    ch = Channel.build(WORLD, MPI, tags=TagSpace(slice_bits=10, seq_bits=2, sig_bits=6))
     cs = CompiledSchedule(hand.ring_allreduce(N), ch.comm, channel=ch, slice_bytes=1 << 16)
     failed = 0
     for it in range(14):
