@@ -32,6 +32,24 @@ of the buffer) on the ranks of an MPI communicator:
   cannot deadlock (the first unfinished task in that order can always
   run). Without thread support (or ``threads=False``) the tasks run one
   after another in the plan's order.
+* **Calls and failures** (issue 9's runtime, :mod:`~ccsynth.collectives.runtime.channel`).
+  Every group has a :class:`~ccsynth.collectives.runtime.channel.Channel`
+  of its own (tags with call numbers, a control line, a byte budget), and
+  every phase is a compiled schedule executed inside *one* call per group
+  and collective call: :meth:`PhasedRunner.run` is given the caller's call
+  number ``seq`` and first brings every group's channel to it
+  (:meth:`PhasedRunner.sync`, which opens the calls in between, so every
+  rank's channels count alike whatever path the calls between took). The
+  phases of one dimension within a call reuse slice tags; that is safe
+  because each rank runs a dimension's phases one after another, in the
+  same order on every rank, and MPI delivers the messages of one tag
+  between two ranks in the order they were sent. A rank whose call fails
+  (a local check, a peer's notice, a timeout) posts a notice for the call
+  on *every* group's control line (:meth:`PhasedRunner.failed`); a rank
+  waiting in a phase of that call wakes up and raises, and posts in turn
+  on its other groups, so the error reaches every rank that still depends
+  on it. The dimension threads of the failed rank stop the same way
+  before :meth:`PhasedRunner.run` raises.
 
 The plan must be the same on every rank (the public communicator computes
 it from the topology on each rank and compares a checksum once). This
@@ -55,15 +73,19 @@ import numpy as np
 
 from ccsynth.collectives.executor import CompiledSchedule
 from ccsynth.collectives.phase_plan import PhasePlan
+from ccsynth.collectives.runtime.channel import Channel, is_shared
+from ccsynth.collectives.runtime.control import Notice
 from ccsynth.errors import BufferMismatchError, CCSynthError, PlanError, TopologyError
 from ccsynth.kernels.base import Backend, canonical_op, get_backend
 
-__all__ = ["PhasedRunner", "WAIT_POLL_S"]
+__all__ = ["PhasedRunner", "WAIT_POLL_S", "JOIN_S"]
 
 log = logging.getLogger(__name__)
 
 #: how often a dimension's thread waiting for a chunk's previous phase checks whether another thread failed (s)
 WAIT_POLL_S = 0.05
+#: after a failure, how long the calling thread waits for the other dimensions' threads to stop (s)
+JOIN_S = 30.0
 
 
 @dataclass
@@ -90,13 +112,18 @@ class PhasedRunner:
         backend: ``"numpy"`` or ``"cupy"`` (or a backend object).
         slice_bytes: pipeline slice size of the phases' executors (same on every rank).
         threads: run every dimension on its own thread (``"auto"``: when MPI allows it).
+        timeout: seconds a phase may wait without progress (:class:`~ccsynth.errors.CallTimeoutError`).
+        cache_bytes: byte budget of each group channel's kept buffers.
 
+    The constructor is collective (``Comm_split`` and the channels' ``Dup``).
     Raises :class:`~ccsynth.errors.TopologyError` (on every rank, before
     communicating) when the rank count does not match the dimensions.
     """
 
     def __init__(self, comm, sizes, *, backend: str | Backend = "numpy", slice_bytes: int | None = None,
-                 threads: bool | str = "auto"):
+                 threads: bool | str = "auto", timeout: float | None = None, cache_bytes: int | None = None):
+        from mpi4py import MPI
+
         self.sizes = tuple(int(s) for s in sizes)
         if not self.sizes or any(s < 1 for s in self.sizes):
             raise TopologyError(f"dimension sizes must be positive integers, got {list(sizes)}")
@@ -105,28 +132,28 @@ class PhasedRunner:
         if size != self.n:
             raise TopologyError(f"the dimensions {'x'.join(map(str, self.sizes))} have {self.n} ranks but the "
                                 f"communicator has {size}")
-        self.comm = comm
+        self._MPI = MPI
         self.rank = comm.Get_rank()
         self.backend = get_backend(backend)
         self.slice_bytes = slice_bytes
+        self.timeout = timeout
         self.active = tuple(i for i, s in enumerate(self.sizes) if s >= 2)
-        self.groups: dict[int, Any] = {}
+        self.channels: dict[int, Channel] = {}
         for i in self.active:
             stride = math.prod(self.sizes[:i])
             coord = (self.rank // stride) % self.sizes[i]
-            self.groups[i] = comm.Split(self.rank - coord * stride, coord)
+            group = comm.Split(self.rank - coord * stride, coord)
+            self.channels[i] = Channel.build(group, MPI, private=True, cache_bytes=cache_bytes)
+            group.Free()  # the channel works on duplicates of it
         self.threaded = self._threads_allowed(threads)
         self._compiled: dict[tuple, tuple[Any, CompiledSchedule]] = {}
+        self._posted = -1  # the last call whose failure this rank posted on every group
+        self._seq = 0  # the call in progress
 
     def _threads_allowed(self, threads) -> bool:
         if threads is False or len(self.active) < 2:
             return False
-        try:
-            from mpi4py import MPI
-
-            ok = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
-        except Exception:  # pragma: no cover - no MPI
-            ok = False
+        ok = self._MPI.Query_thread() >= self._MPI.THREAD_MULTIPLE
         if threads is True and not ok:
             raise CCSynthError("threads=True needs MPI_THREAD_MULTIPLE, which this MPI library did not grant")
         if not ok:
@@ -134,19 +161,45 @@ class PhasedRunner:
         return ok
 
     def free(self) -> None:
-        """Release the compiled phases and the sub-communicators."""
+        """Release the compiled phases and the group channels (collective: every rank calls it)."""
         for _, cs in self._compiled.values():
             cs.free()
         self._compiled.clear()
-        try:
-            from mpi4py import MPI
+        for ch in self.channels.values():
+            ch.memory.clear()
+            ch.close(free=True)
+        self.channels = {}
 
-            if not MPI.Is_finalized():
-                for g in self.groups.values():
-                    g.Free()
-        except Exception:  # pragma: no cover - no MPI
-            pass
-        self.groups = {}
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes the group channels keep between calls."""
+        return sum(ch.memory.total for ch in self.channels.values())
+
+    # ------------------------------------------------------------ call numbers
+    def sync(self, seq: int) -> None:
+        """Bring every group's channel to call ``seq`` (opening the calls in between; see "Calls and failures").
+
+        Raises a peer's error if a notice about ``seq`` is already here.
+        """
+        for ch in self.channels.values():
+            while ch.seq < seq:
+                ch.open_call()
+
+    def failed(self, exc: BaseException, seq: int, what: str) -> None:
+        """This rank's call ``seq`` failed with ``exc``: post it on every group's control line (once per call)."""
+        if self._posted == seq:
+            return
+        self._posted = seq
+        try:
+            self.sync(seq)
+        except CCSynthError:
+            pass  # a peer's notice about this call: this rank's own notice goes out all the same
+        notice = Notice(seq, self.rank, type(exc).__name__, what, str(exc))
+        for ch in self.channels.values():
+            if not ch.closed and ch.size > 1:
+                ch.line.post(notice)
+        log.debug("rank %d: call %d (%s) failed (%s); told every group", self.rank, seq, what,
+                  "a peer's error" if is_shared(exc) else type(exc).__name__)
 
     # ------------------------------------------------------------ plan checks
     def _check(self, plan: PhasePlan) -> None:
@@ -160,18 +213,37 @@ class PhasedRunner:
         key = (d, kind, algorithm, id(sched))
         hit = self._compiled.get(key)
         if hit is None:
-            cs = CompiledSchedule(sched, self.groups[plan.dims[d]], backend=self.backend, slice_bytes=self.slice_bytes)
+            ch = self.channels[plan.dims[d]]
+            cs = CompiledSchedule(sched, ch.comm, backend=self.backend, slice_bytes=self.slice_bytes,
+                                  timeout=self.timeout, channel=ch)
             hit = self._compiled[key] = (sched, cs)  # the schedule is kept so that its id stays unique
         return hit[1]
 
     # ------------------------------------------------------------ run
-    def run(self, plan: PhasePlan, sendbuf, recvbuf, op: str = "sum"):
+    def run(self, plan: PhasePlan, sendbuf, recvbuf, op: str = "sum", *, seq: int | None = None):
         """Execute ``plan`` with ``sendbuf`` and ``recvbuf`` (flat arrays, MPI's sizes for the plan's kind).
 
         allreduce: both ``N`` elements; reduce_scatter: ``n * m`` and ``m``;
         allgather: ``m`` and ``n * m``. ``op`` is a ccsynth op name (``avg``
-        sums, then divides). Returns ``recvbuf``.
+        sums, then divides). ``seq`` is the caller's call number (default:
+        one more than the last): the run is that call on every group's
+        channel. ``sendbuf`` may be a view of ``recvbuf`` (an in-place call):
+        it is read completely before ``recvbuf`` is written. Returns
+        ``recvbuf``. On an error this rank tells every group
+        (:meth:`failed`) and raises.
         """
+        if seq is None:
+            seq = max((ch.seq for ch in self.channels.values()), default=0) + 1
+        self._seq = seq
+        try:
+            self.sync(seq)
+            self._run(plan, sendbuf, recvbuf, op)
+        except BaseException as e:
+            self.failed(e, seq, plan.kind)
+            raise
+        return recvbuf
+
+    def _run(self, plan: PhasePlan, sendbuf, recvbuf, op: str) -> None:
         self._check(plan)
         opname = canonical_op(op) if plan.kind != "allgather" else "sum"
         run_op = "sum" if opname == "avg" else opname
@@ -192,7 +264,6 @@ class PhasedRunner:
             self.backend.divide(recvbuf, self.n)
         if self.backend.is_device:
             self.backend.synchronize()
-        return recvbuf
 
     def _chunks(self, plan: PhasePlan, sendbuf, recvbuf) -> list[_Chunk]:
         n, total = self.n, plan.total_units
@@ -268,10 +339,10 @@ class PhasedRunner:
         alg = plan.chunks[k].algorithms[level]
         if reduce:
             cs = self._compiled_for(plan, d, "reduce_scatter", alg)
-            cs.run(src[start:start + p * block], dst[mine:mine + block], op)
+            cs.execute(src[start:start + p * block], dst[mine:mine + block], op)
         else:
             cs = self._compiled_for(plan, d, "allgather", alg)
-            cs.run(src[mine:mine + block], dst[start:start + p * block])
+            cs.execute(src[mine:mine + block], dst[start:start + p * block])
         c.cur = 1 - c.cur
 
     def _run_threaded(self, plan: PhasePlan, tasks, task) -> None:
@@ -308,7 +379,16 @@ class PhasedRunner:
             while th.is_alive():
                 th.join(WAIT_POLL_S)
                 if failed:
-                    # the others may wait inside MPI for a peer that will never come: do not wait for them
-                    raise failed[0]
+                    break
+            if failed:
+                break
         if failed:
+            # tell every group now: a thread of this rank blocked in a phase wakes when its peers raise in turn
+            self.failed(failed[0], self._seq, plan.kind)
+            stop.set()
+            for th in threads:
+                th.join(JOIN_S)
+                if th.is_alive():
+                    log.warning("rank %d: thread %s still waits in MPI %.0f s after the call failed", self.rank,
+                                th.name, JOIN_S)
             raise failed[0]
