@@ -84,6 +84,8 @@ from ccsynth.synth.baseline_search import baseline_choices
 from ccsynth.synth.contiguity import Waves, chain_waves, dp_waves, schedule_waves, single_waves
 from ccsynth.synth.multidim.candidates import MILP_MAX_RANKS, MultiDimCandidate, best_multidim, milps_scale
 from ccsynth.synth.multidim.candidates import applies as multidim_applies
+from ccsynth.synth.multidim.chunks import KINDS
+from ccsynth.synth.multidim.lowering import MAX_IR_RANKS
 from ccsynth.synth.lowering import (
     lower_allgather,
     lower_allreduce,
@@ -287,6 +289,13 @@ def synthesize(
     prog = _Progress(progress, report)
     size_bytes = _check_request(topology, collective, sketch, size_bytes)
     multidim = _multidim_candidate(topology, collective, size_bytes, options, prog, report)
+    if (multidim is None and sketch is None and topology.dims and topology.n_ranks > MAX_IR_RANKS
+            and collective.kind in KINDS):
+        raise CollectiveError(
+            f"{topology.name!r} has {topology.n_ranks} ranks: beyond what the MILPs solve and what a Schedule IR "
+            f"holds ({MAX_IR_RANKS} ranks); schedule it with ccsynth.synth.multidim.schedule_multidim (CLI: "
+            f"ccsynth synth --scheduler auto), which the MPI communicator runs as phases"
+        )
     if multidim is not None and sketch is None and not milps_scale(topology):
         prog("multidim", f"{topology.n_ranks} ranks: above MILP_MAX_RANKS = {MILP_MAX_RANKS}, the MILPs are skipped")
         report.chosen = "multidim"

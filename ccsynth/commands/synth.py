@@ -16,6 +16,7 @@ import time
 
 from ccsynth.atomic import check_writable, write_text
 from ccsynth.commands._common import human, print_json, print_table, topology_from
+from ccsynth.commands.synth_multidim import run_multidim
 from ccsynth.errors import CCSynthError, CollectiveError
 from ccsynth.limits import check as check_limit
 
@@ -40,6 +41,9 @@ def register(sub) -> None:
     g.add_argument("--sizes", default=None, metavar="MIN:MAX",
                    help="synthesize for every size of a range (powers of two, e.g. 1K:1G) or list (1K,1M) "
                         "and write a plan picking the fastest schedule per size range")
+    p.add_argument("--scheduler", default=None, metavar="S",
+                   help="on a topology with dimensions: the multi-dimension schedulers (fixed, themis, themis-flex, "
+                        "lp or auto) side by side, no MILPs; the chosen one is written with -o (up to 128 ranks)")
     p.add_argument("--chunks", type=int, default=None, metavar="K",
                    help="pieces per chunk (TACCL's input_chunkup; default: chosen by size)")
     s = p.add_argument_group("solver")
@@ -125,11 +129,31 @@ def run(args) -> int:
         sketch.bind(topo)  # sketch errors (with the failed rule) before any solver runs
     opts = _options(args)
     quiet = bool(getattr(args, "quiet", False))
+    scheduler = _multidim_scheduler(args, topo, sketch, sizes)
+    if scheduler is not None:
+        return run_multidim(args, topo, coll.kind, size if size is not None else 1 << 20, opts, scheduler, fmt)
     if sizes is not None:
         return _run_sizes(args, topo, coll, sketch, opts, sizes, fmt, quiet)
     if size is None:
         size = sketch.input_size if sketch is not None and sketch.input_size else 1 << 20
     return _run_one(args, topo, coll, sketch, opts, size, fmt, quiet)
+
+
+def _multidim_scheduler(args, topo, sketch, sizes) -> str | None:
+    """The multi-dimension scheduler to run instead of the MILPs: ``--scheduler``, or ``auto`` on a topology with
+    dimensions beyond the IR (see :mod:`ccsynth.commands.synth_multidim`); None for the synthesizer."""
+    from ccsynth.synth.multidim import check_scheduler
+    from ccsynth.synth.multidim.lowering import MAX_IR_RANKS
+
+    if args.scheduler is None:
+        if topo.dims and topo.n_ranks > MAX_IR_RANKS and sketch is None and sizes is None:
+            return "auto"
+        return None
+    name = check_scheduler(args.scheduler)
+    if sketch is not None or sizes is not None or args.chunks is not None:
+        raise CCSynthError("--scheduler takes one --size and no --sketch, --sizes or --chunks "
+                           "(the schedulers choose their own chunks)")
+    return name
 
 
 def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -> int:

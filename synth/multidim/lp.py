@@ -68,11 +68,12 @@ from ccsynth.synth.multidim.load import DimLoads
 from ccsynth.synth.multidim.network import DimNet
 from ccsynth.synth.solver import SolverOptions, solve, value
 
-__all__ = ["CHARGES", "LatticeSolution", "solve_lattice", "decompose", "lattice_walk", "lp_chunks"]
+__all__ = ["CHARGES", "LatticeSolution", "solve_lattice", "decompose", "lattice_walk", "lp_chunks", "bandwidth_bound"]
 
 log = logging.getLogger(__name__)
 
-#: how the LP charges a phase: ``floor`` (what it occupies whatever overlaps it: the bound) or ``full``
+#: how the LP charges a phase: ``floor`` (what it occupies whatever overlaps it: the bound) or ``full``;
+#: ``bandwidth`` (the bytes at the dimension's fastest per-byte rate, no latency) is :func:`bandwidth_bound`'s
 CHARGES = ("floor", "full")
 #: flows below this (a share of the data) are solver noise, not an order
 _FLOW_EPS = 1e-9
@@ -102,6 +103,9 @@ class LatticeSolution:
 def _phase_charge(costs: PhaseCosts, kind: str, d: int, m: float, charge: str) -> float:
     """What one chunk's phase(s) over ``m`` bytes on dimension ``d`` cost the dimension (both halves of an allreduce)."""
     reduce = kind != "allgather"
+    if charge == "bandwidth":
+        rate = min(costs.us_per_byte(d, a) for a in costs.net.dims[d].algorithms)
+        return (2 if kind == "allreduce" else 1) * costs.sent_bytes(d, m) * rate
     alg = costs.best(d, m, reduce=reduce).algorithm
     fn = costs.floor if charge == "floor" else costs.time
     if kind == "allreduce":
@@ -112,7 +116,7 @@ def _phase_charge(costs: PhaseCosts, kind: str, d: int, m: float, charge: str) -
 def solve_lattice(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chunks: int,
                   options: SolverOptions | None = None, charge: str = "floor") -> LatticeSolution:
     """Solve the lattice LP for ``chunks`` equal chunks, then its second stage (see the module docstring)."""
-    if charge not in CHARGES:
+    if charge not in CHARGES + ("bandwidth",):
         raise CollectiveError(f"unknown LP charge {charge!r}; choose one of: {', '.join(CHARGES)}")
     options = options or SolverOptions()
     n_dims = net.n_dims
@@ -140,6 +144,10 @@ def solve_lattice(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, 
         prob += (pulp.lpSum(chunks * tau[e] * var for e, var in f.items() if e[1] == d) <= t, f"busy_{d}")
     first = solve(prob, options, stage=f"multidim lattice LP ({chunks} chunks, {charge})")
     t_star = value(t)
+    if charge == "bandwidth":  # a bound only: no second stage
+        flows = {e: max(0.0, value(var)) for e, var in f.items()}
+        return LatticeSolution(tuple(sorted(flows.items())), decompose(flows, n_dims), t_star, chunks, charge,
+                               first.seconds)
     prob += (t <= t_star * (1 + _SECOND_STAGE_SLACK), "keep_optimum")
     prob.setObjective(pulp.lpSum(var * whole[e] for e, var in f.items()))
     second = solve(prob, options, stage=f"multidim lattice LP, second stage ({chunks} chunks, {charge})")
@@ -210,3 +218,15 @@ def lp_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chun
     log.debug("lattice LP (%s), %d chunks: T* %.3f us; orders %s", charge, chunks, sol.bound_us,
               ", ".join(f"{'-'.join(map(str, o))}: {x:.3f}" for o, x in sol.fractions))
     return tuple(make_chunk(net, costs, kind, o, b) for o in orders), sol
+
+
+def bandwidth_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float,
+                    options: SolverOptions | None = None) -> float:
+    """The least time (us) the busiest dimension needs for the bytes alone, over every split of the data
+    among dimension orders: the lattice LP with every phase charged its bytes at the dimension's fastest
+    per-byte rate (no latency, no overhead; linear in the chunk size, so one chunk says it all).
+
+    It bounds every schedule of per-dimension phases in dimension orders, whatever its chunks; the
+    benchmark's *utilization* is this bound over a schedule's time.
+    """
+    return solve_lattice(net, costs, kind, size_bytes, 1, options, "bandwidth").bound_us
