@@ -103,8 +103,9 @@ def test_lp_is_never_worse_than_themis_and_respects_its_bound():
     for spec in ("hierarchical:4x8x4@200,100,50", "hierarchical:8x8x8x8@400,200,100,50", "ndv2x4"):
         net = dim_net(get_topology(spec))
         for size in (1 << 20, 1 << 30):
-            got = compare_schedulers(net, "allreduce", size, ("themis", "lp"))
+            got = compare_schedulers(net, "allreduce", size, ("fixed", "themis", "lp"))
             assert got["lp"].makespan_us <= got["themis"].makespan_us * (1 + 1e-9)
+            assert got["lp"].makespan_us <= got["fixed"].makespan_us * (1 + 1e-9)
             assert got["lp"].lp_bound_us <= got["lp"].makespan_us * (1 + 1e-9)
             assert bandwidth_bound(net, PhaseCosts(net), "allreduce", size) <= got["lp"].makespan_us * (1 + 1e-9)
 

@@ -25,10 +25,13 @@ nothing to balance with one chunk), so every count is tried; there are at
 most 11. Comparisons are therefore at each scheduler's own best chunk
 count, as for the baselines (:mod:`ccsynth.synth.baseline_search`).
 
-``lp`` keeps the fastest of its two flows' roundings and of Themis's
-chunks for the same count: Themis's schedule is a feasible point of the
-LP's class (the warm start a solver would be given), so the LP is never
-worse than Themis, and its own bound ``T*`` holds for all of them;
+``lp`` keeps the fastest of its two flows' roundings (equal chunks, and
+chunks resized so that each order carries its LP share exactly,
+:func:`~.lp.weighted_chunks`; the latter only without ``max_chunks``, since
+the IR takes at most four units a chunk) and of Themis's and the fixed
+order's chunks for the same count: those are feasible points of the LP's
+class (the warm starts a solver would be given), so the LP is never worse
+than either, and its own bound ``T*`` holds for all of them;
 :attr:`MultiDimSchedule.origin` says which one won.
 
 Nothing here walks the ranks: scheduling 4,096 ranks in 4 dimensions costs
@@ -56,7 +59,7 @@ from typing import Sequence
 from ccsynth.errors import CollectiveError, SizeError
 from ccsynth.synth.multidim.chunks import ChunkPlan, check_kind
 from ccsynth.synth.multidim.cost import PhaseCosts
-from ccsynth.synth.multidim.lp import CHARGES, lp_chunks
+from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, weighted_chunks
 from ccsynth.synth.multidim.network import DimNet, dim_net
 from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
 from ccsynth.synth.multidim.policies import equal_units, fixed_chunks, flex_units, themis_chunks
@@ -179,8 +182,10 @@ def chunk_counts(size_bytes: float) -> tuple[int, ...]:
 class _Run:
     """One scheduler on one (network, collective, size): builds chunks for a count, times them."""
 
-    def __init__(self, net: DimNet, costs: PhaseCosts, kind: str, size: float, policy: str, options: SolverOptions):
+    def __init__(self, net: DimNet, costs: PhaseCosts, kind: str, size: float, policy: str, options: SolverOptions,
+                 weighted: bool = True):
         self.net, self.costs, self.kind, self.size, self.policy, self.options = net, costs, kind, size, policy, options
+        self.weighted = weighted  # chunks of unequal units (the IR takes up to 4 units a chunk: off under max_chunks)
 
     def at(self, k: int) -> MultiDimSchedule:
         net, costs, kind, size = self.net, self.costs, self.kind, self.size
@@ -192,17 +197,23 @@ class _Run:
             return self._timed(themis_chunks(net, costs, kind, size, flex_units(k)), "greedy, tapered chunks")
         best: MultiDimSchedule | None = None
         bound = None
+        candidates = []
         for charge in CHARGES:
             chunks, sol = lp_chunks(net, costs, kind, size, k, self.options, charge)
             if charge == "floor":
                 bound = sol.bound_us
-            s = self._timed(chunks, f"LP flow ({'bandwidth' if charge == 'floor' else 'latency-aware'})")
+            what = "bandwidth" if charge == "floor" else "latency-aware"
+            candidates.append((chunks, f"LP flow ({what})"))
+            if self.weighted and k > 1:
+                candidates.append((weighted_chunks(net, costs, kind, chunks, sol), f"LP flow ({what}), weighted chunks"))
+        # Themis's chunks and the fixed order are feasible points of the LP's class: warm starts the LP's
+        # roundings must beat
+        candidates.append((themis_chunks(net, costs, kind, size, equal_units(k)), "Themis warm start"))
+        candidates.append((fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed-order warm start"))
+        for chunks, origin in candidates:
+            s = self._timed(chunks, origin)
             if best is None or is_less(s.makespan_us, best.makespan_us):
                 best = s
-        # Themis's chunks are a feasible point of the LP's class: the warm start the LP's roundings must beat
-        warm = self._timed(themis_chunks(net, costs, kind, size, equal_units(k)), "Themis warm start")
-        if is_less(warm.makespan_us, best.makespan_us):
-            best = warm
         return replace(best, lp_bound_us=bound)
 
     def _timed(self, chunks: tuple[ChunkPlan, ...], origin: str) -> MultiDimSchedule:
@@ -254,7 +265,7 @@ def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float,
     policies = POLICIES if name == "auto" else (name,)
     best: MultiDimSchedule | None = None
     for policy in policies:
-        s = _search(_Run(net, costs, kind, size, policy, options), counts)
+        s = _search(_Run(net, costs, kind, size, policy, options, weighted=max_chunks is None), counts)
         log.info("%s on %s, %s bytes: %d chunks, %.3f us in the dimension model", policy, net.topology, f"{size:.0f}",
                  s.n_chunks, s.makespan_us)
         if best is None or is_less(s.makespan_us, best.makespan_us):
