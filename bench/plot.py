@@ -12,11 +12,12 @@ from typing import Mapping, Sequence
 from ccsynth.errors import CCSynthError
 
 
-def require_matplotlib() -> None:
+def require_matplotlib(what: str = "--plot") -> None:
+    """Raise :class:`CCSynthError` (naming ``what`` needs it) if matplotlib is missing."""
     try:
         import matplotlib  # noqa: F401, PLC0415
     except ImportError:
-        raise CCSynthError("--plot needs matplotlib: pip install 'ccsynth[plot]'") from None
+        raise CCSynthError(f"{what} needs matplotlib: pip install 'ccsynth[plot]'") from None
 
 
 def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike, subtitle: str = "") -> None:

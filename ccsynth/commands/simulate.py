@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ccsynth.commands._common import add_json_arg, add_size_args, human, print_json, print_table, sizes_from, topology_from
 from ccsynth.errors import CCSynthError
 
@@ -16,6 +18,9 @@ def register(sub) -> None:
     p.add_argument("-t", "--topology", metavar="T", help="topology to simulate on (default: the one the schedule names)")
     add_size_args(p)
     p.add_argument("--local-bw", type=float, default=None, metavar="GBPS", help="charge local copies/reductions at this bandwidth (default: free)")
+    p.add_argument("--timeline", metavar="FILE", default=None,
+                   help="draw every connection's transfers over time (a Gantt chart: .png, .svg, .pdf; needs "
+                        "matplotlib) or write the trace as JSON (.json); one size only")
     add_json_arg(p)
     p.set_defaults(func=run)
 
@@ -24,6 +29,17 @@ def run(args) -> int:
     from ccsynth.formats.files import load_schedule
     from ccsynth.synth.simulate import simulate
 
+    timeline = args.timeline
+    if timeline is not None:  # a bad suffix or a missing matplotlib is said before any work
+        from ccsynth.bench.plot import require_matplotlib
+        from ccsynth.bench.timeline import IMAGE_SUFFIXES
+
+        suffix = os.path.splitext(timeline)[1].lower()
+        if suffix not in IMAGE_SUFFIXES + (".json",):
+            raise CCSynthError(f"--timeline {timeline!r}: name a .json file (the trace) or an image "
+                               f"({', '.join(IMAGE_SUFFIXES)})")
+        if suffix != ".json":
+            require_matplotlib("--timeline with an image")
     spec = args.topology or None
     sched = load_schedule(args.file, verify=False)
     if spec is None:
@@ -35,14 +51,24 @@ def run(args) -> int:
 
     verify(sched, topo)
     sizes = sizes_from(args)
-    results = [simulate(sched, topo, s, local_bw=args.local_bw) for s in sizes]
+    if timeline is not None and len(sizes) != 1:
+        raise CCSynthError(f"--timeline draws one size; --sizes gave {len(sizes)}")
+    results = [simulate(sched, topo, s, local_bw=args.local_bw, trace=timeline is not None) for s in sizes]
+    wrote = None
+    if timeline is not None:
+        from ccsynth.bench.timeline import write_timeline
+
+        wrote = f"wrote timeline {timeline}: {write_timeline(results[0], sched, timeline)}"
     if args.json:
         print_json({"file": args.file, "schedule": sched.name, "topology": topo.name,
-                    "collective": sched.collective.to_dict(), "results": [r.to_dict() for r in results]})
+                    "collective": sched.collective.to_dict(), "results": [r.to_dict() for r in results],
+                    **({"timeline": timeline} if timeline else {})})
         return 0
     print(f"# {sched.name}: {sched.collective.describe()} on {topo.name}")
     print_table(
         ["size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "bound (us)", "gap"],
         [(human(r.size_bytes), r.time_us, r.algbw, r.busbw, r.lower_bound_us, f"{r.gap:.2f}x") for r in results],
     )
+    if wrote:
+        print(wrote)
     return 0
