@@ -299,16 +299,17 @@ def merge_transfers(schedule: Schedule, factor: int, max_count: int) -> Schedule
             streams.setdefault((op.rank, op.peer, op.channel), []).append(op)
     group: dict[int, int] = {}  # op id -> first op id of its run (sends and receives)
     for sends in streams.values():
-        run: list[Op] = []
+        head, last, length, chunks = sends[0], sends[0], 0, 0
         for s in sends:
-            if run and _extends(run, s, ops, matches, level, factor, max_count):
-                run.append(s)
+            if length and length < factor and chunks + s.count <= max_count and _extends(last, s, head, ops, matches, level):
+                length, chunks = length + 1, chunks + s.count
             else:
-                run = [s]
-            head = run[0]
-            group[s.id] = head.id
-            group[matches[s.id]] = matches[head.id]
-    if all(group[op.id] == op.id for op in ops if op.id in group):
+                head, length, chunks = s, 1, s.count
+            last = s
+            if head is not s:
+                group[s.id] = head.id
+                group[matches[s.id]] = matches[head.id]
+    if not group:
         return schedule
     members: dict[int, list[Op]] = {}
     for op in ops:
@@ -335,12 +336,9 @@ def merge_transfers(schedule: Schedule, factor: int, max_count: int) -> Schedule
     return _rebuild(schedule, drafts, deps_of)
 
 
-def _extends(run: list[Op], s: Op, ops, matches, level, factor: int, max_count: int) -> bool:
-    """Whether send ``s`` (the next of its stream) may join ``run``."""
-    last = run[-1]
-    if len(run) >= factor or level[s.id] != level[run[0].id]:
-        return False
-    if sum(m.count for m in run) + s.count > max_count:
+def _extends(last: Op, s: Op, head: Op, ops, matches, level) -> bool:
+    """Whether send ``s`` may join the run of ``head`` that ``last`` (the send before it) ends."""
+    if level[s.id] != level[head.id]:
         return False
     r_last, r = ops[matches[last.id]], ops[matches[s.id]]
     return (

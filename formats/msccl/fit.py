@@ -157,11 +157,12 @@ def fit_candidates(schedule: Schedule, limits: MscclLimits) -> list[Fit]:
     merges (a finer pipeline). The exporter writes the faster in
     simulation. Raises as :func:`fit_layouts` does.
     """
-    few = fit_layouts(schedule, limits, channel_budget=channels_used(schedule))
+    ladder = _MergeLadder(schedule)
+    few = _fit(schedule, limits, channels_used(schedule), ladder)
     if few.schedule is schedule:
         return [few]
     out = [few]
-    wide = fit_layouts(schedule, limits, channel_budget=CHANNEL_BUDGET)
+    wide = _fit(schedule, limits, CHANNEL_BUDGET, ladder)
     if (wide.merge_factor, wide.channels, len(wide.schedule.ops)) != (few.merge_factor, few.channels, len(few.schedule.ops)):
         out.append(wide)
     return out
@@ -178,12 +179,17 @@ def fit_layouts(schedule: Schedule, limits: MscclLimits, *, channel_budget: int 
     when nothing fits, or :class:`~ccsynth.errors.ScheduleError` when no
     layout is free of deadlock.
     """
+    return _fit(schedule, limits, channel_budget, _MergeLadder(schedule))
+
+
+def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: "_MergeLadder") -> Fit:
+    """:func:`fit_layouts`, taking its merged schedules from ``ladder`` (shared by the candidates)."""
     static = _buffer_violations(schedule, limits)
     if static:
         raise ExportLimitError(f"schedule {schedule.name!r} cannot be written as MSCCL XML: {static[0].message}")
     last: list[LimitViolation] = []
     pack = False
-    for f, merged in _candidates(schedule, limits, max(channel_budget, channels_used(schedule))):
+    for f, merged in _candidates(ladder, limits, max(channel_budget, channels_used(schedule))):
         parts, local_parts = _initial_parts(merged, limits.max_steps)
         for _ in range(REFINE_ROUNDS):
             spread = split_streams(merged, parts, local_parts)
@@ -226,34 +232,51 @@ def _refusal(schedule: Schedule, limits: MscclLimits, last: list[LimitViolation]
     return text
 
 
-def _candidates(schedule: Schedule, limits: MscclLimits, budget: int):
+class _MergeLadder:
+    """The schedule merged by factors 1, 2, 4, ... (each from the one before), built as needed, once.
+
+    Merging pairs of merged transfers gives runs of up to twice as many
+    (same-level runs stay legal at every rung); the ladder ends where a
+    rung merges nothing more, or at :data:`MAX_COUNT`.
+    """
+
+    def __init__(self, schedule: Schedule):
+        self.rungs: list[tuple[int, Schedule]] = [(1, schedule)]
+        self.done = False
+
+    def __iter__(self):
+        i = 0
+        while True:
+            if i == len(self.rungs):
+                if self.done or self.rungs[-1][0] >= MAX_COUNT:
+                    return
+                f, prev = self.rungs[-1]
+                merged = merge_transfers(prev, 2, MAX_COUNT)
+                if len(merged.ops) == len(prev.ops):
+                    self.done = True
+                    return
+                self.rungs.append((2 * f, merged))
+            yield self.rungs[i]
+            i += 1
+
+
+def _candidates(ladder: _MergeLadder, limits: MscclLimits, budget: int):
     """``(merge factor, merged schedule)`` to try, in order: the smallest factor whose
     streams spread over at most ``budget`` channels (else the one needing the
-    fewest channels), then every larger factor that still merges something."""
+    fewest channels), then every larger factor."""
     options = []
-    prev = None
-    f = 1
-    while f <= MAX_COUNT:
-        merged = merge_transfers(schedule, f, MAX_COUNT) if f > 1 else schedule
-        if prev is None or len(merged.ops) < prev:
-            parts, local_parts = _initial_parts(merged, limits.max_steps)
-            k = max([*parts.values(), *local_parts.values(), 1])
-            options.append((f, merged, channels_used(merged) * k))
-            prev = len(merged.ops)
-            if options[-1][2] <= budget:
-                break
-        f *= 2
+    for f, merged in ladder:
+        parts, local_parts = _initial_parts(merged, limits.max_steps)
+        k = max([*parts.values(), *local_parts.values(), 1])
+        options.append((f, merged, channels_used(merged) * k))
+        if options[-1][2] <= budget:
+            break
     within = [o for o in options if o[2] <= min(budget, limits.max_channels)]
     start = within[0] if within else min(options, key=lambda o: (o[2], o[0]))
     yield start[0], start[1]
-    for f, merged, _ in options:
+    for f, merged in ladder:
         if f > start[0]:
             yield f, merged
-    f = options[-1][0] * 2
-    while f <= MAX_COUNT:  # past the budget: factors not yet built
-        merged = merge_transfers(schedule, f, MAX_COUNT)
-        yield f, merged
-        f *= 2
 
 
 def _initial_parts(s: Schedule, max_steps: int) -> tuple[dict, dict]:
