@@ -63,9 +63,16 @@ def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike
     ax_lat.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"ccsynth bench {bench.name}" + (f" ({subtitle})" if subtitle else ""))
     fig.tight_layout()
+    save_figure(fig, path, "plot")
+
+
+def save_figure(fig, path: str | os.PathLike, what: str) -> None:
+    """Write ``fig`` to ``path`` and close it; :class:`CCSynthError` (naming ``what``) if it cannot be written."""
+    import matplotlib.pyplot as plt
+
     try:
         fig.savefig(path, dpi=110)
     except OSError as e:
-        raise CCSynthError(f"cannot write plot {os.fspath(path)!r}: {e.strerror}") from None
+        raise CCSynthError(f"cannot write {what} {os.fspath(path)!r}: {e.strerror}") from None
     finally:
         plt.close(fig)

@@ -24,7 +24,7 @@ import json
 import os
 from collections import defaultdict
 
-from ccsynth.bench.plot import require_matplotlib
+from ccsynth.bench.plot import require_matplotlib, save_figure
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import CCSynthError
 from ccsynth.synth.simulate import SimResult
@@ -159,12 +159,7 @@ def plot_timeline(
         note += f"; {engines_left_out} rank(s) not shown"
     fig.text(0.01, 0.005, note, fontsize=7, color="0.3", ha="left", va="bottom")
     fig.tight_layout(rect=(0, 0.02, 1, 1))
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as e:
-        raise CCSynthError(f"cannot write timeline {os.fspath(path)!r}: {e.strerror}") from None
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, "timeline")
     shown = len(rows)
     return (f"{len(trace.transfers)} transfers on {shown + left_out} connection(s)"
             + (f", {shown} drawn" if left_out else ""))
@@ -186,13 +181,7 @@ def _connection_rows(transfers, max_rows: int):
     by_key = defaultdict(list)
     for x in transfers:
         by_key[(x.src, x.dst, x.channel)].append(x)
-    keys = sorted(by_key)
-    left_out = 0
-    if len(keys) > max_rows:
-        busy = {k: sum(x.data_end - x.data_start for x in by_key[k]) for k in keys}
-        keep = set(sorted(keys, key=lambda k: (-busy[k], k))[:max_rows])
-        left_out = len(keys) - len(keep)
-        keys = [k for k in keys if k in keep]
+    keys, left_out = _busiest(by_key, max_rows, lambda x: x.data_end - x.data_start)
     multi = any(k[2] for k in by_key)
     rows = [(f"{s}->{d}" + (f" ch{c}" if multi else ""), by_key[(s, d, c)]) for s, d, c in keys]
     return rows, left_out
@@ -204,11 +193,16 @@ def _engine_rows(work, max_rows: int):
     for w in work:
         if w.end > w.start:
             by_rank[w.rank].append(w)
-    ranks = sorted(by_rank)
-    left_out = 0
-    if len(ranks) > max_rows:
-        busy = {r: sum(w.end - w.start for w in by_rank[r]) for r in ranks}
-        keep = set(sorted(ranks, key=lambda r: (-busy[r], r))[:max_rows])
-        left_out = len(ranks) - len(keep)
-        ranks = [r for r in ranks if r in keep]
+    ranks, left_out = _busiest(by_rank, max_rows, lambda w: w.end - w.start)
     return [(f"rank {r} engine", by_rank[r]) for r in ranks], left_out
+
+
+def _busiest(groups: dict, max_rows: int, busy) -> tuple[list, int]:
+    """The keys of ``groups`` in order, only the ``max_rows`` busiest (by the sum of ``busy`` over
+    a group's spans) when there are more; and how many were left out."""
+    keys = sorted(groups)
+    if len(keys) <= max_rows:
+        return keys, 0
+    total = {k: sum(busy(x) for x in groups[k]) for k in keys}
+    keep = set(sorted(keys, key=lambda k: (-total[k], k))[:max_rows])
+    return [k for k in keys if k in keep], len(keys) - len(keep)

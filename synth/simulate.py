@@ -79,6 +79,12 @@ alltoall of 1e5 ops on one switch in about 1 s; a pipelined ring allreduce of
 1.2e5 ops in about 1 s; a 1e5-op alltoall of random-sized transfers on one
 switch in 0.8 s when all are posted at once, 2.6 s when each rank sends one
 at a time (every transfer then starts or stops a stream: 5e4 reshares).
+``simulate(..., trace=True)`` hands the same loop a
+:class:`~ccsynth.synth.trace.Recorder`, told when every phase of every
+transfer and every engine's work begins and ends; without one the loop pays
+a ``None`` check per event (no measurable cost: 1e5-op alltoall and ring
+allreduce 0.56 and 0.58 s CPU with the hooks, 0.57 and 0.62 s without),
+and recording with building the trace about doubles the time.
 
 The simulator does not check that the schedule implements its collective
 (that is :func:`ccsynth.collectives.verify.verify`); it checks only what it

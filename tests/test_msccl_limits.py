@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from msccl_runtime import runtime_problems
+from test_msccl import direct_alltoall, ring_allgather, ring_topology
 
 from ccsynth.cli import main
 from ccsynth.collectives.builder import ScheduleBuilder
@@ -22,25 +23,6 @@ from ccsynth.errors import ExportLimitError, ScheduleError
 from ccsynth.formats.msccl import EXECUTOR_LIMITS, MSCCL_LIMITS, MscclLimits, schedule_from_msccl_xml, schedule_to_msccl_xml
 from ccsynth.synth.simulate import simulate
 from ccsynth.topologies import get_topology
-from ccsynth.topologies.model import Link, Topology
-
-
-def ring_topology(n: int) -> Topology:
-    links = [Link(a, (a + 1) % n, 1.0, 10.0) for a in range(n)] + [Link((a + 1) % n, a, 1.0, 10.0) for a in range(n)]
-    return Topology(f"ring{n}", n, links=tuple(links))
-
-
-def pipelined_ring_allgather(n: int, c: int) -> Schedule:
-    """Every piece cut into ``c`` chunks, each forwarded on its own: ``(n - 1) * c`` messages per stream."""
-    b = ScheduleBuilder(Collective("allgather", n, c), f"ring{n}x{c}")
-    for r in range(n):
-        b.copy(r, ("i", 0, c), ("o", r * c, c))
-    for step in range(n - 1):
-        for r in range(n):
-            q = (r - step) % n
-            for j in range(c):
-                b.transfer(r, (r + 1) % n, ("o", q * c + j), ("o", q * c + j))
-    return b.build()
 
 
 def strided_pair(m: int) -> Schedule:
@@ -54,23 +36,13 @@ def strided_pair(m: int) -> Schedule:
     return b.build()
 
 
-def direct_alltoall(n: int) -> Schedule:
-    b = ScheduleBuilder(Collective("alltoall", n), f"direct_alltoall{n}")
-    for r in range(n):
-        b.copy(r, ("i", r), ("o", r))
-        for k in range(1, n):
-            d = (r + k) % n
-            b.transfer(r, d, ("i", d), ("o", r))
-    return b.build()
-
-
 def max_steps(text: str) -> int:
     return max(len(tb.findall("step")) for tb in ET.fromstring(text).iter("tb"))
 
 
 # ------------------------------------------------------------ transforms
 def test_merge_transfers_joins_consecutive_pieces_of_one_level():
-    s = pipelined_ring_allgather(4, 8)
+    s = ring_allgather(4, 8)
     m = merge_transfers(s, 4, 64)
     verify(m)
     sends = [op for op in m.ops if op.kind == "send"]
@@ -108,7 +80,7 @@ def test_split_streams_moves_consecutive_blocks_to_new_channels():
 
 # ------------------------------------------------------------------ fit
 def test_long_pipeline_fits_by_merging_or_spreading():
-    s = pipelined_ring_allgather(4, 100)  # 300 messages per stream
+    s = ring_allgather(4, 100)  # 300 messages per stream
     t = ring_topology(4)
     for topology in (None, t):
         text = schedule_to_msccl_xml(s, topology=topology)
@@ -201,7 +173,7 @@ def test_every_synthesis_benchmark_case_fits(topology, kind, size):
 # ------------------------------------------------------------------ CLI
 def test_cli_export_keeps_the_limits_or_refuses(tmp_path, capsys):
     src = tmp_path / "ring.json"
-    save_schedule(pipelined_ring_allgather(4, 100), src)
+    save_schedule(ring_allgather(4, 100), src)
     out = tmp_path / "ring.xml"
     assert main(["export", str(src), "-o", str(out)]) == 0
     assert runtime_problems(out.read_text()) == []
