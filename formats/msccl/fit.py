@@ -10,8 +10,8 @@ messages down one stream. :func:`fit_layouts` makes it fit, in stages:
 1. *static limits* -- chunk offsets that a 16-bit field cannot hold are
    refused at once (no transform shortens a buffer);
 2. *merge* (:func:`~ccsynth.collectives.transforms.merge_transfers`) --
-   only when spreading alone would need more than :data:`CHANNEL_BUDGET`
-   channels: runs of ``f`` consecutive transfers of a stream whose ranges
+   only when spreading alone would need more channels than a budget
+   allows: runs of ``f`` consecutive transfers of a stream whose ranges
    follow each other become one message (``f`` = 1, 2, 4, ...: the
    smallest that lets the rest fit the budget), which is what a smaller
    chunk factor would have sent;
@@ -28,10 +28,17 @@ messages down one stream. :func:`fit_layouts` makes it fit, in stages:
    streams packed two by two into shared threadblocks
    (``layouts(pack=True)``), from then on.
 
-The layouts that fit come back with the schedule they lay out; when none
-does, :class:`~ccsynth.errors.ExportLimitError` names the limit, the gpu,
-the threadblock and the count, as the unfitted schedule would have needed
-them, and what the stages reached.
+The layouts that fit come back with the schedule they lay out (a
+:class:`Fit`); when none does, :class:`~ccsynth.errors.ExportLimitError`
+names the limit, the gpu, the threadblock and the count, as the unfitted
+schedule would have needed them, and what the stages reached.
+
+:func:`fit_candidates` gives the two fits worth comparing: with the budget
+of the channels the schedule already uses (merge first: few channels) and
+with :data:`CHANNEL_BUDGET` (spread first: a finer pipeline). Neither is
+always faster in simulation (a 64 MiB allgather on ndv2x2: merging costs
+10%, spreading 1%; on dgx_a100x4 the reverse, 5% against 38%, as spreading
+breaks receive-and-forward fusions), so the exporter simulates both.
 """
 
 from __future__ import annotations
@@ -201,11 +208,11 @@ def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: "
             checked = [(lay, violations(spread, lay, limits)) for lay in found]
             fitting = tuple(lay for lay, v in checked if not v)
             if fitting:
-                if spread is not schedule:
+                if spread is not schedule or pack:
                     log.info(
                         "schedule %r fits %s after merging runs of up to %d transfers and spreading over %d "
-                        "channel(s) (%d -> %d ops)", schedule.name, limits.name, f, nchan, len(schedule.ops),
-                        len(spread.ops),
+                        "channel(s) (%d -> %d ops)%s", schedule.name, limits.name, f, nchan, len(schedule.ops),
+                        len(spread.ops), ", streams packed two by two into threadblocks" if pack else "",
                     )
                 return Fit(spread, fitting, f, nchan)
             last = checked[-1][1]
