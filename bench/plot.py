@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Sequence
 
+from ccsynth.atomic import open_atomic
 from ccsynth.errors import CCSynthError
 
 
@@ -18,6 +19,19 @@ def require_matplotlib(what: str = "--plot") -> None:
         import matplotlib  # noqa: F401, PLC0415
     except ImportError:
         raise CCSynthError(f"{what} needs matplotlib: pip install 'ccsynth[plot]'") from None
+
+
+def plot_format(path: str | os.PathLike, what: str = "plot") -> str:
+    """The image format ``path``'s suffix names (png without one); CCSynthError if matplotlib cannot write it."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
+    known = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in known:
+        raise CCSynthError(f"cannot write {what} {os.fspath(path)!r}: matplotlib writes {', '.join(sorted(known))}, "
+                           f"not {fmt!r}")
+    return fmt
 
 
 def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike, subtitle: str = "") -> None:
@@ -67,12 +81,13 @@ def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike
 
 
 def save_figure(fig, path: str | os.PathLike, what: str) -> None:
-    """Write ``fig`` to ``path`` and close it; :class:`CCSynthError` (naming ``what``) if it cannot be written."""
+    """Write ``fig`` to ``path`` and close it: the format from the name's suffix (as savefig would),
+    the bytes through an atomic file; :class:`CCSynthError` (naming ``what``) if it cannot be written."""
     import matplotlib.pyplot as plt
 
     try:
-        fig.savefig(path, dpi=110)
-    except OSError as e:
-        raise CCSynthError(f"cannot write {what} {os.fspath(path)!r}: {e.strerror}") from None
+        fmt = plot_format(path, what)
+        with open_atomic(path, "wb", encoding=None, what=what) as f:
+            fig.savefig(f, dpi=110, format=fmt)
     finally:
         plt.close(fig)

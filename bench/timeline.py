@@ -24,6 +24,7 @@ import json
 import os
 from collections import defaultdict
 
+from ccsynth.atomic import write_text
 from ccsynth.bench.plot import require_matplotlib, save_figure
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import CCSynthError
@@ -48,12 +49,7 @@ def write_timeline(result: SimResult, schedule: Schedule, path: str | os.PathLik
     """
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix == ".json":
-        text = json.dumps(timeline_dict(result, schedule), indent=1)
-        try:
-            with open(path, "w") as f:
-                f.write(text + "\n")
-        except OSError as e:
-            raise CCSynthError(f"cannot write timeline {os.fspath(path)!r}: {e.strerror}") from None
+        write_text(path, json.dumps(timeline_dict(result, schedule), indent=1) + "\n", what="timeline")
         return f"{len(_trace(result).transfers)} transfers, {len(_trace(result).work)} engine work items"
     if suffix not in IMAGE_SUFFIXES:
         raise CCSynthError(

@@ -114,11 +114,13 @@ def test_a_schedule_that_cannot_fit_is_refused():
     assert re.search(r"threadblock \d+ of gpu \d+ needs \d+ steps; a tiny runtime accepts at most 4 "
                      r"\(MSCCL_MAX_NUM_STEPS", str(e.value)), str(e.value)
     # offsets are 16-bit in the runtimes: no transform shortens a buffer
-    b = ScheduleBuilder(Collective("allgather", 2, 20000), "huge")
-    for r in range(2):
-        b.copy(r, ("i", 0, 20000), ("o", r * 20000, 20000))
-        b.transfer(r, 1 - r, ("i", 0, 20000), ("o", r * 20000, 20000))
-    with pytest.raises(ExportLimitError, match=r"buffer 'o' of gpu 0 needs 40000 chunks; .* at most 32768"):
+    n, c = 9, 4096
+    b = ScheduleBuilder(Collective("allgather", n, c), "huge")
+    for r in range(n):
+        b.copy(r, ("i", 0, c), ("o", r * c, c))
+        for k in range(1, n):
+            b.transfer(r, (r + k) % n, ("i", 0, c), ("o", r * c, c))
+    with pytest.raises(ExportLimitError, match=r"buffer 'o' of gpu 0 needs 36864 chunks; .* at most 32768"):
         schedule_to_msccl_xml(b.build())
     with pytest.raises(ScheduleError, match="steps per threadblock"):
         EXECUTOR_LIMITS.with_max_steps(0)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 
+from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import add_json_arg, add_size_args, human, print_json, print_table, sizes_from, topology_from
 from ccsynth.errors import CCSynthError
+from ccsynth.limits import check_min as check_limit_min
 
 
 def register(sub) -> None:
@@ -29,8 +32,14 @@ def run(args) -> int:
     from ccsynth.formats.files import load_schedule
     from ccsynth.synth.simulate import simulate
 
+    if args.local_bw is not None:
+        if not math.isfinite(args.local_bw) or args.local_bw <= 0:
+            raise CCSynthError(f"--local-bw must be a positive number of GB/s, got {args.local_bw!r}")
+        check_limit_min("--local-bw", args.local_bw, "MIN_BANDWIDTH_GBPS")
+    sizes = sizes_from(args)
     timeline = args.timeline
-    if timeline is not None:  # a bad suffix or a missing matplotlib is said before any work
+    if timeline is not None:  # a bad suffix, a missing matplotlib or many sizes are said before any work
+        from ccsynth.atomic import check_writable
         from ccsynth.bench.plot import require_matplotlib
         from ccsynth.bench.timeline import IMAGE_SUFFIXES
 
@@ -40,6 +49,9 @@ def run(args) -> int:
                                f"({', '.join(IMAGE_SUFFIXES)})")
         if suffix != ".json":
             require_matplotlib("--timeline with an image")
+        if len(sizes) != 1:
+            raise CCSynthError(f"--timeline draws one size; --sizes gave {len(sizes)}")
+        check_writable(timeline, "timeline")
     spec = args.topology or None
     sched = load_schedule(args.file, verify=False)
     if spec is None:
@@ -49,10 +61,8 @@ def run(args) -> int:
     topo = topology_from(spec)
     from ccsynth.collectives.verify import verify
 
+    check_writes_cover_outputs(sched)
     verify(sched, topo)
-    sizes = sizes_from(args)
-    if timeline is not None and len(sizes) != 1:
-        raise CCSynthError(f"--timeline draws one size; --sizes gave {len(sizes)}")
     results = [simulate(sched, topo, s, local_bw=args.local_bw, trace=timeline is not None) for s in sizes]
     wrote = None
     if timeline is not None:
