@@ -3,8 +3,6 @@ determinism, the phase plan, the CLI and bad input."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import json
 
 import pytest
@@ -25,9 +23,6 @@ from ccsynth.synth.simulate import simulate
 from ccsynth.topologies.catalog import hierarchical
 from ccsynth.topologies.model import Switch, Topology
 
-MODULES = ["network", "cost", "chunks", "load", "policies", "lp", "pipeline", "search", "lowering", "phases",
-           "utilization", "candidates"]
-
 #: every topology of the cross-check (up to 128 ranks; 2D to 4D, balanced and imbalanced, the machines as 2D)
 CROSS_CHECK = [
     "hierarchical:2x2@200,50",
@@ -40,18 +35,6 @@ CROSS_CHECK = [
     "torus:4x4",
     "fat_tree:4x4",
 ]
-
-
-@pytest.mark.parametrize("name", MODULES)
-def test_doctests(name):
-    mod = importlib.import_module(f"ccsynth.synth.multidim.{name}")
-    result = doctest.testmod(mod)
-    assert result.failed == 0
-
-
-def test_doctests_runtime_modules():
-    for name in ("ccsynth.collectives.phase_plan",):
-        assert doctest.testmod(importlib.import_module(name)).failed == 0
 
 
 # ------------------------------------------------------------------ cases known by hand
