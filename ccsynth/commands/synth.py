@@ -210,6 +210,7 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
         "baselines": report.baselines,
         "chosen": report.chosen,
         "synthesized_us": report.synthesized_us,
+        "multidim": report.multidim or None,
         "speedup": speedup,
         "synthesis_seconds": seconds,
         "solver": opts.to_dict(),
@@ -222,7 +223,8 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
     if args.json:
         print_json(figures)
         return 0
-    what = "synthesized" if report.chosen == "synthesized" else f"chose baseline {sched.name} for"
+    what = {"synthesized": "synthesized", "multidim": f"chose multi-dimension {report.multidim.get('scheduler')} for"
+            }.get(report.chosen, f"chose baseline {sched.name} for")
     print(f"{what} {sched.collective.kind} on {topo.name} ({topo.n_ranks} ranks), {human(size)}: "
           f"{len(sched.ops)} ops, verified, in {seconds:.1f} s")
     print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s   busbw {res.busbw:.2f} GB/s")
@@ -233,6 +235,10 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
     elif base is not None:
         print(f"  best baseline  {base['name']} (chunk factor {base['chunk_factor']}) {base['time_us']:.3f} us   "
               f"speedup {speedup:.2f}x   (every baseline at its best chunk factor; -v lists them)")
+    if report.multidim:
+        md = report.multidim
+        print(f"  multi-dimension best {md['scheduler']} ({md['chunks']} chunks) {md['time_us']:.3f} us in the "
+              f"simulator (--scheduler compares the schedulers side by side)")
     if wrote:
         print(f"wrote {wrote} ({'MSCCL XML' if fmt == 'msccl-xml' else 'ccsynth JSON'})")
     return 0
