@@ -1,6 +1,6 @@
 """``ccsynth simulate FILE``: predicted time, algbw/busbw and gap to the lower bound.
 
-On a topology with network dimensions it also reports, per size, each
+On a topology of two or more network dimensions it also reports, per size, each
 dimension's utilization: the bytes a rank sends in that dimension over
 what the dimension could carry in the simulated time
 (:mod:`ccsynth.synth.multidim.utilization`).
@@ -73,7 +73,8 @@ def run(args) -> int:
     check_writes_cover_outputs(sched)
     verify(sched, topo)
     results = [simulate(sched, topo, s, local_bw=args.local_bw, trace=timeline is not None) for s in sizes]
-    dims = [dimension_utilization(sched, topo, r.size_bytes, r.time_us) for r in results] if topo.dims else None
+    multi = sum(d.size > 1 for d in topo.dims) >= 2  # a network of several dimensions (dgx1's one NVLink: no)
+    dims = [dimension_utilization(sched, topo, r.size_bytes, r.time_us) for r in results] if multi else None
     wrote = None
     if timeline is not None:
         from ccsynth.bench.timeline import write_timeline
