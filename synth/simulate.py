@@ -66,9 +66,30 @@ Model
   reduction of its bytes on the receiver's engine, after the overhead
   (fused receive-reduce: one pass); without it the reduction counts as
   fused into the receive (free).
-* **Result.** The makespan: when the last op completes. Events at the same
+* **Per-call cost.** ``Topology.call_overhead`` (us, 0 for every catalog
+  topology) is the fixed cost of one call of the collective: entering and
+  leaving the runtime, and ranks starting the call at slightly different
+  times. It is added once to the makespan of a schedule that has any op
+  (every rank starts that much later); it changes no comparison between
+  schedules, only the absolute time (:func:`ccsynth.bench.profile` measures
+  it; the catalog leaves it at 0).
+* **Result.** The makespan: when the last op completes (plus the per-call
+  cost). Events at the same
   instant (within :data:`~ccsynth.tolerance.EVENT_REL` relative) are processed together, ties broken by
   op id, so the result is a deterministic, pure function of the inputs.
+
+Task graphs
+-----------
+:func:`simulate_graph` runs a :class:`TaskGraph` under the same model: a
+program already lowered to the units a runtime executes (each op of the
+schedule cut into the pipeline slices of ccsynth's executor, say:
+:mod:`ccsynth.synth.executor_model` builds those). A :class:`Task` is an
+op whose size is given in bytes instead of chunks, with its matching
+partner given explicitly; ``copy`` and ``reduce`` tasks are local work, a
+``recv`` with ``reduce`` pays the reduction of its bytes after its
+overhead, exactly as for a schedule. Zero-byte tasks are allowed (an
+empty message still pays its overheads and latency; an empty local task
+is free), so the lowering can express what the runtime really does.
 
 Implementation: one *class* per (connection, channel) holds the stream's
 current transfer, its queue, and its rate; a transfer handing over to the next
@@ -107,11 +128,12 @@ import logging
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 
 from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
 from ccsynth.synth.bounds import Bound, lower_bound
 from ccsynth.tolerance import EVENT_REL, is_greater
@@ -178,6 +200,63 @@ def _finite(x: float):
     return x if math.isfinite(x) else None
 
 
+# ------------------------------------------------------------ task graphs
+@dataclass(frozen=True)
+class Task:
+    """One unit of work of a :class:`TaskGraph`: an op whose size is ``nbytes`` bytes.
+
+    ``kind`` is ``send``, ``recv`` (with ``reduce``: a receive that reduces
+    into its destination), ``copy`` or ``reduce``; ``deps`` are ids of
+    tasks of the same rank; ``label`` names what the task stands for in
+    error messages.
+    """
+
+    id: int
+    rank: int
+    kind: str
+    nbytes: int
+    peer: int = -1
+    deps: tuple[int, ...] = ()
+    reduce: bool = False
+    channel: int = 0
+    label: str = ""
+
+    @property
+    def count(self) -> int:
+        """The size in the graph's unit (bytes): what the simulator multiplies by the unit size."""
+        return self.nbytes
+
+    def describe(self) -> str:
+        what = f"{self.kind} of {self.nbytes} B" + (f" with rank {self.peer}" if self.peer >= 0 else "")
+        return f"task {self.id} (rank {self.rank}: {what}{', ' + self.label if self.label else ''})"
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """A program lowered to tasks for one message size (see the module docstring).
+
+    ``matches`` maps every send task id to its receive task id and back;
+    ``size_bytes`` is the collective's message size (nccl-tests
+    convention), which the result reports and the lower bound uses.
+    """
+
+    name: str
+    collective: Collective
+    size_bytes: float
+    ops: tuple[Task, ...]
+    matches: Mapping[int, int]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+        for i, t in enumerate(self.ops):
+            if t.id != i:
+                raise ScheduleError(f"task graph {self.name!r}: task at position {i} has id {t.id}")
+            if t.kind not in ("send", "recv", "copy", "reduce"):
+                raise ScheduleError(f"task graph {self.name!r}: {t.describe()} has unknown kind {t.kind!r}")
+            if t.kind in ("send", "recv") and self.matches.get(i) is None:
+                raise ScheduleError(f"task graph {self.name!r}: {t.describe()} has no matching partner")
+
+
 # ------------------------------------------------------------ preparation
 class _Prepared:
     """Size-independent tables of a schedule on a topology (reused across sizes).
@@ -187,7 +266,9 @@ class _Prepared:
     bandwidth is shared between.
     """
 
-    def __init__(self, schedule: Schedule, topology: Topology):
+    def __init__(self, schedule: Schedule | TaskGraph, topology: Topology):
+        # a Schedule counts sizes in chunks, a TaskGraph in bytes; the rest reads alike
+        self.unit_is_chunk = isinstance(schedule, Schedule)
         coll = schedule.collective
         if topology.n_ranks != coll.n_ranks:
             raise ScheduleError(
@@ -575,7 +656,9 @@ def _result(p: _Prepared, topology: Topology, size_bytes, local_bw) -> SimResult
     if local_bw is None:
         local_bw = topology.local_bw
     coll = p.schedule.collective
-    time_us, busy = _run(p, coll.chunk_bytes(size), local_bw)
+    time_us, busy = _run(p, coll.chunk_bytes(size) if p.unit_is_chunk else 1.0, local_bw)
+    if p.n_ops:
+        time_us += topology.call_overhead
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)
     bound: Bound = lower_bound(coll, topology, size)
     algbw = size / (time_us * BYTES_PER_US_PER_GBPS) if time_us > 0 else (math.inf if size > 0 else 0.0)
@@ -620,4 +703,13 @@ def simulate_sizes(
     return [_result(p, topology, s, local_bw) for s in sizes]
 
 
-__all__ = ["SimResult", "simulate", "simulate_sizes"]
+def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | None = None) -> SimResult:
+    """Predict the time of a lowered program (:class:`TaskGraph`) on ``topology``.
+
+    The same model and errors as :func:`simulate`; sizes are the tasks' own
+    byte counts, and the result reports ``graph.size_bytes``.
+    """
+    return _result(_Prepared(graph, topology), topology, graph.size_bytes, local_bw)
+
+
+__all__ = ["SimResult", "Task", "TaskGraph", "simulate", "simulate_sizes", "simulate_graph"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +13,7 @@ from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
-from ccsynth.synth.simulate import SimResult, simulate, simulate_sizes
+from ccsynth.synth.simulate import SimResult, Task, TaskGraph, simulate, simulate_graph, simulate_sizes
 from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
 
@@ -274,8 +275,15 @@ def _maxmin_naive(flows, res_of, cap):
 
 def reference_time(schedule, topology, size, local_bw=None):
     """Time-stepping re-implementation of the documented model, written plainly."""
-    ops, match = schedule.ops, schedule.matches
-    chunk = schedule.collective.chunk_bytes(size)
+    return _reference(schedule.ops, schedule.matches, schedule.collective.chunk_bytes(size), topology, local_bw)
+
+
+def reference_time_graph(graph, topology, local_bw=None):
+    """The same reference on a task graph: its tasks count bytes, so a unit is one byte."""
+    return _reference(graph.ops, graph.matches, 1.0, topology, local_bw)
+
+
+def _reference(ops, match, chunk, topology, local_bw=None):
     local_bw = local_bw if local_bw is not None else topology.local_bw
     cap = {k: v * GB for k, v in topology.resource_bw.items()}
 
@@ -369,7 +377,7 @@ def reference_time(schedule, topology, size, local_bw=None):
                     g = queues[k].pop(0)
                     heads[k] = [g, ops[g].count * chunk]
         now = nxt
-    return max(done.values(), default=0.0)
+    return max(done.values(), default=0.0) + (topology.call_overhead if ops else 0.0)
 
 
 @st.composite
@@ -417,6 +425,32 @@ def test_matches_naive_reference_model(case):
     got = simulate(schedule, topo, size, local_bw=local_bw)
     want = reference_time(schedule, topo, size, local_bw)
     assert got.time_us == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_call_overhead_is_added_once_per_call():
+    b = alltoall_builder(2)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    b.transfer(0, 1, ("i", 0), ("o", 1))
+    base = links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0))
+    t = simulate(b.build(), base, 20_000).time_us
+    assert simulate(b.build(), replace(base, call_overhead=2.5), 20_000).time_us == pytest.approx(t + 2.5)
+    assert t == pytest.approx(1 + 1 + 1)  # alpha, then two 10 KB chunks back to back at 10 GB/s
+
+
+def test_task_graph_zero_byte_messages_pay_overheads_and_latency():
+    coll = Collective("allgather", 2)
+    tasks = (Task(0, 0, "send", 0, peer=1), Task(1, 1, "recv", 0, peer=0), Task(2, 1, "copy", 0, deps=(1,)))
+    g = TaskGraph("empty", coll, 0, tasks, {0: 1, 1: 0})
+    topo = Topology("pair", 2, links=(Link(0, 1, 1.0, 10.0, 0.5), Link(1, 0, 1.0, 10.0, 0.5)), overhead_scope="rank")
+    assert simulate_graph(g, topo).time_us == pytest.approx(0.5 + 1.0 + 0.5)
+
+
+def test_task_graph_rejects_unmatched_and_unknown_tasks():
+    coll = Collective("allgather", 2)
+    with pytest.raises(ScheduleError, match="no matching partner"):
+        TaskGraph("bad", coll, 0, (Task(0, 0, "send", 8, peer=1),), {})
+    with pytest.raises(ScheduleError, match="unknown kind"):
+        TaskGraph("bad", coll, 0, (Task(0, 0, "teleport", 8),), {})
 
 
 # ------------------------------------------------------------ per-message overhead (LogGP o)

@@ -9,6 +9,7 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "nodes": [0, 0, ..., 1],                      # node of each rank (optional: all 0)
       "local_bw_GBps": 8.0,                         # local copy/reduce rate (optional: free)
       "overhead_scope": "rank",                     # "connection" (default, GPUs) or "rank" (CPUs)
+      "call_overhead_us": 3.0,                      # fixed cost per collective call (optional: 0)
       "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0, "overhead_us": 1.35}, ...],
       "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7,
                         "overhead_us": 1.35}],
@@ -22,7 +23,8 @@ may every ``overhead_us`` (the per-message overhead on each end of a
 message, see :mod:`ccsynth.topologies.model`; a file without it describes a
 network with no per-message cost, as files written before it existed did)
 and ``overhead_scope`` (which work shares a serial engine: ``connection``,
-the default, or ``rank``).
+the default, or ``rank``) and ``call_overhead_us`` (the fixed cost of one
+call of a collective; 0 when left out, as in every catalog topology).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
 link). Bandwidths are GB/s per direction, latencies microseconds.
@@ -56,6 +58,7 @@ FORMAT = "ccsynth.topology"
 VERSION = 1
 
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
+             "call_overhead_us",
              "nodes", "links", "switches", "shared_ports", "dims")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -81,6 +84,8 @@ def topology_to_dict(topology: Topology) -> dict:
         d["local_bw_GBps"] = float(t.local_bw)
     if t.overhead_scope != "connection":
         d["overhead_scope"] = t.overhead_scope
+    if t.call_overhead:
+        d["call_overhead_us"] = float(t.call_overhead)
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -294,6 +299,7 @@ def _topology_from_dict(d: Any) -> Topology:
     local_bw = None
     if "local_bw_GBps" in d:
         local_bw = _number(d["local_bw_GBps"], "local_bw_GBps", positive=True)
+    call_overhead = _number(d.get("call_overhead_us", 0.0), "call_overhead_us", positive=False)
     scope = d.get("overhead_scope", "connection")
     if scope not in OVERHEAD_SCOPES:
         raise TopologyError(f"overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, got {scope!r}")
@@ -311,6 +317,7 @@ def _topology_from_dict(d: Any) -> Topology:
         sources=sources,
         local_bw=local_bw,
         overhead_scope=scope,
+        call_overhead=call_overhead,
     )
 
 

@@ -24,6 +24,11 @@ Units used everywhere in ccsynth:
   ``"rank"`` (a CPU process driving MPI, as ccsynth's own executor does):
   one engine per rank, so all its messages' overheads and its local copies
   and reductions serialise.
+* ``Topology.call_overhead`` (us, default 0): the fixed cost of one call of a
+  collective -- entering and leaving the runtime, ranks starting at slightly
+  different times -- added once per call whatever the schedule. Measured by
+  ``ccsynth topo profile``; 0 in the catalog, whose figures describe the
+  network alone.
 
 A :class:`Topology` holds
 
@@ -195,6 +200,8 @@ class Topology:
     local_bw: float | None = None
     # "connection" (an engine per peer and channel: GPUs) or "rank" (one engine per rank: CPUs)
     overhead_scope: str = "connection"
+    # us per call of a collective, whatever its schedule (runtime entry and exit; 0: the network alone)
+    call_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -254,6 +261,9 @@ class Topology:
                 f"topology {self.name!r}: overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, "
                 f"got {self.overhead_scope!r}"
             )
+        object.__setattr__(
+            self, "call_overhead", _check_number(self.call_overhead, f"topology {self.name!r}: per-call overhead", positive=False)
+        )
         if self.local_bw is not None:
             object.__setattr__(
                 self, "local_bw", _check_number(self.local_bw, f"topology {self.name!r}: local copy bandwidth", positive=True)
