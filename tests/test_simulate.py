@@ -13,6 +13,7 @@ from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
+from ccsynth.synth.executor_model import ExecutorSettings, lower_for_executor
 from ccsynth.synth.simulate import SimResult, Task, TaskGraph, simulate, simulate_graph, simulate_sizes
 from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
@@ -425,6 +426,20 @@ def test_matches_naive_reference_model(case):
     got = simulate(schedule, topo, size, local_bw=local_bw)
     want = reference_time(schedule, topo, size, local_bw)
     assert got.time_us == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_case(), st.sampled_from([4096, 65536]), st.sampled_from([0.0, 3.0]))
+def test_task_graphs_match_the_naive_reference_model(case, slice_bytes, call):
+    """The executor's lowering (slices, empty last slices, pre-posted receive-reduces) under the same model."""
+    schedule, topo, size, local_bw = case
+    topo = replace(topo, call_overhead=call)
+    size = min(size, 1 << 18)
+    size -= size % (schedule.collective.size_chunks * 4)  # whole float32 elements in every chunk
+    graph = lower_for_executor(schedule, size, ExecutorSettings(slice_bytes=slice_bytes))
+    got = simulate_graph(graph, topo, local_bw=local_bw)
+    assert got.time_us == pytest.approx(reference_time_graph(graph, topo, local_bw), rel=1e-9, abs=1e-9)
+    assert got.n_ops == len(graph.ops) and got.size_bytes == size
 
 
 def test_call_overhead_is_added_once_per_call():
