@@ -1,8 +1,28 @@
-"""``ccsynth topo list|show|export``: the topology catalog."""
+"""``ccsynth topo list|show|export|profile``: the topology catalog, and the machine that is there.
+
+``mpiexec -n N ccsynth topo profile -o machine.json`` measures this
+machine's ranks (:mod:`ccsynth.bench.profile`: latency, per-message
+overhead and bandwidth between every pair, what ranks share, local
+reduction rate, the fixed cost of a call) and writes a topology file that
+``ccsynth synth -t machine.json`` and ``ccsynth bench --predict
+machine.json`` use. Only rank 0 prints (a ``[k/N]`` progress line per
+probe on stderr, quiet with ``-q``; the summary table on stdout) and
+writes the file.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+
+from ccsynth.bench.omb import agree
+from ccsynth.bench.profile import ProfileOptions, profile_machine
+from ccsynth.collectives.mpi_util import install_abort_handler
 from ccsynth.commands._common import add_json_arg, print_json, print_table
+from ccsynth.errors import CCSynthError
+from ccsynth.topologies.io import topology_to_json
+from ccsynth.units import format_size, parse_sizes
 
 
 def register(sub) -> None:
@@ -18,6 +38,20 @@ def register(sub) -> None:
     pe = tsub.add_parser("export", help="write a topology as ccsynth JSON")
     pe.add_argument("spec", help="catalog name or a topology file (TACCL files are converted)")
     pe.add_argument("-o", "--output", required=True, help="output file")
+    pp = tsub.add_parser(
+        "profile", help="measure this machine under mpiexec and write its topology file",
+        description="Run under mpiexec with the ranks to profile, e.g. mpiexec -n 4 ccsynth topo profile -o machine.json. "
+                    "Measures latency, per-message overhead and bandwidth between every pair of ranks (all ranks active "
+                    "at once, through ccsynth's executor), the local reduction rate, the fixed cost of a call and what "
+                    "ranks share; writes a ccsynth topology file.",
+    )
+    pp.add_argument("-o", "--output", required=True, help="topology file to write (ccsynth JSON)")
+    pp.add_argument("--sizes", metavar="LIST",
+                    help="message sizes of the bandwidth probes, a range MIN:MAX or a list (default 64K,256K,1M,4M,16M; "
+                         "with --quick 64K,1M)")
+    pp.add_argument("--iters", type=int, metavar="N", help="timed iterations per probe (default 100 small, 10 large)")
+    pp.add_argument("--quick", action="store_true", help="fewer probes and iterations: seconds, for tests and a first look")
+    pp.add_argument("-q", "--quiet", dest="profile_quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
 
@@ -25,6 +59,8 @@ def run(args) -> int:
     from ccsynth import topologies as T
     from ccsynth.formats.files import get_topology, list_topologies
 
+    if args.topo_cmd == "profile":
+        return _profile(args)
     if args.topo_cmd == "list":
         rows = list_topologies()
         if args.json:
@@ -44,13 +80,24 @@ def run(args) -> int:
     print(f"{topo.name}: {topo.n_ranks} ranks on {topo.n_nodes} node(s), {len(conns)} directed connections")
     if topo.description:
         print(topo.description)
+    extras = []
+    if topo.overhead_scope != "connection":
+        extras.append(f"overhead scope: {topo.overhead_scope}")
+    if topo.local_bw is not None:
+        extras.append(f"local copies/reductions {topo.local_bw:g} GB/s")
+    if topo.call_overhead:
+        extras.append(f"{topo.call_overhead:g} us per call")
+    if extras:
+        print("; ".join(extras))
     if topo.dims:
         print("dimensions: " + ", ".join(f"{d.name} size {d.size} {d.bw:g} GB/s {d.alpha:g} us" for d in topo.dims))
-    kinds: dict[tuple[str, float, float], int] = {}
+    kinds: dict[tuple[str, float, float, float], int] = {}
     for c in conns:
         via = "switch" if not c.via.startswith("link:") else "link"
-        kinds[(via, c.alpha, c.bw)] = kinds.get((via, c.alpha, c.bw), 0) + 1
-    print_table(["via", "alpha (us)", "bw (GB/s)", "connections"], [(v, a, b, n) for (v, a, b), n in sorted(kinds.items())])
+        key = (via, c.alpha, c.bw, c.overhead)
+        kinds[key] = kinds.get(key, 0) + 1
+    print_table(["via", "alpha (us)", "bw (GB/s)", "overhead (us)", "connections"],
+                [(v, a, b, o, n) for (v, a, b, o), n in sorted(kinds.items())])
     if topo.switches:
         print(f"switches: {len(topo.switches)} (" + ", ".join(f"{s.name}: {len(s.ranks)} ranks @ {s.bw:g} GB/s" for s in topo.switches[:6]) + (", ..." if len(topo.switches) > 6 else "") + ")")
     if topo.shared_ports:
@@ -60,3 +107,100 @@ def run(args) -> int:
     for s in topo.sources:
         print(f"source: {s}")
     return 0
+
+
+# ------------------------------------------------------------------ profile
+def _profile(args) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    install_abort_handler(comm)
+    try:
+        # agreed on every rank, so that a bad argument stops them all instead of leaving some waiting
+        options = agree(comm, lambda: _profile_options(args))
+        agree(comm, lambda: _check_writable(args.output) if rank == 0 else None)
+    except CCSynthError:
+        if rank != 0:
+            return 2
+        raise
+    quiet = args.profile_quiet or getattr(args, "quiet", False)
+
+    def progress(k: int, total: int, what: str) -> None:
+        if rank == 0 and not quiet:
+            print(f"[{k}/{total}] {what}", file=sys.stderr, flush=True)
+
+    try:
+        prof = profile_machine(comm, options, progress)
+    except CCSynthError:
+        if rank != 0:
+            return 2
+        raise
+    if rank != 0:
+        return 0
+    _write_atomically(args.output, topology_to_json(prof.topology))
+    _summary(prof)
+    print(f"wrote {args.output}: {prof.topology.name}, {prof.topology.n_ranks} ranks ({prof.seconds:.1f} s); "
+          f"use it with ccsynth synth -t {args.output} and ccsynth bench ... --predict {args.output}")
+    return 0
+
+
+def _profile_options(args) -> ProfileOptions:
+    sizes = None
+    if args.sizes:
+        sizes = tuple(sorted(set(parse_sizes(args.sizes))))
+        if not sizes or sizes[0] < 1:
+            raise CCSynthError(f"--sizes {args.sizes!r}: sizes must be at least 1 byte")
+    if args.iters is not None and args.iters < 1:
+        raise CCSynthError(f"--iters must be at least 1, got {args.iters}")
+    return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick)
+
+
+def _check_writable(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CCSynthError(f"cannot write {path!r}: folder {folder!r} does not exist")
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader never sees half a file.
+
+    TODO: use ccsynth/atomic.py (another branch adds it) once it is on main.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise CCSynthError(f"cannot write {path!r}: {e.strerror}") from None
+
+
+def _summary(prof) -> None:
+    """The table at the end of a profile: pairs, shared ports, local rates, per-call cost."""
+    topo = prof.topology
+    print(topo.description)
+    fit_of = {pair: f for f in prof.fits for pair in f.pattern.pairs}
+    rows = []
+    for link in topo.links:
+        f = fit_of.get((link.src, link.dst))
+        rows.append((link.src, link.dst, f.pattern.name if f else "", link.alpha, link.alpha + 2 * link.overhead,
+                     link.overhead, link.bw, f"{100 * f.error:.0f}%" if f else ""))
+    print_table(["src", "dst", "pattern", "alpha (us)", "latency (us)", "overhead (us)", "bw (GB/s)", "fit error"], rows)
+    for p in topo.shared_ports:
+        print(f"shared port {p.name}: {p.bw:.3g} GB/s for all traffic among ranks {list(p.srcs)} "
+              f"(one pair alone: {prof.pair_bw.get(int(p.name[4:].split('.')[0]), 0):.3g} GB/s per direction)")
+    if not topo.shared_ports:
+        alone = ", ".join(f"node {k}: {v:.3g} GB/s" for k, v in sorted(prof.pair_bw.items()))
+        print("shared ports: none" + (f" (one pair alone gets no more than all at once: {alone})" if alone else
+                                      " (no node runs three ranks: nothing to compare)"))
+    k = prof.kernels
+    print(f"local reductions {k.reduce:.3g} GB/s, copies {k.copy:.3g} GB/s (every rank at once, {format_size(k.nbytes)} "
+          f"buffers); fixed cost per call {prof.call_overhead:.3g} us")
+    print("latency = alpha + 2 x overhead: one small message alone; fit error: median |predicted / measured - 1| "
+          "over the pattern's probes")
