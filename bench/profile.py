@@ -113,6 +113,7 @@ WINDOWS = (1, 2, 4, 8, 16)
 BW_WINDOW = 2  # messages per window of a bandwidth probe
 PORT_MARGIN = 0.15  # all pairs at once below (1 - this) x one pair alone: a shared port
 KERNEL_BYTES = 16 << 20  # local kernels are timed on buffers this large (beyond the caches)
+KERNEL_SECONDS = 0.25  # ... for this long each (quick: a fifth)
 ITERS_SMALL, WARMUP_SMALL = 100, 10
 ITERS_LARGE, WARMUP_LARGE = 10, 2
 QUICK_ITERS_SMALL, QUICK_ITERS_LARGE = 15, 3
@@ -359,8 +360,14 @@ def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
     return Sample(probe, slowest_rank_median(comm.allgather(local)))
 
 
-def measure_kernels(comm, nbytes: int = KERNEL_BYTES, iters: int = 5) -> KernelRates:
-    """The backend's copy and float32 sum rates (GB/s), all ranks at once; the median over ranks."""
+def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SECONDS) -> KernelRates:
+    """The backend's copy and float32 sum rates (GB/s), all ranks at once; the median over ranks.
+
+    Each rank runs the kernel over and over for ``seconds`` of wall time
+    (long against the scheduler's time slices, so that ranks sharing a core
+    see their share of it, as they do inside a collective) and counts the
+    bytes it produced.
+    """
     be = get_backend("numpy")
     count = max(1, nbytes // 4)
     a, b = be.zeros(count, np.float32), be.zeros(count, np.float32)
@@ -369,10 +376,15 @@ def measure_kernels(comm, nbytes: int = KERNEL_BYTES, iters: int = 5) -> KernelR
     for kernel in (be.copy, red):
         kernel(a, b)  # touch the pages once
         comm.Barrier()
+        done = 0
         t0 = time.perf_counter()
-        for _ in range(iters):
+        while True:
             kernel(a, b)
-        rates.append(count * 4 * iters / ((time.perf_counter() - t0) * 1e9))
+            done += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= seconds:
+                break
+        rates.append(count * 4 * done / (elapsed * 1e9))
     all_rates = np.array(comm.allgather(rates))
     med = np.median(all_rates, axis=0)
     return KernelRates(float(med[0]), float(med[1]), count * 4)
@@ -598,7 +610,7 @@ def profile_machine(
             pair_samples.setdefault(pat, []).append(measure_probe(comm, probe, options))
             k += 1
     say(k, total, "local copy and reduction kernels")
-    kernels = measure_kernels(comm, KERNEL_BYTES if not options.quick else 4 << 20, 3 if options.quick else 5)
+    kernels = measure_kernels(comm, KERNEL_BYTES, KERNEL_SECONDS / 5 if options.quick else KERNEL_SECONDS)
     say(total, total, "fitting")
 
     predictor = _Predictor(n)
