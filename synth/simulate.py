@@ -21,7 +21,10 @@ Model
   (``Connection.resources``: the link, or the switch's egress and ingress
   ports, plus shared NIC ports; bandwidths from ``topology.resource_bw``).
   Alone on its resources a transfer takes ``alpha + bytes / bw``, i.e.
-  ``Connection.time_us``.
+  ``Connection.time_us``. Where the topology has an ``eager_limit``, a
+  message of more bytes than that goes by a rendezvous protocol: its
+  latency is ``alpha + rendezvous_alpha`` (the handshake;
+  :meth:`~ccsynth.topologies.model.Topology.message_alpha`).
 * **Streams: one transfer at a time per connection and channel.** The data
   phases of the transfers from ``a`` to ``b`` on one channel (``Op.channel``)
   run one after another, first come first served (by the time their latency
@@ -293,6 +296,9 @@ class _Prepared:
         self.class_alpha: list[float] = []
         self.class_overhead: list[float] = []
         self.class_res: list[tuple[int, ...]] = []
+        # the protocol switch (see the module docstring): messages of more than eager_limit bytes
+        self.eager_limit = topology.eager_limit if topology.rendezvous_alpha else None
+        self.rendezvous_alpha = topology.rendezvous_alpha
         self.res_names: list[str] = []
         self.res_cap: list[float] = []  # bytes per us
         class_of: dict[tuple[int, int, int], int] = {}
@@ -423,6 +429,7 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
     n = p.n_ops
     kind, count, partner, dependents, cls = p.kind, p.count, p.partner, p.dependents, p.cls
     class_res, class_alpha, caps = p.class_res, p.class_alpha, p.res_cap
+    eager_limit, rendezvous_alpha = p.eager_limit, p.rendezvous_alpha
     engine_of, overhead, reduces = p.engine, p.overhead, p.reduces
     n_cls = len(class_res)
     ndeps = list(p.ndeps)
@@ -501,7 +508,10 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
             # through the heap even without latency: transfers whose data phase
             # starts at the same instant join their stream in op id order
             snd = s if kind[s] == _SEND else j
-            push(heap, (now + class_alpha[cls[snd]], snd, _EV_DATA))
+            alpha = class_alpha[cls[snd]]
+            if eager_limit is not None and count[snd] * chunk_bytes > eager_limit:
+                alpha += rendezvous_alpha
+            push(heap, (now + alpha, snd, _EV_DATA))
 
     def start_data(s: int) -> None:
         nonlocal n_busy

@@ -330,7 +330,7 @@ def _reference(ops, match, chunk, topology, local_bw=None):
                 if op.kind == "send" and op.id not in started and op.id in posted and match[op.id] in posted:
                     started.add(op.id)
                     changed = True
-                    timers.append((now + conn(op).alpha, op.id, "data"))
+                    timers.append((now + topology.message_alpha(conn(op).alpha, op.count * chunk), op.id, "data"))
             for ev in sorted(e for e in timers if e[0] <= now * (1 + 1e-12)):
                 timers.remove(ev)
                 changed = True
@@ -398,8 +398,10 @@ def random_case(draw):
         srcs = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
         dsts = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
         ports = (SharedPort("nic", srcs, dsts, draw(bws)),)
+    eager, rendezvous = draw(st.sampled_from([(None, 0.0), (None, 0.0), (2000.0, 1.5), (0.0, 0.5)]))
     topo = Topology("rand", n, links=topo_links, switches=switches, shared_ports=ports,
-                    overhead_scope=draw(st.sampled_from(["connection", "rank"])))
+                    overhead_scope=draw(st.sampled_from(["connection", "rank"])), eager_limit=eager,
+                    rendezvous_alpha=rendezvous)
     c = 2
     b = alltoall_builder(n, c)
     for _ in range(draw(st.integers(1, 9))):
@@ -450,6 +452,16 @@ def test_call_overhead_is_added_once_per_call():
     t = simulate(b.build(), base, 20_000).time_us
     assert simulate(b.build(), replace(base, call_overhead=2.5), 20_000).time_us == pytest.approx(t + 2.5)
     assert t == pytest.approx(1 + 1 + 1)  # alpha, then two 10 KB chunks back to back at 10 GB/s
+
+
+def test_messages_beyond_the_eager_limit_pay_the_rendezvous_latency():
+    b = alltoall_builder(2)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    base = links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0))
+    switch = replace(base, eager_limit=8_000, rendezvous_alpha=4.0)
+    assert simulate(b.build(), switch, 2 * 8_000).time_us == pytest.approx(1.0 + 0.8)  # 8000 B: eager
+    assert simulate(b.build(), switch, 2 * 8_001).time_us == pytest.approx(1.0 + 4.0 + 0.8001)
+    assert simulate(b.build(), replace(base, eager_limit=8_000), 2 * 8_001).time_us == pytest.approx(1.8001)
 
 
 def test_task_graph_zero_byte_messages_pay_overheads_and_latency():

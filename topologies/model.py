@@ -24,6 +24,12 @@ Units used everywhere in ccsynth:
   ``"rank"`` (a CPU process driving MPI, as ccsynth's own executor does):
   one engine per rank, so all its messages' overheads and its local copies
   and reductions serialise.
+* ``Topology.eager_limit`` (bytes, default None) and ``Topology.rendezvous_alpha``
+  (us, default 0): a message of more than ``eager_limit`` bytes goes by a
+  rendezvous protocol, whose handshake adds ``rendezvous_alpha`` to its
+  latency (MPI libraries send small messages eagerly and large ones after a
+  handshake; MPICH's shared-memory path switches near 8 KiB). None: one
+  protocol for every size, as in the catalog.
 * ``Topology.call_overhead`` (us, default 0): the fixed cost of one call of a
   collective -- entering and leaving the runtime, ranks starting at slightly
   different times -- added once per call whatever the schedule. Measured by
@@ -202,6 +208,9 @@ class Topology:
     overhead_scope: str = "connection"
     # us per call of a collective, whatever its schedule (runtime entry and exit; 0: the network alone)
     call_overhead: float = 0.0
+    # messages of more than eager_limit bytes pay rendezvous_alpha us more latency (None: one protocol)
+    eager_limit: float | None = None
+    rendezvous_alpha: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -264,6 +273,15 @@ class Topology:
         object.__setattr__(
             self, "call_overhead", _check_number(self.call_overhead, f"topology {self.name!r}: per-call overhead", positive=False)
         )
+        object.__setattr__(
+            self, "rendezvous_alpha",
+            _check_number(self.rendezvous_alpha, f"topology {self.name!r}: rendezvous latency", positive=False),
+        )
+        if self.eager_limit is not None:
+            object.__setattr__(
+                self, "eager_limit", _check_number(self.eager_limit, f"topology {self.name!r}: eager limit", positive=False)
+            )
+
         if self.local_bw is not None:
             object.__setattr__(
                 self, "local_bw", _check_number(self.local_bw, f"topology {self.name!r}: local copy bandwidth", positive=True)
@@ -290,6 +308,12 @@ class Topology:
                 raise TopologyError(
                     f"topology {self.name!r}: dimension sizes {[d.size for d in self.dims]} multiply to {prod}, not {n} ranks"
                 )
+
+    def message_alpha(self, alpha: float, nbytes: float) -> float:
+        """The latency of a message of ``nbytes`` on a connection of latency ``alpha`` (the protocol's share added)."""
+        if self.rendezvous_alpha and self.eager_limit is not None and nbytes > self.eager_limit:
+            return alpha + self.rendezvous_alpha
+        return alpha
 
     # ------------------------------------------------------------------ views
     @cached_property
