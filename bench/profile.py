@@ -53,12 +53,19 @@ port per node. Three choices make them fit what collectives will see:
      (a one-dimensional search for ``overhead``, ``alpha`` being the rest);
   3. windows of large messages (``--sizes``, 64 KiB to 16 MiB by default,
      with the executor's 1 MiB and 4 MiB slices): the bandwidth (a
-     one-dimensional search).
+     one-dimensional search);
+  4. chains of two rounds of growing messages (1 KiB to 32 KiB): where a hop
+     costs more than its bytes explain is the MPI library's switch from
+     eager sends to a rendezvous (MPICH's shared memory: near 8 KiB), and
+     the step is its extra latency (``Topology.eager_limit``,
+     ``rendezvous_alpha``; the largest size still fast, and a search for
+     the step); then the bandwidth is fitted once more with it.
 
 Local reductions and copies are timed directly on the backend's kernels
 (:func:`measure_kernels`), on all ranks at once, on buffers larger than
-the caches: ``local_bw`` is the reduction's rate (the executor model
-charges a copy :data:`~ccsynth.synth.executor_model.COPY_WORK` of it).
+the caches: ``local_bw`` is the rate of the fused receive-reduce-copy
+(``dst = a + b``), which reducing collectives run most; copies and plain
+reductions run within about 25% of it.
 Where a node runs at least three ranks, one pair streaming alone is timed
 too (:func:`_pair_pattern`); if every pattern's ranks together get less
 than ``1 - PORT_MARGIN`` of what that pair alone gets per link, the node
@@ -98,8 +105,9 @@ from ccsynth.units import format_size
 
 __all__ = [
     "DEFAULT_SIZES", "QUICK_SIZES", "PORT_MARGIN", "ProfileOptions", "Pattern", "Probe", "Sample", "LinkFit",
-    "KernelRates", "MachineProfile", "patterns", "plan_probes", "probe_schedule", "measure_probe", "measure_kernels",
-    "fit_hops", "fit_overhead", "fit_bandwidth", "fit_patterns", "build_topology", "profile_machine",
+    "ProtocolFit", "FitResult", "KernelRates", "MachineProfile", "patterns", "plan_probes", "probe_schedule",
+    "measure_probe", "measure_kernels", "fit_hops", "fit_overhead", "fit_bandwidth", "fit_protocol", "fit_patterns",
+    "build_topology", "profile_machine",
 ]
 
 log = logging.getLogger(__name__)
@@ -110,6 +118,10 @@ QUICK_SIZES = (64 << 10, 1 << 20)
 SLICES = (1 << 20, 4 << 20)  # the executor's slice sizes: reducing collectives, the others
 ROUNDS = (1, 2, 4, 8)
 WINDOWS = (1, 2, 4, 8, 16)
+#: message sizes of the protocol probes (chains of LADDER_ROUNDS rounds): where does a hop get dearer?
+LADDER = (1 << 10, 2 << 10, 4 << 10, 6 << 10, 8 << 10, 12 << 10, 16 << 10, 32 << 10)
+QUICK_LADDER = (2 << 10, 4 << 10, 8 << 10, 16 << 10)
+LADDER_ROUNDS = 2
 BW_WINDOW = 2  # messages per window of a bandwidth probe
 PORT_MARGIN = 0.15  # all pairs at once below (1 - this) x one pair alone: a shared port
 KERNEL_BYTES = 16 << 20  # local kernels are timed on buffers this large (beyond the caches)
@@ -154,6 +166,10 @@ class ProfileOptions:
     @property
     def slices(self) -> tuple[int, ...]:
         return SLICES[:1] if self.quick else SLICES
+
+    @property
+    def ladder(self) -> tuple[int, ...]:
+        return QUICK_LADDER if self.quick else LADDER
 
 
 @dataclass(frozen=True)
@@ -222,12 +238,45 @@ class LinkFit:
 
 
 @dataclass(frozen=True)
+class ProtocolFit:
+    """The protocol switch: messages of more than ``eager_limit`` bytes pay ``rendezvous_alpha`` us more latency.
+
+    ``eager_limit`` None: no switch was found (one protocol for every size).
+    """
+
+    eager_limit: float | None = None
+    rendezvous_alpha: float = 0.0
+
+
+NO_SWITCH = ProtocolFit()
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What :func:`fit_patterns` found: the per-call cost, the figures per pattern, the protocol switch."""
+
+    call_overhead: float
+    fits: tuple[LinkFit, ...]
+    protocol: ProtocolFit = NO_SWITCH
+
+
+@dataclass(frozen=True)
 class KernelRates:
-    """GB/s of the backend's copy and reduction (sum of float32), every rank running at once."""
+    """GB/s of the backend's kernels on float32, every rank running at once.
+
+    ``copy`` (``dst = src``), ``reduce`` (``dst += src``) and ``fused``
+    (``dst = a + b``, the receive-reduce-copy that reducing collectives run
+    most); ``local_bw`` is the fused kernel's rate.
+    """
 
     copy: float
     reduce: float
+    fused: float
     nbytes: int
+
+    @property
+    def local_bw(self) -> float:
+        return self.fused
 
 
 @dataclass(frozen=True)
@@ -244,19 +293,22 @@ class MachineProfile:
     cores: tuple[int, ...]  # cores each rank may use
     ports: tuple[SharedPort, ...] = ()
     pair_bw: dict = field(default_factory=dict)  # node -> one pair's bandwidth alone (GB/s), where measured
+    protocol: ProtocolFit = NO_SWITCH
     seconds: float = 0.0
 
     def to_dict(self) -> dict:
         return {
             "call_overhead_us": self.call_overhead,
-            "local_bw_GBps": self.kernels.reduce,
-            "copy_GBps": self.kernels.copy,
+            "local_bw_GBps": self.kernels.local_bw,
+            "kernels_GBps": {"copy": self.kernels.copy, "reduce": self.kernels.reduce, "fused": self.kernels.fused},
             "patterns": [
                 {"pattern": f.pattern.name, "kind": f.pattern.kind, "pairs": [list(p) for p in f.pattern.pairs],
                  "alpha_us": f.alpha, "overhead_us": f.overhead, "bw_GBps": f.bw, "error": f.error}
                 for f in self.fits
             ],
             "shared_ports": [{"name": p.name, "bw_GBps": p.bw} for p in self.ports],
+            "eager_limit_bytes": self.protocol.eager_limit,
+            "rendezvous_alpha_us": self.protocol.rendezvous_alpha,
             "pair_bw_GBps": {str(k): v for k, v in self.pair_bw.items()},
             "samples": [{"probe": s.probe.describe(), "measured_us": s.measured_us} for s in self.samples],
             "hosts": list(self.hosts),
@@ -340,6 +392,7 @@ def plan_probes(pats: Sequence[Pattern], options: ProfileOptions) -> list[Probe]
     for pat in pats:
         out += [Probe(pat, "chain", r, SMALL) for r in options.rounds]
         out += [Probe(pat, "window", w, SMALL) for w in options.windows if w > 1]
+        out += [Probe(pat, "chain", LADDER_ROUNDS, s) for s in options.ladder]
         for sl in options.slices:
             # below 1 MiB every slice size cuts a message alike: one probe is enough
             out += [Probe(pat, "window", BW_WINDOW, s, sl) for s in options.bw_sizes if sl == SLICES[0] or s >= SLICES[0]]
@@ -370,16 +423,16 @@ def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SE
     """
     be = get_backend("numpy")
     count = max(1, nbytes // 4)
-    a, b = be.zeros(count, np.float32), be.zeros(count, np.float32)
-    red = be.reducer("sum")
+    a, b, c = (be.zeros(count, np.float32) for _ in range(3))
+    red, fused = be.reducer("sum"), be.fused_reducer("sum")
     rates = []
-    for kernel in (be.copy, red):
-        kernel(a, b)  # touch the pages once
+    for kernel in (lambda: be.copy(a, b), lambda: red(a, b), lambda: fused(a, b, c)):
+        kernel()  # touch the pages once
         comm.Barrier()
         done = 0
         t0 = time.perf_counter()
         while True:
-            kernel(a, b)
+            kernel()
             done += 1
             elapsed = time.perf_counter() - t0
             if elapsed >= seconds:
@@ -387,7 +440,7 @@ def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SE
         rates.append(count * 4 * done / (elapsed * 1e9))
     all_rates = np.array(comm.allgather(rates))
     med = np.median(all_rates, axis=0)
-    return KernelRates(float(med[0]), float(med[1]), count * 4)
+    return KernelRates(float(med[0]), float(med[1]), float(med[2]), count * 4)
 
 
 # ------------------------------------------------------------------ fitting
@@ -406,10 +459,16 @@ class _Predictor:
             self._graphs[probe] = g
         return g
 
-    def time(self, probe: Probe, alpha: float, overhead: float, bw: float, call: float) -> float:
+    def time(self, probe: Probe, alpha: float, overhead: float, bw: float, call: float,
+             protocol: ProtocolFit = NO_SWITCH) -> float:
         links = tuple(Link(r, d, max(alpha, 0.0), bw, overhead) for r, d in probe.pattern.pairs)
-        topo = Topology("candidate", self.n, links=links, overhead_scope="rank", call_overhead=call)
+        topo = Topology("candidate", self.n, links=links, overhead_scope="rank", call_overhead=call,
+                        eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha)
         return simulate_graph(self.graph(probe), topo).time_us
+
+    def fitted(self, probe: Probe, f: "LinkFit", call: float, protocol: ProtocolFit) -> float:
+        """The predicted time of ``probe`` with the figures ``f`` of its pattern."""
+        return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol)
 
 
 def _log_error(pred: Callable[[Probe], float], samples: Sequence[Sample]) -> float:
@@ -471,52 +530,93 @@ def fit_overhead(predictor: _Predictor, windows: Sequence[Sample], hop: float, c
     return _minimize(err, 0.0, hop / 2)
 
 
-def fit_bandwidth(predictor: _Predictor, large: Sequence[Sample], alpha: float, overhead: float, call: float) -> float:
+def fit_bandwidth(predictor: _Predictor, large: Sequence[Sample], alpha: float, overhead: float, call: float,
+                  protocol: ProtocolFit = NO_SWITCH) -> float:
     """The bandwidth (GB/s) whose windows of large messages fit best (a search on its logarithm)."""
     if not large:
         raise CCSynthError("no bandwidth probes to fit from")
 
     def err(log_bw: float) -> float:
-        return _log_error(lambda p: predictor.time(p, alpha, overhead, math.exp(log_bw), call), large)
+        return _log_error(lambda p: predictor.time(p, alpha, overhead, math.exp(log_bw), call, protocol), large)
 
     return math.exp(_minimize(err, math.log(0.01), math.log(1000.0)))
+
+
+def fit_protocol(predictor: _Predictor, ladder: Sequence[Sample], fits: dict[Pattern, "LinkFit"], call: float) -> ProtocolFit:
+    """The protocol switch that explains the chains of growing messages best (one for all patterns).
+
+    For every candidate limit (each size of the ladder: the largest one
+    still sent eagerly) the extra latency is searched; the best pair wins
+    if it explains the ladder clearly better (a third less squared error)
+    than no switch at all.
+    """
+    if not ladder:
+        return NO_SWITCH
+
+    def err(protocol: ProtocolFit) -> float:
+        return _log_error(lambda p: predictor.fitted(p, fits[p.pattern], call, protocol), ladder)
+
+    hop = float(np.median([f.hop_us for f in fits.values()]))
+    best, best_err = NO_SWITCH, err(NO_SWITCH)
+    none_err = best_err
+    for limit in sorted({s.probe.nbytes for s in ladder})[:-1]:
+        extra = _minimize(lambda a: err(ProtocolFit(float(limit), a)), 0.0, 20.0 * hop)
+        e = err(ProtocolFit(float(limit), extra))
+        if e < best_err:
+            best, best_err = ProtocolFit(float(limit), extra), e
+    if best.eager_limit is None or best_err > (2 / 3) * none_err or best.rendezvous_alpha < 0.05 * hop:
+        return NO_SWITCH
+    return best
 
 
 def _split(samples: Sequence[Sample]):
     chains = [s for s in samples if s.probe.shape == "chain" and s.probe.nbytes <= SMALL]
     windows = [s for s in samples if s.probe.shape == "window" and s.probe.nbytes <= SMALL]
-    large = [s for s in samples if s.probe.nbytes > SMALL]
-    return chains, windows, large
+    ladder = [s for s in samples if s.probe.shape == "chain" and s.probe.nbytes > SMALL]
+    large = [s for s in samples if s.probe.shape == "window" and s.probe.nbytes > SMALL]
+    return chains, windows, ladder, large
 
 
-def fit_patterns(n: int, samples: Sequence[Sample], predictor: _Predictor | None = None) -> tuple[float, tuple[LinkFit, ...]]:
-    """Per-call cost and the figures of every pattern, from the samples of :func:`plan_probes`.
+def fit_patterns(n: int, samples: Sequence[Sample], predictor: _Predictor | None = None) -> FitResult:
+    """Per-call cost, the figures of every pattern and the protocol switch, from the samples of :func:`plan_probes`.
 
     The stages of the module docstring: hops and the per-call cost (linear),
     then per pattern the overhead (small windows) and the bandwidth (large
-    windows), then the overhead once more with that bandwidth.
+    windows); the protocol switch (the ladder of chains); the bandwidth and
+    the overhead once more with it.
     """
     predictor = predictor or _Predictor(n)
-    chains, windows, large = _split(samples)
+    chains, windows, ladder, large = _split(samples)
     call, hops = fit_hops(chains)
-    fits = []
-    for pat, hop in hops.items():
+
+    def figures(pat: Pattern, protocol: ProtocolFit, o: float | None = None) -> LinkFit:
+        hop = hops[pat]
         w = [s for s in windows if s.probe.pattern == pat]
         big = [s for s in large if s.probe.pattern == pat]
-        o = fit_overhead(predictor, w, hop, call)
-        bw = fit_bandwidth(predictor, big, max(hop - 2 * o, 0.0), o, call)
+        if o is None:
+            o = fit_overhead(predictor, w, hop, call)
+        bw = fit_bandwidth(predictor, big, max(hop - 2 * o, 0.0), o, call, protocol)
         o = fit_overhead(predictor, w, hop, call, bw)
+        return LinkFit(pat, max(hop - 2 * o, 0.0), o, bw)
+
+    fits = {pat: figures(pat, NO_SWITCH) for pat in hops}
+    protocol = fit_protocol(predictor, ladder, fits, call)
+    if protocol != NO_SWITCH:
+        fits = {pat: figures(pat, protocol, f.overhead) for pat, f in fits.items()}
+        protocol = fit_protocol(predictor, ladder, fits, call)
+    out = []
+    for pat, f in fits.items():
         mine = [s for s in samples if s.probe.pattern == pat]
-        errs = [abs(predictor.time(s.probe, hop - 2 * o, o, bw, call) / s.measured_us - 1) for s in mine]
-        fits.append(LinkFit(pat, max(hop - 2 * o, 0.0), o, bw, float(np.median(errs)) if errs else 0.0))
-    return call, tuple(fits)
+        errs = [abs(predictor.fitted(s.probe, f, call, protocol) / s.measured_us - 1) for s in mine]
+        out.append(LinkFit(pat, f.alpha, f.overhead, f.bw, float(np.median(errs)) if errs else 0.0))
+    return FitResult(call, tuple(out), protocol)
 
 
 # ------------------------------------------------------------------ topology
 def build_topology(
     n: int, fits: Sequence[LinkFit], call: float, kernels: KernelRates, nodes: Sequence[int], *,
     ports: dict[int, SharedPort] | None = None, pair_bw: dict[int, float] | None = None, name: str = "profiled",
-    description: str = "", sources: Sequence[str] = (),
+    description: str = "", sources: Sequence[str] = (), protocol: ProtocolFit = NO_SWITCH,
 ) -> Topology:
     """The ccsynth topology of the fitted figures: a link per ordered pair, with its pattern's figures.
 
@@ -535,8 +635,8 @@ def build_topology(
             links.append(Link(r, d, f.alpha, bw, f.overhead))
     links.sort(key=lambda l: (l.src, l.dst))
     return Topology(name, n, links=tuple(links), shared_ports=tuple(ports.values()), nodes=tuple(nodes),
-                    description=description, sources=tuple(sources), local_bw=kernels.reduce, overhead_scope="rank",
-                    call_overhead=call)
+                    description=description, sources=tuple(sources), local_bw=kernels.local_bw, overhead_scope="rank",
+                    call_overhead=call, eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha)
 
 
 def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int, float]) -> dict[int, SharedPort]:
@@ -614,22 +714,23 @@ def profile_machine(
     say(total, total, "fitting")
 
     predictor = _Predictor(n)
-    call, fits = fit_patterns(n, samples, predictor)
+    result = fit_patterns(n, samples, predictor)
+    call, fits, protocol = result.call_overhead, result.fits, result.protocol
     pair_bw = {}
     for pat, ps in pair_samples.items():
         node = nodes[pat.pairs[0][0]]
         same = [f for f in fits if f.pattern.kind == "intra"]
         ref = same[0] if same else fits[0]
-        pair_bw[node] = fit_bandwidth(predictor, ps, ref.alpha, ref.overhead, call)
+        pair_bw[node] = fit_bandwidth(predictor, ps, ref.alpha, ref.overhead, call, protocol)
     ports = _node_ports(fits, nodes, pair_bw)
     lib = MPI.Get_library_version().strip().splitlines()[0].strip()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     topo = build_topology(
-        n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}",
+        n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}", protocol=protocol,
         description=_describe(n, hosts, nodes, cores, lib),
         sources=(f"ccsynth topo profile on {hosts[0]} at {when}, load average {load}, "
                  f"{len(samples) + sum(len(v) for v in pair_samples.values())} probes",),
     )
     return MachineProfile(topo, fits, call, kernels, tuple(samples) + tuple(s for v in pair_samples.values() for s in v),
-                          nodes, hosts, cores, tuple(ports.values()), pair_bw, time.perf_counter() - t_start)
+                          nodes, hosts, cores, tuple(ports.values()), pair_bw, protocol, time.perf_counter() - t_start)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ccsynth.bench.profile import (
-    KernelRates, LinkFit, Pattern, ProfileOptions, Probe, Sample, _node_ports, _pair_pattern, _Predictor,
+    NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports, _pair_pattern,
+    _Predictor,
     build_topology, fit_patterns, patterns, plan_probes, probe_schedule,
 )
 from ccsynth.synth.executor_model import lower_for_executor
@@ -79,9 +80,11 @@ def test_the_plan_of_probes_covers_latency_overhead_and_bandwidth():
     probes = plan_probes(pats, ProfileOptions())
     for pat in pats:
         mine = [p for p in probes if p.pattern == pat]
-        assert {p.messages for p in mine if p.shape == "chain"} == {1, 2, 4, 8}
+        assert {p.messages for p in mine if p.shape == "chain" and p.nbytes == 8} == {1, 2, 4, 8}
         assert {p.messages for p in mine if p.shape == "window" and p.nbytes == 8} == {2, 4, 8, 16}
-        big = [p for p in mine if p.nbytes > 8]
+        ladder = [p.nbytes for p in mine if p.shape == "chain" and p.nbytes > 8]
+        assert ladder[0] == 1 << 10 and ladder[-1] == 32 << 10 and 8 << 10 in ladder
+        big = [p for p in mine if p.shape == "window" and p.nbytes > 8]
         assert {p.slice_bytes for p in big} == {1 << 20, 4 << 20}
         assert not [p for p in big if p.slice_bytes == 4 << 20 and p.nbytes < 1 << 20]
     quick = plan_probes(pats, ProfileOptions(quick=True))
@@ -90,17 +93,24 @@ def test_the_plan_of_probes_covers_latency_overhead_and_bandwidth():
 
 # ------------------------------------------------------------------ the fit
 @pytest.mark.parametrize(
-    "n, alpha, overhead, bw, call",
-    [(2, 1.0, 0.6, 10.0, 2.7), (4, 20.0, 8.0, 2.5, 10.0), (4, 0.5, 3.0, 5.0, 0.0)],
+    "n, alpha, overhead, bw, call, protocol",
+    [
+        (2, 1.0, 0.6, 10.0, 2.7, ProtocolFit(6144.0, 4.0)),
+        (4, 20.0, 8.0, 2.5, 10.0, ProtocolFit(4096.0, 30.0)),
+        (4, 0.5, 3.0, 5.0, 0.0, NO_SWITCH),
+    ],
 )
-def test_fit_recovers_known_figures_from_synthetic_timings(n, alpha, overhead, bw, call):
+def test_fit_recovers_known_figures_from_synthetic_timings(n, alpha, overhead, bw, call, protocol):
     """Timings made by the very prediction the fit inverts: known figures in, the same out."""
     pats = patterns([0] * n)
     opts = ProfileOptions(quick=n == 4)
     pred = _Predictor(n)
-    samples = [Sample(p, pred.time(p, alpha, overhead, bw, call)) for p in plan_probes(pats, opts)]
-    got_call, fits = fit_patterns(n, samples, pred)
-    assert got_call == pytest.approx(call, abs=0.02)
+    samples = [Sample(p, pred.time(p, alpha, overhead, bw, call, protocol)) for p in plan_probes(pats, opts)]
+    result = fit_patterns(n, samples, pred)
+    assert result.call_overhead == pytest.approx(call, abs=0.02)
+    assert result.protocol.eager_limit == protocol.eager_limit
+    assert result.protocol.rendezvous_alpha == pytest.approx(protocol.rendezvous_alpha, rel=0.02)
+    fits = result.fits
     assert len(fits) == n - 1
     for f in fits:
         assert f.alpha == pytest.approx(alpha, rel=0.02, abs=0.02)
@@ -115,7 +125,7 @@ def test_fit_of_noisy_timings_stays_close():
     probes = plan_probes(pats, ProfileOptions())
     noise = [1.05, 0.95, 1.02, 0.98]
     samples = [Sample(p, pred.time(p, 1.0, 0.6, 10.0, 2.7) * noise[i % 4]) for i, p in enumerate(probes)]
-    call, [f] = fit_patterns(2, samples, pred)
+    [f] = fit_patterns(2, samples, pred).fits
     assert f.hop_us == pytest.approx(1.0 + 1.2, rel=0.15)
     assert f.bw == pytest.approx(10.0, rel=0.1)
 
@@ -124,7 +134,7 @@ def test_fit_of_noisy_timings_stays_close():
 def test_topology_has_a_link_per_ordered_pair_and_the_cpu_engine_model():
     pats = patterns([0] * 3)
     fits = [LinkFit(pats[0], 1.0, 0.5, 4.0), LinkFit(pats[1], 2.0, 0.25, 3.0)]
-    t = build_topology(3, fits, 2.0, KernelRates(8.0, 5.0, 1 << 24), [0, 0, 0], name="m")
+    t = build_topology(3, fits, 2.0, KernelRates(8.0, 6.0, 5.0, 1 << 24), [0, 0, 0], name="m")
     assert len(t.links) == 6 and t.overhead_scope == "rank" and t.local_bw == 5.0 and t.call_overhead == 2.0
     c = t.connection(0, 1)
     assert (c.alpha, c.overhead, c.bw) == (1.0, 0.5, 4.0)
@@ -137,7 +147,7 @@ def test_a_node_whose_pairs_slow_each_other_down_gets_a_shared_port():
     fits = [LinkFit(p, 1.0, 0.5, 2.0) for p in pats]  # 4 links at 2 GB/s each: 8 GB/s together
     ports = _node_ports(fits, nodes, {0: 5.0})  # one pair alone: 5 GB/s per direction
     assert list(ports) == [0] and ports[0].bw == pytest.approx(8.0) and ports[0].srcs == (0, 1, 2, 3)
-    t = build_topology(4, fits, 0.0, KernelRates(8.0, 5.0, 1), nodes, ports=ports, pair_bw={0: 5.0})
+    t = build_topology(4, fits, 0.0, KernelRates(8.0, 6.0, 5.0, 1), nodes, ports=ports, pair_bw={0: 5.0})
     assert t.links[0].bw == 5.0 and t.connection(0, 1).bw == pytest.approx(5.0)  # alone: the pair's rate
     assert not _node_ports(fits, nodes, {0: 2.1})  # within the margin: no port
 
@@ -192,3 +202,36 @@ def test_profile_quiet_and_errors(tmp_path):
     one = _run([str(MPIEXEC), "-n", "1", sys.executable, "-m", "ccsynth", "topo", "profile", "-o",
                 str(tmp_path / "m1.json"), "--quick"])
     assert one.returncode == 2 and "at least 2 ranks" in one.stderr
+
+
+# ------------------------------------------------------------------ the benchmark's report
+def test_bench_predict_report_from_results():
+    from ccsynth.bench.bench_predict import baselines_for, markdown
+
+    assert baselines_for("allreduce", 2) == ["ring", "recursive_doubling", "recursive_halving", "direct", "one_shot"]
+    assert "multi_ring" in baselines_for("allreduce", 4) and baselines_for("allgather", 4) == ["ring", "recursive_doubling", "direct"]
+
+    def row(size, med, pred=None, algo="x"):
+        r = {"size": size, "median_us": med, "algorithm": algo}
+        if pred:
+            r["predicted_us"] = pred
+        return r
+
+    sizes = [8, 64 << 10, 1 << 20]
+    doc = {"results": {
+        "mpi": [row(s, 10.0, algo="mpi") for s in sizes],
+        "default": [row(s, 12.0, 10.0) for s in sizes],
+        "plan:p.json": [row(s, 11.0, 10.0, "ring(c=4)") for s in sizes],
+        "ring": [row(s, 20.0, 10.0) for s in sizes],
+    }}
+    topo = {"n_ranks": 2, "description": "profiled", "sources": ["here"], "call_overhead_us": 2.0,
+            "local_bw_GBps": 5.0, "shared_ports": [], "links": [{"src": 0, "dst": 1, "alpha_us": 1.0, "bw_GBps": 9.0,
+                                                                 "overhead_us": 0.5}]}
+    case = {"n": 2, "topology": topo, "loads": {"before": "0.5 0.5 0.5"},
+            "runs": {"allreduce": {"json": doc, "plan": "plan:p.json", "synth_s": 1.0}}}
+    text = markdown([case], ["mpiexec -n 2 ccsynth topo profile -o machine2.json"])
+    assert "mpiexec -n 2 ccsynth topo profile" in text and "| 0->1 | 1.00 | 0.50 | 2.00 | 9.000 |" in text
+    # errors: default 20%, plan 10%, ring 100% at every size: median 20%, worst 100% (ring)
+    assert "| 8 B | 3 | 20% | 100% |" in text and "| 64K | 3 | 20% | 100% |" in text
+    assert "plan at least as fast as the default plan at 100% of sizes" in text
+    assert "| 8 B | 10.0 | 12.0 | 11.0 | 0.92 | 1.10 | 1.20 | ring(c=4) | 10.0 |" in text

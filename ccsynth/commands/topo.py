@@ -87,6 +87,8 @@ def run(args) -> int:
         extras.append(f"local copies/reductions {topo.local_bw:g} GB/s")
     if topo.call_overhead:
         extras.append(f"{topo.call_overhead:g} us per call")
+    if topo.eager_limit is not None and topo.rendezvous_alpha:
+        extras.append(f"messages above {topo.eager_limit:g} B: {topo.rendezvous_alpha:g} us more latency")
     if extras:
         print("; ".join(extras))
     if topo.dims:
@@ -199,8 +201,14 @@ def _summary(prof) -> None:
         alone = ", ".join(f"node {k}: {v:.3g} GB/s" for k, v in sorted(prof.pair_bw.items()))
         print("shared ports: none" + (f" (one pair alone gets no more than all at once: {alone})" if alone else
                                       " (no node runs three ranks: nothing to compare)"))
+    if prof.protocol.eager_limit is not None:
+        print(f"protocol switch: messages above {format_size(int(prof.protocol.eager_limit))} bytes pay "
+              f"{prof.protocol.rendezvous_alpha:.3g} us more latency (rendezvous)")
+    else:
+        print("protocol switch: none found (every size pays the same latency)")
     k = prof.kernels
-    print(f"local reductions {k.reduce:.3g} GB/s, copies {k.copy:.3g} GB/s (every rank at once, {format_size(k.nbytes)} "
-          f"buffers); fixed cost per call {prof.call_overhead:.3g} us")
+    print(f"local work {k.local_bw:.3g} GB/s (kernels, every rank at once, {format_size(k.nbytes)} buffers: "
+          f"receive-reduce-copy {k.fused:.3g}, sum {k.reduce:.3g}, copy {k.copy:.3g}); "
+          f"fixed cost per call {prof.call_overhead:.3g} us")
     print("latency = alpha + 2 x overhead: one small message alone; fit error: median |predicted / measured - 1| "
           "over the pattern's probes")
