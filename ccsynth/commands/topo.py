@@ -49,7 +49,10 @@ def register(sub) -> None:
     pp.add_argument("--sizes", metavar="LIST",
                     help="message sizes of the bandwidth probes, a range MIN:MAX or a list (default 64K,256K,1M,4M,16M; "
                          "with --quick 64K,1M)")
-    pp.add_argument("--iters", type=int, metavar="N", help="timed iterations per probe (default 100 small, 10 large)")
+    pp.add_argument("--iters", type=int, metavar="N",
+                    help="timed iterations per probe over all passes (default 120 small, 12 large)")
+    pp.add_argument("--passes", type=int, metavar="N",
+                    help="passes over all probes, each probe keeping its fastest (default 3; --quick 1)")
     pp.add_argument("--quick", action="store_true", help="fewer probes and iterations: seconds, for tests and a first look")
     pp.add_argument("-q", "--quiet", dest="profile_quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
@@ -153,9 +156,10 @@ def _profile_options(args) -> ProfileOptions:
         sizes = tuple(sorted(set(parse_sizes(args.sizes))))
         if not sizes or sizes[0] < 1:
             raise CCSynthError(f"--sizes {args.sizes!r}: sizes must be at least 1 byte")
-    if args.iters is not None and args.iters < 1:
-        raise CCSynthError(f"--iters must be at least 1, got {args.iters}")
-    return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick)
+    for flag, value in (("--iters", args.iters), ("--passes", args.passes)):
+        if value is not None and value < 1:
+            raise CCSynthError(f"{flag} must be at least 1, got {value}")
+    return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick, passes=args.passes)
 
 
 def _check_writable(path: str) -> None:
