@@ -63,12 +63,14 @@ Model
   overheads and alpha too.
 * **Local ops.** ``copy`` and ``reduce`` cost ``count * chunk_bytes /
   (local_bw * 1e3)`` us when ``local_bw`` (GB/s; the argument, else the
-  topology's ``local_bw``) is given, else nothing. With ``overhead_scope``
+  topology's ``local_bw``) is given, else nothing, plus the topology's
+  ``local_overhead`` (us: the fixed cost of one kernel call, 0 in the
+  catalog) when they move any bytes. With ``overhead_scope``
   ``"rank"`` they run on the rank's engine; otherwise they do not queue.
-  With ``local_bw``, a ``recv`` with ``reduce=True`` also pays the
-  reduction of its bytes on the receiver's engine, after the overhead
-  (fused receive-reduce: one pass); without it the reduction counts as
-  fused into the receive (free).
+  A ``recv`` with ``reduce=True`` also pays the reduction of its bytes
+  (``local_overhead`` plus its bytes at ``local_bw``) on the receiver's
+  engine, after the overhead (fused receive-reduce: one pass); with
+  neither the reduction counts as fused into the receive (free).
 * **Per-call cost.** ``Topology.call_overhead`` (us, 0 for every catalog
   topology) is the fixed cost of one call of the collective: entering and
   leaving the runtime, and ranks starting the call at slightly different
@@ -299,6 +301,7 @@ class _Prepared:
         # the protocol switch (see the module docstring): messages of more than eager_limit bytes
         self.eager_limit = topology.eager_limit if topology.rendezvous_alpha else None
         self.rendezvous_alpha = topology.rendezvous_alpha
+        self.local_overhead = topology.local_overhead
         self.res_names: list[str] = []
         self.res_cap: list[float] = []  # bytes per us
         class_of: dict[tuple[int, int, int], int] = {}
@@ -436,6 +439,7 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
     ready = bytearray(n)
     done = bytearray(n)
     local_cost = chunk_bytes / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
+    local_call = p.local_overhead if chunk_bytes > 0 else 0.0  # the fixed cost of a kernel call that moves bytes
     # timed events other than transfer ends: (time, op id, _EV_DONE / _EV_DATA / _EV_POSTED)
     heap: list[tuple[float, int, int]] = []
     push, pop = heapq.heappush, heapq.heappop
@@ -493,8 +497,8 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
     def received(r: int) -> None:
         # the bytes of recv r have arrived: its overhead (and fused reduction) on the receiver's engine
         cost = overhead[r]
-        if reduces[r]:
-            cost += count[r] * local_cost
+        if reduces[r] and count[r]:
+            cost += local_call + count[r] * local_cost
         if cost > 0:
             on_stream(r, cost, _EV_DONE)
         else:
@@ -540,7 +544,7 @@ def _run(p: _Prepared, chunk_bytes: float, local_bw: float | None) -> tuple[floa
             i = stack.pop()
             k = kind[i]
             if k == _LOCAL:
-                cost = count[i] * local_cost
+                cost = local_call + count[i] * local_cost if count[i] else 0.0
                 if cost > 0:
                     on_stream(i, cost, _EV_DONE)
                 else:

@@ -306,7 +306,9 @@ def _reference(ops, match, chunk, topology, local_bw=None):
     now = 0.0
 
     def reduce_cost(op):
-        return op.count * chunk / (local_bw * GB) if local_bw else 0.0
+        if op.count * chunk <= 0:
+            return 0.0
+        return topology.local_overhead + (op.count * chunk / (local_bw * GB) if local_bw else 0.0)
 
     while len(done) < len(ops):
         changed = True
@@ -399,9 +401,10 @@ def random_case(draw):
         dsts = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
         ports = (SharedPort("nic", srcs, dsts, draw(bws)),)
     eager, rendezvous = draw(st.sampled_from([(None, 0.0), (None, 0.0), (2000.0, 1.5), (0.0, 0.5)]))
+    local_overhead = draw(st.sampled_from([0.0, 0.0, 0.7]))
     topo = Topology("rand", n, links=topo_links, switches=switches, shared_ports=ports,
                     overhead_scope=draw(st.sampled_from(["connection", "rank"])), eager_limit=eager,
-                    rendezvous_alpha=rendezvous)
+                    rendezvous_alpha=rendezvous, local_overhead=local_overhead)
     c = 2
     b = alltoall_builder(n, c)
     for _ in range(draw(st.integers(1, 9))):
@@ -462,6 +465,18 @@ def test_messages_beyond_the_eager_limit_pay_the_rendezvous_latency():
     assert simulate(b.build(), switch, 2 * 8_000).time_us == pytest.approx(1.0 + 0.8)  # 8000 B: eager
     assert simulate(b.build(), switch, 2 * 8_001).time_us == pytest.approx(1.0 + 4.0 + 0.8001)
     assert simulate(b.build(), replace(base, eager_limit=8_000), 2 * 8_001).time_us == pytest.approx(1.8001)
+
+
+def test_local_ops_pay_a_fixed_cost_per_kernel_call():
+    b = alltoall_builder(2)
+    b.copy(0, ("i", 0), ("o", 0))
+    b.transfer(0, 1, ("i", 1), ("o", 1), reduce=True)
+    t = replace(links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0)), local_overhead=0.5)
+    # 20 KB chunks. The copy: 0.5 + 4 (at 5 GB/s); the receive-reduce: 1 (alpha) + 2 (data) + 0.5 + 4 (reduction)
+    r = simulate(b.build(), t, 40_000, local_bw=5.0)
+    assert r.time_us == pytest.approx(1 + 2 + 0.5 + 4)
+    assert simulate(b.build(), t, 40_000).time_us == pytest.approx(1 + 2 + 0.5)  # no local_bw: the call only
+    assert simulate(b.build(), t, 0).time_us == 1.0  # no bytes, no kernel call: the latency alone
 
 
 def test_task_graph_zero_byte_messages_pay_overheads_and_latency():

@@ -364,10 +364,10 @@ def test_json_round_trip(t):
 
 def test_per_call_overhead_round_trips_and_is_left_out_when_zero():
     t = replace(_sample_topology(), local_bw=4.0, overhead_scope="rank", call_overhead=2.5, eager_limit=8000.0,
-                rendezvous_alpha=3.0)
+                rendezvous_alpha=3.0, local_overhead=1.5)
     d = topology_to_dict(t)
     assert d["call_overhead_us"] == 2.5 and topology_from_dict(json.loads(json.dumps(d))) == t
-    assert (d["eager_limit_bytes"], d["rendezvous_alpha_us"]) == (8000.0, 3.0)
+    assert (d["eager_limit_bytes"], d["rendezvous_alpha_us"], d["local_overhead_us"]) == (8000.0, 3.0, 1.5)
     assert t.message_alpha(1.0, 8000) == 1.0 and t.message_alpha(1.0, 8001) == 4.0
     assert "call_overhead_us" not in topology_to_dict(_sample_topology())
     assert topology_from_dict(topology_to_dict(_sample_topology())).call_overhead == 0.0
@@ -450,6 +450,7 @@ def _delete(path):
         (_set(["call_overhead_us"], -1), "call_overhead_us must not be negative"),
         (_set(["call_overhead_us"], "3"), "call_overhead_us must be a number"),
         (_set(["rendezvous_alpha_us"], -2), "rendezvous_alpha_us must not be negative"),
+        (_set(["local_overhead_us"], -1), "local_overhead_us must not be negative"),
         (_set(["eager_limit_bytes"], None), "eager_limit_bytes must be a number"),
     ],
 )

@@ -8,6 +8,7 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "description": "...", "sources": ["datasheet ..."],
       "nodes": [0, 0, ..., 1],                      # node of each rank (optional: all 0)
       "local_bw_GBps": 8.0,                         # local copy/reduce rate (optional: free)
+      "local_overhead_us": 1.5,                     # fixed cost per local copy/reduce (optional: 0)
       "overhead_scope": "rank",                     # "connection" (default, GPUs) or "rank" (CPUs)
       "call_overhead_us": 3.0,                      # fixed cost per collective call (optional: 0)
       "eager_limit_bytes": 8000, "rendezvous_alpha_us": 4.0,  # larger messages: more latency (optional)
@@ -19,7 +20,7 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
     }
 
 ``format``, ``version``, ``name`` and ``n_ranks`` are required; the lists,
-``description``, ``sources`` and ``local_bw_GBps`` may be left out, and so
+``description``, ``sources``, ``local_bw_GBps`` and ``local_overhead_us`` may be left out, and so
 may every ``overhead_us`` (the per-message overhead on each end of a
 message, see :mod:`ccsynth.topologies.model`; a file without it describes a
 network with no per-message cost, as files written before it existed did)
@@ -61,7 +62,7 @@ FORMAT = "ccsynth.topology"
 VERSION = 1
 
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
-             "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us",
+             "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
              "nodes", "links", "switches", "shared_ports", "dims")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -85,6 +86,8 @@ def topology_to_dict(topology: Topology) -> dict:
     }
     if t.local_bw is not None:
         d["local_bw_GBps"] = float(t.local_bw)
+    if t.local_overhead:
+        d["local_overhead_us"] = float(t.local_overhead)
     if t.overhead_scope != "connection":
         d["overhead_scope"] = t.overhead_scope
     if t.call_overhead:
@@ -307,6 +310,7 @@ def _topology_from_dict(d: Any) -> Topology:
     if "local_bw_GBps" in d:
         local_bw = _number(d["local_bw_GBps"], "local_bw_GBps", positive=True)
     call_overhead = _number(d.get("call_overhead_us", 0.0), "call_overhead_us", positive=False)
+    local_overhead = _number(d.get("local_overhead_us", 0.0), "local_overhead_us", positive=False)
     eager_limit = None
     if "eager_limit_bytes" in d:
         eager_limit = _number(d["eager_limit_bytes"], "eager_limit_bytes", positive=False)
@@ -329,6 +333,7 @@ def _topology_from_dict(d: Any) -> Topology:
         local_bw=local_bw,
         overhead_scope=scope,
         call_overhead=call_overhead,
+        local_overhead=local_overhead,
         eager_limit=eager_limit,
         rendezvous_alpha=rendezvous_alpha,
     )

@@ -14,7 +14,8 @@ Units used everywhere in ccsynth:
   otherwise idle, is ``overhead + alpha + n / (bw * 1e3) + overhead``
   microseconds (:meth:`Connection.time_us`);
 * ``Topology.local_bw`` (GB/s, optional): the rate of a rank's local copies
-  and reductions.
+  and reductions; ``Topology.local_overhead`` (us, default 0): the fixed
+  cost of each of them (a kernel call), as ``overhead`` is a message's.
 * ``Topology.overhead_scope``: which work of a rank shares one serial
   engine. ``"connection"`` (the default; GPUs running MSCCL/NCCL-style
   kernels): every (peer, channel) of a rank has an engine of its own -- a
@@ -208,6 +209,8 @@ class Topology:
     overhead_scope: str = "connection"
     # us per call of a collective, whatever its schedule (runtime entry and exit; 0: the network alone)
     call_overhead: float = 0.0
+    # us per local copy or reduction that moves bytes (a kernel call; 0: free, as in the catalog)
+    local_overhead: float = 0.0
     # messages of more than eager_limit bytes pay rendezvous_alpha us more latency (None: one protocol)
     eager_limit: float | None = None
     rendezvous_alpha: float = 0.0
@@ -272,6 +275,10 @@ class Topology:
             )
         object.__setattr__(
             self, "call_overhead", _check_number(self.call_overhead, f"topology {self.name!r}: per-call overhead", positive=False)
+        )
+        object.__setattr__(
+            self, "local_overhead",
+            _check_number(self.local_overhead, f"topology {self.name!r}: local overhead", positive=False),
         )
         object.__setattr__(
             self, "rendezvous_alpha",
