@@ -71,7 +71,9 @@ Local reductions and copies are timed directly on the backend's kernels
 (:func:`measure_kernels`), on all ranks at once, on buffers larger than
 the caches: ``local_bw`` is the rate of the fused receive-reduce-copy
 (``dst = a + b``), which reducing collectives run most; copies and plain
-reductions run within about 25% of it.
+reductions run within about 25% of it. The same kernel called over and
+over on two floats gives the fixed cost of a kernel call
+(``local_overhead``; 1-5 us here, as much as a message's overhead).
 Where a node runs at least three ranks, one pair streaming alone is timed
 too (:func:`_pair_pattern`); if every pattern's ranks together get less
 than ``1 - PORT_MARGIN`` of what that pair alone gets per link, the node
@@ -287,6 +289,7 @@ class KernelRates:
     reduce: float
     fused: float
     nbytes: int
+    call_us: float = 0.0  # one call of the fused kernel on 8 bytes: the fixed cost of a kernel call
 
     @property
     def local_bw(self) -> float:
@@ -315,6 +318,7 @@ class MachineProfile:
             "call_overhead_us": self.call_overhead,
             "local_bw_GBps": self.kernels.local_bw,
             "kernels_GBps": {"copy": self.kernels.copy, "reduce": self.kernels.reduce, "fused": self.kernels.fused},
+            "local_overhead_us": self.kernels.call_us,
             "patterns": [
                 {"pattern": f.pattern.name, "kind": f.pattern.kind, "pairs": [list(p) for p in f.pattern.pairs],
                  "alpha_us": f.alpha, "overhead_us": f.overhead, "bw_GBps": f.bw, "error": f.error}
@@ -452,9 +456,22 @@ def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SE
             if elapsed >= seconds:
                 break
         rates.append(count * 4 * done / (elapsed * 1e9))
+    # the fixed cost of a call: the fused kernel on two floats, over and over
+    x, y, z = (be.zeros(2, np.float32) for _ in range(3))
+    comm.Barrier()
+    calls = 0
+    t0 = time.perf_counter()
+    while True:
+        for _ in range(100):
+            fused(x, y, z)
+        calls += 100
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds / 2:
+            break
+    rates.append(elapsed / calls * 1e6)
     all_rates = np.array(comm.allgather(rates))
     med = np.median(all_rates, axis=0)
-    return KernelRates(float(med[0]), float(med[1]), float(med[2]), count * 4)
+    return KernelRates(float(med[0]), float(med[1]), float(med[2]), count * 4, float(med[3]))
 
 
 # ------------------------------------------------------------------ fitting
@@ -649,7 +666,8 @@ def build_topology(
             links.append(Link(r, d, f.alpha, bw, f.overhead))
     links.sort(key=lambda l: (l.src, l.dst))
     return Topology(name, n, links=tuple(links), shared_ports=tuple(ports.values()), nodes=tuple(nodes),
-                    description=description, sources=tuple(sources), local_bw=kernels.local_bw, overhead_scope="rank",
+                    description=description, sources=tuple(sources), local_bw=kernels.local_bw,
+                    local_overhead=kernels.call_us, overhead_scope="rank",
                     call_overhead=call, eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha)
 
 

@@ -171,7 +171,7 @@ def test_profile_writes_a_topology_that_loads_and_synth_uses(ranks, tmp_path):
     # progress on stderr, [k/N] per step; the summary table on stdout, once (rank 0)
     progress = [ln for ln in proc.stderr.splitlines() if ln.startswith("[")]
     assert progress and progress[-1].startswith(f"[{len(progress) - 1}/{len(progress) - 1}]")
-    assert proc.stdout.count("fixed cost per call") == 1 and f"wrote {out}" in proc.stdout
+    assert proc.stdout.count("fixed cost per collective call") == 1 and f"wrote {out}" in proc.stdout
     topo = load_topology(out)
     assert topo.n_ranks == ranks and len(topo.links) == ranks * (ranks - 1)
     assert topo.overhead_scope == "rank" and topo.local_bw > 0 and topo.call_overhead >= 0

@@ -88,6 +88,8 @@ def run(args) -> int:
         extras.append(f"overhead scope: {topo.overhead_scope}")
     if topo.local_bw is not None:
         extras.append(f"local copies/reductions {topo.local_bw:g} GB/s")
+    if topo.local_overhead:
+        extras.append(f"{topo.local_overhead:g} us per local copy/reduction")
     if topo.call_overhead:
         extras.append(f"{topo.call_overhead:g} us per call")
     if topo.eager_limit is not None and topo.rendezvous_alpha:
@@ -212,7 +214,7 @@ def _summary(prof) -> None:
         print("protocol switch: none found (every size pays the same latency)")
     k = prof.kernels
     print(f"local work {k.local_bw:.3g} GB/s (kernels, every rank at once, {format_size(k.nbytes)} buffers: "
-          f"receive-reduce-copy {k.fused:.3g}, sum {k.reduce:.3g}, copy {k.copy:.3g}); "
-          f"fixed cost per call {prof.call_overhead:.3g} us")
+          f"receive-reduce-copy {k.fused:.3g}, sum {k.reduce:.3g}, copy {k.copy:.3g}) and {k.call_us:.3g} us per "
+          f"kernel call; fixed cost per collective call {prof.call_overhead:.3g} us")
     print("latency = alpha + 2 x overhead: one small message alone; fit error: median |predicted / measured - 1| "
           "over the pattern's probes")
