@@ -90,7 +90,7 @@ __all__ = ["ExecutorSettings", "lower_for_executor", "simulate_run", "default_sl
 
 log = logging.getLogger(__name__)
 
-_TAG_MOD = 1 << 40  # tags never wrap here: matching needs them unique
+_TAG_LIMIT = 1 << 40  # no tag limit here: the model sends nothing, and matching needs tags unique
 
 
 def default_slice_bytes(schedule: Schedule) -> int:
@@ -149,7 +149,7 @@ def lower_for_executor(schedule: Schedule, size_bytes: float, settings: Executor
         layouts.append(build_layout(
             program, dtype, m, chunk_factor=cf, scratch_chunks=schedule.scratch_chunks,
             in_blocks=coll.in_chunks // cf, out_blocks=coll.out_chunks // cf, slice_bytes=slice_bytes,
-            peers=tuple(range(n)), tag_mod=_TAG_MOD, rank=q,
+            peers=tuple(range(n)), tag_limit=_TAG_LIMIT, rank=q,
         ))
     straight = levels_ok and all(
         lay.one_slice_each and lay.largest_message <= settings.static_max_bytes for lay in layouts

@@ -12,15 +12,14 @@ writes the file.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 
+from ccsynth.atomic import check_writable, write_text
 from ccsynth.bench.omb import agree
 from ccsynth.bench.profile import ProfileOptions, profile_machine
 from ccsynth.collectives.mpi_util import install_abort_handler
 from ccsynth.commands._common import add_json_arg, print_json, print_table
-from ccsynth.errors import CCSynthError
+from ccsynth.errors import CCSynthError, TopologyError
 from ccsynth.topologies.io import topology_to_json
 from ccsynth.units import format_size, parse_sizes
 
@@ -71,6 +70,8 @@ def run(args) -> int:
         else:
             print_table(["topology", "description"], rows)
         return 0
+    if args.topo_cmd == "export":
+        check_writable(args.output, "topology", TopologyError)
     topo = get_topology(args.spec)
     if args.topo_cmd == "export":
         T.save_topology(topo, args.output)
@@ -79,8 +80,9 @@ def run(args) -> int:
     if args.json:
         print_json(T.topology_to_dict(topo))
         return 0
-    conns = topo.connections()
-    print(f"{topo.name}: {topo.n_ranks} ranks on {topo.n_nodes} node(s), {len(conns)} directed connections")
+    classes = topo.connection_classes()  # counted by formula: no pair is built
+    print(f"{topo.name}: {topo.n_ranks} ranks on {topo.n_nodes} node(s), "
+          f"{sum(c.count for c in classes)} directed connections")
     if topo.description:
         print(topo.description)
     extras = []
@@ -98,19 +100,19 @@ def run(args) -> int:
         print("; ".join(extras))
     if topo.dims:
         print("dimensions: " + ", ".join(f"{d.name} size {d.size} {d.bw:g} GB/s {d.alpha:g} us" for d in topo.dims))
-    kinds: dict[tuple[str, float, float, float], int] = {}
-    for c in conns:
-        via = "switch" if not c.via.startswith("link:") else "link"
-        key = (via, c.alpha, c.bw, c.overhead)
-        kinds[key] = kinds.get(key, 0) + 1
     print_table(["via", "alpha (us)", "bw (GB/s)", "overhead (us)", "connections"],
-                [(v, a, b, o, n) for (v, a, b, o), n in sorted(kinds.items())])
+                [(c.kind, c.alpha, c.bw, c.overhead, c.count) for c in classes])
     if topo.switches:
         print(f"switches: {len(topo.switches)} (" + ", ".join(f"{s.name}: {len(s.ranks)} ranks @ {s.bw:g} GB/s" for s in topo.switches[:6]) + (", ..." if len(topo.switches) > 6 else "") + ")")
     if topo.shared_ports:
         print(f"shared ports: {len(topo.shared_ports)} (" + ", ".join(f"{s.name} @ {s.bw:g} GB/s" for s in topo.shared_ports[:6]) + (", ..." if len(topo.shared_ports) > 6 else "") + ")")
+    if topo.spines:
+        print("spines: " + ", ".join(f"{s.name}: {len(s.leaves)} leaves, "
+                                     + ("non-blocking" if s.uplink_bw is None else f"up-links {s.uplink_bw:g} GB/s per leaf")
+                                     + f", {s.alpha:g} us" for s in topo.spines))
     if args.links:
-        print_table(["src", "dst", "alpha (us)", "bw (GB/s)", "via"], [(c.src, c.dst, c.alpha, c.bw, c.via) for c in conns])
+        print_table(["src", "dst", "alpha (us)", "bw (GB/s)", "via"],
+                    [(c.src, c.dst, c.alpha, c.bw, c.via) for c in topo.connections()])
     for s in topo.sources:
         print(f"source: {s}")
     return 0
@@ -126,7 +128,7 @@ def _profile(args) -> int:
     try:
         # agreed on every rank, so that a bad argument stops them all instead of leaving some waiting
         options = agree(comm, lambda: _profile_options(args))
-        agree(comm, lambda: _check_writable(args.output) if rank == 0 else None)
+        agree(comm, lambda: check_writable(args.output, "topology", TopologyError) if rank == 0 else None)
     except CCSynthError:
         if rank != 0:
             return 2
@@ -145,7 +147,7 @@ def _profile(args) -> int:
         raise
     if rank != 0:
         return 0
-    _write_atomically(args.output, topology_to_json(prof.topology))
+    write_text(args.output, topology_to_json(prof.topology), what="topology", error=TopologyError)
     _summary(prof)
     print(f"wrote {args.output}: {prof.topology.name}, {prof.topology.n_ranks} ranks ({prof.seconds:.1f} s); "
           f"use it with ccsynth synth -t {args.output} and ccsynth bench ... --predict {args.output}")
@@ -162,31 +164,6 @@ def _profile_options(args) -> ProfileOptions:
         if value is not None and value < 1:
             raise CCSynthError(f"{flag} must be at least 1, got {value}")
     return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick, passes=args.passes)
-
-
-def _check_writable(path: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CCSynthError(f"cannot write {path!r}: folder {folder!r} does not exist")
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader never sees half a file.
-
-    TODO: use ccsynth/atomic.py (another branch adds it) once it is on main.
-    """
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise CCSynthError(f"cannot write {path!r}: {e.strerror}") from None
 
 
 def _summary(prof) -> None:
