@@ -221,7 +221,7 @@ def test_bench_predict_report_from_results():
     doc = {"results": {
         "mpi": [row(s, 10.0, algo="mpi") for s in sizes],
         "default": [row(s, 12.0, 10.0) for s in sizes],
-        "plan:p.json": [row(s, 11.0, 10.0, "ring(c=4)") for s in sizes],
+        "plan:p.json": [row(s, 11.0, 9.0 if s == 1 << 20 else 10.0, "ring(c=4)") for s in sizes],
         "ring": [row(s, 20.0, 10.0) for s in sizes],
     }}
     topo = {"n_ranks": 2, "description": "profiled", "sources": ["here"], "call_overhead_us": 2.0,
@@ -233,5 +233,10 @@ def test_bench_predict_report_from_results():
     assert "mpiexec -n 2 ccsynth topo profile" in text and "| 0->1 | 1.00 | 0.50 | 2.00 | 9.000 |" in text
     # errors: default 20%, plan 10%, ring 100% at every size: median 20%, worst 100% (ring)
     assert "| 8 B | 3 | 20% | 100% |" in text and "| 64K | 3 | 20% | 100% |" in text
-    assert "plan at least as fast as the default plan at 100% of sizes" in text
-    assert "| 8 B | 10.0 | 12.0 | 11.0 | 0.92 | 1.10 | 1.20 | ring(c=4) | 10.0 |" in text
+    assert "plan at least as fast as the default plan at 100% of 3 sizes" in text
+    # predicted plan / default: 1.00 (no winner called) but at 1 MiB 0.90, and the plan does win there
+    assert "by more than 5% (1 of 3 sizes), the measured winner is the predicted one at 100%" in text
+    assert "| 8 B | 10.0 | 12.0 | 11.0 | 0.92 | 1.10 | 1.20 | 1.00 | ring(c=4) |" in text
+    assert "| 1M | 10.0 | 12.0 | 11.0 | 0.92 | 1.10 | 1.20 | 0.90 | ring(c=4) |" in text
+    # latency / MPI's per band, the same run
+    assert "| ring | 2.00 | 2.00 | 2.00 |" in text
