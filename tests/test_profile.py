@@ -240,3 +240,17 @@ def test_bench_predict_report_from_results():
     assert "| 1M | 10.0 | 12.0 | 11.0 | 0.92 | 1.10 | 1.20 | 0.90 | ring(c=4) |" in text
     # latency / MPI's per band, the same run
     assert "| ring | 2.00 | 2.00 | 2.00 |" in text
+
+
+def test_bench_predict_keeps_the_fastest_run_of_each_row():
+    from ccsynth.bench.bench_predict import fastest_rows
+
+    def doc(*meds):
+        return {"n_ranks": 2, "results": {"mpi": [{"size": 8 << i, "median_us": m} for i, m in enumerate(meds)],
+                                          "ring": [{"size": 8 << i, "median_us": 2 * m, "predicted_us": 1.0}
+                                                   for i, m in enumerate(meds)]}}
+
+    merged = fastest_rows([doc(5.0, 9.0), doc(7.0, 3.0)])
+    assert [r["median_us"] for r in merged["results"]["mpi"]] == [5.0, 3.0]
+    assert [r["median_us"] for r in merged["results"]["ring"]] == [10.0, 6.0]
+    assert merged["n_ranks"] == 2 and all(r["predicted_us"] == 1.0 for r in merged["results"]["ring"])
