@@ -23,6 +23,8 @@ from ccsynth.errors import CCSynthError, TopologyError
 from ccsynth.topologies.io import topology_to_json
 from ccsynth.units import format_size, parse_sizes
 
+__all__ = ["register", "run"]
+
 
 def register(sub) -> None:
     p = sub.add_parser("topo", help="list, show and export topologies", description=__doc__)
