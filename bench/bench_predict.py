@@ -264,7 +264,7 @@ def _profile_lines(case: dict) -> list[str]:
               f"local copies/reductions {t.get('local_bw_GBps', 0):.2f} GB/s",
               f"{t.get('local_overhead_us', 0):.2f} us per local copy/reduction"]
     if t.get("eager_limit_bytes") is not None:
-        extras.append(f"messages above {format_size(int(t['eager_limit_bytes']))} B pay "
+        extras.append(f"messages above {_sz(int(t['eager_limit_bytes']))} pay "
                       f"{t.get('rendezvous_alpha_us', 0):.2f} us more latency")
     lines = [f"*{t['n_ranks']} ranks* ({t.get('description', '')}): " + "; ".join(extras) + f"; shared ports: {ports}.",
              "", "| pair | alpha (us) | overhead (us) | latency alpha+2o (us) | bw (GB/s) |", "|---|---:|---:|---:|---:|"]
