@@ -86,8 +86,13 @@ class Ctx:
         sys.stdout.flush()
 
     def comm(self, **kw):
-        from ccsynth.communicator import Communicator  # the worker side only: the driver never starts MPI
+        # The worker side only: the driver never starts MPI. bench sits below the public face
+        # (ccsynth.communicator), so it passes the built-in default plan in itself, as that class does.
+        from ccsynth.collectives.communicator import Communicator
+        from ccsynth.synth.default_plan import LazyDefaultPlan
 
+        if kw.get("default_plan") is None:
+            kw["default_plan"] = LazyDefaultPlan()
         return Communicator(self.world, **kw)
 
 
