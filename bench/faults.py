@@ -86,13 +86,12 @@ class Ctx:
         sys.stdout.flush()
 
     def comm(self, **kw):
-        # The worker side only: the driver never starts MPI. bench sits below the public face
-        # (ccsynth.communicator), so it passes the built-in default plan in itself, as that class does.
+        # the worker side only: the driver never starts MPI. What ccsynth.Communicator is: the collectives
+        # layer's communicator with the built-in default plan injected (the bench sits below the public face)
         from ccsynth.collectives.communicator import Communicator
         from ccsynth.synth.default_plan import LazyDefaultPlan
 
-        if kw.get("default_plan") is None:
-            kw["default_plan"] = LazyDefaultPlan()
+        kw.setdefault("default_plan", LazyDefaultPlan())
         return Communicator(self.world, **kw)
 
 
