@@ -205,8 +205,8 @@ def test_synthesize_with_taccl_sketch_and_cbc():
 
 def test_synthesize_bad_input():
     t = catalog.dgx1()
-    with pytest.raises(CollectiveError, match="broadcast"):
-        synthesize(t, Collective("broadcast", 8))
+    with pytest.raises(CollectiveError, match="gather"):
+        synthesize(t, Collective("gather", 8))
     with pytest.raises(SketchError, match="does not map"):
         synthesize(t, Collective("allgather", 8), Sketch(symmetry=((1, 8),)))
 

@@ -39,7 +39,7 @@ Example:
     >>> from ccsynth.synth.trees.packing import pack_trees
     >>> from ccsynth.topologies.catalog import ring
     >>> t = ring(4)
-    >>> s = lower_out_trees(pack_trees(t, range(4)).trees, Collective("allgather", 4, 2), t.name)
+    >>> s = lower_out_trees(pack_trees(t, range(4)).trees, Collective("allgather", 4, 2), t)
     >>> verify(s, t).n_transfers
     24
 """
@@ -52,10 +52,15 @@ from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError
 from ccsynth.synth.trees.packing import PackedTree
+from ccsynth.synth.trees.symmetry import translations
+from ccsynth.topologies.model import Topology
 
 __all__ = ["NAME", "apportion", "lower_out_trees", "lower_in_trees", "lower_allreduce"]
 
 NAME = "packed_trees"
+#: in-trees' leaf sends that share a port leave this many at a time (see _Emitter): one would leave the port
+#: idle for every message's overhead and latency, all at once would share it fairly and all finish last
+WINDOW = 2
 
 
 def apportion(weights: Sequence[float], total: int) -> list[int]:
@@ -77,12 +82,29 @@ def apportion(weights: Sequence[float], total: int) -> list[int]:
 
 
 class _Emitter:
-    """Appends ops with explicit dependencies; chunk ranges are shared objects."""
+    """Appends ops with explicit dependencies; chunk ranges are shared objects.
 
-    def __init__(self) -> None:
-        self.ops: list[Op] = []
+    Sends straight from the input (ready at once) can be *prioritised*: at
+    :meth:`build` each rank's prioritised sends are sorted by their keys and
+    every one waits for the previous one that shares a resource with it (its
+    switch egress port, its NIC), so they leave one after another in key
+    order instead of sharing the port fairly and all arriving last
+    (:data:`WINDOW` at a time, so that a message's overhead and latency
+    overlap the previous one's data).
+    """
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.group = translations(topology)
+        self._res: dict[tuple[int, int], frozenset[str]] = {}
+        self.ops: list[list] = []  # [rank, kind, src, dst, peer, reduce, deps]
         self._chunks: dict[tuple[str, int], Chunks] = {}
         self.scratch: dict[int, int] = {}
+        self._first: dict[int, list[tuple[tuple, int]]] = {}
+
+    def prioritise(self, rank: int, key: tuple, send: int) -> None:
+        """Send op ``send`` of ``rank`` (from the input) leaves in ``key`` order among the rank's (see above)."""
+        self._first.setdefault(rank, []).append((key, send))
 
     def at(self, buf: str, index: int) -> Chunks:
         c = self._chunks.get((buf, index))
@@ -96,14 +118,30 @@ class _Emitter:
         return self.at("s", k)
 
     def _op(self, rank: int, kind: str, src=None, dst=None, peer=-1, reduce=False, deps: Iterable[int] = ()) -> int:
-        i = len(self.ops)
-        self.ops.append(Op(i, rank, kind, src, dst, peer, reduce, tuple(sorted(set(deps)))))
-        return i
+        self.ops.append([rank, kind, src, dst, peer, reduce, list(deps)])
+        return len(self.ops) - 1
 
-    def transfer(self, a: int, b: int, src: Chunks, dst: Chunks, send_deps=(), recv_deps=()) -> int:
-        """Send ``src`` of ``a`` into ``dst`` of ``b``; returns the recv's id."""
-        self._op(a, "send", src=src, peer=b, deps=send_deps)
-        return self._op(b, "recv", dst=dst, peer=a, deps=recv_deps)
+    def transfer(self, a: int, b: int, src: Chunks, dst: Chunks, send_deps=(), recv_deps=()) -> tuple[int, int]:
+        """Send ``src`` of ``a`` into ``dst`` of ``b``; returns the ids of the send and the recv."""
+        return (self._op(a, "send", src=src, peer=b, deps=send_deps),
+                self._op(b, "recv", dst=dst, peer=a, deps=recv_deps))
+
+    def offset(self, a: int, b: int) -> tuple[int, ...]:
+        """``b``'s coordinates minus ``a``'s (mod each size, most significant first): translation-invariant."""
+        g = self.group
+        ca, cb = g.coords(a), g.coords(b)
+        return tuple((y - x) % s for x, y, s in zip(reversed(ca), reversed(cb), reversed(g.sizes)))
+
+    def resources(self, a: int, b: int) -> frozenset[str]:
+        """The resources of connection ``a -> b``."""
+        key = (a, b)
+        r = self._res.get(key)
+        if r is None:
+            conn = self.topology.connection(a, b)
+            if conn is None:
+                raise CollectiveError(f"a packed tree uses {a}->{b}, which topology {self.topology.name!r} lacks")
+            r = self._res[key] = frozenset(conn.resources)
+        return r
 
     def copy(self, rank: int, src: Chunks, dst: Chunks, deps=()) -> int:
         return self._op(rank, "copy", src=src, dst=dst, deps=deps)
@@ -111,17 +149,38 @@ class _Emitter:
     def reduce(self, rank: int, src: Chunks, dst: Chunks, deps=()) -> int:
         return self._op(rank, "reduce", src=src, dst=dst, deps=deps)
 
-    def build(self, collective: Collective, topology: str, **meta) -> Schedule:
+    def build(self, collective: Collective, **meta) -> Schedule:
+        for rank, sends in self._first.items():
+            behind: dict[str, list[int]] = {}  # per resource, the prioritised sends so far
+            for _, i in sorted(sends):
+                res = self.resources(rank, self.ops[i][4])
+                for r in res:
+                    prev = behind.setdefault(r, [])
+                    if len(prev) >= WINDOW:
+                        self.ops[i][6].append(prev[-WINDOW])
+                    prev.append(i)
+        ops = tuple(Op(i, rank, kind, src, dst, peer, red, tuple(sorted(set(deps))))
+                    for i, (rank, kind, src, dst, peer, red, deps) in enumerate(self.ops))
         scratch = max(self.scratch.values(), default=0)
-        return Schedule(NAME, collective, tuple(self.ops), scratch, topology, dict(meta))
+        return Schedule(NAME, collective, ops, scratch, self.topology.name, dict(meta))
 
 
 def _assign(trees: Sequence[PackedTree], chunks: int) -> list[PackedTree]:
-    """The tree of each of ``chunks`` chunks, counts following the weights (a tree's chunks adjacent)."""
-    counts = apportion([t.weight for t in trees], chunks)
+    """The tree of each of ``chunks`` chunks: counts following the weights, the trees interleaved.
+
+    Interleaved (each chunk goes to the tree furthest behind its quota) so
+    that every stretch of chunks loads the resources like the whole
+    packing: with a tree's chunks in one block, the busiest resource would
+    change from block to block and the time would be the sum of the
+    blocks' bottlenecks, not the bottleneck of the sum.
+    """
+    quota = apportion([t.weight for t in trees], chunks)
+    done = [0] * len(trees)
     out: list[PackedTree] = []
-    for t, k in zip(trees, counts):
-        out += [t] * k
+    for j in range(chunks):
+        i = max(range(len(trees)), key=lambda k: (quota[k] * (j + 1) / chunks - done[k], -k))
+        done[i] += 1
+        out.append(trees[i])
     return out
 
 
@@ -134,17 +193,53 @@ def _by_root(trees: Iterable[PackedTree], inward: bool) -> dict[int, list[Packed
 
 
 def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_dep: tuple[int, ...]) -> None:
-    """Chunk ``slot`` down ``tree``: the root sends ``src`` (after ``root_dep``), relays forward ``slot``."""
-    got: dict[int, int] = {}
+    """Chunk ``slot`` down ``tree``: the root sends ``src`` (after ``root_dep``), relays forward ``slot``.
+
+    A rank's sends of the chunk that share a resource (its switch egress
+    port, its NIC) go one after another, children with the larger subtree
+    first: shared fairly they would all finish last, and no child could
+    forward before the end.
+    """
+    kids: dict[int, list[int]] = {}
     for p, v in tree.arcs():
-        if p == tree.root:
-            got[v] = em.transfer(p, v, src, slot, send_deps=root_dep)
-        else:
-            got[v] = em.transfer(p, v, slot, slot, send_deps=(got[p],))
+        kids.setdefault(p, []).append(v)
+    size = _subtree_sizes(tree, kids)
+    got: dict[int, int] = {}
+    frontier = [tree.root]
+    while frontier:
+        nxt = []
+        for p in frontier:
+            sent: list[tuple[frozenset[str], int]] = []
+            first = root_dep if p == tree.root else (got[p],)
+            for v in sorted(kids.get(p, ()), key=lambda v: (-size[v], em.offset(p, v))):
+                res = em.resources(p, v)
+                deps = list(first)
+                sharing = [sid for other, sid in sent if other & res]
+                if sharing:
+                    deps.append(sharing[-1])
+                sid, got[v] = em.transfer(p, v, src if p == tree.root else slot, slot, send_deps=deps)
+                sent.append((res, sid))
+                nxt.append(v)
+        frontier = nxt
 
 
-def _reduce_up(em: _Emitter, tree: PackedTree, own: Chunks, out: Chunks) -> int:
-    """Every rank's ``own`` chunk summed up ``tree`` into the root's ``out``; returns the root's last op."""
+def _subtree_sizes(tree: PackedTree, kids: dict[int, list[int]]) -> dict[int, int]:
+    order = [tree.root]
+    for u in order:
+        order.extend(kids.get(u, ()))
+    size = {}
+    for u in reversed(order):
+        size[u] = 1 + sum(size[v] for v in kids.get(u, ()))
+    return size
+
+
+def _reduce_up(em: _Emitter, tree: PackedTree, own: Chunks, out: Chunks, order_key: int) -> int:
+    """Every rank's ``own`` chunk summed up ``tree`` into the root's ``out``; returns the root's last op.
+
+    Leaves' sends are prioritised by (``order_key``, the root's offset from the
+    leaf): every leaf serves the trees in the same relative order, so each
+    relay completes its trees one after another, staggered across relays.
+    """
     kids: dict[int, list[int]] = {}
     order = [tree.root] + [v for _, v in tree.arcs()]
     for v in order[1:]:
@@ -159,7 +254,9 @@ def _reduce_up(em: _Emitter, tree: PackedTree, own: Chunks, out: Chunks) -> int:
         for u in mine:
             deps, chunk = sent[u]
             slot = em.fresh(v)
-            em._op(u, "send", src=chunk, peer=v, deps=deps)
+            sid = em._op(u, "send", src=chunk, peer=v, deps=deps)
+            if chunk.buf == "i":
+                em.prioritise(u, (order_key, em.offset(u, tree.root)), sid)
             slots.append((em._op(v, "recv", dst=slot, peer=u), slot))
         if v == tree.root:
             last = em.copy(v, own, out)
@@ -176,7 +273,7 @@ def _reduce_up(em: _Emitter, tree: PackedTree, own: Chunks, out: Chunks) -> int:
     raise CollectiveError("a tree without its root")  # pragma: no cover
 
 
-def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topology: str = "") -> Schedule:
+def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology) -> Schedule:
     """Allgather (every rank a root) or broadcast (the collective's root) along out-trees (module docstring)."""
     kind, n, c = collective.kind, collective.n_ranks, collective.chunk_factor
     if kind not in ("allgather", "broadcast"):
@@ -184,17 +281,17 @@ def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topolog
     roots = _by_root(trees, inward=False)
     roots = roots if kind == "allgather" else {collective.root: roots[collective.root]}
     plan = {q: _assign(ts, c) for q, ts in roots.items()}
-    em = _Emitter()
+    em = _Emitter(topology)
     for j in range(c):
         for q in sorted(plan):
             slot = em.at("o", q * c + j if kind == "allgather" else j)
             src = em.at("i", j)
             em.copy(q, src, slot)
             _broadcast(em, plan[q][j], src, slot, ())
-    return em.build(collective, topology, algorithm=NAME, trees=sum(len(t) for t in roots.values()))
+    return em.build(collective, algorithm=NAME, trees=sum(len(t) for t in roots.values()))
 
 
-def lower_in_trees(trees: Sequence[PackedTree], collective: Collective, topology: str = "") -> Schedule:
+def lower_in_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology) -> Schedule:
     """Reduce-scatter (every rank a root) or reduce (the collective's root) along in-trees (module docstring)."""
     kind, n, c = collective.kind, collective.n_ranks, collective.chunk_factor
     if kind not in ("reduce_scatter", "reduce"):
@@ -202,16 +299,16 @@ def lower_in_trees(trees: Sequence[PackedTree], collective: Collective, topology
     roots = _by_root(trees, inward=True)
     roots = roots if kind == "reduce_scatter" else {collective.root: roots[collective.root]}
     plan = {q: _assign(ts, c) for q, ts in roots.items()}
-    em = _Emitter()
+    em = _Emitter(topology)
     for j in range(c):
         for q in sorted(plan):
             own = em.at("i", q * c + j if kind == "reduce_scatter" else j)
-            _reduce_up(em, plan[q][j], own, em.at("o", j))
-    return em.build(collective, topology, algorithm=NAME, trees=sum(len(t) for t in roots.values()))
+            _reduce_up(em, plan[q][j], own, em.at("o", j), j)
+    return em.build(collective, algorithm=NAME, trees=sum(len(t) for t in roots.values()))
 
 
 def lower_allreduce(trees: Sequence[PackedTree], root_weight: Sequence[float], collective: Collective,
-                    topology: str = "") -> Schedule:
+                    topology: Topology) -> Schedule:
     """Allreduce: each chunk reduced up an in-tree to its root, then broadcast down an out-tree (module docstring)."""
     if collective.kind != "allreduce":
         raise CollectiveError(f"lower_allreduce lowers allreduce, not {collective.kind}")
@@ -228,12 +325,12 @@ def lower_allreduce(trees: Sequence[PackedTree], root_weight: Sequence[float], c
         k = k + 1 if i and jobs[i - 1][0] == job[0] else 0
         pos.append(k)
     order = sorted(range(len(jobs)), key=lambda i: (pos[i], jobs[i][0]))
-    em = _Emitter()
+    em = _Emitter(topology)
     for j, i in enumerate(order):
         q, up, down = jobs[i]
         slot = em.at("o", j)
-        done = _reduce_up(em, up, em.at("i", j), slot)
+        done = _reduce_up(em, up, em.at("i", j), slot, j)
         _broadcast(em, down, slot, slot, (done,))
-    return em.build(collective, topology, algorithm=NAME, trees=len(trees),
+    return em.build(collective, algorithm=NAME, trees=len(trees),
                     roots=sum(1 for k in counts if k))
 

@@ -237,6 +237,7 @@ def flow_network(topology: Topology) -> FlowNetwork:
             b.arc(r, tx[r], sw.bw, f"{sw.name}:tx{r}")
             b.arc(rx[r], r, sw.bw, f"{sw.name}:rx{r}")
             entries[tx[r]] = (r, f"{sw.name}:tx{r}")
+        plain: dict[int, list[int]] = {}  # the members each member reaches without a port
         for a in members:
             for d in members:
                 if a == d:
@@ -245,9 +246,18 @@ def flow_network(topology: Topology) -> FlowNetwork:
                 if chain:
                     port_path(tx[a], chain, rx[d])
                 else:
-                    hub = b.node(f"{sw.name}:hub")
-                    b.arc(tx[a], hub)
+                    plain.setdefault(a, []).append(d)
+        # one hub per set of plain destinations (self included): its segments are exactly its members' pairs
+        hubs: dict[frozenset[int], int] = {}
+        for a, ds in plain.items():
+            key = frozenset(ds) | {a}
+            hub = hubs.get(key)
+            if hub is None:
+                hub = hubs[key] = b.node(f"{sw.name}:hub{len(hubs)}")
+                for d in ds:
                     b.arc(hub, rx[d])
+                b.arc(hub, rx[a])
+            b.arc(tx[a], hub)
     exact, why = _check_segments(b, n, entries, topology, gone)
     notes = []
     if not exact:
