@@ -293,8 +293,8 @@ def test_cli_synth_bad_input(tmp_path):
     code, out, err = run_cli("synth", "-t", "ndv2x2", "-c", "allgather", "--sketch",
                              os.path.join(DATA, "taccl_sketch_relay_unreachable.json"), cwd=tmp_path)
     assert code == 2 and "cannot reach" in err and "routing" not in err  # detected before any solver ran
-    code, out, err = run_cli("synth", "-t", "ring:4", "-c", "broadcast", cwd=tmp_path)
-    assert code == 2 and "broadcast" in err
+    code, out, err = run_cli("synth", "-t", "ring:4", "-c", "gather", cwd=tmp_path)  # broadcast: packed trees now
+    assert code == 2 and "gather" in err
     code, out, err = run_cli("synth", "-t", "ring:4", "-c", "allgather", "--solver", "gurobi", cwd=tmp_path)
     assert code == 2
     assert os.listdir(tmp_path) == []

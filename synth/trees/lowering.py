@@ -273,14 +273,21 @@ def _reduce_up(em: _Emitter, tree: PackedTree, own: Chunks, out: Chunks, order_k
     raise CollectiveError("a tree without its root")  # pragma: no cover
 
 
+def _plan(trees: Sequence[PackedTree], collective: Collective, kinds: tuple[str, str], inward: bool
+          ) -> dict[int, list[PackedTree]]:
+    """Per root (every rank for ``kinds[0]``, the collective's root for ``kinds[1]``), the tree of each chunk."""
+    if collective.kind not in kinds:
+        raise CollectiveError(f"{'in' if inward else 'out'}-trees lower {' or '.join(kinds)}, not {collective.kind}")
+    roots = _by_root(trees, inward=inward)
+    if collective.kind == kinds[1]:
+        roots = {collective.root: roots[collective.root]}
+    return {q: _assign(ts, collective.chunk_factor) for q, ts in roots.items()}
+
+
 def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology) -> Schedule:
     """Allgather (every rank a root) or broadcast (the collective's root) along out-trees (module docstring)."""
-    kind, n, c = collective.kind, collective.n_ranks, collective.chunk_factor
-    if kind not in ("allgather", "broadcast"):
-        raise CollectiveError(f"out-trees lower allgather or broadcast, not {kind}")
-    roots = _by_root(trees, inward=False)
-    roots = roots if kind == "allgather" else {collective.root: roots[collective.root]}
-    plan = {q: _assign(ts, c) for q, ts in roots.items()}
+    kind, c = collective.kind, collective.chunk_factor
+    plan = _plan(trees, collective, ("allgather", "broadcast"), inward=False)
     em = _Emitter(topology)
     for j in range(c):
         for q in sorted(plan):
@@ -288,23 +295,19 @@ def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topolog
             src = em.at("i", j)
             em.copy(q, src, slot)
             _broadcast(em, plan[q][j], src, slot, ())
-    return em.build(collective, algorithm=NAME, trees=sum(len(t) for t in roots.values()))
+    return em.build(collective, algorithm=NAME, trees=sum(len(set(t)) for t in plan.values()))
 
 
 def lower_in_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology) -> Schedule:
     """Reduce-scatter (every rank a root) or reduce (the collective's root) along in-trees (module docstring)."""
-    kind, n, c = collective.kind, collective.n_ranks, collective.chunk_factor
-    if kind not in ("reduce_scatter", "reduce"):
-        raise CollectiveError(f"in-trees lower reduce_scatter or reduce, not {kind}")
-    roots = _by_root(trees, inward=True)
-    roots = roots if kind == "reduce_scatter" else {collective.root: roots[collective.root]}
-    plan = {q: _assign(ts, c) for q, ts in roots.items()}
+    kind, c = collective.kind, collective.chunk_factor
+    plan = _plan(trees, collective, ("reduce_scatter", "reduce"), inward=True)
     em = _Emitter(topology)
     for j in range(c):
         for q in sorted(plan):
             own = em.at("i", q * c + j if kind == "reduce_scatter" else j)
             _reduce_up(em, plan[q][j], own, em.at("o", j), j)
-    return em.build(collective, algorithm=NAME, trees=sum(len(t) for t in roots.values()))
+    return em.build(collective, algorithm=NAME, trees=sum(len(set(t)) for t in plan.values()))
 
 
 def lower_allreduce(trees: Sequence[PackedTree], root_weight: Sequence[float], collective: Collective,
