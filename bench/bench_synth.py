@@ -41,6 +41,7 @@ import os
 import sys
 import time
 
+from ccsynth.atomic import write_text
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError
 from ccsynth.formats.files import get_topology
@@ -261,8 +262,7 @@ def main(argv=None) -> int:
                       f"speedup {row['speedup'] or float('nan'):5.2f}x gap {row['gap']:6.3f} load {row['load_1min']:.1f}",
                       file=sys.stderr, flush=True)
                 if args.json:
-                    with open(args.json, "w") as f:
-                        json.dump(rows, f, indent=1)
+                    write_text(args.json, json.dumps(rows, indent=1))
     load1 = os.getloadavg()
     print(tree_markdown(rows) if trees else markdown(rows))
     print(f"# load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")

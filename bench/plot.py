@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Sequence
 
+from ccsynth.atomic import open_atomic
 from ccsynth.errors import CCSynthError
 
 
@@ -17,6 +18,19 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401, PLC0415
     except ImportError:
         raise CCSynthError("--plot needs matplotlib: pip install 'ccsynth[plot]'") from None
+
+
+def plot_format(path: str | os.PathLike) -> str:
+    """The image format ``path``'s suffix names (png without one); CCSynthError if matplotlib cannot write it."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
+    known = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in known:
+        raise CCSynthError(f"cannot write plot {os.fspath(path)!r}: matplotlib writes {', '.join(sorted(known))}, "
+                           f"not {fmt!r}")
+    return fmt
 
 
 def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike, subtitle: str = "") -> None:
@@ -62,9 +76,10 @@ def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike
     ax_lat.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"ccsynth bench {bench.name}" + (f" ({subtitle})" if subtitle else ""))
     fig.tight_layout()
+    # The format from the name's suffix (as savefig would), the bytes through an atomic file.
     try:
-        fig.savefig(path, dpi=110)
-    except OSError as e:
-        raise CCSynthError(f"cannot write plot {os.fspath(path)!r}: {e.strerror}") from None
+        fmt = plot_format(path)
+        with open_atomic(path, "wb", encoding=None, what="plot") as f:
+            fig.savefig(f, dpi=110, format=fmt)
     finally:
         plt.close(fig)

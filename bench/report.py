@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Iterable, Mapping, Sequence
 
-from ccsynth.errors import CCSynthError
+from ccsynth.atomic import write_text
 
 FORMAT = "ccsynth.bench"
 VERSION = 1
@@ -200,12 +200,8 @@ def to_json(bench, meta: Mapping, results: Mapping[str, Sequence]) -> dict:
 
 
 def write_json(path: str | os.PathLike, doc: dict) -> None:
-    try:
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-    except OSError as e:
-        raise CCSynthError(f"cannot write {os.fspath(path)!r}: {e.strerror}") from None
+    """Write ``doc`` as JSON, atomically (see :mod:`ccsynth.atomic`)."""
+    write_text(path, json.dumps(doc, indent=1) + "\n")
 
 
 def emit(line: str, out=None) -> None:

@@ -29,7 +29,7 @@ from ccsynth.errors import __all__ as _errors_all  # noqa: E402
 from ccsynth.collectives.spec import Collective  # noqa: E402
 from ccsynth.collectives.schedule import Chunks, Op, Schedule, save_schedule  # noqa: E402
 from ccsynth.collectives.builder import ScheduleBuilder  # noqa: E402
-from ccsynth.topologies.model import Link, Switch, SharedPort, Dimension, Topology  # noqa: E402
+from ccsynth.topologies.model import Link, Switch, Spine, SharedPort, Dimension, Topology  # noqa: E402
 
 
 def __getattr__(name):
@@ -60,6 +60,7 @@ __all__ = [
     "save_schedule",
     "Link",
     "Switch",
+    "Spine",
     "SharedPort",
     "Dimension",
     "Topology",

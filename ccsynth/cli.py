@@ -5,7 +5,10 @@ exposes ``register(subparsers)``, which adds its parser and sets
 ``func=run`` (``run(args) -> int``). This module wires them together, sets up
 logging, and turns every :class:`~ccsynth.errors.CCSynthError` into one line
 on stderr and exit status 2 -- users never see a traceback for their own
-mistakes. A name in :data:`COMMANDS` without its module is a bug, so it fails
+mistakes. SIGTERM unwinds like Ctrl-C (:class:`Terminated`, exit status
+143), so that files being written are left as they were (see
+:mod:`ccsynth.atomic`); commands run under mpiexec (:data:`MPI_COMMANDS`)
+keep SIGTERM's default action. A name in :data:`COMMANDS` without its module is a bug, so it fails
 loudly (``ModuleNotFoundError``) instead of vanishing from ``--help``.
 """
 
@@ -14,15 +17,19 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
 
 from ccsynth import __version__
 from ccsynth.errors import CCSynthError
 
-__all__ = ["COMMANDS", "PROGRESS_LOGGERS", "build_parser", "setup_logging", "main"]
+__all__ = ["COMMANDS", "MPI_COMMANDS", "PROGRESS_LOGGERS", "Terminated", "build_parser", "setup_logging", "main"]
 
 # Order here is the order in ``ccsynth --help``.
 COMMANDS = ("topo", "baseline", "synth", "verify", "simulate", "export", "bench")
+#: Commands that run under mpiexec: SIGTERM keeps its default action there.
+MPI_COMMANDS = ("bench",)
 
 log = logging.getLogger("ccsynth")
 
@@ -81,20 +88,55 @@ def setup_logging(verbose: int, quiet: bool) -> None:
     root.propagate = False
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like KeyboardInterrupt, so that half-written files are removed."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.verbose, args.quiet)
+    # SIGTERM (kill, a batch system's time limit) unwinds the stack like Ctrl-C does, so that an
+    # interrupted write removes its temporary file and leaves the previous output in place.
+    # Not for MPI runs (bench): one rank unwinding while the others wait in a collective would hang
+    # the job, where the default action lets mpiexec tear it down.
+    previous = _install_sigterm() if args.command not in MPI_COMMANDS else None
     try:
         return int(args.func(args) or 0)
     except CCSynthError as e:
-        print(f"ccsynth {args.command}: error: {e}", file=sys.stderr)
+        print(f"ccsynth {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ccsynth: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("ccsynth: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except BrokenPipeError:
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _install_sigterm():
+    """Install the SIGTERM handler (main thread only); returns the previous handler, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        return None  # someone (a test harness, an embedding program) handles it already
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    return previous
+
+
+def _one_line(e: BaseException) -> str:
+    """The message on one line: a newline in a user-supplied name must not split the error."""
+    return " ".join(str(e).split("\n"))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -55,6 +55,21 @@ class SizeError(CCSynthError, ValueError):
     """A size or size range could not be parsed."""
 
 
+class PeerError(CCSynthError, RuntimeError):
+    """Another rank failed in the same collective call, or went away.
+
+    Raised on the ranks that did nothing wrong themselves, so that every rank
+    of the call raises. When the failing rank's error is itself a ccsynth
+    error (a :class:`BufferMismatchError`, say), the other ranks raise that
+    same class instead, with the failing rank named in the message; the
+    attribute ``failed_rank`` holds its number either way.
+    """
+
+
+class CallTimeoutError(PeerError, TimeoutError):
+    """A collective call waited longer than its timeout for another rank."""
+
+
 __all__ = [
     "CCSynthError",
     "TopologyError",
@@ -68,4 +83,6 @@ __all__ = [
     "PlanError",
     "OpError",
     "SizeError",
+    "PeerError",
+    "CallTimeoutError",
 ]

@@ -12,9 +12,11 @@ power of two, MAX need not be one and is appended if it is not).
 
 from __future__ import annotations
 
+import math
 import re
 
 from ccsynth.errors import SizeError
+from ccsynth.limits import MAX_SIZE_BYTES, check as check_limit
 
 __all__ = ["parse_size", "parse_sizes", "format_size"]
 
@@ -28,28 +30,43 @@ def parse_size(text: str | int) -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise SizeError(f"size must not be negative, got {text}")
+        check_limit("size", text, "MAX_SIZE_BYTES", SizeError)
         return text
-    m = _RE.match(str(text))
+    text = str(text)
+    shown = text if len(text) <= 24 else text[:20] + "..."
+    m = _RE.match(text)
     if not m or m.group(2).upper() not in _UNITS:
-        raise SizeError(f"bad size {text!r}: use a number of bytes with an optional K, M, G or T suffix (e.g. 1M)")
+        raise SizeError(f"bad size {shown!r}: use a number of bytes with an optional K, M, G or T suffix (e.g. 1M)")
     value = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if not math.isfinite(value) or value > MAX_SIZE_BYTES:
+        raise SizeError(f"size {shown!r} exceeds MAX_SIZE_BYTES = {MAX_SIZE_BYTES} (1 EiB)")
     if value != int(value):
-        raise SizeError(f"size {text!r} is not a whole number of bytes")
+        raise SizeError(f"size {shown!r} is not a whole number of bytes")
     return int(value)
 
 
 def parse_sizes(text: str) -> list[int]:
-    """``"1M"`` -> [1M]; ``"1K:1M"`` -> powers of two; ``"1K,4K,1M"`` -> as listed."""
+    """``"1M"`` -> [1M]; ``"1K:1M"`` -> powers of two; ``"1K,4K,1M"`` -> as listed.
+
+    Never empty: an empty list (``","``) is a :class:`SizeError`, and so is a
+    range that starts or ends at 0 (``"0:4"``), which would silently become
+    ``1:4``; 0 alone or in a list is a zero-byte message.
+    """
     text = str(text).strip()
     if "," in text:
-        return [parse_size(t) for t in text.split(",") if t.strip()]
+        sizes = [parse_size(t) for t in text.split(",") if t.strip()]
+        if not sizes:
+            raise SizeError(f"no size in the list {text!r}: give sizes separated by commas, e.g. 1K,1M")
+        return sizes
     if ":" in text:
         lo_s, hi_s = text.split(":", 1)
         lo = parse_size(lo_s) if lo_s.strip() else 1
         hi = parse_size(hi_s)
         if lo > hi:
             raise SizeError(f"bad size range {text!r}: minimum {lo} is above maximum {hi}")
-        lo = max(lo, 1)
+        if lo == 0 or hi == 0:
+            raise SizeError(f"bad size range {text!r}: a range runs over powers of two from 1 byte up; "
+                            "list a zero-byte message explicitly (e.g. 0,1K)")
         p = 1
         while p < lo:
             p <<= 1

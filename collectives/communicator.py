@@ -48,30 +48,50 @@ and size range (``fallback=False`` raises :class:`~ccsynth.errors.PlanError`
 instead).
 
 Errors: mismatched counts or dtypes between the buffers of a call,
-non-contiguous arrays, unknown ops and ``avg`` on integers raise (on the
-rank that sees them, before any communication):
+non-contiguous or read-only arrays, unknown ops and ``avg`` on integers are
+found on the rank that makes them, before any communication:
 :class:`~ccsynth.errors.BufferMismatchError` naming the argument and the
-size it should have, :class:`~ccsynth.errors.OpError`. A plan or
-schedule for another rank count raises :class:`~ccsynth.errors.ScheduleError`
-on every rank. Mistakes that only one rank makes (a different count on rank
-2) cannot be seen before communicating: the ranks then disagree about
-message sizes. The executor checks the length of every message it receives,
-so a rank that receives fewer bytes than it expects (which MPI accepts
-silently) or more (MPI truncates the message) raises BufferMismatchError
-("rank 1 expected 64 bytes from rank 2 but received 56 ...: the ranks passed
-different counts") instead of returning a wrong result, while ranks that saw
-no wrong-sized message wait for the ones that stopped. Install
-:func:`~ccsynth.collectives.mpi_util.install_abort_handler` so that such an
-error aborts the job instead of leaving the other ranks waiting, and pass
-``debug=True`` (or set ``CCSYNTH_DEBUG=1``) while developing: every call then
-first agrees on its signature (collective, count, dtype, op, root) with one
-small ``Allreduce`` and raises BufferMismatchError on every rank if they
-differ (that also catches different dtypes of the same size, which the
-length check cannot see).
+size it should have, :class:`~ccsynth.errors.OpError`. A plan or schedule
+for another rank count raises :class:`~ccsynth.errors.ScheduleError` on
+every rank. An error that only one rank sees is raised on *every* rank of
+the call: the rank tells the others on a control line of its own
+(:mod:`~ccsynth.collectives.runtime.control`), and they raise the same
+error class, naming the rank and the reason ("rank 1 failed in allreduce
+(call 7 on this communicator) with BufferMismatchError: sendbuf is not
+contiguous ..."), instead of waiting for it. Every call is numbered, and
+every message carries its call's number in its tag
+(:mod:`~ccsynth.collectives.runtime.channel`), so a program may catch such
+an error and go on: no later call can consume a message of the failed one.
+Mistakes that only one rank makes and cannot see (a different count on
+rank 2) show up when a message arrives: the executor checks the length of
+every message it receives, so a rank that receives fewer bytes than it
+expects (which MPI accepts silently) or more (MPI truncates the message)
+raises BufferMismatchError ("rank 1 expected 64 bytes from rank 2 but
+received 56 ...: the ranks passed different counts"), and the others with
+it. Pass ``debug=True`` (or set ``CCSYNTH_DEBUG=1``) while developing:
+every call then first agrees on its signature (call number, collective,
+count, dtype, op, root) with one small ``Allreduce``, and if the ranks
+differ every rank raises BufferMismatchError listing every rank's call
+(that also catches different dtypes of the same size, different roots and
+a skipped call, which message lengths cannot show). ``timeout=`` (or
+``CCSYNTH_TIMEOUT``) turns a wait without progress into
+:class:`~ccsynth.errors.CallTimeoutError`. Calls that go to the MPI
+library's own collective are waited for the same way; since MPI cannot
+cancel a collective, a rank whose peer failed there aborts the job with a
+message naming the rank and the reason. Install
+:func:`~ccsynth.collectives.mpi_util.install_abort_handler` so that an
+error nobody catches aborts the job.
+
+Memory: the buffers kept between calls (in-place copies, staging areas,
+stand-ins) stay within a byte budget (``cache_bytes``; default
+``max(32 MiB, 2 x the largest message)``; see
+:mod:`~ccsynth.collectives.runtime.memory`), and the caller's arrays are
+never kept alive by a cache (only by the replay of the last call).
 
 The communicator sends its point-to-point traffic on a duplicate of the
 wrapped communicator (``comm.Dup()`` in the constructor, a collective call),
-so it never mixes with the program's own messages.
+so it never mixes with the program's own messages; ``Free()`` (on every
+rank) releases it.
 """
 
 from __future__ import annotations
@@ -79,14 +99,18 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import weakref
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ccsynth.collectives.executor import CompiledSchedule
+from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
 from ccsynth.collectives.plan import Plan, load_plan
+from ccsynth.collectives.runtime.channel import Channel, mark_shared
+from ccsynth.collectives.runtime.memory import Entry, cache_bytes_from_env
+from ccsynth.collectives.runtime.primitives import WaitTimedOut, mpi_calls, resolve_wait_mode
 from ccsynth.collectives.static_program import STATIC_MAX_BYTES
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError
@@ -169,6 +193,13 @@ class Communicator:
             fit in one slice run as straight-line programs (less Python per
             message); 0 keeps the dataflow loop for every call. Same on every rank.
         debug: agree on every call's signature first (see the module doc).
+        timeout: seconds a call may wait without progress before it raises
+            :class:`~ccsynth.errors.CallTimeoutError` on the waiting ranks
+            (default ``CCSYNTH_TIMEOUT``, else none: wait as MPI would).
+        cache_bytes: the byte budget of the buffers kept between calls
+            (default ``CCSYNTH_CACHE_BYTES``, else automatic:
+            ``max(32 MiB, 2 x the largest message seen)``; 0 keeps nothing;
+            see :mod:`~ccsynth.collectives.runtime.memory`).
 
     Example (any number of ranks; a one-rank plan has nothing to schedule)::
 
@@ -192,6 +223,8 @@ class Communicator:
         slice_bytes: int | None = None,
         debug: bool | None = None,
         static_max_bytes: int = STATIC_MAX_BYTES,
+        timeout: float | None = None,
+        cache_bytes: int | None = None,
     ):
         from mpi4py import MPI
 
@@ -210,11 +243,15 @@ class Communicator:
         self.slice_bytes = slice_bytes
         self.static_max_bytes = static_max_bytes
         self.debug = bool(int(os.environ.get("CCSYNTH_DEBUG", "0") or 0)) if debug is None else bool(debug)
-        self._pcomm = self.comm.Dup()  # private channel: never mixes with the program's messages
+        self.timeout = timeout_from_env(timeout)
+        # private: never mixes with the program's messages; numbers the calls; the control line
+        self._channel = Channel.build(self.comm, MPI, private=True, cache_bytes=cache_bytes_from_env(cache_bytes))
+        self._mpi = mpi_calls(MPI, resolve_wait_mode("auto"), 1, self.timeout)
+        self._agreed = 0  # debug: the call whose signature the ranks agreed on
         self._check_same_settings()
         self._compiled: dict[tuple, tuple[Schedule, CompiledSchedule]] = {}
         self._logged: set = set()
-        self._scratch: dict[tuple, Any] = {}
+        self._scratch: dict[tuple, tuple[Any, Entry]] = {}
         self.last_algorithm: str = ""  # what ran the last call: a schedule name or "mpi"
         self._numpy = get_backend("numpy")
         self._last_op: tuple = (None, None)
@@ -275,14 +312,24 @@ class Communicator:
         return self._rank
 
     def Free(self) -> None:
-        """Release the compiled programs and the private duplicate (not the wrapped comm)."""
+        """Release the compiled programs, the cached buffers and the private communicators (not the wrapped comm)."""
         self._hit = None
         for _, cs in self._compiled.values():
             cs.free()
         self._compiled.clear()
-        if self._pcomm is not None and not self._MPI.Is_finalized():
-            self._pcomm.Free()
-        self._pcomm = None
+        self._scratch.clear()
+        self._channel.memory.clear()
+        self._channel.close(free=True)
+
+    @property
+    def channel(self) -> Channel:
+        """The private channel: call numbers, control line, buffer budget (:mod:`~ccsynth.collectives.runtime.channel`)."""
+        return self._channel
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of the buffers kept between calls (within the budget, see ``cache_bytes``)."""
+        return self._channel.memory.total
 
     def _check_same_settings(self) -> None:
         """Every rank must cut messages alike: compare slice_bytes and static_max_bytes (one small Allreduce)."""
@@ -291,7 +338,7 @@ class Communicator:
         mine = [int(self.slice_bytes or 0), int(self.static_max_bytes)]
         v = np.array([x for a in mine for x in (a, -a)], dtype=np.int64)
         out = np.empty_like(v)
-        self._pcomm.Allreduce(v, out, op=self._MPI.MAX)
+        self._channel.comm.Allreduce(v, out, op=self._MPI.MAX)
         if any(out[2 * i] != -out[2 * i + 1] for i in range(len(mine))):
             raise CCSynthError(
                 f"the ranks built their Communicator with different settings (rank {self._rank}: "
@@ -317,9 +364,10 @@ class Communicator:
         except TypeError:
             raise _Fallback(f"{what} of type {type(obj).__name__} is not a NumPy/CuPy array") from None
 
-    def _parse(self, spec, what: str, blocks: int, required: bool = True) -> _Buf | None:
-        """Buffer spec -> flat typed array and per-block count (mpi4py's rules)."""
-        if type(spec) is np.ndarray and spec.ndim == 1 and spec.flags.c_contiguous:
+    def _parse(self, spec, what: str, blocks: int, required: bool = True, writable: bool = False) -> _Buf | None:
+        """Buffer spec -> flat typed array and per-block count (mpi4py's rules); ``writable``: an output."""
+        if type(spec) is np.ndarray and spec.ndim == 1 and spec.flags.c_contiguous and (
+                spec.flags.writeable or not writable):
             # the common case, without building new views (keeps the executor's fast path)
             if spec.size % blocks:
                 raise BufferMismatchError(
@@ -361,6 +409,11 @@ class Communicator:
             raise BufferMismatchError(
                 f"{what} is not contiguous (shape {arr.shape}, strides {arr.strides}); "
                 f"pass a contiguous array (e.g. numpy.ascontiguousarray) of the same size"
+            )
+        if writable and not getattr(arr.flags, "writeable", True):
+            raise BufferMismatchError(
+                f"{what} is read-only (shape {arr.shape}, dtype {arr.dtype}); the collective writes into it: "
+                f"pass a writable array"
             )
         flat = arr.reshape(-1, order="A") if arr.ndim != 1 else arr
         if datatype is not None:
@@ -406,12 +459,38 @@ class Communicator:
         return get_backend(self.backend)
 
     def _private(self, role: str, like, n: int):
+        """``n`` elements of private memory like ``like`` (an in-place call's input copy), under the budget.
+
+        One buffer per role, backend and dtype, grown when a call needs more;
+        smaller calls use its front. Returns ``(view, entry)``.
+        """
         be = self._backend_for(like)
-        key = (role, be.name, like.dtype.str, n)
-        buf = self._scratch.get(key)
-        if buf is None:
-            buf = self._scratch[key] = be.empty(n, like.dtype)
-        return buf
+        key = (role, be.name, like.dtype.str)
+        budget = self._channel.memory
+        now = self._channel.seq
+        hit = self._scratch.get(key)
+        if hit is not None and hit[0].size >= n:
+            hit[1].last = now
+            return hit[0][:n], hit[1]
+        if hit is not None:
+            budget.forget(hit[1])
+            del self._scratch[key]
+        budget.note_message(n * like.dtype.itemsize)
+        entry = budget.admit(Entry(n * like.dtype.itemsize, self._dropper(key), what=f"{role} copy of an in-place call"),
+                             now)
+        buf = be.empty(n, like.dtype)
+        self._scratch[key] = (buf, entry)
+        return buf, entry
+
+    def _dropper(self, key):
+        me = weakref.ref(self)
+
+        def drop() -> None:
+            c = me()
+            if c is not None:
+                c._scratch.pop(key, None)
+
+        return drop
 
     # --------------------------------------------------------------- ops
     def _op(self, op) -> tuple[str | None, Any]:
@@ -434,18 +513,51 @@ class Communicator:
             raise OpError(f"op 'avg' needs a floating-point buffer, got dtype {np.dtype(dtype).name}")
 
     # ------------------------------------------------------------ engine
-    def _agree(self, kind: str, m: int, dtype, opname, root: int) -> None:
-        """Debug mode: every rank checks that all ranks make the same call."""
-        sig = f"{kind}|{m}|{np.dtype(dtype).str}|{opname}|{root}".encode()
-        h = zlib.crc32(sig) & 0x7FFFFFFF
+    def _agree(self, sig: str, error: BaseException | None = None) -> None:
+        """Debug mode: every rank checks that all ranks make the same call (one small Allreduce).
+
+        ``sig`` describes this rank's call (its number included, so a rank
+        that skipped a call disagrees too); a rank whose call failed its
+        checks takes part with its error instead, so the others raise rather
+        than wait for it. On a mismatch every rank gathers every rank's
+        description and raises :class:`BufferMismatchError` naming them
+        (the failed rank raises its own error).
+        """
+        ch = self._channel
+        self._agreed = ch.seq
+        if self._size < 2:
+            return
+        h = zlib.crc32(sig.encode()) & 0x7FFFFFFF
         v = np.array([h, -h], dtype=np.int64)
         out = np.empty_like(v)
-        self._pcomm.Allreduce(v, out, op=self._MPI.MAX)
-        if out[0] != -out[1]:
-            raise BufferMismatchError(
-                f"ranks disagree on the arguments of {kind}: rank {self._rank} calls it with {m} element(s) per block "
-                f"of {np.dtype(dtype).name}, op {opname}, root {root}, and some other rank does not"
-            )
+        ch.comm.Allreduce(v, out, op=self._MPI.MAX)
+        if out[0] == -out[1]:
+            return
+        sigs = ch.comm.allgather(sig)  # every rank got here: the Allreduce completed everywhere
+        if error is not None:
+            mark_shared(error)
+            return  # the caller re-raises this rank's own error
+        lines = "; ".join(f"rank {r}: {d}" for r, d in enumerate(sigs))
+        failed = [r for r, d in enumerate(sigs) if d.startswith("error")]
+        if failed:
+            e = BufferMismatchError(f"rank(s) {', '.join(map(str, failed))} failed the checks of this call "
+                                    f"(call {ch.seq}) that rank {self._rank} passed: {lines}")
+        else:
+            e = BufferMismatchError(f"ranks disagree on the arguments of call {ch.seq}: {lines} "
+                                    f"(rank {self._rank} calls {sig})")
+        mark_shared(e)
+        raise e
+
+    def _signature(self, kind: str, m: int, dtype, opname, root: int) -> str:
+        return (f"{kind} (call {self._channel.seq}) of {m} element(s) per block of {np.dtype(dtype).name}, "
+                f"op {opname}, root {root}")
+
+    def _failed(self, e: BaseException, kind: str) -> None:
+        """This rank's call raised ``e``: in debug mode the ranks still agree, else tell the others."""
+        ch = self._channel
+        if self.debug and self._agreed != ch.seq and isinstance(e, Exception):
+            self._agree(f"error in {kind} (call {ch.seq}): {type(e).__name__}: {e}", error=e)
+        ch.call_failed(e, kind)
 
     def _schedule_for(self, kind: str, nbytes: int):
         key = (kind, nbytes)
@@ -474,8 +586,8 @@ class Communicator:
         sroot = schedule.collective.root if schedule.collective.rooted else 0
         shift = (root - sroot) % self._size
         roles = tuple((q + shift) % self._size for q in range(self._size))
-        cs = CompiledSchedule(schedule, self._pcomm, backend=backend, slice_bytes=self.slice_bytes, roles=roles,
-                              static_max_bytes=self.static_max_bytes)
+        cs = CompiledSchedule(schedule, self._channel.comm, backend=backend, slice_bytes=self.slice_bytes, roles=roles,
+                              static_max_bytes=self.static_max_bytes, timeout=self.timeout, channel=self._channel)
         self._compiled[key] = (schedule, cs)  # the schedule is kept so that its id stays unique
         return cs
 
@@ -509,14 +621,16 @@ class Communicator:
         return False
 
     def _run(self, kind: str, nbytes: int, m: int, dtype, opname, root: int, like, sendarr, recvarr, fallback,
-             pre=None):
+             copy_of=None):
         """Run a schedule if one covers the call, else the MPI library's collective.
 
-        ``pre()`` (the copy of an in-place input into a private buffer) runs
-        first when a schedule runs the call.
+        ``copy_of`` (an in-place call): the schedule's input is a private
+        copy of this array, made first on every run of the call (the MPI
+        library takes the in-place call as it is).
         """
         if self.debug:
-            self._agree(kind, m, dtype, opname, root)
+            self._agree(self._signature(kind, m, dtype, opname, root))
+        self._channel.memory.note_message(nbytes)
         reason = None
         schedule = None
         if opname is None:
@@ -537,7 +651,11 @@ class Communicator:
             # non-reducing collectives move bytes: the executor counts chunks in bytes
             unit = m if cs._reducing else m * np.dtype(dtype).itemsize
             if cs.supports_count(unit):
-                run, device = cs.run, backend.is_device
+                pre = None
+                if copy_of is not None:
+                    sendarr, entry = self._private("in", like, copy_of.size)
+                    pre = self._copier(sendarr, copy_of, entry)
+                run, device = cs.execute, backend.is_device
                 sync, op_run = backend.synchronize, opname or "sum"
                 count = m if (sendarr is None and recvarr is None) else None
 
@@ -567,42 +685,92 @@ class Communicator:
         fallback()
         self.last_algorithm = "mpi"
 
+    def _mpi_collective(self, name: str, start) -> None:
+        """The MPI library's own collective: ``start()`` begins its non-blocking form; wait, watching the control line.
+
+        A notice that another rank failed this call (or a timeout) cannot
+        be answered by cancelling: MPI cannot cancel a collective, and one
+        left pending would match the program's next collective on the
+        communicator. So the job is aborted, with a message naming the rank
+        and the reason, instead of hanging or returning a wrong buffer.
+        """
+        req = start()
+        if self._size < 2:
+            req.Wait()
+            return
+        ch, mpi = self._channel, self._mpi
+        pair = [req, ch.ctrl]
+        status = mpi.status
+        try:
+            while mpi.wait_any(pair, status):
+                ch.notice(status)  # raises if the notice is about this call
+        except BaseException as e:
+            if isinstance(e, WaitTimedOut):
+                e = CCSynthError(f"no progress for {e.seconds:g} s")
+            self._abort_job(name, e)
+            raise
+
+    def _abort_job(self, name: str, e: BaseException) -> None:
+        log.critical(
+            "ccsynth: rank %d: %s; this rank is inside the MPI library's own %s (call %d), which cannot be "
+            "cancelled: aborting the MPI job", self._rank, e, name, self._channel.seq,
+        )
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # pragma: no cover - a closed stream
+                pass
+        self.comm.Abort(1)
+
     # -------------------------------------------------------- collectives
     def Allreduce(self, sendbuf, recvbuf, op=None) -> None:
         """``recvbuf = op over ranks of sendbuf`` (``MPI.IN_PLACE`` as sendbuf: recvbuf is the input)."""
-        if self._hit is not None and self._replay("allreduce", sendbuf, recvbuf, op, 0):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("allreduce", sendbuf, recvbuf, op, 0):
+                self._allreduce(sendbuf, recvbuf, op)
+        except BaseException as e:
+            self._failed(e, "allreduce")
+            raise
+
+    def _allreduce(self, sendbuf, recvbuf, op=None) -> None:
         self._call = ("allreduce", sendbuf, recvbuf, op, 0)
         MPI = self._MPI
         op = MPI.SUM if op is None else op
         try:
             opname, mpi_op = self._op(op)
-            r = self._parse(recvbuf, "recvbuf", 1)
+            r = self._parse(recvbuf, "recvbuf", 1, writable=True)
             in_place = self._is_in_place(sendbuf)
             s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
         except _Fallback as f:
-            return self._plain("Allreduce", str(f), lambda: self.comm.Allreduce(sendbuf, recvbuf, op))
+            return self._plain("Allreduce", str(f), lambda: self.comm.Iallreduce(sendbuf, recvbuf, op))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m)
         self._check_op_dtype(opname, dt)
-        pre = None
+        copy_of = None
         if in_place:
-            inp = self._private("in", r.array, m)
-            pre = self._copier(inp, r.array)
+            inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
         else:
             inp = s.array
 
         def fb():
-            self.comm.Allreduce(sendbuf, recvbuf, mpi_op)
+            self._mpi_collective("Allreduce", lambda: self.comm.Iallreduce(sendbuf, recvbuf, mpi_op))
             self._finish_avg(opname, r.array)
 
-        self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb, pre)
+        self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb, copy_of)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
         """Rank ``r`` gets block ``r`` of the reduction of everyone's sendbuf (n blocks)."""
-        if self._hit is not None and self._replay("reduce_scatter", sendbuf, recvbuf, op, 0):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("reduce_scatter", sendbuf, recvbuf, op, 0):
+                self._reduce_scatter_block(sendbuf, recvbuf, op)
+        except BaseException as e:
+            self._failed(e, "reduce_scatter")
+            raise
+
+    def _reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
         self._call = ("reduce_scatter", sendbuf, recvbuf, op, 0)
         MPI = self._MPI
         op = MPI.SUM if op is None else op
@@ -611,35 +779,43 @@ class Communicator:
             opname, mpi_op = self._op(op)
             in_place = self._is_in_place(sendbuf)
             if in_place:
-                r = self._parse(recvbuf, "recvbuf", n)
+                r = self._parse(recvbuf, "recvbuf", n, writable=True)
                 s = None
             else:
-                r = self._parse(recvbuf, "recvbuf", 1)
+                r = self._parse(recvbuf, "recvbuf", 1, writable=True)
                 s = self._parse(sendbuf, "sendbuf", n)
         except _Fallback as f:
-            return self._plain("Reduce_scatter_block", str(f), lambda: self.comm.Reduce_scatter_block(sendbuf, recvbuf, op))
+            return self._plain("Reduce_scatter_block", str(f),
+                               lambda: self.comm.Ireduce_scatter_block(sendbuf, recvbuf, op))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, what_count=f"{n} x {m} (one block per rank)")
         self._check_op_dtype(opname, dt)
-        pre = None
+        copy_of = None
         if in_place:
-            inp = self._private("in", r.array, n * m)
-            pre = self._copier(inp, r.array)
+            inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
             out = r.array[:m]
         else:
             inp, out = s.array, r.array
 
         def fb():
-            self.comm.Reduce_scatter_block(sendbuf, recvbuf, mpi_op)
+            self._mpi_collective("Reduce_scatter_block",
+                                 lambda: self.comm.Ireduce_scatter_block(sendbuf, recvbuf, mpi_op))
             self._finish_avg(opname, out)
 
-        self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb, pre)
+        self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb, copy_of)
 
     def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
         """``recvbuf`` on ``root`` = op over ranks of sendbuf; recvbuf is ignored elsewhere."""
-        if self._hit is not None and self._replay("reduce", sendbuf, recvbuf, op, root):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("reduce", sendbuf, recvbuf, op, root):
+                self._reduce(sendbuf, recvbuf, op, root)
+        except BaseException as e:
+            self._failed(e, "reduce")
+            raise
+
+    def _reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
         MPI = self._MPI
         op = MPI.SUM if op is None else op
         self._check_root(root)
@@ -650,107 +826,134 @@ class Communicator:
             in_place = self._is_in_place(sendbuf)
             if in_place and not at_root:
                 raise BufferMismatchError(f"MPI.IN_PLACE is allowed only at the root ({root}) of Reduce; rank {self._rank} passed it")
-            r = self._parse(recvbuf, "recvbuf", 1) if at_root else None
+            r = self._parse(recvbuf, "recvbuf", 1, writable=True) if at_root else None
             s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
         except _Fallback as f:
-            return self._plain("Reduce", str(f), lambda: self.comm.Reduce(sendbuf, recvbuf, op, root))
+            return self._plain("Reduce", str(f), lambda: self.comm.Ireduce(sendbuf, recvbuf, op, root))
         ref = r if r is not None else s
         m, dt = ref.count, ref.array.dtype
         if r is not None and s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m)
         self._check_op_dtype(opname, dt)
-        pre = None
+        copy_of = None
         if in_place:
-            inp = self._private("in", r.array, m)
-            pre = self._copier(inp, r.array)
+            inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
         else:
             inp = s.array
         out = r.array if r is not None else None
 
         def fb():
-            self.comm.Reduce(sendbuf, recvbuf, mpi_op, root)
+            self._mpi_collective("Reduce", lambda: self.comm.Ireduce(sendbuf, recvbuf, mpi_op, root))
             if out is not None:
                 self._finish_avg(opname, out)
 
-        self._run("reduce", m * dt.itemsize, m, dt, opname, root, ref.array, inp, out, fb, pre)
+        self._run("reduce", m * dt.itemsize, m, dt, opname, root, ref.array, inp, out, fb, copy_of)
 
     def Allgather(self, sendbuf, recvbuf) -> None:
         """recvbuf block ``q`` = sendbuf of rank ``q`` (``MPI.IN_PLACE``: this rank's block is the input)."""
-        if self._hit is not None and self._replay("allgather", sendbuf, recvbuf, None, 0):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("allgather", sendbuf, recvbuf, None, 0):
+                self._allgather(sendbuf, recvbuf)
+        except BaseException as e:
+            self._failed(e, "allgather")
+            raise
+
+    def _allgather(self, sendbuf, recvbuf) -> None:
         self._call = ("allgather", sendbuf, recvbuf, None, 0)
         n = self._size
         try:
-            r = self._parse(recvbuf, "recvbuf", n)
+            r = self._parse(recvbuf, "recvbuf", n, writable=True)
             in_place = self._is_in_place(sendbuf)
             s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
         except _Fallback as f:
-            return self._plain("Allgather", str(f), lambda: self.comm.Allgather(sendbuf, recvbuf))
+            return self._plain("Allgather", str(f), lambda: self.comm.Iallgather(sendbuf, recvbuf))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, recv_blocks=n)
-        pre = None
+        copy_of = None
         if in_place:
-            inp = self._private("in", r.array, m)
-            pre = self._copier(inp, r.array[self._rank * m:(self._rank + 1) * m])
+            inp, copy_of = None, r.array[self._rank * m:(self._rank + 1) * m]  # copied in _run, as above
         else:
             inp = s.array
         self._run("allgather", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
-                  lambda: self.comm.Allgather(sendbuf, recvbuf), pre)
+                  lambda: self._mpi_collective("Allgather", lambda: self.comm.Iallgather(sendbuf, recvbuf)), copy_of)
 
     def Alltoall(self, sendbuf, recvbuf) -> None:
         """recvbuf block ``q`` = block ``rank`` of rank ``q``'s sendbuf."""
-        if self._hit is not None and self._replay("alltoall", sendbuf, recvbuf, None, 0):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("alltoall", sendbuf, recvbuf, None, 0):
+                self._alltoall(sendbuf, recvbuf)
+        except BaseException as e:
+            self._failed(e, "alltoall")
+            raise
+
+    def _alltoall(self, sendbuf, recvbuf) -> None:
         self._call = ("alltoall", sendbuf, recvbuf, None, 0)
         n = self._size
         try:
-            r = self._parse(recvbuf, "recvbuf", n)
+            r = self._parse(recvbuf, "recvbuf", n, writable=True)
             in_place = self._is_in_place(sendbuf)
             s = None if in_place else self._parse(sendbuf, "sendbuf", n)
         except _Fallback as f:
-            return self._plain("Alltoall", str(f), lambda: self.comm.Alltoall(sendbuf, recvbuf))
+            return self._plain("Alltoall", str(f), lambda: self.comm.Ialltoall(sendbuf, recvbuf))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, recv_blocks=n, what_count=f"{n} x {m} (one block per rank)")
-        pre = None
+        copy_of = None
         if in_place:
-            inp = self._private("in", r.array, n * m)
-            pre = self._copier(inp, r.array)
+            inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
         else:
             inp = s.array
         self._run("alltoall", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
-                  lambda: self.comm.Alltoall(sendbuf, recvbuf), pre)
+                  lambda: self._mpi_collective("Alltoall", lambda: self.comm.Ialltoall(sendbuf, recvbuf)), copy_of)
 
     def Bcast(self, buf, root: int = 0) -> None:
         """Every rank's ``buf`` = the root's."""
-        if self._hit is not None and self._replay("broadcast", buf, None, None, root):
-            return
+        self._channel.open_call()  # every rank numbers every call, first
+        try:
+            if self._hit is None or not self._replay("broadcast", buf, None, None, root):
+                self._bcast(buf, root)
+        except BaseException as e:
+            self._failed(e, "broadcast")
+            raise
+
+    def _bcast(self, buf, root: int = 0) -> None:
         self._check_root(root)
         self._call = ("broadcast", buf, None, None, root)
         if self._is_in_place(buf):
             raise BufferMismatchError("Bcast takes one buffer; MPI.IN_PLACE has no meaning there")
-        try:
-            b = self._parse(buf, "buf", 1)
-        except _Fallback as f:
-            return self._plain("Bcast", str(f), lambda: self.comm.Bcast(buf, root))
-        m, dt = b.count, b.array.dtype
         at_root = self._rank == root
+        try:
+            b = self._parse(buf, "buf", 1, writable=not at_root)
+        except _Fallback as f:
+            return self._plain("Bcast", str(f), lambda: self.comm.Ibcast(buf, root))
+        m, dt = b.count, b.array.dtype
         self._run("broadcast", m * dt.itemsize, m, dt, "sum", root, b.array,
                   b.array if at_root else None, None if at_root else b.array,
-                  lambda: self.comm.Bcast(buf, root))
+                  lambda: self._mpi_collective("Bcast", lambda: self.comm.Ibcast(buf, root)))
 
     # ---------------------------------------------------------- helpers
-    def _copier(self, dst, src):
-        """``pre`` for an in-place call: copy the caller's data into the private input."""
+    def _copier(self, dst, src, entry: Entry):
+        """``pre`` for an in-place call: copy the caller's data into the private input (which this call uses)."""
         copy = self._backend_for(src).copy
-        return lambda: copy(dst, src)
+        ch = self._channel
 
-    def _plain(self, name: str, reason: str, call) -> None:
+        def pre() -> None:
+            entry.last = ch.seq
+            copy(dst, src)
+
+        return pre
+
+    def _plain(self, name: str, reason: str, start) -> None:
+        """A call ccsynth cannot parse (``reason``): the MPI library's own, ``start()`` its non-blocking form."""
+        if self.debug:
+            self._agree(f"{name.lower()} (call {self._channel.seq}) handed to the MPI library: {reason}")
         if not self.fallback:
             raise PlanError(f"{name}: {reason}, and fallback to the MPI library is off")
         self._note((name, reason), logging.INFO, "%s: %s; using the MPI library's own %s", name, reason, name)
-        call()
+        self._mpi_collective(name, start)
         self.last_algorithm = "mpi"
 
     def _check_root(self, root) -> None:

@@ -23,19 +23,28 @@ one receive-reduce-copy, and records which earlier ops every op conflicts
 with in memory.
 
 *Layout* (once per dtype and element count, the last
-:data:`~ccsynth.collectives.runtime.constants.MAX_LAYOUTS` cached;
+:data:`~ccsynth.collectives.runtime.constants.MAX_LAYOUTS` cached, their
+buffers under a byte budget: :mod:`~ccsynth.collectives.runtime.memory`;
 :mod:`~ccsynth.collectives.runtime.layout`). Every op is cut into slices
 of ``slice_bytes``; a slice waits only for the slices of earlier
 conflicting ops that overlap it in memory, so a chunk being received can be
 forwarded or reduced slice by slice while the rest of it is still arriving.
-Slice ``j`` of the ``k``-th message on a pair of ranks uses tag (slices of
-messages ``0..k-1`` on the pair) + ``j``; a message always ends with a
-slice shorter than a full one, so ranks that disagree on the count always
-see a slice of the wrong length. Receives that reduce land in a private
-staging area, posted as soon as the run starts.
+Slice ``j`` of the ``k``-th message on a pair of ranks uses slice tag
+(slices of messages ``0..k-1`` on the pair) + ``j``; a message always ends
+with a slice shorter than a full one, so ranks that disagree on the count
+always see a slice of the wrong length. Receives that reduce land in a
+private staging area, posted as soon as the run starts.
 
 *Binding* (once per pair of caller buffers, the last few cached by address;
-:mod:`~ccsynth.collectives.runtime.binding`): views and persistent requests.
+:mod:`~ccsynth.collectives.runtime.binding`): views (which never keep the
+caller's arrays alive) and per message its view, peer and slice tag.
+
+*Call numbers* (:mod:`~ccsynth.collectives.runtime.channel`). Every run is
+a numbered call on the communicator's channel, and every message of it is
+tagged with that number, so no call can ever take another call's message
+(the proof is in the channel's design note); a run that fails on one rank
+tells the others on the channel's control line
+(:mod:`~ccsynth.collectives.runtime.control`), so every rank raises.
 
 *Run*. The dataflow loop (:mod:`~ccsynth.collectives.runtime.dataflow`)
 starts every slice whose predecessors are done, runs local kernels through
@@ -54,9 +63,13 @@ and the bytes (:mod:`~ccsynth.collectives.runtime.failures`).
 
 Both sides must use the same ``slice_bytes`` (the default is the same
 everywhere; the ranks compare it, and ``static_max_bytes``, at their first
-run and raise :class:`ScheduleError` everywhere if they differ). Use a
+run and raise :class:`ScheduleError` everywhere if they differ). Compiled
+schedules built directly on the same ``comm`` share one channel (one call
+counter: every rank must run them in the same order, as MPI requires of
+collectives); its messages travel on ``comm`` itself, so use a
 communicator of its own (``comm.Dup()``) if the program also sends
-point-to-point messages of its own on ``comm``.
+point-to-point messages of its own on ``comm``. The drop-in
+:class:`~ccsynth.collectives.communicator.Communicator` does that for you.
 
 Chunk sizes: a buffer of ``B`` blocks of ``m`` elements cuts each block into
 ``c`` chunks, the first ``m % c`` of them one element larger, so chunk
@@ -70,12 +83,15 @@ copy of the input). For non-reducing collectives the buffers are moved as
 raw bytes, so any dtype works. ``op="avg"`` reduces as a sum and divides by
 the rank count at the end (floating-point buffers only).
 
-Errors during a run (an MPI error, a count that differs on one rank) leave
-the ranks that did not see it waiting: install
-:func:`ccsynth.collectives.mpi_util.install_abort_handler` so that an
-unhandled exception aborts the whole job. After such an error the compiled
-schedule drops the requests and buffers of the failed run, but the
-communicator's traffic is out of step: abort rather than carry on.
+Errors during a run (a check that fails on one rank, a count that differs
+on one rank, an MPI error) are raised on every rank of the call: the rank
+that sees it tells the others (:mod:`~ccsynth.collectives.runtime.control`).
+The failed run's posted receives are cancelled and its unfinished sends
+kept alive until MPI completes them, and since the next run carries another
+call number, the compiled schedule is ready for it: a program may catch the
+error and go on. ``timeout=`` (seconds, or ``CCSYNTH_TIMEOUT``) turns a
+wait that never ends (a rank that skipped the call) into
+:class:`~ccsynth.errors.CallTimeoutError` on the waiting ranks.
 
 Example (under ``mpiexec -n 2``; shown here on one rank)::
 
@@ -92,7 +108,6 @@ Example (under ``mpiexec -n 2``; shown here on one rank)::
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import weakref
@@ -103,6 +118,7 @@ from typing import Any
 import numpy as np
 
 from ccsynth.collectives.runtime.binding import Binding, bind
+from ccsynth.collectives.runtime.channel import Channel, TagSpace, channel_for
 from ccsynth.collectives.runtime.constants import (
     DEFAULT_COPY_SLICE_BYTES, DEFAULT_SLICE_BYTES, K_JOIN, K_LOCAL, K_RECV, K_RRED, K_SEND, MAX_BINDINGS,
     MAX_LAYOUTS, STATIC_MAX_BYTES, W_COPY, W_FUSED, W_REDUCE,
@@ -111,21 +127,22 @@ from ccsynth.collectives.runtime.dataflow import run_dataflow
 from ccsynth.collectives.runtime.failures import RunFailures
 from ccsynth.collectives.runtime.layout import Layout, build_layout, chunk_sizes
 from ccsynth.collectives.runtime.local_program import build_local_program
+from ccsynth.collectives.runtime.memory import Entry, MemoryBudget, cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import (
-    WAIT_MODES, Kernels, kernels, local_rank_count, mpi_calls, resolve_wait_mode,
+    WAIT_MODES, Kernels, WaitTimedOut, kernels, local_rank_count, mpi_calls, resolve_wait_mode,
 )
 from ccsynth.collectives.runtime.profiling import RunStats, run_profiled
 from ccsynth.collectives.runtime.straight_line import run_straight_line
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.static_program import plan_static
-from ccsynth.errors import BufferMismatchError, ScheduleError
+from ccsynth.errors import BufferMismatchError, CCSynthError, ScheduleError
 from ccsynth.kernels.base import Backend, canonical_op, check_dtype, get_backend, kernel_op
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "CompiledSchedule", "RunStats", "DEFAULT_SLICE_BYTES", "DEFAULT_COPY_SLICE_BYTES", "STATIC_MAX_BYTES",
-    "MAX_LAYOUTS", "MAX_BINDINGS", "WAIT_MODES", "local_rank_count",
+    "MAX_LAYOUTS", "MAX_BINDINGS", "WAIT_MODES", "local_rank_count", "timeout_from_env",
     "K_JOIN", "K_SEND", "K_RECV", "K_RRED", "K_LOCAL", "W_COPY", "W_REDUCE", "W_FUSED",
 ]
 
@@ -135,12 +152,47 @@ def _sig(arr):
     return None if arr is None else (arr.dtype, arr.shape, arr.strides)
 
 
+def _none():
+    return None
+
+
+def _ref(obj):
+    """A weak reference to ``obj`` (a callable returning it while it lives; None stays None)."""
+    if obj is None:
+        return _none
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # pragma: no cover - an object without weak references: hold it
+        return lambda: obj
+
+
+def timeout_from_env(timeout: float | None) -> float | None:
+    """``timeout`` if given, else ``CCSYNTH_TIMEOUT`` (seconds; empty or 0: none), else None."""
+    if timeout is None:
+        text = os.environ.get("CCSYNTH_TIMEOUT", "").strip()
+        if not text:
+            return None
+        try:
+            timeout = float(text)
+        except ValueError:
+            raise CCSynthError(f"CCSYNTH_TIMEOUT={text!r} is not a number of seconds") from None
+        if timeout <= 0:
+            return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise CCSynthError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+    return float(timeout)
+
+
 @dataclass(frozen=True, slots=True)
 class _LastCall:
-    """The last call's arguments and what they resolved to (a loop passing the same arrays skips the checks)."""
+    """The last call's arguments and what they resolved to (a loop passing the same arrays skips the checks).
 
-    sendbuf: Any
-    recvbuf: Any
+    The arguments are held by weak reference: a compiled schedule never keeps
+    the caller's arrays alive.
+    """
+
+    sendbuf: Any  # weak reference
+    recvbuf: Any  # weak reference
     op: Any
     count: int | None
     send_sig: Any
@@ -149,21 +201,6 @@ class _LastCall:
     binding: Binding
     kernels: Kernels
     opname: str
-    out: Any  # the flat output buffer (op="avg" divides it)
-
-
-_LIVE: "weakref.WeakSet[CompiledSchedule]" = weakref.WeakSet()
-
-
-@atexit.register
-def _free_all() -> None:
-    # Runs before mpi4py finalizes MPI (atexit is last-in first-out), so MPI
-    # does not complain about persistent requests left behind.
-    for cs in list(_LIVE):
-        try:
-            cs.free()
-        except Exception:  # pragma: no cover
-            pass
 
 
 class CompiledSchedule:
@@ -193,6 +230,15 @@ class CompiledSchedule:
             line of instructions (:mod:`~ccsynth.collectives.static_program`)
             instead of the dataflow loop; 0 turns that off. Must be the same
             on every rank.
+        timeout: seconds a run may wait without any message arriving before it
+            raises :class:`~ccsynth.errors.CallTimeoutError` (default
+            ``CCSYNTH_TIMEOUT``, else none: wait as long as MPI would).
+        channel: the :class:`~ccsynth.collectives.runtime.channel.Channel` its
+            runs are numbered on (the drop-in Communicator passes its own);
+            default: the one shared by every compiled schedule built on ``comm``,
+            made at the first run.
+        cache_bytes: the byte budget of the buffers kept between runs, when
+            this schedule makes the channel (see :mod:`~ccsynth.collectives.runtime.memory`).
 
     Raises :class:`ScheduleError` (before communicating) if the schedule is
     for another rank count (on every rank), deadlocks (on every rank) or
@@ -211,6 +257,9 @@ class CompiledSchedule:
         wait: str = "auto",
         roles=None,
         static_max_bytes: int = STATIC_MAX_BYTES,
+        timeout: float | None = None,
+        channel: Channel | None = None,
+        cache_bytes: int | None = None,
     ):
         if not isinstance(schedule, Schedule):
             raise ScheduleError(f"CompiledSchedule needs a Schedule, got {type(schedule).__name__}")
@@ -241,6 +290,7 @@ class CompiledSchedule:
         self.static_max_bytes = int(static_max_bytes)
         self.profile = profile
         self.wait_mode = resolve_wait_mode(wait)
+        self.timeout = timeout_from_env(timeout)
         self.stats = RunStats()
         c = self.collective
         self._cf = c.chunk_factor
@@ -255,7 +305,14 @@ class CompiledSchedule:
         except Exception:  # pragma: no cover - a comm-like object without attributes
             self._MPI = None
             tag_ub = None
-        self._tag_mod = int(tag_ub) + 1 if tag_ub else 32768
+        self._tags = TagSpace.for_tag_ub(int(tag_ub) if tag_ub else 32767)
+        root = roles[c.root] if c.rooted else 0
+        self._tag_sig = self._tags.signature(c.kind, root)  # added to every slice tag (see runtime.channel)
+        self._is_mpi = self._MPI is not None and isinstance(comm, self._MPI.Comm)
+        self._channel = channel
+        self._cache_bytes = cache_bytes_from_env(cache_bytes)
+        self._own_budget = MemoryBudget(self._cache_bytes)  # until (or without) a channel
+        self._clock = 0  # call numbers without a channel (layouts built outside runs)
         program = build_local_program(schedule, self.role, self.rank, fuse_ops=fuse)
         self._program = program
         self._lops = program.ops
@@ -263,15 +320,40 @@ class CompiledSchedule:
         self._uneven_ok = program.uneven_ok
         self._levels_ok = program.levels_ok  # this rank's program keeps to the levels (static_program)
         self._levels_ok_everywhere: bool | None = None  # agreed with the other ranks at the first layout
+        self._settings_error: ScheduleError | None = None  # the ranks passed different settings
+        self._agreement = None  # the exchange behind _levels_ok_everywhere
         self._layouts: OrderedDict[tuple[str, int], Layout] = OrderedDict()
-        self._private: dict[tuple[str, str, int], Any] = {}
+        self._private: dict[tuple[str, str], tuple[Any, Entry]] = {}
         self._fast: _LastCall | None = None
-        self._abandoned: list = []  # buffers of failed runs, kept alive for messages still in flight
         spin = max(1, int(os.environ.get("CCSYNTH_SPIN", "1") or 1))  # polls between yields
-        self._mpi = mpi_calls(self._MPI, self.wait_mode, spin) if self._MPI is not None else None
+        self._mpi = mpi_calls(self._MPI, self.wait_mode, spin, self.timeout) if self._MPI is not None else None
         mpi = self._mpi
-        self._failures = RunFailures(self.rank, schedule, self._MPI, mpi and mpi.statuses, mpi and mpi.null)
-        _LIVE.add(self)
+        self._failures = RunFailures(self.rank, schedule, self._MPI, mpi and mpi.statuses, mpi and mpi.null,
+                                     (1 << self._tags.slice_bits) - 1)
+
+    # ------------------------------------------------------------- channel
+    @property
+    def channel(self) -> Channel | None:
+        """The channel this schedule's runs are numbered on (None until the first run, unless given)."""
+        return self._channel
+
+    def _open_channel(self) -> Channel:
+        if not self._is_mpi:
+            raise ScheduleError("CompiledSchedule.run needs an mpi4py communicator")
+        self._channel = channel_for(self.comm, self._MPI, self._cache_bytes)
+        return self._channel
+
+    @property
+    def _budget(self) -> MemoryBudget:
+        ch = self._channel
+        return ch.memory if ch is not None else self._own_budget
+
+    def _now(self) -> int:
+        ch = self._channel
+        if ch is not None:
+            return ch.seq
+        self._clock += 1
+        return self._clock
 
     # ------------------------------------------------------------- layout
     def supports_count(self, m: int) -> bool:
@@ -282,28 +364,39 @@ class CompiledSchedule:
         return chunk_sizes(m, self._cf)
 
     def _static_allowed(self) -> bool:
-        """Agree with the other ranks, at the first layout (one small Allreduce, every rank).
+        """Agree with the other ranks, once, at the first layout (inside a run).
 
         Checks that every rank cuts messages alike (``slice_bytes``,
         ``static_max_bytes``: else :class:`ScheduleError` on every rank) and
         returns whether every rank's program keeps to the levels that the
-        straight-line path needs.
+        straight-line path needs. The exchange (:class:`~ccsynth.collectives.runtime.control.Agreement`)
+        is keyed by this schedule and never cancelled: if another rank's
+        failure interrupts the wait, the next layout build resumes it, and a
+        rank whose first call failed before it got here joins it later.
         """
+        if self._settings_error is not None:
+            raise self._settings_error
         if self._levels_ok_everywhere is None:
             ok = self._levels_ok
-            MPI = self._MPI
-            if MPI is not None and isinstance(self.comm, MPI.Comm) and self.size > 1:
+            if self._is_mpi and self.size > 1:
+                ch = self._channel
+                if ch is None:  # pragma: no cover - layouts are built inside runs
+                    return False
                 sb, smb = self.slice_bytes, self.static_max_bytes
-                mine = np.array([-int(ok), sb, -sb, smb, -smb], dtype=np.int64)
-                top = np.empty_like(mine)
-                self.comm.Allreduce(mine, top, op=MPI.MAX)
-                if top[1] != -top[2] or top[3] != -top[4]:
-                    raise ScheduleError(
+                if self._agreement is None:
+                    key = f"{self.schedule.name}|{self.collective.describe()}|{len(self.schedule.ops)}|{self.roles}"
+                    self._agreement = ch.line.agreement(key, [int(ok), sb, smb])
+                ch.wait_watching(self._agreement.recvs, self._mpi)
+                got = self._agreement.got
+                if (got[:, 1] != sb).any() or (got[:, 2] != smb).any():
+                    self._levels_ok_everywhere = False
+                    self._settings_error = ScheduleError(
                         f"rank {self.rank}: the ranks compiled schedule {self.schedule.name!r} with different "
                         f"settings (this rank: slice_bytes={sb}, static_max_bytes={smb}); every rank must pass "
                         f"the same values"
                     )
-                ok = top[0] == -1
+                    raise self._settings_error
+                ok = bool(got[:, 0].all())
             self._levels_ok_everywhere = bool(ok)
         return self._levels_ok_everywhere
 
@@ -318,13 +411,10 @@ class CompiledSchedule:
                 )
             lay = self._build_layout(dtype, m)
             self._layouts[key] = lay
-            while len(self._layouts) > MAX_LAYOUTS:  # many distinct counts: keep memory and requests bounded
+            while len(self._layouts) > MAX_LAYOUTS:  # many distinct counts: keep requests and lists bounded
                 _, old = self._layouts.popitem(last=False)
-                if self._fast is not None and self._fast.layout is old:
-                    self._fast = None
-                for b in old.bindings.values():
-                    b.free()
-                old.bindings.clear()
+                self._budget.forget(old.entry)
+                self._forget_layout(old)
         else:
             self._layouts.move_to_end(key)
         return lay
@@ -333,12 +423,17 @@ class CompiledSchedule:
         lay = build_layout(
             self._program, dtype, m,
             chunk_factor=self._cf, scratch_chunks=self.schedule.scratch_chunks, in_blocks=self._in_blocks,
-            out_blocks=self._out_blocks, slice_bytes=self.slice_bytes, peers=self.roles, tag_mod=self._tag_mod,
-            rank=self.rank,
+            out_blocks=self._out_blocks, slice_bytes=self.slice_bytes, peers=self.roles,
+            tag_limit=self._tags.slice_limit, rank=self.rank,
         )
+        allowed = self._static_allowed()  # on every rank at its first layout: the check communicates
+        nbytes = (lay.scratch_len + lay.staging_len) * dtype.itemsize
+        budget = self._budget
+        key = (dtype.str, m)
+        lay.entry = budget.admit(Entry(nbytes, self._dropper("_drop_layout", key),
+                                       what=f"{self.schedule.name} layout for {m} x {dtype.name}"), self._now())
         lay.scratch = self.backend.empty(lay.scratch_len, dtype)
         lay.staging = self.backend.empty(lay.staging_len, dtype)
-        allowed = self._static_allowed()  # on every rank at its first layout: the check communicates
         if allowed and self._MPI is not None and lay.one_slice_each and lay.largest_message <= self.static_max_bytes:
             lay.static = plan_static(lay.kind, lay.succ, lay.mpi, lay.work, lay.node_level, lay.pre)
         log.debug(
@@ -348,6 +443,32 @@ class CompiledSchedule:
         )
         return lay
 
+    def _dropper(self, method: str, key):
+        """What the memory budget calls to drop one of our buffers (without keeping this schedule alive)."""
+        me = weakref.ref(self)
+
+        def drop() -> None:
+            cs = me()
+            if cs is not None:
+                getattr(cs, method)(key)
+
+        return drop
+
+    def _drop_private(self, key) -> None:
+        self._private.pop(key, None)
+
+    def _drop_layout(self, key) -> None:
+        """The memory budget dropped layout ``key`` (its buffers and bindings go with it)."""
+        lay = self._layouts.pop(key, None)
+        if lay is not None:
+            self._forget_layout(lay)
+
+    def _forget_layout(self, lay: Layout) -> None:
+        if self._fast is not None and self._fast.layout is lay:
+            self._fast = None
+        lay.bindings.clear()
+        lay.scratch = lay.staging = None
+
     # -------------------------------------------------------------- binding
     def _bind(self, lay: Layout, ibuf, obuf) -> Binding:
         be = self.backend
@@ -356,25 +477,42 @@ class CompiledSchedule:
         if bnd is not None:
             lay.bindings.move_to_end(key)
             return bnd
-        bnd = bind(lay, key, ibuf, obuf, self.comm, be)
+        bnd = bind(lay, key, ibuf, obuf, be, None if be.is_device or self._MPI is None else self._MPI.buffer,
+                   self._tag_sig)
         lay.bindings[key] = bnd
+        if bnd.extra_bytes:
+            self._budget.grow(lay.entry, bnd.extra_bytes, self._now())
         while len(lay.bindings) > MAX_BINDINGS:
             _, old = lay.bindings.popitem(last=False)
             if self._fast is not None and self._fast.binding is old:
                 self._fast = None
-            old.free()
+            if old.extra_bytes:
+                self._budget.shrink(lay.entry, old.extra_bytes)
         return bnd
 
     def _private_buffer(self, role: str, dtype: np.dtype, n: int):
-        key = (role, dtype.str, n)
-        buf = self._private.get(key)
-        if buf is None:
-            buf = self.backend.zeros(n, dtype)
-            self._private[key] = buf
+        """A buffer of ``n`` elements standing in for one the caller does not pass (kept under the budget).
+
+        One per role and dtype, grown when a larger one is needed; calls of
+        fewer elements use its front.
+        """
+        key = (role, dtype.str)
+        hit = self._private.get(key)
+        now = self._now()
+        if hit is not None and hit[0].size >= n:
+            hit[1].last = now
+            return hit[0][:n]
+        if hit is not None:
+            self._budget.forget(hit[1])
+            del self._private[key]
+        entry = self._budget.admit(Entry(n * dtype.itemsize, self._dropper("_drop_private", key),
+                                         what=f"stand-in {role} buffer"), now)
+        buf = self.backend.zeros(n, dtype)
+        self._private[key] = (buf, entry)
         return buf
 
     # ------------------------------------------------------------------ run
-    def _flat(self, arr, what: str):
+    def _flat(self, arr, what: str, writable: bool = False):
         be = self.backend
         if not be.owns(arr):
             raise BufferMismatchError(
@@ -382,6 +520,8 @@ class CompiledSchedule:
             )
         if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
             raise BufferMismatchError(f"{what} is not contiguous (shape {arr.shape}, strides {arr.strides}); pass a contiguous array")
+        if writable and not getattr(arr.flags, "writeable", True):
+            raise BufferMismatchError(f"{what} is read-only (shape {arr.shape}); pass a writable array")
         return arr.reshape(-1, order="A") if arr.ndim != 1 else arr
 
     def run(self, sendbuf, recvbuf, op: Any = "sum", *, count: int | None = None):
@@ -392,63 +532,108 @@ class CompiledSchedule:
         a private buffer stands in. ``count`` is the element count per block
         when neither buffer gives it. Returns ``recvbuf``.
 
-        Raises :class:`BufferMismatchError` for buffers of the wrong size,
-        dtype or layout and :class:`~ccsynth.kernels.base.OpError` for an
-        unknown op or ``avg`` on integers -- before any communication.
+        Every run is a numbered call on the schedule's channel (collective:
+        every rank runs it). Raises :class:`BufferMismatchError` for buffers
+        of the wrong size, dtype or layout and
+        :class:`~ccsynth.kernels.base.OpError` for an unknown op or ``avg``
+        on integers -- before any communication; an error on one rank is
+        raised on every rank.
         """
+        ch = self._channel or self._open_channel()
+        ch.open_call()
+        try:
+            return self.execute(sendbuf, recvbuf, op, count=count)
+        except BaseException as e:
+            ch.call_failed(e, self._describe_call(sendbuf, recvbuf))
+            raise
+
+    def execute(self, sendbuf, recvbuf, op: Any = "sum", *, count: int | None = None):
+        """:meth:`run`, as part of a call its caller has opened on :attr:`channel` (the Communicator does).
+
+        Errors are raised on this rank only; the caller tells the others
+        (:meth:`~ccsynth.collectives.runtime.channel.Channel.call_failed`).
+        """
+        ch = self._channel
         fast = self._fast
         if (
             fast is None
-            or sendbuf is not fast.sendbuf
-            or recvbuf is not fast.recvbuf
+            or sendbuf is not fast.sendbuf()
+            or recvbuf is not fast.recvbuf()
             or op is not fast.op
             or count != fast.count
             or _sig(sendbuf) != fast.send_sig
             or _sig(recvbuf) != fast.recv_sig
         ):
-            fast = self._prepare(sendbuf, recvbuf, op, count)
+            try:
+                fast = self._prepare(sendbuf, recvbuf, op, count)
+            except WaitTimedOut as e:  # waiting for the other ranks' settings (the first call only)
+                raise self._failures.timed_out(None, e.seconds, []) from None
             self._fast = fast
         # else: the same arrays as last time (a training or benchmark loop): the checks are skipped
         lay, bnd = fast.layout, fast.binding
+        lay.entry.last = ch.seq
         loop = run_dataflow if bnd.static is None else run_straight_line
         try:
             if self.profile:
-                run_profiled(loop, self.stats, lay, bnd, fast.kernels, self._mpi, self._failures)
+                run_profiled(loop, self.stats, lay, bnd, fast.kernels, self._mpi, self._failures, ch)
             else:
-                loop(lay, bnd, fast.kernels, self._mpi, self._failures)
-        except Exception as e:
-            self._abandon(lay, bnd)
+                loop(lay, bnd, fast.kernels, self._mpi, self._failures, ch)
+        except BaseException as e:
+            waiting = self._waiting_for(lay, bnd) if isinstance(e, WaitTimedOut) else []
+            self._abandon(lay, bnd, (sendbuf, recvbuf))
+            if isinstance(e, WaitTimedOut):
+                raise self._failures.timed_out(lay, e.seconds, waiting) from None
             if self._MPI is not None and isinstance(e, self._MPI.Exception):
                 raise self._failures.mpi_failure(lay, e) from e
             raise
-        if fast.opname == "avg" and (self.collective.kind != "reduce" or self.role == self.collective.root):
-            self.backend.divide(fast.out, self.size)
+        if ch.memory.over:  # this call needed more than the budget: keep no more than that
+            ch.memory.trim()
+        if fast.opname == "avg" and recvbuf is not None and (
+                self.collective.kind != "reduce" or self.role == self.collective.root):
+            self.backend.divide(self._flat(recvbuf, "recvbuf"), self.size)
             if self.backend.is_device:
                 self.backend.synchronize()
         return recvbuf
 
-    def _abandon(self, lay: Layout, bnd: Binding) -> None:
-        """A run failed midway: never reuse its requests (some are still active).
+    def _abandon(self, lay: Layout, bnd: Binding, arrays) -> None:
+        """A run failed midway: cancel its posted receives, keep its unfinished sends (and what they read) alive.
 
-        The requests are freed (MPI lets active ones complete on their own) but
-        the buffers they point into are kept alive, since a message may still land.
+        Nothing can land in any buffer afterwards, so the layout and the
+        binding stay valid for the next run (a new call number, new tags).
         """
-        self._fast = None
-        self._abandoned.append((bnd.arrays, lay.staging, lay.scratch))
-        # the layout's staging and scratch may still receive: the next run builds a fresh layout
-        for key, other in list(self._layouts.items()):
-            if other is lay:
-                del self._layouts[key]
-        for b in list(lay.bindings.values()) + [bnd]:
-            b.free()
-        lay.bindings.clear()
+        fl = bnd.inflight
+        if bnd.static is None:
+            recvs = [q for q, v in zip(fl.active, fl.nodes) if v >= 0 and lay.kind[v] != K_SEND]
+            sends = [q for q, v in zip(fl.active, fl.nodes) if v >= 0 and lay.kind[v] == K_SEND]
+        else:
+            recvs, sends = list(fl.recvs), list(fl.sends)
+        fl.active.clear()
+        fl.nodes.clear()
+        fl.recvs.clear()
+        fl.sends.clear()
+        if self._channel is not None:
+            self._channel.abandon(recvs, sends, (arrays, lay.staging, lay.scratch, bnd))
+
+    @staticmethod
+    def _waiting_for(lay: Layout, bnd: Binding) -> list[int]:
+        """Nodes of the receives still pending in the failed run (for a timeout's message)."""
+        fl = bnd.inflight
+        if bnd.static is None:
+            return [v for q, v in zip(fl.active, fl.nodes) if v >= 0 and q and lay.kind[v] != K_SEND]
+        return [bnd.static.recv_nodes[i] for i, q in enumerate(fl.recvs) if q]
+
+    def _describe_call(self, sendbuf, recvbuf) -> str:
+        arr = recvbuf if recvbuf is not None else sendbuf
+        dt = getattr(arr, "dtype", None)
+        size = getattr(arr, "size", None)
+        what = f"{self.collective.kind} ({self.schedule.name!r})"
+        return f"{what} of {size} x {dt}" if dt is not None else what
 
     def _prepare(self, sendbuf, recvbuf, op, count) -> _LastCall:
         """Check the buffers and find (or build) the layout and binding for them."""
-        call = (sendbuf, recvbuf, op, count)
         opname = canonical_op(op) if self._reducing else "sum"
         ib = self._flat(sendbuf, "sendbuf") if sendbuf is not None else None
-        ob = self._flat(recvbuf, "recvbuf") if recvbuf is not None else None
+        ob = self._flat(recvbuf, "recvbuf", writable=True) if recvbuf is not None else None
         if ib is None and ob is None and count is None:
             raise BufferMismatchError("run() needs a sendbuf, a recvbuf or a count")
         dtype = (ib if ib is not None else ob).dtype if (ib is not None or ob is not None) else None
@@ -468,6 +653,8 @@ class CompiledSchedule:
                 count *= dtype.itemsize
             dtype = np.dtype(np.uint8)
         m = self._block_count(ib, ob, count)
+        nbytes = max(self._in_blocks, self._out_blocks) * m * dtype.itemsize
+        self._budget.note_message(nbytes)
         if ib is None:
             ib = self._private_buffer("i", dtype, self._in_blocks * m)
         if ob is None:
@@ -477,7 +664,7 @@ class CompiledSchedule:
         k = kernels(self.backend, kernel_op(opname))
         lay = self._layout(dtype, m)
         bnd = self._bind(lay, ib, ob)
-        return _LastCall(*call, _sig(sendbuf), _sig(recvbuf), lay, bnd, k, opname, ob)
+        return _LastCall(_ref(sendbuf), _ref(recvbuf), op, count, _sig(sendbuf), _sig(recvbuf), lay, bnd, k, opname)
 
     def _block_count(self, ib, ob, count) -> int:
         """Elements per block, checked against both buffers."""
@@ -501,7 +688,12 @@ class CompiledSchedule:
     # ------------------------------------------------------------ inspection
     def describe(self, dtype: Any = np.float32, count: int = 1 << 20) -> str:
         """One line about the compiled program for blocks of ``count`` elements of ``dtype``."""
-        lay = self._layout(np.dtype(dtype), count)
+        lay = build_layout(
+            self._program, np.dtype(dtype), count,
+            chunk_factor=self._cf, scratch_chunks=self.schedule.scratch_chunks, in_blocks=self._in_blocks,
+            out_blocks=self._out_blocks, slice_bytes=self.slice_bytes, peers=self.roles,
+            tag_limit=self._tags.slice_limit, rank=self.rank,
+        )
         sends = sum(1 for k in lay.kind if k == K_SEND)
         recvs = sum(1 for k in lay.kind if k in (K_RECV, K_RRED))
         return (
@@ -509,22 +701,23 @@ class CompiledSchedule:
             f"{lay.n_nodes} slice nodes ({sends} send, {recvs} receive slices), staging {lay.staging_len} x {lay.dtype.name}"
         )
 
-    def free(self) -> None:
-        """Release the persistent MPI requests (done automatically at exit and on collection)."""
-        MPI = self._MPI
-        if MPI is None or MPI.Is_finalized():
-            return
-        self._fast = None
-        for lay in self._layouts.values():
-            for b in lay.bindings.values():
-                b.free()
-            lay.bindings.clear()
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of the buffers this schedule keeps between runs (layouts and stand-ins)."""
+        return sum(lay.entry.nbytes for lay in self._layouts.values() if lay.entry is not None) + sum(
+            e.nbytes for _, e in self._private.values())
 
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
+    def free(self) -> None:
+        """Drop the cached layouts, bindings and buffers (they are rebuilt on demand)."""
+        self._fast = None
+        budget = self._budget
+        for lay in self._layouts.values():
+            budget.forget(lay.entry)
+            self._forget_layout(lay)
+        self._layouts.clear()
+        for _, e in self._private.values():
+            budget.forget(e)
+        self._private.clear()
 
     def __repr__(self) -> str:
         return f"CompiledSchedule({self.schedule.name!r}, rank {self.rank} of {self.size}, {self.n_ops} ops)"

@@ -36,14 +36,17 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ccsynth.collectives.schedule import Schedule
+from ccsynth.atomic import write_text
+from ccsynth.collectives.schedule import Schedule, check_writes_cover_outputs
 from ccsynth.collectives.spec import canonical_kind
 from ccsynth.collectives.verify import verify as verify_schedule  # load_plan has a keyword named verify
 from ccsynth.errors import CCSynthError, PlanError
+from ccsynth.reading import check_depth, parse_json, read_text
 
 __all__ = ["FORMAT", "VERSION", "PlanEntry", "Plan", "save_plan", "load_plan"]
 
@@ -101,14 +104,23 @@ class PlanEntry:
             raise PlanError(f"plan {where} must be an object")
         try:
             mx = d["max_bytes"]
+            if not isinstance(d["kind"], str):
+                raise PlanError(f"plan {where}: kind must be a string, got {d['kind']!r}")
+            algorithm = d.get("algorithm", "")
+            if not isinstance(algorithm, str):
+                raise PlanError(f"plan {where}: algorithm must be a string, got {algorithm!r}")
+            predicted = d.get("predicted_us")
+            if predicted is not None and (isinstance(predicted, bool) or not isinstance(predicted, (int, float))
+                                          or not math.isfinite(predicted) or predicted < 0):
+                raise PlanError(f"plan {where}: predicted_us must be a non-negative number or null, got {predicted!r}")
             return cls(
                 kind=d["kind"],
-                n_ranks=int(d["n_ranks"]),
-                min_bytes=int(d["min_bytes"]),
-                max_bytes=None if mx is None else int(mx),
+                n_ranks=_int(d["n_ranks"], f"plan {where}: n_ranks"),
+                min_bytes=_int(d["min_bytes"], f"plan {where}: min_bytes"),
+                max_bytes=None if mx is None else _int(mx, f"plan {where}: max_bytes"),
                 schedule=Schedule.from_dict(d["schedule"]),
-                algorithm=str(d.get("algorithm", "")),
-                predicted_us=d.get("predicted_us"),
+                algorithm=algorithm,
+                predicted_us=predicted,
             )
         except KeyError as e:
             raise PlanError(f"plan {where} is missing field {e.args[0]!r}") from None
@@ -116,6 +128,12 @@ class PlanEntry:
             if isinstance(e, CCSynthError):
                 raise PlanError(f"plan {where}: {e}") from None
             raise PlanError(f"plan {where} has a bad field: {e}") from None
+
+
+def _int(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise PlanError(f"{what} must be an integer, got {v!r}")
+    return v
 
 
 @dataclass(frozen=True)
@@ -166,35 +184,37 @@ class Plan:
     def from_dict(cls, d: Any) -> "Plan":
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise PlanError(f"not a ccsynth plan (format must be {FORMAT!r})")
-        if d.get("version") != VERSION:
-            raise PlanError(f"plan format version {d.get('version')!r} is not supported (this ccsynth reads version {VERSION})")
+        version = d.get("version")
+        if version != VERSION or isinstance(version, bool):
+            raise PlanError(f"plan format version {version!r} is not supported (this ccsynth reads version {VERSION})")
         entries = d.get("entries")
         if not isinstance(entries, list):
             raise PlanError("plan has no 'entries' list")
+        topology = d.get("topology") or ""
+        if not isinstance(topology, str):
+            raise PlanError(f"plan topology must be a string, got {topology!r}")
+        meta = d.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise PlanError(f"plan meta must be an object, got {meta!r:.40}")
+        check_depth(meta, "plan meta", PlanError)
         return cls(
             tuple(PlanEntry.from_dict(e, f"entries[{i}]") for i, e in enumerate(entries)),
-            str(d.get("topology", "")),
-            dict(d.get("meta") or {}),
+            topology,
+            dict(meta),
         )
 
 
 def save_plan(plan: Plan, path: str | os.PathLike) -> None:
-    with open(path, "w") as f:
-        json.dump(plan.to_dict(), f, separators=(",", ":"))
-        f.write("\n")
+    """Write ``plan`` as ccsynth JSON, atomically (see :mod:`ccsynth.atomic`)."""
+    write_text(path, json.dumps(plan.to_dict(), separators=(",", ":")) + "\n", what="plan")
 
 
 def load_plan(path: str | os.PathLike, *, verify: bool = True) -> Plan:
     """Read a plan file; every schedule in it is verified unless ``verify=False``."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise PlanError(f"cannot read plan {os.fspath(path)!r}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise PlanError(f"{os.fspath(path)!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
-    plan = Plan.from_dict(data)
+    p = os.fspath(path)
+    plan = Plan.from_dict(parse_json(read_text(p, "plan", PlanError), repr(p), PlanError))
     if verify:
         for e in plan.entries:
+            check_writes_cover_outputs(e.schedule)
             verify_schedule(e.schedule)
     return plan

@@ -59,8 +59,11 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from ccsynth.atomic import write_text
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, ScheduleError, ScheduleFormatError
+from ccsynth.limits import check as check_limit
+from ccsynth.reading import check_depth, parse_json, read_text
 
 FORMAT = "ccsynth.schedule"
 VERSION = 1
@@ -89,6 +92,7 @@ __all__ = [
     "Op",
     "Schedule",
     "in_place_storage",
+    "check_writes_cover_outputs",
     "schedule_from_json",
     "read_schedule_text",
     "read_schedule",
@@ -216,15 +220,23 @@ class Op:
         if not isinstance(d, dict):
             raise ScheduleFormatError(f"an operation must be an object, got {d!r}")
         try:
+            deps = d.get("deps", ())
+            if not isinstance(deps, (list, tuple)):
+                raise ScheduleFormatError(f"deps must be a list of op ids, got {deps!r}")
+            reduce = d.get("reduce", False)
+            if not isinstance(reduce, bool):
+                raise ScheduleFormatError(f"reduce must be true or false, got {reduce!r}")
+            if not isinstance(d["op"], str):
+                raise ScheduleFormatError(f"op must be a string (send, recv, copy, reduce), got {d['op']!r}")
             return cls(
                 id=_int(d["id"], "id"),
                 rank=_int(d["rank"], "rank"),
-                kind=str(d["op"]),
+                kind=d["op"],
                 src=Chunks.of(d["src"]) if "src" in d else None,
                 dst=Chunks.of(d["dst"]) if "dst" in d else None,
                 peer=_int(d.get("peer", -1), "peer"),
-                reduce=bool(d.get("reduce", False)),
-                deps=tuple(_int(x, "dependency") for x in d.get("deps", ())),
+                reduce=reduce,
+                deps=tuple(_int(x, "dependency") for x in deps),
                 channel=_int(d.get("channel", 0), "channel"),
             )
         except KeyError as e:
@@ -320,6 +332,11 @@ class Schedule:
         n = self.n_ranks
         if isinstance(self.scratch_chunks, bool) or not isinstance(self.scratch_chunks, int) or self.scratch_chunks < 0:
             raise ScheduleError(f"scratch_chunks must be a non-negative integer, got {self.scratch_chunks!r}")
+        check_limit("scratch_chunks", self.scratch_chunks, "MAX_SCRATCH_CHUNKS", ScheduleError)
+        check_limit("operations", len(self.ops), "MAX_SCHEDULE_OPS", ScheduleError)
+        c = self.collective
+        check_limit(f"{c.describe()} with {self.scratch_chunks} scratch chunks: chunks of all ranks' buffers",
+                    n * (c.in_chunks + c.out_chunks + self.scratch_chunks), "MAX_SCHEDULE_CHUNKS", ScheduleError)
         if not isinstance(self.in_place, bool):
             raise ScheduleError(f"in_place must be true or false, got {self.in_place!r}")
         ranks_of = [op.rank for op in self.ops]
@@ -330,6 +347,9 @@ class Schedule:
                 raise ScheduleError(f"{op.describe()} names rank {op.rank}, but the collective has {n} ranks")
             if op.kind not in OP_KINDS:
                 raise ScheduleError(f"operation {op.id} has unknown kind {op.kind!r}; kinds are {', '.join(OP_KINDS)}")
+            if isinstance(op.channel, bool) or not isinstance(op.channel, int) or op.channel < 0:
+                raise ScheduleError(f"{op.describe()} has channel {op.channel!r}; channels are integers from 0")
+            check_limit(f"{op.describe()}: channel", op.channel, "MAX_CHANNELS", ScheduleError)
             if op.kind in ("send", "recv"):
                 if not 0 <= op.peer < n or op.peer == op.rank:
                     raise ScheduleError(f"{op.describe()} has bad peer {op.peer}")
@@ -384,22 +404,33 @@ class Schedule:
             raise ScheduleFormatError(f"a schedule file must hold a JSON object, got {type(d).__name__}")
         if d.get("format") != FORMAT:
             raise ScheduleFormatError(f"not a ccsynth schedule (format is {d.get('format')!r}, expected {FORMAT!r})")
-        if d.get("version") != VERSION:
-            raise ScheduleFormatError(f"schedule format version {d.get('version')!r} is not supported (this ccsynth reads version {VERSION})")
+        version = d.get("version")
+        if version != VERSION or isinstance(version, bool):
+            raise ScheduleFormatError(f"schedule format version {version!r} is not supported (this ccsynth reads version {VERSION})")
         ops = d.get("ops")
         if not isinstance(ops, list):
             raise ScheduleFormatError("schedule has no 'ops' list")
+        check_limit("schedule: operations", len(ops), "MAX_SCHEDULE_OPS", ScheduleFormatError)
         in_place = d.get("in_place", False)
         if not isinstance(in_place, bool):
             raise ScheduleFormatError(f"in_place must be true or false, got {in_place!r}")
+        for key in ("name", "topology"):
+            if d.get(key) is not None and not isinstance(d[key], str):
+                raise ScheduleFormatError(f"schedule {key} must be a string, got {_json_type(d[key])} {d[key]!r:.40}")
+        meta = d.get("meta", {})
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, dict):
+            raise ScheduleFormatError(f"schedule meta must be an object, got {_json_type(meta)} {meta!r:.40}")
+        check_depth(meta, "schedule meta", ScheduleFormatError)
         try:
             return cls(
-                name=str(d.get("name", "")),
+                name=d.get("name") or "",
                 collective=Collective.from_dict(d.get("collective")),
                 ops=tuple(Op.from_dict(o) for o in ops),
                 scratch_chunks=d.get("scratch_chunks", 0),
-                topology=str(d.get("topology", "")),
-                meta=dict(d.get("meta") or {}),
+                topology=d.get("topology") or "",
+                meta=dict(meta),
                 in_place=in_place,
             )
         except ScheduleFormatError:
@@ -418,29 +449,47 @@ class Schedule:
         return f"Schedule({self.name!r}, {self.collective.describe()}, {len(self.ops)} ops{where})"
 
 
+def check_writes_cover_outputs(schedule: Schedule) -> None:
+    """Refuse, before verification, a schedule whose ops cannot fill its outputs.
+
+    Outputs start empty, so every output chunk the postcondition names must
+    be written by some op (in place, the input already lies in some of
+    them). A cheap necessary condition that readers of files check before
+    :func:`~ccsynth.collectives.verify.verify`: a file of a hundred bytes
+    that names a large collective would otherwise have the verifier build
+    its whole postcondition first. Raises :class:`ScheduleError`.
+    """
+    c = schedule.collective
+    written = sum(op.dst.count for op in schedule.ops if op.dst is not None and op.dst.buf != "s")
+    needed = c.postcondition_size - (c.n_ranks * c.in_chunks if schedule.in_place else 0)
+    if written < needed:
+        raise ScheduleError(
+            f"schedule {schedule.name!r} cannot implement {c.describe()}: its ops write at most {written} output "
+            f"chunk(s) and the collective needs {needed}"
+        )
+
+
 def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:
-    """Write ``schedule`` as ccsynth JSON."""
-    with open(path, "w") as f:
-        f.write(schedule.to_json())
-        f.write("\n")
+    """Write ``schedule`` as ccsynth JSON, atomically (see :mod:`ccsynth.atomic`).
+
+    An unwritable path raises :class:`~ccsynth.atomic.AtomicWriteError`
+    (an ``OSError`` and a ``CCSynthError``) naming the path and the reason.
+    """
+    write_text(path, schedule.to_json() + "\n", what="schedule")
+
+
+def _json_type(v: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(v), type(v).__name__)
 
 
 def schedule_from_json(text: str, source: str = "<string>") -> Schedule:
     """Parse ccsynth schedule JSON (not yet verified); ``source`` names it in errors."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ScheduleFormatError(f"{source!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
-    return Schedule.from_dict(data)
+    return Schedule.from_dict(parse_json(text, repr(source), ScheduleFormatError))
 
 
 def read_schedule_text(path: str | os.PathLike) -> str:
-    """The text of a schedule file; an unreadable file raises :class:`ScheduleFormatError`."""
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError as e:
-        raise ScheduleFormatError(f"cannot read schedule {os.fspath(path)!r}: {e.strerror}") from None
+    """The text of a schedule file; an unreadable (or too large) file raises :class:`ScheduleFormatError`."""
+    return read_text(path, "schedule", ScheduleFormatError)
 
 
 def read_schedule(path: str | os.PathLike) -> Schedule:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ccsynth.errors import CollectiveError
+from ccsynth.limits import check as check_limit
 
 Contribution = tuple[int, int]  # (rank, input chunk index)
 Value = tuple[Contribution, ...]  # sorted
@@ -118,9 +119,18 @@ class Collective:
             raise CollectiveError(f"rank count must be a positive integer, got {self.n_ranks!r}")
         if isinstance(self.chunk_factor, bool) or not isinstance(self.chunk_factor, int) or self.chunk_factor < 1:
             raise CollectiveError(f"chunk factor must be a positive integer, got {self.chunk_factor!r}")
+        # Limits before anything sizes a table by them (see ccsynth.limits).
+        check_limit("rank count", self.n_ranks, "MAX_RANKS", CollectiveError)
+        check_limit("chunk factor", self.chunk_factor, "MAX_CHUNK_FACTOR", CollectiveError)
+        check_limit(f"{self.kind} with chunk factor {self.chunk_factor} on {self.n_ranks} ranks: chunks per buffer",
+                    self.size_chunks, "MAX_BUFFER_CHUNKS", CollectiveError)
+        check_limit(f"{self.kind} with chunk factor {self.chunk_factor} on {self.n_ranks} ranks: chunks over all ranks",
+                    self.n_ranks * self.size_chunks, "MAX_TOTAL_CHUNKS", CollectiveError)
+        if isinstance(self.root, bool) or not isinstance(self.root, int):
+            raise CollectiveError(f"root must be an integer rank, got {self.root!r}")
         if self.kind not in ROOTED and self.root != 0:
             raise CollectiveError(f"{self.kind} has no root (got root={self.root})")
-        if not isinstance(self.root, int) or not 0 <= self.root < self.n_ranks:
+        if not 0 <= self.root < self.n_ranks:
             raise CollectiveError(f"root {self.root!r} is not a rank of {self.n_ranks}")
 
     # ----------------------------------------------------------- properties
@@ -146,6 +156,16 @@ class Collective:
     def size_chunks(self) -> int:
         """Chunks in the buffer whose byte size is the message size."""
         return max(self.in_chunks, self.out_chunks)
+
+    @property
+    def postcondition_size(self) -> int:
+        """How many output chunks :meth:`postcondition` names (without building it).
+
+        >>> Collective("allgather", 4, 2).postcondition_size == len(Collective("allgather", 4, 2).postcondition())
+        True
+        """
+        n, c = self.n_ranks, self.chunk_factor
+        return {"allgather": n * n * c, "alltoall": n * n * c, "reduce": c}.get(self.kind, n * c)
 
     def chunk_bytes(self, size_bytes: float) -> float:
         """Bytes per chunk for a message of ``size_bytes`` (nccl-tests size)."""
@@ -226,6 +246,8 @@ class Collective:
     def from_dict(cls, d: dict) -> "Collective":
         if not isinstance(d, dict):
             raise CollectiveError(f"collective must be an object, got {type(d).__name__}")
+        if not isinstance(d.get("kind"), str) and "kind" in d:
+            raise CollectiveError(f"collective kind must be a string, got {d['kind']!r}")
         try:
             return cls(d["kind"], d["n_ranks"], d.get("chunk_factor", 1), d.get("root", 0))
         except KeyError as e:

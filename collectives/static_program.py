@@ -7,7 +7,7 @@ request in flight) than the messages cost in MPI. When every operation of a
 rank is a single slice, the rank's part of the schedule is instead turned,
 once per layout, into a fixed list of instructions -- start these requests,
 wait for that receive, reduce, copy -- that a short loop runs with one
-``Start``/``Test`` per message.
+``Isend``/``Irecv`` and one wait per message.
 
 Why a fixed order cannot deadlock
 ---------------------------------
@@ -36,6 +36,10 @@ keep the dataflow loop. Then:
   into the chunk it sent earlier) first copies its data into a private
   snapshot, so that the later node need not wait for the send to complete.
 
+Every wait also watches the control line (a notice from a rank whose call
+failed: :mod:`ccsynth.collectives.runtime.channel`), which only adds a way
+out of a wait, never a wait, so the argument above is unchanged.
+
 This module plans (:func:`plan_static`, per layout) and binds
 (:func:`bind_static`, per pair of caller buffers: a :class:`BoundProgram`);
 the loop that runs a bound program is
@@ -47,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ccsynth.collectives.runtime.constants import (
-    I_COPY, I_FUSED, I_REDUCE, I_START, I_STARTALL, I_SYNC, I_WAIT, K_LOCAL, K_RECV, K_RRED, K_SEND,
+    I_COPY, I_FUSED, I_RECV, I_REDUCE, I_SEND, I_SYNC, I_WAIT, K_LOCAL, K_RECV, K_RRED, K_SEND,
     STATIC_MAX_BYTES, W_FUSED, W_REDUCE,
 )
 from ccsynth.graphs import topological_order
@@ -139,75 +143,77 @@ class BoundProgram:
     """A straight-line program bound to buffers.
 
     ``instructions`` are ``(code, a, b, c)`` tuples (codes ``I_*`` of
-    :mod:`~ccsynth.collectives.runtime.constants`): ``I_START`` request,
-    ``I_STARTALL`` requests, ``I_WAIT`` request, expected bytes, node,
-    ``I_FUSED``/``I_REDUCE``/``I_COPY`` views, ``I_SYNC``. Plain tuples,
-    since the run loop unpacks one per step. ``sends`` are the requests to
-    wait for at the end (snapshot sends included).
+    :mod:`~ccsynth.collectives.runtime.constants`): ``I_SEND``/``I_RECV``
+    view, peer, slice tag (the loop adds the call's tag base and keeps the
+    request: receives in a list, in start order); ``I_WAIT`` receive
+    number (its index in that list), expected bytes, node;
+    ``I_FUSED``/``I_REDUCE``/``I_COPY`` views; ``I_SYNC``. Plain tuples,
+    since the run loop unpacks one per step. Every send is waited for at
+    the end. ``recv_nodes[i]`` is the node of the ``i``-th receive;
+    ``own_bytes`` the bytes of the send snapshots.
     """
 
     instructions: list
-    sends: list
+    recv_nodes: tuple
+    own_bytes: int = 0
 
 
-def bind_static(plan: StaticPlan, lay, reqs: list, work: list, comm, backend, view) -> BoundProgram:
-    """Instructions and end-of-run send requests for one binding.
+def bind_static(plan: StaticPlan, lay, msgs: list, work: list, backend, view, wrap=None) -> BoundProgram:
+    """Instructions for one binding.
 
-    ``reqs``/``work`` are the binding's per-node requests and work views;
-    ``view(region)`` makes a view of a layout region; snapshot buffers and
-    their persistent sends are made here (the returned sends include them so
-    the caller frees them with the binding).
+    ``msgs``/``work`` are the binding's per-node ``(view, peer, tag)`` and
+    work views; ``view(region)`` makes a view of a layout region; the
+    snapshot buffers (sends whose memory a later node overwrites) are
+    allocated here; ``wrap`` is the binding's (what a message's view becomes).
     """
-    snap_req: dict[int, object] = {}
+    snap_view: dict[int, object] = {}
     snap_copy: dict[int, tuple] = {}
+    own_bytes = 0
     if plan.snap:
         sizes = {v: lay.mpi[v].region.size for v in plan.snap}
         buf = backend.empty(sum(sizes.values()), lay.dtype)
+        own_bytes = int(buf.nbytes)
         off = 0
         for v in plan.snap:
-            peer, tag, region = lay.mpi[v]
             sv = buf[off:off + sizes[v]]
             off += sizes[v]
-            snap_req[v] = comm.Send_init(sv, peer, tag)
-            snap_copy[v] = (sv, view(region))
+            snap_view[v] = wrap(sv) if wrap is not None else sv
+            snap_copy[v] = (sv, view(lay.mpi[v].region))
     device = backend.is_device
     prog: list[tuple] = []
-    if plan.pre:
-        prog.append((I_STARTALL, [reqs[v] for v in plan.pre], None, None))
+    recv_nodes: list[int] = []
+    slot: dict[int, int] = {}
+
+    def post(v: int) -> None:
+        d, peer, tag = msgs[v]
+        slot[v] = len(recv_nodes)
+        recv_nodes.append(v)
+        prog.append((I_RECV, d, peer, tag))
+
+    for v in plan.pre:
+        post(v)
     dirty = False  # device kernels queued since the last synchronisation
-    starts: list = []
-
-    def flush_starts() -> None:
-        nonlocal dirty
-        if not starts:
-            return
-        if dirty:
-            prog.append((I_SYNC, None, None, None))
-            dirty = False
-        if len(starts) == 1:
-            prog.append((I_START, starts[0], None, None))
-        else:
-            prog.append((I_STARTALL, list(starts), None, None))
-        starts.clear()
-
     for what, v in plan.steps:
         if what == "start":
-            starts.append(snap_req.get(v, reqs[v]))
-            continue
-        flush_starts()
-        if what == "wait":
-            prog.append((I_WAIT, reqs[v], lay.expect[v], v))
+            if dirty and device:
+                prog.append((I_SYNC, None, None, None))
+                dirty = False
+            if lay.kind[v] == K_SEND:
+                d, peer, tag = msgs[v]
+                prog.append((I_SEND, snap_view.get(v, d), peer, tag))
+            else:
+                post(v)
+        elif what == "wait":
+            prog.append((I_WAIT, slot[v], lay.expect[v], v))
         elif what == "snap":
             d, s = snap_copy[v]
             prog.append((I_COPY, d, s, None))
-            dirty = dirty or device
+            dirty = device
         else:  # work
             for mode, d, s, s2 in work[v]:
                 code = I_FUSED if mode == W_FUSED else I_REDUCE if mode == W_REDUCE else I_COPY
                 prog.append((code, d, s, s2))
-            dirty = dirty or device
-    flush_starts()
+            dirty = device
     if dirty:
         prog.append((I_SYNC, None, None, None))
-    send_reqs = [snap_req.get(v, reqs[v]) for v in plan.sends]
-    return BoundProgram(prog, send_reqs)
+    return BoundProgram(prog, tuple(recv_nodes), own_bytes)

@@ -16,8 +16,11 @@ Each lower layer reads its own format only (``collectives.schedule``,
 readers live beside this module (:mod:`.msccl`, :mod:`.taccl_topology`,
 :mod:`.taccl_sketch`). Options after ``?`` in a topology spec apply to TACCL
 profiles only: ``nodes=N``, ``kind=ndv2|dgx2|hub_and_spoke|custom``,
-``chunk=SIZE`` (bytes the betas are for, e.g. 32K), ``scale=S`` (time unit
-is 1/S us).
+``chunk=SIZE`` (bytes the betas are for, e.g. 32K; default: the size in the
+profile's name), ``scale=S`` (time unit is 1/S us; default: TACCL's factor
+for that size). A TACCL profile without ``nodes`` gets its node count from
+the sketch it is used with, as in TACCL (``get_topology(spec,
+default_nodes=sketch.nnodes)``; ``ccsynth synth --sketch`` does this).
 
 Example:
     >>> get_topology("ring:4").n_ranks
@@ -30,7 +33,7 @@ import logging
 import os
 from typing import Mapping
 
-from ccsynth.collectives.schedule import Schedule, read_schedule_text, schedule_from_json
+from ccsynth.collectives.schedule import Schedule, check_writes_cover_outputs, read_schedule_text, schedule_from_json
 from ccsynth.collectives.verify import verify as _verify
 from ccsynth.errors import TopologyError
 from ccsynth.formats.msccl import schedule_from_msccl_xml
@@ -60,34 +63,48 @@ def load_schedule(path: str | os.PathLike, *, topology=None, verify: bool = True
     else:
         sched = schedule_from_json(text, os.fspath(path))
     if verify:
+        check_writes_cover_outputs(sched)  # cheap; spares the verifier a file that names a huge collective
         _verify(sched, topology)
     return sched
 
 
 # ---------------------------------------------------------------- topologies
-def get_topology(spec) -> Topology:
+def get_topology(spec, *, default_nodes: int | None = None) -> Topology:
     """The topology a spec names: a catalog name with parameters, a ccsynth
     topology file, or a TACCL profile with ``?options`` (a :class:`Topology`
     is returned as it is).
 
+    ``default_nodes``: the node count of a TACCL profile whose spec has no
+    ``nodes`` option (TACCL takes it from the sketch's ``nnodes``); other
+    specs name their nodes themselves.
+
     Raises :class:`~ccsynth.errors.TopologyError` naming the bad name,
     parameter, option or file field.
     """
-    return names.parse_topology_spec(spec, load_file=load_topology)
+    def load(path: str, options: Mapping[str, str]) -> Topology:
+        return load_topology(path, options, default_nodes=default_nodes)
+
+    return names.parse_topology_spec(spec, load_file=load)
 
 
-def load_topology(path: str | os.PathLike, options: Mapping[str, str] | None = None) -> Topology:
+def load_topology(path: str | os.PathLike, options: Mapping[str, str] | None = None, *,
+                  default_nodes: int | None = None) -> Topology:
     """Read a topology file: ccsynth's format, or a TACCL profile (imported with ``options``).
 
     ``options`` (from a spec such as ``file.json?nodes=2&scale=10``, as
     strings) apply to TACCL profiles only: ``nodes``, ``kind``, ``chunk``,
-    ``scale``.
+    ``scale``; ``default_nodes`` is a TACCL profile's node count when
+    ``options`` give none.
     """
     p = os.fspath(path)
     d = read_json(p)
     if is_taccl_topology(d):
         log.info("%s is a TACCL topology profile; importing it", p)
-        return taccl_topology_from_dict(d, source=p, **taccl_options(options or {}, p))
+        kwargs = taccl_options(options or {}, p)
+        if "nodes" not in kwargs and default_nodes is not None:
+            log.info("%s: %d node(s), as the sketch says (nnodes)", p, default_nodes)
+            kwargs["nodes"] = default_nodes
+        return taccl_topology_from_dict(d, source=p, **kwargs)
     if options:
         raise TopologyError(f"{p!r}: options {sorted(options)} apply to TACCL topology files only")
     return topology_from_dict(d, source=p)
@@ -98,7 +115,9 @@ def list_topologies() -> list[tuple[str, str]]:
     return names.list_topologies() + [
         (
             "PATH.json?nodes=2&scale=10",
-            "a TACCL topology profile; options nodes, kind, chunk (bytes the betas are for), scale",
+            "a TACCL topology profile; options nodes (default: the sketch's nnodes), kind, chunk (bytes the betas "
+            "are for; default: the size in its name), scale (default: TACCL's factor for that size: 1KB x100, "
+            "32KB x10, 1MB x1)",
         ),
     ]
 

@@ -12,7 +12,11 @@ TACCL's sketch JSON names the same rules as a ccsynth
      "symmetry_offsets": [[8, 16]],
      "hyperparameters": {"input_chunkup": 2, "input_size": "64M"}}
 
-(``internode_conn`` may also be ``fully-connected`` or ``direct-map``). A
+(``internode_conn`` may also be ``fully-connected`` or ``direct-map``;
+binding routes them as TACCL does -- a chunk crosses into every other node
+and spreads inside it, see :mod:`ccsynth.synth.sketch` -- and ``nnodes`` is
+the node count of a TACCL profile loaded for the sketch,
+``ccsynth.formats.files.get_topology(spec, default_nodes=sketch.nnodes)``). A
 TACCL sketch has ``intranode_sketch`` (:func:`is_taccl_sketch`), which is
 how :func:`ccsynth.formats.files.load_sketch` tells it from ccsynth's
 own. Writing one (:func:`sketch_to_taccl_dict`) drops what TACCL does not
@@ -27,6 +31,7 @@ import json
 import os
 from typing import Any, Mapping
 
+from ccsynth.atomic import write_text
 from ccsynth.errors import SketchError
 from ccsynth.synth.sketch import (
     INTRANODE_STRATEGIES,
@@ -141,10 +146,8 @@ def sketch_to_taccl_dict(sketch: Sketch) -> dict:
 
 
 def save_taccl_sketch(sketch: Sketch, path: str | os.PathLike) -> None:
-    """Write ``sketch`` as TACCL sketch JSON."""
-    with open(path, "w") as f:
-        json.dump(sketch_to_taccl_dict(sketch), f, indent=2)
-        f.write("\n")
+    """Write ``sketch`` as TACCL sketch JSON, atomically (see :mod:`ccsynth.atomic`)."""
+    write_text(path, json.dumps(sketch_to_taccl_dict(sketch), indent=2) + "\n", what="sketch")
 
 
 def _internode(d: Mapping, what: str) -> InterNode:

@@ -32,12 +32,25 @@ parallel link the pair's beta).
 
 Units. TACCL's costs are the time to move one chunk of the size the profile
 was made for: INPUT_GUIDE says a beta is "a beta (in us/MB) multiplied by
-the input size (MB)", and advises scaling every cost up (e.g. x10) so that
-TACCL's integer rounding keeps them apart. Its examples use binary sizes
-(``topo-ndv2-32KB.json`` has beta 7.18 = 23 us/MiB x 32/1024 x 10). So,
-for ``chunk_bytes`` (default: parsed from a size at the end of ``name``
-such as ``_1MB``/``_32KB``, binary; else 1 MiB) and ``time_scale`` (default
-1: the costs are in us)::
+the input size (MB)", and advises multiplying every cost by a small factor
+("like 10") so that TACCL's integer rounding keeps them apart. Its examples
+use binary sizes and powers of ten: ``topo-ndv2-1MB.json`` is in
+microseconds (alpha 0.3, betas 23 / 46 / 105), ``topo-ndv2-32KB.json`` is
+ten times that (alpha 3, beta 7.18 = 23 us/MiB x 32/1024 x 10, remote alpha
+26) and ``topo-ndv2-1KB.json`` (and ``topo-dgx2-1KB.json``) a hundred times
+(alpha 30, beta 2.24 = 23 x 1/1024 x 100, remote alpha 260). The factor is
+not in the file, so ccsynth reads it from the size the profile is for:
+
+* ``chunk_bytes``: the ``chunk`` option, else the size at the end of
+  ``name`` (``NDv2_32KB`` -> 32 KiB, binary); a name without a size is read
+  as TACCL's unscaled unit, microseconds per 1 MiB (logged);
+* ``time_scale``: the ``scale`` option, else TACCL's factor for that size
+  (:data:`TACCL_SCALES`: 1 KiB x100, 32 KiB x10, 1 MiB x1, and x1 for any
+  size of 1 MiB or more, whose costs need no factor); a smaller size TACCL
+  published no profile for has no known factor: loading it without
+  ``scale`` is an error that says so.
+
+Then::
 
     alpha_us = alpha / time_scale
     bw_GBps  = chunk_bytes / (beta / time_scale) / 1e3     # bytes/us -> GB/s
@@ -50,10 +63,12 @@ nodes its InfiniBand one (:data:`~ccsynth.topologies.catalog.IB_OVERHEAD_US`).
 
 TACCL's ``topo-ndv2-1MB.json`` (beta 23/46/105) thus gives 45.6 GB/s for a
 doubled NVLink, 22.8 GB/s for a single one and 9.99 GB/s for InfiniBand,
-alpha 0.3 us and 2.6 us; its ``topo-ndv2-32KB.json`` needs
-``time_scale=10`` and ``topo-ndv2-1KB.json`` ``time_scale=100``.
+alpha 0.3 us and 2.6 us; its ``topo-ndv2-32KB.json`` (read x10) and
+``topo-ndv2-1KB.json`` (read x100) give the same latencies and bandwidths
+within their rounding (45.6 / 22.8 / 9.99 GB/s and 45.7 / 22.8 / 9.99 GB/s).
 
-Several nodes (TACCL takes the count from its sketch): ``nodes`` copies of
+Several nodes (TACCL takes the count from its sketch, and so does
+``ccsynth synth --sketch`` when the spec has no ``nodes``): ``nodes`` copies of
 the node; every GPU links to every GPU of every other node (``remote_alpha``,
 ``remote_beta``), and the GPUs of a node share its NICs in contiguous blocks
 (GPU ``g`` uses NIC ``g * nics_per_node // gpus_per_node``), each NIC a pair
@@ -62,19 +77,25 @@ of shared ports ``nic{node}[.{j}].tx`` / ``.rx`` of the remote bandwidth.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Any, Mapping
 
 from ccsynth.errors import SizeError, TopologyError
+from ccsynth.limits import check as check_limit
 from ccsynth.topologies import catalog
 from ccsynth.topologies.io import json_type_name, read_json
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
 from ccsynth.units import parse_size
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "KINDS",
     "DEFAULT_CHUNK_BYTES",
+    "TACCL_SCALES",
+    "time_scale_for",
     "is_taccl_topology",
     "load_taccl_topology",
     "taccl_topology_from_dict",
@@ -84,6 +105,8 @@ __all__ = [
 
 KINDS = ("ndv2", "dgx2", "hub_and_spoke", "custom")
 DEFAULT_CHUNK_BYTES = 1 << 20
+#: the factor TACCL's published profiles multiply their costs by, per chunk size (taccl/examples/topo)
+TACCL_SCALES = {1 << 10: 100.0, 32 << 10: 10.0, 1 << 20: 1.0}
 _SIZE_AT_END = re.compile(r"(\d+(?:\.\d+)?)\s*([KMG])i?B$", re.IGNORECASE)
 _SOURCE = "TACCL topology profile format (microsoft/taccl INPUT_GUIDE.md, taccl/topologies/generic.py)"
 
@@ -100,6 +123,50 @@ def chunk_bytes_from_name(name: str) -> int | None:
         return None
     value = float(m.group(1)) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
     return int(value) if value >= 1 else None
+
+
+def time_scale_for(chunk_bytes: int) -> float | None:
+    """TACCL's cost factor for a profile of ``chunk_bytes`` (module docstring), or None when it is not known.
+
+    >>> time_scale_for(1 << 10), time_scale_for(32 << 10), time_scale_for(64 << 20), time_scale_for(4 << 10)
+    (100.0, 10.0, 1.0, None)
+    """
+    if chunk_bytes >= DEFAULT_CHUNK_BYTES:
+        return 1.0
+    return TACCL_SCALES.get(chunk_bytes)
+
+
+def _units(name: str, chunk_bytes: int | None, time_scale: float | None, src: str) -> tuple[int, float, str]:
+    """``(chunk_bytes, time_scale, how they were found)`` of a profile (see the module docstring)."""
+    how = []
+    if chunk_bytes is None:
+        chunk_bytes = chunk_bytes_from_name(name)
+        if chunk_bytes is None:
+            log.info("TACCL topology %s: its name %r ends with no size; reading its costs as microseconds per "
+                     "1 MiB chunk (TACCL's unscaled unit); pass ?chunk=SIZE&scale=S otherwise", src, name)
+            chunk_bytes = DEFAULT_CHUNK_BYTES
+            how.append("no size in its name: 1 MiB assumed")
+        else:
+            how.append("size from its name")
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise TopologyError(f"TACCL topology {src}: chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    if time_scale is None:
+        time_scale = time_scale_for(chunk_bytes)
+        if time_scale is None:
+            known = ", ".join(f"{_size_text(b)} x{catalog.fmt_number(f)}" for b, f in sorted(TACCL_SCALES.items()))
+            raise TopologyError(
+                f"TACCL topology {src}: cannot tell the time unit of a profile for {_size_text(chunk_bytes)} chunks: "
+                f"TACCL multiplies a profile's costs by a factor its author picks, and its published profiles fix it "
+                f"only for {known} (and x1 from 1 MiB up); give it as ?scale=S (costs in 1/S us)")
+        how.append(f"TACCL's factor x{catalog.fmt_number(time_scale)} for that size")
+    return chunk_bytes, time_scale, "; ".join(how)
+
+
+def _size_text(nbytes: int) -> str:
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= size and nbytes % size == 0:
+            return f"{nbytes // size} {unit}"
+    return f"{nbytes} B"
 
 
 def _field(d: Mapping, key: str, src: str):
@@ -178,10 +245,10 @@ def taccl_topology_from_dict(
     nodes: int = 1,
     kind: str | None = None,
     chunk_bytes: int | None = None,
-    time_scale: float = 1.0,
+    time_scale: float | None = None,
     source: str = "<dict>",
 ) -> Topology:
-    """Convert a parsed TACCL topology profile (see the module docstring)."""
+    """Convert a parsed TACCL topology profile (see the module docstring; None: from the name)."""
     src = source
     if not isinstance(d, dict):
         raise TopologyError(f"TACCL topology {src}: must be a JSON object, got {json_type_name(d)}")
@@ -191,6 +258,8 @@ def taccl_topology_from_dict(
     g = _pos_int(_field(d, "gpus_per_node", src), "gpus_per_node", src)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise TopologyError(f"TACCL topology {src}: nodes must be a positive integer, got {nodes!r}")
+    # Before anything is built per GPU (a node's switch lists all of its GPUs).
+    check_limit(f"TACCL topology {src}: gpus_per_node x nodes", g * nodes, "MAX_RANKS", TopologyError)
     if kind is None:
         if "links" in d:
             kind = "custom"
@@ -201,11 +270,9 @@ def taccl_topology_from_dict(
     kind = str(kind).lower().replace("-", "_")
     if kind not in KINDS:
         raise TopologyError(f"TACCL topology {src}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if chunk_bytes is None:
-        chunk_bytes = chunk_bytes_from_name(name) or DEFAULT_CHUNK_BYTES
-    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
-        raise TopologyError(f"TACCL topology {src}: chunk_bytes must be a positive integer, got {chunk_bytes!r}")
-    scale = _num(time_scale, "time_scale", src, positive=True)
+    if time_scale is not None:
+        time_scale = _num(time_scale, "time_scale", src, positive=True)
+    chunk_bytes, scale, how = _units(name, chunk_bytes, time_scale, src)
 
     def bw_of(beta: float) -> float:
         return chunk_bytes / (beta / scale) / 1e3
@@ -255,7 +322,7 @@ def taccl_topology_from_dict(
         shared_ports=tuple(ports),
         nodes=tuple(r // g for r in range(n)),
         description=f"TACCL profile {name!r} ({kind}, {g} GPUs per node, {nodes} node(s)); costs taken as "
-        f"time per {chunk_bytes} bytes in units of 1/{shown_scale} us",
+        f"time per {chunk_bytes} bytes in units of 1/{shown_scale} us" + (f" ({how})" if how else ""),
         sources=(f"TACCL topology file {src}", _SOURCE),
     )
 
@@ -266,12 +333,13 @@ def load_taccl_topology(
     nodes: int = 1,
     kind: str | None = None,
     chunk_bytes: int | None = None,
-    time_scale: float = 1.0,
+    time_scale: float | None = None,
 ) -> Topology:
     """Read a TACCL topology profile and convert it to a :class:`Topology`.
 
     See the module docstring for the wiring (``kind``) and the unit
-    conversion (``chunk_bytes``, ``time_scale``).
+    conversion (``chunk_bytes``, ``time_scale``: None reads them from the
+    size in the profile's name, by TACCL's convention).
 
     >>> import json, tempfile, os
     >>> f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)

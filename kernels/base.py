@@ -210,11 +210,35 @@ class Backend(ABC):
         """Start address of ``array``'s data (for caching bindings)."""
         return int(array.__array_interface__["data"][0])
 
+    def alias(self, array):
+        """A flat view of the memory of the contiguous ``array`` that does not keep ``array`` alive.
+
+        The executor caches views of the caller's buffers by address; views
+        made through this alias hold no reference to the caller's array, so
+        a cache entry never keeps a buffer alive that its owner dropped. A
+        cached view is used only while an array with the same address, size
+        and dtype is passed, i.e. while that memory is the caller's again.
+        """
+        n = int(array.size)
+        if n == 0:
+            return self.empty(0, array.dtype)
+        return np.asarray(_Memory(self.address(array), n, array.dtype))
+
     def may_share_memory(self, a, b) -> bool:
         return bool(np.may_share_memory(a, b))
 
     def __repr__(self) -> str:
         return f"<ccsynth {self.name} backend>"
+
+
+class _Memory:
+    """Raw memory as NumPy sees it: an ``__array_interface__`` with no owner behind it."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, address: int, n: int, dtype) -> None:
+        self.__array_interface__ = {"data": (address, False), "shape": (n,), "typestr": np.dtype(dtype).str,
+                                    "version": 3}
 
 
 _BACKENDS = {"numpy": "ccsynth.kernels.numpy_backend:NumpyBackend", "cupy": "ccsynth.kernels.cupy_backend:CupyBackend"}

@@ -105,5 +105,13 @@ class CupyBackend(Backend):
     def address(self, array) -> int:
         return int(array.data.ptr)
 
+    def alias(self, array):
+        cp = self._cp
+        n = int(array.size)
+        if n == 0:
+            return self.empty(0, array.dtype)
+        mem = cp.cuda.UnownedMemory(self.address(array), n * array.dtype.itemsize, None)
+        return cp.ndarray((n,), array.dtype, cp.cuda.MemoryPointer(mem, 0))
+
     def may_share_memory(self, a, b) -> bool:
         return bool(self._cp.may_share_memory(a, b))

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import mmap
 from typing import Any, Callable
 
 import numpy as np
@@ -21,6 +22,9 @@ from ccsynth.kernels.base import Backend
 __all__ = ["NumpyBackend"]
 
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
+
+#: buffers at least this large get pages of their own (see NumpyBackend.empty)
+MMAP_BYTES = 1 << 20
 
 
 def _ufunc(op: str):
@@ -47,7 +51,26 @@ class NumpyBackend(Backend):
         return np
 
     def empty(self, n: int, dtype: Any):
-        return np.empty(int(n), dtype=dtype)
+        """A new array; from :data:`MMAP_BYTES` up it is an anonymous mapping of its own.
+
+        glibc serves a large ``malloc`` with ``mmap`` at first, but once such a
+        block is freed it raises its threshold (up to 32 MiB) and serves the
+        next ones from the heap, whose freed memory it does not return to the
+        system: a program cycling through message sizes would see its
+        resident memory drift far above what the runtime keeps. A mapping of
+        its own is returned to the system as soon as the array is dropped.
+        """
+        dt = np.dtype(dtype)
+        nbytes = int(n) * dt.itemsize
+        if nbytes >= MMAP_BYTES:
+            return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dt)
+        return np.empty(int(n), dtype=dt)
+
+    def zeros(self, n: int, dtype: Any):
+        dt = np.dtype(dtype)
+        if int(n) * dt.itemsize >= MMAP_BYTES:
+            return self.empty(n, dt)  # a fresh mapping reads as zeros
+        return np.zeros(int(n), dtype=dt)
 
     def copy(self, dst, src) -> None:
         np.copyto(dst, src, casting="no")

@@ -28,7 +28,7 @@ Example:
     >>> from ccsynth.topologies.catalog import ring
     >>> t = ring(8)
     >>> chunk_factor_ladder("ring", "allreduce", t, 1 << 20)
-    (8, 16, 32, 64, 128, 256, 512)
+    (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
     >>> best = best_baseline(Collective("allreduce", 8), t, 1 << 20)
     >>> best.name in ("ring", "multi_ring", "recursive_halving", "direct", "one_shot", "recursive_doubling")
     True
@@ -41,7 +41,7 @@ from typing import NamedTuple, Sequence
 
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
-from ccsynth.errors import CCSynthError
+from ccsynth.errors import CCSynthError, CollectiveError
 from ccsynth.synth.baselines import BASELINES, make_baseline, min_chunk_factor, why_not
 from ccsynth.synth.simulate import SimResult, simulate
 from ccsynth.tolerance import is_less
@@ -85,7 +85,10 @@ def chunk_factor_ladder(name: str, kind: str, topology: Topology, size_bytes: fl
     c = base
     while True:
         c *= 2
-        size_chunks = Collective(kind, topology.n_ranks, c).size_chunks
+        try:
+            size_chunks = Collective(kind, topology.n_ranks, c).size_chunks
+        except CollectiveError:  # beyond ccsynth.limits: a larger factor is no candidate either
+            break
         if size_chunks > MAX_SEARCH_CHUNKS or size_bytes / size_chunks < MIN_CHUNK_BYTES:
             break
         out.append(c)

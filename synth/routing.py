@@ -127,6 +127,9 @@ def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int,
     """The candidate edges of chunk ``(src, j)``, the ranks by distance, and each edge's latency slack.
 
     ``detours=0``: the edges on latency-shortest paths from ``src`` (a DAG).
+    The sketch's relay rules admit the edges
+    (:meth:`~ccsynth.synth.sketch.LogicalTopology.relay_edge_ok`: data every
+    rank needs enters another node once and spreads there).
     ``detours=1``: every edge that does not lead back towards ``src``
     (``dist(u) <= dist(v)``), including edges between ranks at the same
     distance in both directions; those could form cycles, which the routing
@@ -136,7 +139,7 @@ def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int,
     """
     paths = paths if paths is not None else LatencyPaths(lt)
     w = paths.weights
-    dist = paths.distances_from(src, lambda u, v: lt.edge_ok(src, j, u, v))
+    dist = paths.distances_from(src, lambda u, v: lt.relay_edge_ok(src, j, u, v))
     n = lt.n
     order = sorted(dist, key=lambda x: (dist[x], (x - src) % n))
     pos = {r: i for i, r in enumerate(order)}
@@ -144,7 +147,7 @@ def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int,
     slack = {}
     for u in order:
         for v in lt.out_edges[u]:
-            if v == src or v not in dist or not lt.edge_ok(src, j, u, v):
+            if v == src or v not in dist or not lt.relay_edge_ok(src, j, u, v):
                 continue
             s = dist[u] + w[(u, v)] - dist[v]
             tight = is_close(dist[u] + w[(u, v)], dist[v])

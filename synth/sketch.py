@@ -11,6 +11,25 @@ A :class:`Sketch` narrows the synthesis problem the way a TACCL user does:
   ``j`` of every rank may leave through; ``enforce_ordering``: a sender puts
   its own chunks on the wire before relayed ones; ``ring`` (ccsynth): a node
   sends only to the next node, ``k -> k+1 mod N``, as rings along rails do);
+* **relays as TACCL means them** -- TACCL (``taccl/cli/common.py``,
+  ``taccl/routing.py``) expands ``fully-connected`` to every sender -> every
+  receiver and ``direct-map`` to GPU ``i`` -> GPU ``i``, lets a chunk use
+  any GPU on its shortest paths (its candidate sets are sets of GPUs, not
+  paths) and requires it to cross from its own node into every other node
+  (at least once, never back): a chunk *enters a node and spreads inside
+  it*. Routing over latency-shortest paths alone would instead send data
+  that every rank needs across the network to every GPU of a node it can
+  reach directly (``fully-connected`` on NDv2: once per remote GPU through
+  the node's one NIC). So where the relay rules let a sender reach several
+  GPUs of a node (no ``connections``, ``fully-connected``, or a sender with
+  several receivers), data of rank ``s`` enters every other node at one GPU
+  (:meth:`LogicalTopology.entry_local`: the receivers its senders may reach,
+  taken in turn by ``s``'s index inside its node, so the ranks of a node
+  enter through different GPUs) and spreads from there
+  (:meth:`LogicalTopology.relay_edge_ok`, which the allgather routing -- and
+  reduce-scatter, its reverse -- uses; alltoall data has one destination and
+  keeps :meth:`LogicalTopology.edge_ok`). The routing stays a shortest-path
+  DAG, one of the routings TACCL's model admits;
 * **switch hyperedge policy** per switch (:data:`SWITCH_POLICIES`): ``uc-max``
   uses as many distinct connections of the switch as possible (spreads the
   sends), ``uc-min`` as few as possible (relays through a few partners);
@@ -64,7 +83,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
+from ccsynth.atomic import write_text
 from ccsynth.errors import SizeError, SketchError
+from ccsynth.limits import check as check_limit
+from ccsynth.reading import parse_json, read_text
 from ccsynth.tolerance import is_close
 from ccsynth.units import parse_size
 
@@ -201,6 +223,11 @@ class Sketch:
         object.__setattr__(self, "exclude", tuple((int(a), int(b)) for a, b in self.exclude))
         if isinstance(self.chunk_factor, bool) or not isinstance(self.chunk_factor, int) or self.chunk_factor < 1:
             raise SketchError(f"sketch {self.name!r}: chunk factor (input_chunkup) must be a positive integer, got {self.chunk_factor!r}")
+        check_limit(f"sketch {self.name!r}: chunk factor (input_chunkup)", self.chunk_factor, "MAX_CHUNK_FACTOR", SketchError)
+        if self.nnodes is not None:
+            if isinstance(self.nnodes, bool) or not isinstance(self.nnodes, int) or self.nnodes < 1:
+                raise SketchError(f"sketch {self.name!r}: nnodes must be a positive integer, got {self.nnodes!r}")
+            check_limit(f"sketch {self.name!r}: nnodes", self.nnodes, "MAX_RANKS", SketchError)
         if self.input_size is not None and (not isinstance(self.input_size, int) or self.input_size <= 0):
             raise SketchError(f"sketch {self.name!r}: input size must be a positive number of bytes, got {self.input_size!r}")
         if self.intranode not in INTRANODE_STRATEGIES:
@@ -211,6 +238,7 @@ class Sketch:
         for off, size in self.symmetry:
             if size < 1 or off < 0:
                 raise SketchError(f"sketch {self.name!r}: symmetry offset [{off}, {size}] needs offset >= 0 and size >= 1")
+            check_limit(f"sketch {self.name!r}: symmetry size", size, "MAX_RANKS", SketchError)
 
     # ------------------------------------------------------------------ helpers
     def with_chunk_factor(self, c: int) -> "Sketch":
@@ -257,7 +285,10 @@ def int_field(v, what: str, minimum: int = 0) -> int:
     if isinstance(v, bool):
         raise SketchError(f"{what} must be an integer, got {v!r}")
     if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        v = int(v)
+        try:
+            v = int(v)
+        except ValueError:  # more digits than Python converts
+            raise SketchError(f"{what} must be an integer >= {minimum}, got a {len(v)}-character number") from None
     if not isinstance(v, int) or v < minimum:
         raise SketchError(f"{what} must be an integer >= {minimum}, got {v!r}")
     return v
@@ -362,6 +393,9 @@ def sketch_from_dict(d: Any, source: str = "") -> Sketch:
         raise SketchError(f"{what}: sketch version {d.get('version')!r} is not supported (this ccsynth reads {VERSION})")
     check_fields(d, ("format", "version", "name", "chunk_factor", "input_size", "symmetry", "switches", "intranode",
                     "internode", "exclude", "detours", "nnodes"), what)
+    for key in ("switches", "exclude"):
+        if d.get(key) is not None and not isinstance(d[key], list):
+            raise SketchError(f"{what}: {key} must be a list, got {d[key]!r}")
     switches = []
     for i, s in enumerate(d.get("switches") or []):
         if not isinstance(s, Mapping):
@@ -394,13 +428,7 @@ def sketch_from_dict(d: Any, source: str = "") -> Sketch:
 def read_sketch_json(path: str | os.PathLike) -> Any:
     """The parsed JSON of a sketch file; unreadable or malformed files raise :class:`SketchError`."""
     p = os.fspath(path)
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except OSError as e:
-        raise SketchError(f"cannot read sketch {p!r}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise SketchError(f"sketch {p!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    return parse_json(read_text(p, "sketch", SketchError), f"sketch {p!r}", SketchError)
 
 
 def load_sketch(path: str | os.PathLike) -> Sketch:
@@ -410,10 +438,8 @@ def load_sketch(path: str | os.PathLike) -> Sketch:
 
 
 def save_sketch(sketch: Sketch, path: str | os.PathLike) -> None:
-    """Write ``sketch`` as ccsynth sketch JSON."""
-    with open(path, "w") as f:
-        json.dump(sketch.to_dict(), f, indent=2)
-        f.write("\n")
+    """Write ``sketch`` as ccsynth sketch JSON, atomically (see :mod:`ccsynth.atomic`)."""
+    write_text(path, json.dumps(sketch.to_dict(), indent=2) + "\n", what="sketch")
 
 
 # --------------------------------------------------------------------------- symmetry
@@ -560,6 +586,8 @@ class LogicalTopology:
     def _setup_internode(self) -> None:
         inter = self.sketch.internode
         self.inter = inter
+        self.spreads = False
+        self._entries: dict[tuple[int, frozenset | None], int | None] = {}
         if inter is None:
             return
         sizes = {len(r) for r in self.node_ranks.values()}
@@ -575,6 +603,8 @@ class LogicalTopology:
         elif inter.pattern == "fully-connected":
             conn = None
         self.conn = conn
+        # a sender reaching several GPUs of a node: data enters each node once and spreads (module docstring)
+        self.spreads = self.topology.n_nodes > 1 and (conn is None or any(len(d) > 1 for d in conn.values()))
         for what, m in (("internode connection", inter.conn_map), ("gpus_to_sender_rev_map", inter.sender_map)):
             for s, vals in (m or {}).items():
                 for x in (s, *vals):
@@ -605,6 +635,42 @@ class LogicalTopology:
         if self.conn is None:
             return True
         return self.local[v] in self.conn.get(self.local[u], ())
+
+    def entry_local(self, src: int, j: int = 0) -> int | None:
+        """The GPU (index inside a node) at which piece ``j`` of ``src`` enters every other node; None: anywhere.
+
+        Only when the relay rules spread (see the module docstring): the
+        receivers of the senders that may forward the piece (``senders``,
+        ``chunk_relays``), the ``k``-th of them for ``src``'s index ``k``
+        inside its node (modulo their number). Pieces of one chunk class
+        (:meth:`chunk_classes`) enter at the same GPU.
+        """
+        if not self.spreads:
+            return None
+        k = self.local[src]
+        rm = self.inter.relay_map
+        relays = rm.get(j) if rm is not None else None
+        key = (k, relays)
+        if key not in self._entries:
+            g = self.gpus_per_node
+            senders = [s for s in (range(g) if self.conn is None else sorted(self.conn))
+                       if relays is None or s in relays]
+            sm = self.inter.sender_map
+            if sm is not None:
+                senders = [s for s in senders if k in sm.get(s, ())]
+            receivers = sorted(set(range(g)) if self.conn is None and senders else
+                               {r for s in senders for r in (self.conn or {}).get(s, ())})
+            self._entries[key] = receivers[k % len(receivers)] if receivers else None
+        return self._entries[key]
+
+    def relay_edge_ok(self, src: int, j: int, u: int, v: int) -> bool:
+        """:meth:`edge_ok`, and data every rank needs enters another node only at :meth:`entry_local`."""
+        if not self.edge_ok(src, j, u, v):
+            return False
+        if self.spreads and self.is_cross(u, v):
+            entry = self.entry_local(src, j)
+            return entry is None or self.local[v] == entry
+        return True
 
     def sender_ok(self, src: int, j: int, u: int) -> bool:
         """May chunk ``j`` of rank ``src`` leave ``src``'s node from rank ``u``?"""
@@ -719,6 +785,14 @@ class LogicalTopology:
                         if self.sender_ok(src, j, u) != self.sender_ok(perm[src], j, perm[u]):
                             return (f"the relay rules let rank {u} forward chunk {j} of rank {src} but not rank "
                                     f"{perm[u]} forward that of rank {perm[src]} (or the reverse)")
+        if self.spreads:
+            for j in [cls[0] for cls in self.chunk_classes(self.sketch.chunk_factor)]:
+                for src in range(self.n):
+                    e, img = self.entry_local(src, j), self.entry_local(perm[src], j)
+                    for node, ranks in self.node_ranks.items():
+                        if e is not None and node != self.node_of[src] and self.local[perm[ranks[e]]] != img:
+                            return (f"piece {j} of rank {src} enters node {node} at rank {ranks[e]}, but that of its "
+                                    f"image {perm[src]} enters elsewhere than {perm[ranks[e]]}")
         for sw in topo.switches:
             members = sorted(perm[r] for r in sw.ranks)
             img = [s for s in topo.switches if sorted(s.ranks) == members]

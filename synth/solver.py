@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 import pulp
 
 from ccsynth.errors import InfeasibleError, SolverError
+from ccsynth.limits import check as check_limit
 from ccsynth.tolerance import EVENT_REL, is_close
 
 __all__ = ["SOLVERS", "SolverOptions", "SolveResult", "available_solvers", "resolve_solver", "solve", "value"]
@@ -84,6 +85,7 @@ class SolverOptions:
         if self.threads is not None:
             if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
                 raise SolverError(f"threads must be a positive integer, got {self.threads!r}")
+            check_limit("solver threads", self.threads, "MAX_SOLVER_THREADS", SolverError)
 
     def with_time_limit(self, seconds: float | None) -> "SolverOptions":
         return replace(self, time_limit=seconds)

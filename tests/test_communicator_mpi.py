@@ -166,7 +166,8 @@ def batches(request, tmp_path_factory) -> Batches:
     return Batches(request.session, tmp_path_factory)
 
 
-COLLECTIVE_CASES = ("default", "hand", "baselines", "executor", "specs", "dataflow", "replay", "levels_agree")
+COLLECTIVE_CASES = ("default", "hand", "baselines", "executor", "specs", "dataflow", "replay", "levels_agree",
+                    "generations")
 
 
 @pytest.mark.parametrize("k,case", [(k, c) for k in (2, 3, 4) for c in COLLECTIVE_CASES])

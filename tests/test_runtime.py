@@ -51,9 +51,9 @@ def test_a_profiled_run_is_the_same_loop_with_timed_calls(monkeypatch, slice_byt
     module = dataflow if loop is dataflow.run_dataflow else straight_line
     name = loop.__name__
 
-    def spy(lay, bnd, k, mpi, failures):
+    def spy(lay, bnd, k, mpi, failures, ch):
         calls.append(k)
-        return loop(lay, bnd, k, mpi, failures)
+        return loop(lay, bnd, k, mpi, failures, ch)
 
     monkeypatch.setattr(sys.modules["ccsynth.collectives.executor"], name, spy)
     x = np.arange(40.0)

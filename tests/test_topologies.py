@@ -25,6 +25,7 @@ from ccsynth.topologies import (
     dgx2,
     dgx_a100,
     dgx_h100,
+    fat_tree,
     fully_connected,
     get_topology,
     hierarchical,
@@ -61,9 +62,13 @@ CATALOG = {
     "ndv2x2": (16, 2, 2 * 32 + 16 * 8),
     "ndv2x3": (24, 3, 3 * 32 + 24 * 16),
     "dgx_a100": (8, 1, 56),
-    "dgx_a100x4": (32, 4, 4 * 56 + 8 * 4 * 3),
+    # rails and spine: every GPU reaches every GPU of the other nodes (same rail on its leaf, others through the spine)
+    "dgx_a100x4": (32, 4, 4 * 56 + 32 * 24),
     "dgx_h100": (8, 1, 56),
-    "dgx_h100x2": (16, 2, 2 * 56 + 8 * 2),
+    "dgx_h100x2": (16, 2, 2 * 56 + 16 * 8),
+    "fat_tree:4x2": (8, 4, 4 * 2 + 8 * 6),
+    "fat_tree:6x4:2:2": (24, 6, 6 * 12 + 24 * 20),
+    "fat_tree:6x1:4": (6, 6, 6 * 5),
     "ring:2": (2, 1, 2),
     "ring:8": (8, 1, 16),
     "fully_connected:5": (5, 1, 20),
@@ -153,11 +158,64 @@ def test_dgx_rails(build, nvswitch, nic):
     rail2 = {s.name: s for s in t.switches}["rail2"]
     assert rail2.ranks == (2, 10, 18) and rail2.bw == nic
     assert t.connection(2, 18).via == "rail2" and t.connection(2, 18).bw == nic
+    assert t.connection(2, 18).alpha == 2.6  # same rail: one hop, on the leaf
     assert t.connection(2, 5).bw == nvswitch
-    assert not t.has_connection(2, 13)  # other rail, other node: through the NVSwitch first
+    # other rail, other node: through the spine, on both NICs, two switch hops more
+    c = t.connection(2, 13)
+    assert c.via == "spine" and c.bw == nic and c.alpha == pytest.approx(2.6 + 2 * 0.3) and c.overhead == 5.7
+    assert c.resources == ("rail2:tx2", "rail5:rx13")
+    assert t.connection(2, 18).resources == ("rail2:tx2", "rail2:rx18")  # the same NIC port as the spine traffic
     assert [d.size for d in t.dims] == [8, 3]
     single = build(1)
-    assert [s.name for s in single.switches] == ["nvswitch0"]
+    assert [s.name for s in single.switches] == ["nvswitch0"] and not single.spines
+
+
+@pytest.mark.parametrize("build, su", [(dgx_a100, 20), (dgx_h100, 32)])
+def test_dgx_scalable_units(build, su):
+    # beyond one scalable unit each SU has its own rail leaves; same rail, other SU: through the spine
+    t = build(su + 2)
+    leaves = [s for s in t.switches if "rail" in s.name]
+    assert len(leaves) == 16 and leaves[0].name == "su0.rail0" and len(leaves[0].ranks) == su
+    last = {s.name: s for s in leaves}["su1.rail3"]
+    assert last.ranks == (8 * su + 3, 8 * su + 11)
+    assert t.connection(3, 8 * (su - 1) + 3).via == "su0.rail3"
+    assert t.connection(3, 8 * su + 3).via == "spine"
+    assert t.spines[0].uplink_bw is None  # non-blocking
+
+
+def test_catalog_at_scale_builds_fast_and_counts_its_connections():
+    import time
+
+    start = time.perf_counter()
+    t = get_topology("dgx_a100x128")
+    built = time.perf_counter() - start
+    assert t.n_ranks == 1024 and built < 2.0
+    assert t.connection_count() == 1024 * 1023  # every pair: NVSwitch, a rail leaf or the spine
+    kinds = {(c.kind, c.alpha): c.count for c in t.connection_classes()}
+    assert kinds[("switch", 0.7)] == 128 * 56
+    assert kinds[("spine", 3.2)] + kinds[("switch", 2.6)] == 1024 * 1016
+    assert t.connection(5, 1021).via == "spine" and t.connection(5, 1021).resources == ("su0.rail5:tx5", "su6.rail5:rx1021")
+    assert len(t.connections_from(0)) == 1023
+    assert get_topology(t.name) == t
+    h = get_topology("dgx_h100x32")
+    assert h.n_ranks == 256 and h.connection_count() == 256 * 255 and len(h.spines[0].leaves) == 8
+
+
+def test_fat_tree_oversubscription_caps_the_up_links():
+    t = fat_tree(8, 4, leaf_nodes=4, oversubscription=2)
+    assert t.name == "fat_tree:8x4:4:2" and get_topology(t.name) == t
+    assert t.spines[0].uplink_bw == 4 * 25 / 2
+    same_leaf, other_rail, other_group = t.connection(0, 4), t.connection(0, 5), t.connection(0, 16)
+    assert same_leaf.via == "su0.rail0" and same_leaf.resources == ("su0.rail0:tx0", "su0.rail0:rx4")
+    assert other_rail.resources == ("su0.rail0:tx0", "su0.rail1:rx5", "spine:up.su0.rail0", "spine:down.su0.rail1")
+    assert other_group.via == "spine" and other_group.bw == 25.0
+    caps = {c.name: c for c in t.bandwidth_constraints()}
+    assert caps["spine:up.su0.rail0"].bw == 50.0 and caps["spine:up.su0.rail0"].srcs == frozenset({0, 4, 8, 12})
+    assert t.resource_bw["spine:down.su1.rail3"] == 50.0
+    assert fat_tree(8, 4).spines[0].uplink_bw is None  # 1:1 is non-blocking
+    assert get_topology("fattree:8x4@100,50/1,3").connection(0, 5).alpha == 3.6
+    one_gpu = fat_tree(3, 1)
+    assert [s.name for s in one_gpu.switches] == ["rail0"] and not one_gpu.spines
 
 
 def test_ring_and_fully_connected():
@@ -509,8 +567,10 @@ def test_taccl_custom_matrices_are_dst_src_and_scaled():
     assert ports["nic1.1.rx"].srcs == (0, 1, 2, 3)
     assert t2.connection(0, 5).alpha == pytest.approx(2.0)
     assert t2.connection(0, 5).bw == pytest.approx(32768 / 3.2 / 1e3)
-    # without the scale the same file is read as 10x slower
-    assert load_taccl_topology(path).connection(0, 1).bw == pytest.approx(per_link / 10)
+    # without the scale option the size in its name gives TACCL's factor for 32 KB profiles, x10
+    inferred = load_taccl_topology(path)
+    assert inferred.connections() == t.connections() and "TACCL's factor x10" in inferred.description
+    assert load_taccl_topology(path, time_scale=1).connection(0, 1).bw == pytest.approx(per_link / 10)
 
 
 def test_taccl_hub_and_spoke_is_a_switch():

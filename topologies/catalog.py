@@ -19,11 +19,37 @@ Figures and where they come from
   NIC per VM = 12.5 GB/s (Microsoft Learn, "NDv2-series").
 * DGX A100: 8 A100 on 6 NVSwitches, 600 GB/s bidirectional = 300 GB/s per
   direction per GPU; 8 single-port ConnectX-6 200 Gb/s HDR compute NICs
-  = 25 GB/s each, one per GPU (NVIDIA DGX A100 datasheet and user guide);
-  rail-optimized wiring as in the DGX SuperPOD reference architecture.
+  = 25 GB/s each, one per GPU (NVIDIA DGX A100 datasheet and user guide).
 * DGX H100: 8 H100 on 4 NVSwitches, 900 GB/s bidirectional = 450 GB/s per
   direction per GPU; 8 ConnectX-7 400 Gb/s NDR = 50 GB/s each (NVIDIA DGX
   H100 datasheet).
+* The compute fabric between DGX nodes (NVIDIA DGX SuperPOD reference
+  architectures: RA-09950-001 for DGX A100, RA-11333-001 / docs.nvidia.com
+  "DGX SuperPOD ... H100, Network Fabrics" for DGX H100): nodes come in
+  *scalable units* (SUs) of 20 (A100, 40-port HDR QM8790 leaves) or 32
+  (H100, 64-port NDR QM9700 leaves) nodes; in an SU, NIC ``i`` of every
+  node plugs into leaf switch ``i`` (*rail-optimized*); each leaf has as
+  many up-links to the spine as down-links (non-blocking fat tree: the H100
+  RA's 4-SU pod has 1,020 node cables and 1,024 leaf-spine cables). "Traffic
+  per rail ... is always one hop away from the other ... nodes in a SU.
+  Traffic between nodes, or between rails, traverses the spine layer" (H100
+  RA). ccsynth: one :class:`~ccsynth.topologies.model.Switch` per rail and
+  SU (``rail{i}``, or ``su{s}.rail{i}`` beyond one SU) and one
+  non-blocking :class:`~ccsynth.topologies.model.Spine` joining them, so a
+  GPU reaches a GPU of another rail (or another SU) directly, through its
+  own NIC and the receiver's, at two switch hops more than on a leaf. (The
+  140-node A100 pod puts a core tier above its spine groups; ccsynth
+  charges every leaf-to-leaf path the same two extra hops.)
+* A switch hop: NVIDIA's HDR Quantum switches (QM8700/QM8790 datasheet)
+  forward port to port in 130 ns; leaf and spine sit a few racks apart,
+  up to about 30 m of fibre at 5 ns/m. ccsynth charges
+  :data:`IB_SWITCH_HOP_US` = 0.3 us per extra hop, so a message through the
+  spine has ``IB_ALPHA_US + 2 * 0.3`` = 3.2 us of latency and the same
+  InfiniBand per-message overhead.
+* ``fat_tree`` generalises the same two tiers: any number of nodes and
+  GPUs per node, leaves for groups of ``leaf_nodes`` nodes, and an
+  *oversubscription* ratio ``r:1`` that leaves each leaf ``1/r`` of its
+  down-link bandwidth towards the spine (a :class:`Spine` ``uplink_bw``).
 * Latency: TACCL (Shah et al., NSDI'23) profiled NDv2 at alpha = 0.3 us on
   NVLink and 2.6 us across InfiniBand (``taccl/examples/topo/topo-ndv2-1MB.json``).
   NCCL's tuning model charges about 0.5-0.6 us per NVLink hop for its
@@ -54,15 +80,22 @@ Example:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
+from ccsynth import limits
 from ccsynth.errors import TopologyError
-from ccsynth.topologies.model import Dimension, Link, SharedPort, Switch, Topology
+from ccsynth.topologies.model import Dimension, Link, SharedPort, Spine, Switch, Topology
 
 #: latency of one NVLink / NVSwitch hop (us); see the module docstring.
 NVLINK_ALPHA_US = 0.7
 #: latency of one InfiniBand hop (us), TACCL's NDv2 profile.
 IB_ALPHA_US = 2.6
+#: latency of one more InfiniBand switch hop (us), leaf to spine or back; see the module docstring.
+IB_SWITCH_HOP_US = 0.3
+#: nodes per scalable unit (one leaf switch per rail) of the DGX SuperPOD reference architectures
+DGX_A100_SU_NODES = 20
+DGX_H100_SU_NODES = 32
 #: per-message overhead on each end of an NVLink / NVSwitch message (us); see the module docstring.
 NVLINK_OVERHEAD_US = 1.35
 #: per-message overhead on each end of an InfiniBand message (us); see the module docstring.
@@ -75,9 +108,12 @@ DEFAULT_BW = 25.0
 DEFAULT_ALPHA = 0.7
 DEFAULT_OVERHEAD = NVLINK_OVERHEAD_US
 
-#: Guards against typos such as ``ring:80000``: building is O(connections).
-MAX_RANKS = 4096
-MAX_CONNECTIONS = 300_000
+#: Guards against typos such as ``ring:80000``: building links is O(links). Switches and spines
+#: imply their connections without building them (see :mod:`ccsynth.topologies.model`), so
+#: ``MAX_CONNECTIONS`` bounds the links a builder writes out, ``MAX_RANKS`` everything.
+#: The values live in :mod:`ccsynth.limits` (with the reasons); named here too for the catalog's readers.
+MAX_RANKS = limits.MAX_RANKS
+MAX_CONNECTIONS = limits.MAX_CONNECTIONS
 
 #: NVLink count between GPU pairs of a DGX-1 (V100) / NDv2 node, row = GPU 0..7.
 DGX1_NVLINKS: tuple[tuple[int, ...], ...] = (
@@ -100,6 +136,14 @@ _SRC_A100 = ("NVIDIA DGX A100 datasheet / user guide: 6 NVSwitches, 600 GB/s bid
 _SRC_H100 = ("NVIDIA DGX H100 datasheet: 4 NVSwitches, 900 GB/s bidirectional NVLink per GPU; "
              "8 ConnectX-7 NDR 400 Gb/s (50 GB/s) NICs, one per GPU")
 _SRC_RAIL = "NVIDIA DGX SuperPOD reference architecture: rail-optimized InfiniBand (NIC i of every node on leaf/rail i)"
+_SRC_SUPERPOD_A100 = ("NVIDIA DGX SuperPOD with DGX A100 reference architecture (RA-09950-001): scalable units of 20 "
+                      "nodes, one HDR leaf (QM8790, 20 ports down, 20 up) per rail, non-blocking fat tree")
+_SRC_SUPERPOD_H100 = ("NVIDIA DGX SuperPOD with DGX H100 reference architecture (RA-11333-001; docs.nvidia.com/dgx-superpod/"
+                      "reference-architecture-scalable-infrastructure-h100, Network Fabrics): SUs of 32 nodes rail-aligned, "
+                      "'traffic between nodes, or between rails, traverses the spine layer'; 4 SUs: 32 leaves, 16 spines, "
+                      "1,020 node and 1,024 leaf-spine cables (non-blocking)")
+_SRC_SWITCH_HOP = ("NVIDIA Quantum HDR switch (QM8700/QM8790) datasheet: 130 ns port-to-port; with up to ~30 m of fibre "
+                   "(5 ns/m) ccsynth charges 0.3 us per extra switch hop (leaf-spine-leaf: +0.6 us)")
 _SRC_TACCL = ("TACCL (Shah et al., NSDI'23), taccl/examples/topo/topo-ndv2-1MB.json: alpha 0.3 us NVLink, "
               "2.6 us InfiniBand")
 _SRC_ALPHA = ("ccsynth: 0.7 us per NVLink/NVSwitch hop (TACCL's 0.3 us link latency plus kernel per-hop cost, "
@@ -139,11 +183,10 @@ def _per_dim(value, k: int, what: str, *, positive: bool) -> tuple[float, ...]:
 def check_size(n_ranks: int, n_connections: int, what: str) -> None:
     """Refuse a topology larger than ccsynth builds (``what`` names it in the error)."""
     if n_ranks > MAX_RANKS:
-        raise TopologyError(f"{what}: {n_ranks} ranks is more than ccsynth builds ({MAX_RANKS})")
+        raise TopologyError(f"{what}: {n_ranks} ranks is more than ccsynth builds (MAX_RANKS = {MAX_RANKS})")
     if n_connections > MAX_CONNECTIONS:
-        raise TopologyError(
-            f"{what}: would create {n_connections} directed connections, more than ccsynth builds ({MAX_CONNECTIONS})"
-        )
+        raise TopologyError(f"{what}: would create {n_connections} directed connections, more than ccsynth builds "
+                            f"(MAX_CONNECTIONS = {MAX_CONNECTIONS})")
 
 
 def fmt_number(x: float) -> str:
@@ -173,6 +216,17 @@ def _spec_suffix(bws: Sequence[float], alphas: Sequence[float], bw_default, alph
     defaults = [bw_default, alpha_default, overhead_default]
     filled = [p if p is not None else _fmt_list([defaults[i]]) for i, p in enumerate(parts)]
     return "@" + "/".join(filled)
+
+
+def _pairs_suffix(values: Sequence[Sequence[float]], defaults: Sequence[Sequence[float]]) -> str:
+    """``@a,b[/c,d[/e,f]]`` for per-position values, leaving out trailing groups equal to their defaults."""
+    parts = [None if tuple(v) == tuple(d) else ",".join(fmt_number(x) for x in v) for v, d in zip(values, defaults)]
+    while parts and parts[-1] is None:
+        parts.pop()
+    if not parts:
+        return ""
+    return "@" + "/".join(p if p is not None else ",".join(fmt_number(x) for x in defaults[i])
+                          for i, p in enumerate(parts))
 
 
 def _ring_links(ranks: Sequence[int], bw: float, alpha: float, overhead: float = 0.0) -> list[Link]:
@@ -500,58 +554,178 @@ def ndv2(nodes: int = 1) -> Topology:
     )
 
 
-def _dgx_switched(base: str, nodes: int, nvswitch_gbps: float, nic_gbps: float, gpu: str, sources) -> Topology:
-    nodes = _nodes_param(nodes, base, 128)
-    n = 8 * nodes
-    switches = [
-        Switch(f"nvswitch{k}", tuple(range(8 * k, 8 * k + 8)), nvswitch_gbps, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US)
-        for k in range(nodes)
-    ]
-    dims = [Dimension("nvswitch", 8, nvswitch_gbps, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US)]
+@dataclass(frozen=True)
+class _RailFabric:
+    """The parts of a rail-optimized two-tier fat tree, as :func:`_rail_fat_tree` builds them."""
+
+    switches: tuple[Switch, ...]
+    spines: tuple[Spine, ...]
+    dims: tuple[Dimension, ...]
+    groups: int  # scalable units (leaf groups)
+
+
+def _rail_fat_tree(nodes: int, gpus: int, intra_bw: float, nic_bw: float, leaf_nodes: int, oversubscription: float,
+                   intra_alpha: float, nic_alpha: float, intra_overhead: float, nic_overhead: float) -> _RailFabric:
+    """Nodes of ``gpus`` GPUs on a switch each; NIC ``i`` of the nodes of a group on leaf ``i``; a spine above.
+
+    Rank ``r`` is GPU ``r % gpus`` of node ``r // gpus``. Leaves are named
+    ``rail{i}`` when one group holds every node, else ``su{g}.rail{i}``. The
+    spine joins the leaves (when there are two or more); its up-links carry
+    ``leaf_nodes * nic_bw / oversubscription`` GB/s per leaf and direction,
+    or are left uncapped for a ratio of 1 (non-blocking).
+    """
+    switches = []
+    if gpus > 1:
+        switches += [Switch(f"nvswitch{k}", tuple(range(gpus * k, gpus * (k + 1))), intra_bw, intra_alpha, intra_overhead)
+                     for k in range(nodes)]
+    dims = [Dimension("nvswitch", gpus, intra_bw, intra_alpha, intra_overhead)] if gpus > 1 else []
+    groups = -(-nodes // leaf_nodes)
+    spines: list[Spine] = []
     if nodes > 1:
-        # rail-aligned: NIC i of every node hangs off rail switch i; cross-rail
-        # traffic first crosses the NVSwitch (as NCCL's PXN does).
-        switches += [Switch(f"rail{i}", tuple(range(i, n, 8)), nic_gbps, IB_ALPHA_US, IB_OVERHEAD_US) for i in range(8)]
-        dims.append(Dimension("rail", nodes, nic_gbps, IB_ALPHA_US, IB_OVERHEAD_US))
-    nic = f"; 8 x {fmt_number(nic_gbps * 8)} Gb/s NICs ({fmt_number(nic_gbps)} GB/s) per node, rail-aligned"
+        leaves = []
+        for g in range(groups):
+            members = range(g * leaf_nodes, min((g + 1) * leaf_nodes, nodes))
+            for i in range(gpus):
+                name = f"rail{i}" if groups == 1 else f"su{g}.rail{i}"
+                leaves.append(Switch(name, tuple(k * gpus + i for k in members), nic_bw, nic_alpha, nic_overhead))
+        switches += leaves
+        if len(leaves) > 1:
+            uplink = None if oversubscription == 1 else leaf_nodes * nic_bw / oversubscription
+            spines.append(Spine("spine", tuple(l.name for l in leaves), nic_alpha + 2 * IB_SWITCH_HOP_US, nic_overhead,
+                                uplink))
+        dims.append(Dimension("rail", nodes, nic_bw, nic_alpha, nic_overhead))
+    return _RailFabric(tuple(switches), tuple(spines), tuple(dims), groups)
+
+
+def _dgx_switched(base: str, nodes: int, nvswitch_gbps: float, nic_gbps: float, gpu: str, su_nodes: int,
+                  sources) -> Topology:
+    nodes = _nodes_param(nodes, base, MAX_RANKS // 8)
+    n = 8 * nodes
+    check_size(n, 0, f"{base}x{nodes}")
+    fabric = _rail_fat_tree(nodes, 8, nvswitch_gbps, nic_gbps, su_nodes, 1.0, NVLINK_ALPHA_US, IB_ALPHA_US,
+                            NVLINK_OVERHEAD_US, IB_OVERHEAD_US)
     count = "(one node):" if nodes == 1 else f"x{nodes}:"
-    if nodes == 1:
-        nic = ""
+    nic = ""
+    if nodes > 1:
+        units = "one SU" if fabric.groups == 1 else f"{fabric.groups} SUs of {su_nodes} nodes"
+        nic = (f"; 8 x {fmt_number(nic_gbps * 8)} Gb/s NICs ({fmt_number(nic_gbps)} GB/s) per node, one leaf per rail "
+               f"({units}), other rails through a non-blocking spine (+{fmt_number(2 * IB_SWITCH_HOP_US)} us)")
     return Topology(
         name=_family_name(base, nodes),
         n_ranks=n,
-        switches=tuple(switches),
+        switches=fabric.switches,
+        spines=fabric.spines,
         nodes=tuple(r // 8 for r in range(n)),
-        dims=tuple(dims),
+        dims=fabric.dims,
         description=f"NVIDIA {base.upper().replace('_', ' ')} {count} 8 {gpu} per node on NVSwitch "
         f"({fmt_number(nvswitch_gbps)} GB/s per GPU per direction){nic}",
-        sources=tuple(sources) + (_SRC_RAIL, _SRC_TACCL, _SRC_ALPHA, _SRC_OVERHEAD),
+        sources=tuple(sources) + (_SRC_RAIL, _SRC_SWITCH_HOP, _SRC_TACCL, _SRC_ALPHA, _SRC_OVERHEAD),
     )
 
 
 def dgx_a100(nodes: int = 1) -> Topology:
-    """NVIDIA DGX A100 x ``nodes``: NVSwitch (300 GB/s per GPU), 8 HDR NICs per node on rails.
+    """NVIDIA DGX A100 x ``nodes``: NVSwitch (300 GB/s per GPU), 8 HDR NICs per node on rails, a spine above.
 
     Rank ``r`` is GPU ``r % 8`` of node ``r // 8``. Inside a node one switch
-    ``nvswitch{k}``; GPU ``i`` of every node sits on rail switch ``rail{i}``
-    (25 GB/s per port = its own 200 Gb/s HDR NIC, alpha 2.6 us).
+    ``nvswitch{k}``; GPU ``i`` of every node of a scalable unit of 20 nodes
+    sits on rail switch ``rail{i}`` (``su{s}.rail{i}`` beyond 20 nodes;
+    25 GB/s per port = its own 200 Gb/s HDR NIC, alpha 2.6 us); a
+    non-blocking ``spine`` joins the rails, so GPU ``i`` reaches GPU ``j != i``
+    of another node directly (alpha 3.2 us), through both NICs.
 
     >>> t = dgx_a100(2)
-    >>> t.connection(1, 9).via, t.connection(1, 9).bw, t.has_connection(1, 10)
-    ('rail1', 25.0, False)
+    >>> t.connection(1, 9).via, t.connection(1, 9).bw, t.connection(1, 10).via, t.connection(1, 10).alpha
+    ('rail1', 25.0, 'spine', 3.2)
+    >>> t.connection(1, 10).resources
+    ('rail1:tx1', 'rail2:rx10')
     """
-    return _dgx_switched("dgx_a100", nodes, 300.0, 25.0, "A100", (_SRC_A100,))
+    return _dgx_switched("dgx_a100", nodes, 300.0, 25.0, "A100", DGX_A100_SU_NODES, (_SRC_A100, _SRC_SUPERPOD_A100))
 
 
 def dgx_h100(nodes: int = 1) -> Topology:
-    """NVIDIA DGX H100 x ``nodes``: NVSwitch (450 GB/s per GPU), 8 NDR NICs (50 GB/s) per node on rails.
+    """NVIDIA DGX H100 x ``nodes``: NVSwitch (450 GB/s per GPU), 8 NDR NICs (50 GB/s) per node on rails, a spine above.
 
-    Same shape as :func:`dgx_a100`.
+    Same shape as :func:`dgx_a100`, with scalable units of 32 nodes.
 
-    >>> dgx_h100(2).connection(0, 8).bw
-    50.0
+    >>> dgx_h100(2).connection(0, 8).bw, dgx_h100(2).connection(0, 9).bw
+    (50.0, 50.0)
     """
-    return _dgx_switched("dgx_h100", nodes, 450.0, 50.0, "H100", (_SRC_H100,))
+    return _dgx_switched("dgx_h100", nodes, 450.0, 50.0, "H100", DGX_H100_SU_NODES, (_SRC_H100, _SRC_SUPERPOD_H100))
+
+
+#: defaults of :func:`fat_tree`: DGX A100-like nodes (NVSwitch 300 GB/s per GPU, 200 Gb/s HDR NICs)
+FAT_TREE_INTRA_BW = 300.0
+FAT_TREE_NIC_BW = 25.0
+
+
+def fat_tree(
+    nodes: int,
+    gpus: int = 8,
+    *,
+    bw: Sequence[float] = (FAT_TREE_INTRA_BW, FAT_TREE_NIC_BW),
+    alpha: Sequence[float] = (NVLINK_ALPHA_US, IB_ALPHA_US),
+    overhead: Sequence[float] = (NVLINK_OVERHEAD_US, IB_OVERHEAD_US),
+    leaf_nodes: int | None = None,
+    oversubscription: float = 1.0,
+) -> Topology:
+    """A rail-optimized two-tier fat tree: ``nodes`` nodes of ``gpus`` GPUs, leaves per group, a spine.
+
+    Inside a node the GPUs share a switch of ``bw[0]`` GB/s per port
+    (``alpha[0]``, ``overhead[0]``); every GPU has a NIC of ``bw[1]`` GB/s.
+    The nodes come in groups of ``leaf_nodes`` (default: all of them); in a
+    group NIC ``i`` of every node sits on leaf switch ``i`` (``alpha[1]``,
+    ``overhead[1]``); a spine joins the leaves at two switch hops more
+    (``alpha[1] + 0.6`` us). ``oversubscription`` ``r`` (at least 1) gives
+    each leaf ``leaf_nodes * bw[1] / r`` GB/s of up-links (and as much
+    down), so ``2`` halves what a full group can send to other leaves; 1 is
+    non-blocking. Named ``fat_tree:NODESxGPUS[@..][/..][/..][:LEAF_NODES[:OVERSUB]]``
+    (see :mod:`ccsynth.topologies.names`).
+
+    >>> t = fat_tree(4, 2, leaf_nodes=2, oversubscription=2)
+    >>> t.name, [s.name for s in t.switches][4:], t.spines[0].uplink_bw
+    ('fat_tree:4x2:2:2', ['su0.rail0', 'su0.rail1', 'su1.rail0', 'su1.rail1'], 25.0)
+    >>> t.connection(0, 4).resources
+    ('su0.rail0:tx0', 'su1.rail0:rx4', 'spine:up.su0.rail0', 'spine:down.su1.rail0')
+    """
+    nodes = _int_param(nodes, "fat_tree: number of nodes", 1)
+    gpus = _int_param(gpus, "fat_tree: GPUs per node", 1)
+    bws = _per_dim(bw, 2, "fat_tree: bandwidth (inside a node, NIC)", positive=True)
+    alphas = _per_dim(alpha, 2, "fat_tree: latency (inside a node, NIC)", positive=False)
+    overheads = _per_dim(overhead, 2, "fat_tree: per-message overhead (inside a node, NIC)", positive=False)
+    leaf = nodes if leaf_nodes is None else _int_param(leaf_nodes, "fat_tree: nodes per leaf", 1)
+    ratio = _float_param(oversubscription, "fat_tree: oversubscription", positive=True)
+    if ratio < 1:
+        raise TopologyError(f"fat_tree: oversubscription is a ratio r:1 with r >= 1 (1 = non-blocking), got {ratio:g}")
+    n = nodes * gpus
+    if n < 2:
+        raise TopologyError(f"fat_tree {nodes}x{gpus} has {n} rank; it needs at least 2")
+    shape = f"{nodes}x{gpus}"
+    check_size(n, 0, f"fat_tree:{shape}")
+    leaf = min(leaf, nodes)
+    fabric = _rail_fat_tree(nodes, gpus, bws[0], bws[1], leaf, ratio, alphas[0], alphas[1], overheads[0], overheads[1])
+    name = f"fat_tree:{shape}" + _pairs_suffix((bws, alphas, overheads), _FAT_TREE_DEFAULTS)
+    if leaf != nodes or ratio != 1:
+        name += f":{leaf}"
+    if ratio != 1:
+        name += f":{fmt_number(ratio)}"
+    units = "one group" if fabric.groups == 1 else f"{fabric.groups} groups of {leaf} nodes"
+    return Topology(
+        name=name,
+        n_ranks=n,
+        switches=fabric.switches,
+        spines=fabric.spines,
+        nodes=tuple(r // gpus for r in range(n)),
+        dims=fabric.dims,
+        description=f"two-tier fat tree of {nodes} nodes x {gpus} GPUs ({fmt_number(bws[0])} GB/s per GPU inside a "
+        f"node, {fmt_number(bws[1])} GB/s NIC per GPU); one leaf per rail in {units}; spine "
+        + ("non-blocking" if ratio == 1 else f"oversubscribed {fmt_number(ratio)}:1"),
+        sources=("ccsynth generic model of a rail-optimized fat tree", _SRC_RAIL, _SRC_SUPERPOD_H100, _SRC_SWITCH_HOP,
+                 _SRC_OVERHEAD),
+    )
+
+
+_FAT_TREE_DEFAULTS = ((FAT_TREE_INTRA_BW, FAT_TREE_NIC_BW), (NVLINK_ALPHA_US, IB_ALPHA_US),
+                      (NVLINK_OVERHEAD_US, IB_OVERHEAD_US))
 
 
 __all__ = [
@@ -564,7 +738,13 @@ __all__ = [
     "ndv2",
     "dgx_a100",
     "dgx_h100",
+    "fat_tree",
     "DGX1_NVLINKS",
+    "IB_SWITCH_HOP_US",
+    "DGX_A100_SU_NODES",
+    "DGX_H100_SU_NODES",
+    "FAT_TREE_INTRA_BW",
+    "FAT_TREE_NIC_BW",
     "NVLINK_ALPHA_US",
     "IB_ALPHA_US",
     "NVLINK_OVERHEAD_US",

@@ -13,9 +13,15 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7,
                         "overhead_us": 1.35}],
       "shared_ports": [{"name": "nic0.tx", "srcs": [0, ...], "dsts": [8, ...], "bw_GBps": 12.5}],
-      "dims":         [{"name": "nvlink", "size": 8, "bw_GBps": 150.0, "alpha_us": 0.7, "overhead_us": 1.35}]
+      "dims":         [{"name": "nvlink", "size": 8, "bw_GBps": 150.0, "alpha_us": 0.7, "overhead_us": 1.35}],
+      "spines":       [{"name": "spine", "leaves": ["rail0", "rail1", ...], "alpha_us": 3.2,
+                        "overhead_us": 5.7, "uplink_GBps": 250.0}]
     }
 
+``spines`` (the upper tier of a fat tree joining leaf switches, see
+:class:`~ccsynth.topologies.model.Spine`; ``uplink_GBps`` left out for a
+non-blocking spine) is written only when there is one, so files of
+topologies without a spine read the same as before it existed.
 ``format``, ``version``, ``name`` and ``n_ranks`` are required; the lists,
 ``description``, ``sources`` and ``local_bw_GBps`` may be left out, and so
 may every ``overhead_us`` (the per-message overhead on each end of a
@@ -49,19 +55,23 @@ import math
 import os
 from typing import Any, Mapping
 
+from ccsynth.atomic import write_text
 from ccsynth.errors import TopologyError
-from ccsynth.topologies.model import OVERHEAD_SCOPES, Dimension, Link, SharedPort, Switch, Topology
+from ccsynth.limits import check as check_limit, check_min as check_limit_min
+from ccsynth.reading import parse_json, read_text
+from ccsynth.topologies.model import OVERHEAD_SCOPES, Dimension, Link, SharedPort, Spine, Switch, Topology
 
 FORMAT = "ccsynth.topology"
 VERSION = 1
 
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
-             "nodes", "links", "switches", "shared_ports", "dims")
+             "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
     "switches": ("name", "ranks", "bw_GBps", "alpha_us", "overhead_us"),
     "shared_ports": ("name", "srcs", "dsts", "bw_GBps"),
     "dims": ("name", "size", "bw_GBps", "alpha_us", "overhead_us"),
+    "spines": ("name", "leaves", "alpha_us", "overhead_us", "uplink_GBps"),
 }
 
 
@@ -101,10 +111,16 @@ def topology_to_dict(topology: Topology) -> dict:
             for d in t.dims
         ],
     })
+    if t.spines:
+        d["spines"] = [
+            {"name": sp.name, "leaves": list(sp.leaves), "alpha_us": float(sp.alpha), **_overhead_field(sp),
+             **({"uplink_GBps": float(sp.uplink_bw)} if sp.uplink_bw is not None else {})}
+            for sp in t.spines
+        ]
     return d
 
 
-def _overhead_field(entry: Link | Switch | Dimension) -> dict[str, float]:
+def _overhead_field(entry: Link | Switch | Dimension | Spine) -> dict[str, float]:
     # written only when there is one, so that files without overheads round-trip unchanged
     return {"overhead_us": float(entry.overhead)} if entry.overhead else {}
 
@@ -126,12 +142,8 @@ def topology_to_json(topology: Topology) -> str:
 
 
 def save_topology(topology: Topology, path: str | os.PathLike) -> None:
-    """Write ``topology`` to ``path`` in the ccsynth JSON format."""
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(topology_to_json(topology))
-    except OSError as e:
-        raise TopologyError(f"cannot write topology {os.fspath(path)!r}: {e.strerror}") from None
+    """Write ``topology`` to ``path`` in the ccsynth JSON format (atomically: see :mod:`ccsynth.atomic`)."""
+    write_text(path, topology_to_json(topology), what="topology", error=TopologyError)
 
 
 # ------------------------------------------------------------------- reading
@@ -166,6 +178,10 @@ def _number(v, where: str, *, positive: bool) -> float:
         raise TopologyError(f"{where} must be positive, got {v!r}")
     if x < 0:
         raise TopologyError(f"{where} must not be negative, got {v!r}")
+    if positive:  # a bandwidth
+        check_limit_min(where, x, "MIN_BANDWIDTH_GBPS", TopologyError)
+    else:  # a latency
+        check_limit(where, x, "MAX_LATENCY_US", TopologyError)
     return x
 
 
@@ -237,6 +253,7 @@ def _topology_from_dict(d: Any) -> Topology:
     _check_keys(d, _TOP_KEYS, "topology")
     name = _str(_get(d, "name", "topology"), "name")
     n = _int(_get(d, "n_ranks", "topology"), "n_ranks", 1)
+    check_limit("n_ranks", n, "MAX_RANKS", TopologyError)
     description = _str(d.get("description", ""), "description", empty_ok=True)
     sources = tuple(_str(s, f"sources[{i}]", empty_ok=True) for i, s in enumerate(_list(d.get("sources", []), "sources")))
 
@@ -291,6 +308,15 @@ def _topology_from_dict(d: Any) -> Topology:
                 _overhead(e, where),
             )
         )
+    spines = []
+    for where, e in _entries(d, "spines"):
+        leaves = tuple(_str(x, f"{where}.leaves[{i}]") for i, x in enumerate(_list(_get(e, "leaves", where), f"{where}.leaves")))
+        uplink = None
+        if "uplink_GBps" in e:
+            uplink = _number(e["uplink_GBps"], f"{where}.uplink_GBps", positive=True)
+        spines.append(Spine(_str(_get(e, "name", where), f"{where}.name"), leaves,
+                            _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
+                            _overhead(e, where), uplink))
     local_bw = None
     if "local_bw_GBps" in d:
         local_bw = _number(d["local_bw_GBps"], "local_bw_GBps", positive=True)
@@ -311,6 +337,7 @@ def _topology_from_dict(d: Any) -> Topology:
         sources=sources,
         local_bw=local_bw,
         overhead_scope=scope,
+        spines=tuple(spines),
     )
 
 
@@ -321,17 +348,7 @@ def _overhead(entry: Mapping, where: str) -> float:
 def read_json(path: str | os.PathLike, what: str = "topology") -> Any:
     """Parsed JSON of ``path``; unreadable or malformed files raise :class:`TopologyError`."""
     p = os.fspath(path)
-    try:
-        with open(p, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise TopologyError(f"cannot read {what} {p!r}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise TopologyError(f"{what} file {p!r} is not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TopologyError(f"{what} file {p!r} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    return parse_json(read_text(p, what, TopologyError), f"{what} file {p!r}", TopologyError)
 
 
 def load_topology(path: str | os.PathLike) -> Topology:

@@ -1,4 +1,4 @@
-"""The immutable network model: ranks, directed links, switches, shared ports.
+"""The immutable network model: ranks, directed links, switches, spines, shared ports.
 
 Units used everywhere in ccsynth:
 
@@ -30,6 +30,11 @@ A :class:`Topology` holds
 * :class:`Link` -- a directed point-to-point connection ``src -> dst``;
 * :class:`Switch` -- a hyperedge: every member can send to every other member;
   each member has one egress and one ingress port of ``bw`` GB/s;
+* :class:`Spine` -- the upper tier of a two-tier fat tree: it joins leaf
+  switches, so that a member of one leaf reaches every member of another
+  leaf that sits on another node, through the sender's and the receiver's
+  leaf ports (shared with the traffic that stays on a leaf) and, when the
+  leaves' up-links are oversubscribed, through those up-links;
 * :class:`SharedPort` -- a bandwidth cap shared by all traffic from any rank
   of ``srcs`` to any rank of ``dsts`` (a NIC shared by the GPUs of a node);
 * ``nodes`` -- which node (host) each rank sits on;
@@ -37,11 +42,22 @@ A :class:`Topology` holds
   (:class:`Dimension`), rank coordinates being mixed radix, dimension 0
   varying fastest.
 
-At most one connection (a link, or membership of a common switch) exists per
-ordered pair of ranks. :meth:`Topology.connections` lists them all and
-:meth:`Topology.bandwidth_constraints` yields every bandwidth cap as
-``(srcs, dsts, bw, name)`` -- links, switch ports and shared ports alike -- so
-that neither the MILPs nor the simulator special-case switches.
+At most one connection (a link, membership of a common switch, or two
+leaves of a spine) exists per ordered pair of ranks. :meth:`Topology.connections`
+lists them all and :meth:`Topology.bandwidth_constraints` yields every
+bandwidth cap as ``(srcs, dsts, bw, name)`` -- links, switch ports, spine
+up-links and shared ports alike -- so that neither the MILPs nor the
+simulator special-case switches.
+
+**Scale.** Switches and spines imply their connections: a cluster of 1,024
+GPUs behind rail switches and a spine has a million of them. Nothing builds
+them eagerly: construction and validation walk the members only (linear in
+the size of the description), :meth:`Topology.connection` computes one pair
+on demand (and remembers it), :meth:`Topology.connections_from` one rank's,
+:meth:`Topology.connection_count` and :meth:`Topology.connection_classes`
+count them by formula. Only :meth:`Topology.connections` (and the networkx
+graph built from it) materialises every pair, for the callers that need
+them all.
 
 Example:
     >>> from ccsynth.topologies.model import Link, Topology
@@ -53,6 +69,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Iterator
@@ -60,10 +77,25 @@ from typing import Iterator
 import networkx as nx
 
 from ccsynth.errors import TopologyError
+from ccsynth.limits import check as check_limit, check_min as check_limit_min
 
 BYTES_PER_US_PER_GBPS = 1e3
 #: values of :attr:`Topology.overhead_scope` (see the module docstring)
 OVERHEAD_SCOPES = ("connection", "rank")
+
+__all__ = [
+    "BYTES_PER_US_PER_GBPS",
+    "OVERHEAD_SCOPES",
+    "Link",
+    "Switch",
+    "Spine",
+    "SharedPort",
+    "Dimension",
+    "Connection",
+    "ConnectionClass",
+    "BandwidthConstraint",
+    "Topology",
+]
 
 
 @dataclass(frozen=True)
@@ -98,6 +130,39 @@ class Switch:
 
 
 @dataclass(frozen=True)
+class Spine:
+    """The spine tier of a two-tier fat tree, joining the leaf switches named in ``leaves``.
+
+    A member ``a`` of leaf ``A`` reaches every member ``b`` of another leaf
+    ``B`` of this spine that sits on another node (ranks of one node talk
+    over their own interconnect). The message leaves through ``a``'s port on
+    its leaf (resource ``{A}:tx{a}``), climbs to the spine and comes down to
+    ``b``'s port on its leaf (``{B}:rx{b}``): it shares the NICs with the
+    traffic that stays on a leaf. ``uplink_bw``, when given, caps all that
+    leaves a leaf through the spine (``{name}:up.{A}``) and all that comes
+    down into a leaf (``{name}:down.{B}``), each direction: a leaf of ``k``
+    ports of ``B`` GB/s oversubscribed ``r:1`` has ``k * B / r``. ``None``:
+    non-blocking (full bisection; the spine never limits). ``alpha`` is the
+    latency of a message through the spine (two switch hops more than one
+    that stays on a leaf), ``overhead`` the per-message work on each end.
+    """
+
+    name: str
+    leaves: tuple[str, ...]
+    alpha: float  # us
+    overhead: float = 0.0  # us per message, on the sender and on the receiver
+    uplink_bw: float | None = None  # GB/s per leaf and direction; None: non-blocking
+
+    def up(self, leaf: str) -> str:
+        """Resource name of ``leaf``'s up-links into this spine."""
+        return f"{self.name}:up.{leaf}"
+
+    def down(self, leaf: str) -> str:
+        """Resource name of the spine's down-links into ``leaf``."""
+        return f"{self.name}:down.{leaf}"
+
+
+@dataclass(frozen=True)
 class SharedPort:
     """A cap of ``bw`` GB/s on the sum of all traffic from ``srcs`` to ``dsts``."""
 
@@ -123,14 +188,15 @@ class Connection:
     """What it costs to move bytes from ``src`` to ``dst`` directly.
 
     ``resources`` names every bandwidth constraint the transfer consumes
-    (the link itself, or the switch ports, plus shared ports).
+    (the link itself, or the switch ports, plus spine up-links and shared
+    ports).
     """
 
     src: int
     dst: int
     alpha: float
     bw: float
-    via: str  # "link:0->1" or the switch name
+    via: str  # "link:0->1", the switch name or the spine name
     resources: tuple[str, ...]
     overhead: float = 0.0
 
@@ -149,8 +215,25 @@ class Connection:
 
 
 @dataclass(frozen=True)
+class ConnectionClass:
+    """``count`` connections of one kind (``link``, ``switch``, ``spine``) with the same costs."""
+
+    kind: str
+    alpha: float
+    bw: float
+    overhead: float
+    count: int
+
+
+@dataclass(frozen=True)
 class BandwidthConstraint:
-    """``sum(traffic from srcs to dsts) <= bw``: one shared resource."""
+    """``sum(traffic from srcs to dsts) <= bw``: one shared resource.
+
+    The traffic it carries is that of the connections naming it in
+    :attr:`Connection.resources`; ``srcs`` and ``dsts`` give its extent (a
+    pair between them may have a connection of its own that bypasses it,
+    such as two ranks of one node behind a spine's leaves).
+    """
 
     name: str
     srcs: frozenset[int]
@@ -169,6 +252,70 @@ def _check_number(value, what: str, *, positive: bool) -> float:
         kind = "positive" if positive else "non-negative"
         raise TopologyError(f"{what} must be a finite {kind} number, got {value!r}")
     return v
+
+
+def _check_bw(value, what: str) -> float:
+    """A bandwidth (GB/s): positive, finite and at least MIN_BANDWIDTH_GBPS."""
+    v = _check_number(value, what, positive=True)
+    check_limit_min(what, v, "MIN_BANDWIDTH_GBPS", TopologyError)
+    return v
+
+
+def _check_alpha(value, what: str) -> float:
+    """A latency (us): non-negative, finite and at most MAX_LATENCY_US."""
+    v = _check_number(value, what, positive=False)
+    check_limit(what, v, "MAX_LATENCY_US", TopologyError)
+    return v
+
+
+@dataclass(frozen=True)
+class _LeafSeat:
+    """Where a rank sits in a spine: the spine's index and its leaf switch's index."""
+
+    spine: int
+    switch: int
+
+
+class _Index:
+    """Per-rank lookups that answer connection queries without listing every pair."""
+
+    def __init__(self, t: "Topology"):
+        n = t.n_ranks
+        self.link_of: dict[tuple[int, int], Link] = {(l.src, l.dst): l for l in t.links}
+        self.links_from: list[list[Link]] = [[] for _ in range(n)]
+        for link in t.links:
+            self.links_from[link.src].append(link)
+        self.switch_sets: list[frozenset[int]] = [frozenset(sw.ranks) for sw in t.switches]
+        self.switches_of: list[list[int]] = [[] for _ in range(n)]
+        for i, sw in enumerate(t.switches):
+            for r in sw.ranks:
+                self.switches_of[r].append(i)
+        self.switch_index: dict[str, int] = {sw.name: i for i, sw in enumerate(t.switches)}
+        self.seat: list[_LeafSeat | None] = [None] * n
+        self.spine_leaves: list[list[int]] = []  # switch indices of each spine's leaves
+        for si, sp in enumerate(t.spines):
+            leaves = [self.switch_index[name] for name in sp.leaves]
+            self.spine_leaves.append(leaves)
+            for w in leaves:
+                for r in t.switches[w].ranks:
+                    self.seat[r] = _LeafSeat(si, w)
+        self.port_dsts: list[frozenset[int]] = [frozenset(p.dsts) for p in t.shared_ports]
+        self.ports_from: list[list[int]] = [[] for _ in range(n)]
+        for i, p in enumerate(t.shared_ports):
+            for s in set(p.srcs):
+                self.ports_from[s].append(i)
+
+    def spine_targets(self, t: "Topology", src: int) -> list[int]:
+        """The ranks ``src`` reaches through its spine (other leaves, other nodes)."""
+        seat = self.seat[src]
+        if seat is None:
+            return []
+        node = t.nodes[src]
+        out = []
+        for w in self.spine_leaves[seat.spine]:
+            if w != seat.switch:
+                out += [r for r in t.switches[w].ranks if t.nodes[r] != node]
+        return out
 
 
 @dataclass(frozen=True)
@@ -195,15 +342,19 @@ class Topology:
     local_bw: float | None = None
     # "connection" (an engine per peer and channel: GPUs) or "rank" (one engine per rank: CPUs)
     overhead_scope: str = "connection"
+    # upper tiers of fat trees joining leaf switches (see :class:`Spine`)
+    spines: tuple[Spine, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
             raise TopologyError(f"topology {self.name!r}: n_ranks must be a positive integer, got {self.n_ranks!r}")
+        check_limit(f"topology {self.name!r}: n_ranks", self.n_ranks, "MAX_RANKS", TopologyError)
         object.__setattr__(self, "links", tuple(self.links))
         object.__setattr__(self, "switches", tuple(self.switches))
         object.__setattr__(self, "shared_ports", tuple(self.shared_ports))
         object.__setattr__(self, "dims", tuple(self.dims))
         object.__setattr__(self, "sources", tuple(self.sources))
+        object.__setattr__(self, "spines", tuple(self.spines))
         nodes = tuple(self.nodes) if self.nodes else (0,) * self.n_ranks
         object.__setattr__(self, "nodes", nodes)
         n = self.n_ranks
@@ -212,43 +363,15 @@ class Topology:
         for i, node in enumerate(nodes):
             if isinstance(node, bool) or not isinstance(node, int) or node < 0:
                 raise TopologyError(f"topology {self.name!r}: node id of rank {i} must be a non-negative integer, got {node!r}")
-
-        def rank_ok(r, where: str) -> None:
-            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n:
-                raise TopologyError(f"topology {self.name!r}: {where} names unknown rank {r!r} (ranks are 0..{n - 1})")
-
-        seen: dict[tuple[int, int], str] = {}
-        for link in self.links:
-            rank_ok(link.src, f"link {link.src}->{link.dst}")
-            rank_ok(link.dst, f"link {link.src}->{link.dst}")
-            if link.src == link.dst:
-                raise TopologyError(f"topology {self.name!r}: link {link.src}->{link.dst} is a self-loop")
-            _check_number(link.bw, f"topology {self.name!r}: bandwidth of link {link.src}->{link.dst}", positive=True)
-            _check_number(link.alpha, f"topology {self.name!r}: latency of link {link.src}->{link.dst}", positive=False)
-            _check_number(link.overhead, f"topology {self.name!r}: per-message overhead of link {link.src}->{link.dst}", positive=False)
-            key = (link.src, link.dst)
-            if key in seen:
-                raise TopologyError(f"topology {self.name!r}: two connections {link.src}->{link.dst} ({seen[key]} and {link.name})")
-            seen[key] = link.name
-        names = set()
-        for sw in self.switches:
-            if sw.name in names:
-                raise TopologyError(f"topology {self.name!r}: duplicate switch name {sw.name!r}")
-            names.add(sw.name)
-            object.__setattr__(sw, "ranks", tuple(sw.ranks))
-            if len(set(sw.ranks)) != len(sw.ranks) or len(sw.ranks) < 2:
-                raise TopologyError(f"topology {self.name!r}: switch {sw.name!r} needs at least two distinct ranks, got {list(sw.ranks)}")
-            for r in sw.ranks:
-                rank_ok(r, f"switch {sw.name!r}")
-            _check_number(sw.bw, f"topology {self.name!r}: bandwidth of switch {sw.name!r}", positive=True)
-            _check_number(sw.alpha, f"topology {self.name!r}: latency of switch {sw.name!r}", positive=False)
-            _check_number(sw.overhead, f"topology {self.name!r}: per-message overhead of switch {sw.name!r}", positive=False)
-            for a in sw.ranks:
-                for b in sw.ranks:
-                    if a != b:
-                        if (a, b) in seen:
-                            raise TopologyError(f"topology {self.name!r}: two connections {a}->{b} ({seen[(a, b)]} and switch {sw.name})")
-                        seen[(a, b)] = f"switch {sw.name}"
+        # Sizes first: a small file must not make the tables below huge. Switches and spines imply their
+        # connections without building them, so the connection limit counts the links written out.
+        check_limit(f"topology {self.name!r}: links", len(self.links), "MAX_CONNECTIONS", TopologyError)
+        n_pairs = sum(len(sp.srcs) * len(sp.dsts) for sp in self.shared_ports)
+        check_limit(f"topology {self.name!r}: shared-port (source, destination) pairs", n_pairs, "MAX_PORT_PAIRS",
+                    TopologyError)
+        self._check_links()
+        names = self._check_switches()
+        self._check_spines(names)
         if self.overhead_scope not in OVERHEAD_SCOPES:
             raise TopologyError(
                 f"topology {self.name!r}: overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, "
@@ -256,7 +379,7 @@ class Topology:
             )
         if self.local_bw is not None:
             object.__setattr__(
-                self, "local_bw", _check_number(self.local_bw, f"topology {self.name!r}: local copy bandwidth", positive=True)
+                self, "local_bw", _check_bw(self.local_bw, f"topology {self.name!r}: local copy bandwidth")
             )
         for sp in self.shared_ports:
             object.__setattr__(sp, "srcs", tuple(sp.srcs))
@@ -265,80 +388,312 @@ class Topology:
                 raise TopologyError(f"topology {self.name!r}: duplicate resource name {sp.name!r}")
             names.add(sp.name)
             for r in sp.srcs + sp.dsts:
-                rank_ok(r, f"shared port {sp.name!r}")
-            _check_number(sp.bw, f"topology {self.name!r}: bandwidth of shared port {sp.name!r}", positive=True)
-        if self.dims:
-            prod = 1
-            for d in self.dims:
-                if d.size < 1:
-                    raise TopologyError(f"topology {self.name!r}: dimension {d.name!r} has size {d.size}")
-                _check_number(d.bw, f"topology {self.name!r}: bandwidth of dimension {d.name!r}", positive=True)
-                _check_number(d.alpha, f"topology {self.name!r}: latency of dimension {d.name!r}", positive=False)
-                _check_number(d.overhead, f"topology {self.name!r}: per-message overhead of dimension {d.name!r}", positive=False)
-                prod *= d.size
-            if prod != n:
-                raise TopologyError(
-                    f"topology {self.name!r}: dimension sizes {[d.size for d in self.dims]} multiply to {prod}, not {n} ranks"
-                )
+                self._rank_ok(r, f"shared port {sp.name!r}")
+            _check_bw(sp.bw, f"topology {self.name!r}: bandwidth of shared port {sp.name!r}")
+        self._check_dims()
 
-    # ------------------------------------------------------------------ views
-    @cached_property
-    def _connections(self) -> dict[tuple[int, int], Connection]:
-        extra: dict[tuple[int, int], list[str]] = {}
-        for sp in self.shared_ports:
-            for s in sp.srcs:
-                for d in sp.dsts:
-                    if s != d:
-                        extra.setdefault((s, d), []).append(sp.name)
-        sp_bw = {sp.name: sp.bw for sp in self.shared_ports}
-        out: dict[tuple[int, int], Connection] = {}
+    # ------------------------------------------------------------ validation
+    def _rank_ok(self, r, where: str) -> None:
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.n_ranks:
+            raise TopologyError(f"topology {self.name!r}: {where} names unknown rank {r!r} (ranks are 0..{self.n_ranks - 1})")
+
+    def _check_links(self) -> None:
+        seen: set[tuple[int, int]] = set()
         for link in self.links:
-            res = (link.name, *extra.get((link.src, link.dst), ()))
-            bw = min([link.bw] + [sp_bw[r] for r in res[1:]])
-            out[(link.src, link.dst)] = Connection(link.src, link.dst, link.alpha, bw, link.name, res, link.overhead)
-        for sw in self.switches:
-            for a in sw.ranks:
-                for b in sw.ranks:
-                    if a != b:
-                        res = (f"{sw.name}:tx{a}", f"{sw.name}:rx{b}", *extra.get((a, b), ()))
-                        bw = min([sw.bw] + [sp_bw[r] for r in res[2:]])
-                        out[(a, b)] = Connection(a, b, sw.alpha, bw, sw.name, res, sw.overhead)
-        return dict(sorted(out.items()))
+            self._rank_ok(link.src, f"link {link.src}->{link.dst}")
+            self._rank_ok(link.dst, f"link {link.src}->{link.dst}")
+            if link.src == link.dst:
+                raise TopologyError(f"topology {self.name!r}: link {link.src}->{link.dst} is a self-loop")
+            _check_bw(link.bw, f"topology {self.name!r}: bandwidth of link {link.src}->{link.dst}")
+            _check_alpha(link.alpha, f"topology {self.name!r}: latency of link {link.src}->{link.dst}")
+            _check_alpha(link.overhead, f"topology {self.name!r}: per-message overhead of link {link.src}->{link.dst}")
+            key = (link.src, link.dst)
+            if key in seen:
+                raise TopologyError(f"topology {self.name!r}: two connections {link.src}->{link.dst} ({link.name} and {link.name})")
+            seen.add(key)
 
-    def connections(self) -> tuple[Connection, ...]:
-        """Every directed connection, sorted by (src, dst)."""
-        return tuple(self._connections.values())
+    def _check_switches(self) -> set[str]:
+        """Switch fields, and no pair connected twice (two switches sharing two ranks, or a link inside a switch).
+
+        Linear in the members: two switches give a pair twice exactly when they
+        share two ranks, which counting the switch pairs met at each rank finds.
+        """
+        names: set[str] = set()
+        leaves = {name for sp in self.spines for name in sp.leaves}
+        for sw in self.switches:
+            if sw.name in names:
+                raise TopologyError(f"topology {self.name!r}: duplicate switch name {sw.name!r}")
+            names.add(sw.name)
+            object.__setattr__(sw, "ranks", tuple(sw.ranks))
+            # a spine's leaf may hold one rank (a scalable unit of one node): its ports reach the spine
+            fewest = 1 if sw.name in leaves else 2
+            if len(set(sw.ranks)) != len(sw.ranks) or len(sw.ranks) < fewest:
+                raise TopologyError(f"topology {self.name!r}: switch {sw.name!r} needs at least two distinct ranks"
+                                    f"{' (one on a spine leaf)' if fewest == 1 else ''}, got {list(sw.ranks)}")
+            for r in sw.ranks:
+                self._rank_ok(r, f"switch {sw.name!r}")
+            _check_bw(sw.bw, f"topology {self.name!r}: bandwidth of switch {sw.name!r}")
+            _check_alpha(sw.alpha, f"topology {self.name!r}: latency of switch {sw.name!r}")
+            _check_alpha(sw.overhead, f"topology {self.name!r}: per-message overhead of switch {sw.name!r}")
+        switches_of: list[list[int]] = [[] for _ in range(self.n_ranks)]
+        for i, sw in enumerate(self.switches):
+            for r in sw.ranks:
+                switches_of[r].append(i)
+        shared: dict[tuple[int, int], int] = {}
+        for r, mine in enumerate(switches_of):
+            for x in range(len(mine)):
+                for y in range(x + 1, len(mine)):
+                    pair = (mine[x], mine[y])
+                    if pair in shared:
+                        a, b = shared[pair], r
+                        raise TopologyError(f"topology {self.name!r}: two connections {a}->{b} (switch "
+                                            f"{self.switches[pair[0]].name} and switch {self.switches[pair[1]].name})")
+                    shared[pair] = r
+        for link in self.links:
+            common = set(switches_of[link.src]).intersection(switches_of[link.dst])
+            if common:
+                raise TopologyError(f"topology {self.name!r}: two connections {link.src}->{link.dst} ({link.name} and "
+                                    f"switch {self.switches[min(common)].name})")
+        return names
+
+    def _check_spines(self, names: set[str]) -> None:
+        """Spine fields; its leaves are switches, every rank on at most one leaf, no pair connected twice."""
+        switch_index = {sw.name: i for i, sw in enumerate(self.switches)}
+        seated: dict[int, str] = {}
+        seat: dict[int, tuple[int, str]] = {}  # rank -> (spine index, leaf name)
+        for si, sp in enumerate(self.spines):
+            where = f"topology {self.name!r}: spine {sp.name!r}"
+            if sp.name in names:
+                raise TopologyError(f"topology {self.name!r}: duplicate resource name {sp.name!r}")
+            names.add(sp.name)
+            object.__setattr__(sp, "leaves", tuple(sp.leaves))
+            if len(set(sp.leaves)) != len(sp.leaves) or len(sp.leaves) < 2:
+                raise TopologyError(f"{where} needs at least two distinct leaf switches, got {list(sp.leaves)}")
+            _check_alpha(sp.alpha, f"{where}: latency")
+            _check_alpha(sp.overhead, f"{where}: per-message overhead")
+            if sp.uplink_bw is not None:
+                _check_bw(sp.uplink_bw, f"{where}: up-link bandwidth")
+            for leaf in sp.leaves:
+                if leaf not in switch_index:
+                    raise TopologyError(f"{where}: leaf {leaf!r} is not a switch of the topology")
+                for r in self.switches[switch_index[leaf]].ranks:
+                    if r in seated:
+                        raise TopologyError(f"{where}: rank {r} sits on leaf {leaf!r} and on leaf {seated[r]!r}; "
+                                            f"a rank has one port in a fat tree")
+                    seated[r] = leaf
+                    seat[r] = (si, leaf)
+        if not self.spines:
+            return
+        nodes = self.nodes
+
+        def through_spine(a: int, b: int) -> Spine | None:
+            sa, sb = seat.get(a), seat.get(b)
+            if sa is None or sb is None or sa[0] != sb[0] or sa[1] == sb[1] or nodes[a] == nodes[b]:
+                return None
+            return self.spines[sa[0]]
+
+        for link in self.links:
+            sp = through_spine(link.src, link.dst)
+            if sp is not None:
+                raise TopologyError(f"topology {self.name!r}: two connections {link.src}->{link.dst} ({link.name} and "
+                                    f"spine {sp.name})")
+        leaves = {name for sp in self.spines for name in sp.leaves}
+        for sw in self.switches:
+            if sw.name in leaves:
+                continue
+            seated_members = [r for r in sw.ranks if r in seat]
+            for a in seated_members:
+                for b in seated_members:
+                    sp = through_spine(a, b)
+                    if sp is not None:
+                        raise TopologyError(f"topology {self.name!r}: two connections {a}->{b} (switch {sw.name} and "
+                                            f"spine {sp.name})")
+
+    def _check_dims(self) -> None:
+        if not self.dims:
+            return
+        prod = 1
+        for d in self.dims:
+            if d.size < 1:
+                raise TopologyError(f"topology {self.name!r}: dimension {d.name!r} has size {d.size}")
+            _check_bw(d.bw, f"topology {self.name!r}: bandwidth of dimension {d.name!r}")
+            _check_alpha(d.alpha, f"topology {self.name!r}: latency of dimension {d.name!r}")
+            _check_alpha(d.overhead, f"topology {self.name!r}: per-message overhead of dimension {d.name!r}")
+            prod *= d.size
+        if prod != self.n_ranks:
+            raise TopologyError(
+                f"topology {self.name!r}: dimension sizes {[d.size for d in self.dims]} multiply to {prod}, "
+                f"not {self.n_ranks} ranks"
+            )
+
+    # ------------------------------------------------------------ connections
+    @cached_property
+    def _index(self) -> _Index:
+        return _Index(self)
+
+    @cached_property
+    def _memo(self) -> dict[tuple[int, int], Connection | None]:
+        return {}
+
+    def _build_connection(self, src: int, dst: int) -> Connection | None:
+        if src == dst or not (0 <= src < self.n_ranks and 0 <= dst < self.n_ranks):
+            return None
+        idx = self._index
+        extra = [self.shared_ports[i].name for i in idx.ports_from[src] if dst in idx.port_dsts[i]]
+        caps = [self.shared_ports[i].bw for i in idx.ports_from[src] if dst in idx.port_dsts[i]]
+        link = idx.link_of.get((src, dst))
+        if link is not None:
+            return Connection(src, dst, link.alpha, min([link.bw, *caps]), link.name, (link.name, *extra), link.overhead)
+        for i in idx.switches_of[src]:
+            if dst in idx.switch_sets[i]:
+                sw = self.switches[i]
+                res = (f"{sw.name}:tx{src}", f"{sw.name}:rx{dst}", *extra)
+                return Connection(src, dst, sw.alpha, min([sw.bw, *caps]), sw.name, res, sw.overhead)
+        sa, sb = idx.seat[src], idx.seat[dst]
+        if (sa is None or sb is None or sa.spine != sb.spine or sa.switch == sb.switch
+                or self.nodes[src] == self.nodes[dst]):
+            return None
+        sp = self.spines[sa.spine]
+        la, lb = self.switches[sa.switch], self.switches[sb.switch]
+        res = [f"{la.name}:tx{src}", f"{lb.name}:rx{dst}"]
+        bws = [la.bw, lb.bw, *caps]
+        if sp.uplink_bw is not None:
+            res += [sp.up(la.name), sp.down(lb.name)]
+            bws.append(sp.uplink_bw)
+        return Connection(src, dst, sp.alpha, min(bws), sp.name, (*res, *extra), sp.overhead)
 
     def connection(self, src: int, dst: int) -> Connection | None:
-        """The connection ``src -> dst``, or None if the ranks are not adjacent."""
-        return self._connections.get((src, dst))
+        """The connection ``src -> dst``, or None if the ranks are not adjacent (computed once, then remembered)."""
+        key = (src, dst)
+        memo = self._memo
+        if key not in memo:
+            memo[key] = self._build_connection(src, dst)
+        return memo[key]
 
     def has_connection(self, src: int, dst: int) -> bool:
-        return (src, dst) in self._connections
+        return self.connection(src, dst) is not None
 
     def neighbors_out(self, rank: int) -> tuple[int, ...]:
-        return tuple(d for (s, d) in self._connections if s == rank)
+        """The ranks ``rank`` has a connection to, ascending."""
+        idx = self._index
+        out = {l.dst for l in idx.links_from[rank]}
+        for i in idx.switches_of[rank]:
+            out.update(self.switches[i].ranks)
+        out.update(idx.spine_targets(self, rank))
+        out.discard(rank)
+        return tuple(sorted(out))
 
-    def bandwidth_constraints(self) -> Iterator[BandwidthConstraint]:
-        """Yield every bandwidth cap: links, switch ports, shared ports.
+    def connections_from(self, rank: int) -> tuple[Connection, ...]:
+        """Every connection out of ``rank``, by destination."""
+        return tuple(self.connection(rank, d) for d in self.neighbors_out(rank))
 
-        The names match :attr:`Connection.resources`.
+    @cached_property
+    def _all_connections(self) -> tuple[Connection, ...]:
+        return tuple(c for r in range(self.n_ranks) for c in self.connections_from(r))
+
+    def connections(self) -> tuple[Connection, ...]:
+        """Every directed connection, sorted by (src, dst) (all pairs built: see :meth:`connection_count` first)."""
+        return self._all_connections
+
+    def connection_count(self) -> int:
+        """How many directed connections there are, counted without building them."""
+        return sum(c.count for c in self.connection_classes())
+
+    def connection_classes(self) -> tuple[ConnectionClass, ...]:
+        """The connections grouped by kind (link, switch, spine), alpha, bandwidth and overhead, with counts.
+
+        Counted by formula (a link at a time, a switch or a pair of leaves at a
+        time), so a spine's million pairs cost as much as its leaves; only pairs
+        that a shared port caps are built one by one.
         """
+        counts: Counter = Counter()
+        idx = self._index
+        capped = {s for p in self.shared_ports for s in p.srcs}
+        for link in self.links:
+            c = self.connection(link.src, link.dst)
+            counts[("link", c.alpha, c.bw, c.overhead)] += 1
+        for sw in self.switches:
+            plain = [r for r in sw.ranks if r not in capped]
+            k = len(sw.ranks)
+            counts[("switch", sw.alpha, sw.bw, sw.overhead)] += len(plain) * (k - 1)
+            for a in sw.ranks:
+                if a in capped:
+                    for b in sw.ranks:
+                        if a != b:
+                            c = self.connection(a, b)
+                            counts[("switch", c.alpha, c.bw, c.overhead)] += 1
+        for si, sp in enumerate(self.spines):
+            leaves = [self.switches[w] for w in idx.spine_leaves[si]]
+            senders = [Counter(self.nodes[r] for r in leaf.ranks if r not in capped) for leaf in leaves]
+            receivers = [Counter(self.nodes[r] for r in leaf.ranks) for leaf in leaves]
+            for x, la in enumerate(leaves):
+                na = senders[x]
+                n_senders = sum(na.values())
+                for y, lb in enumerate(leaves):
+                    if x == y:
+                        continue
+                    nb = receivers[y]
+                    same_node = sum(cnt * nb[node] for node, cnt in na.items() if node in nb)
+                    bw = min(la.bw, lb.bw, sp.uplink_bw if sp.uplink_bw is not None else math.inf)
+                    counts[("spine", sp.alpha, bw, sp.overhead)] += n_senders * len(lb.ranks) - same_node
+            for w in idx.spine_leaves[si]:
+                for a in self.switches[w].ranks:
+                    if a in capped:
+                        for b in idx.spine_targets(self, a):
+                            c = self.connection(a, b)
+                            counts[("spine", c.alpha, c.bw, c.overhead)] += 1
+        return tuple(ConnectionClass(kind, alpha, bw, o, cnt)
+                     for (kind, alpha, bw, o), cnt in sorted(counts.items()) if cnt)
+
+    # ------------------------------------------------------------ resources
+    def bandwidth_constraints(self) -> Iterator[BandwidthConstraint]:
+        """Yield every bandwidth cap: links, switch ports, spine up-links, shared ports.
+
+        The names match :attr:`Connection.resources`. A leaf switch's ports
+        also carry its members' traffic through the spine, so their extent
+        includes the ranks reached that way.
+        """
+        idx = self._index
         for link in self.links:
             yield BandwidthConstraint(link.name, frozenset((link.src,)), frozenset((link.dst,)), link.bw)
         for sw in self.switches:
             members = frozenset(sw.ranks)
             for r in sw.ranks:
-                yield BandwidthConstraint(f"{sw.name}:tx{r}", frozenset((r,)), members - {r}, sw.bw)
-                yield BandwidthConstraint(f"{sw.name}:rx{r}", members - {r}, frozenset((r,)), sw.bw)
+                far = frozenset(idx.spine_targets(self, r))
+                yield BandwidthConstraint(f"{sw.name}:tx{r}", frozenset((r,)), (members - {r}) | far, sw.bw)
+                yield BandwidthConstraint(f"{sw.name}:rx{r}", (members - {r}) | far, frozenset((r,)), sw.bw)
+        for si, sp in enumerate(self.spines):
+            if sp.uplink_bw is None:
+                continue
+            leaves = [self.switches[w] for w in idx.spine_leaves[si]]
+            everyone = frozenset(r for leaf in leaves for r in leaf.ranks)
+            for leaf in leaves:
+                mine = frozenset(leaf.ranks)
+                yield BandwidthConstraint(sp.up(leaf.name), mine, everyone - mine, sp.uplink_bw)
+                yield BandwidthConstraint(sp.down(leaf.name), everyone - mine, mine, sp.uplink_bw)
         for sp in self.shared_ports:
             yield BandwidthConstraint(sp.name, frozenset(sp.srcs), frozenset(sp.dsts), sp.bw)
 
     @cached_property
     def resource_bw(self) -> dict[str, float]:
-        """Bandwidth (GB/s) of every resource named in a connection."""
-        return {c.name: c.bw for c in self.bandwidth_constraints()}
+        """Bandwidth (GB/s) of every resource named in a connection (built without the constraints' rank sets)."""
+        out: dict[str, float] = {}
+        for link in self.links:
+            out[link.name] = link.bw
+        for sw in self.switches:
+            for r in sw.ranks:
+                out[f"{sw.name}:tx{r}"] = sw.bw
+                out[f"{sw.name}:rx{r}"] = sw.bw
+        for sp in self.spines:
+            if sp.uplink_bw is not None:
+                for leaf in sp.leaves:
+                    out[sp.up(leaf)] = sp.uplink_bw
+                    out[sp.down(leaf)] = sp.uplink_bw
+        for p in self.shared_ports:
+            out[p.name] = p.bw
+        return out
 
+    # ------------------------------------------------------------ structure
     @property
     def n_nodes(self) -> int:
         return len(set(self.nodes))
@@ -386,7 +741,10 @@ class Topology:
 
     # ---------------------------------------------------------- transformers
     def reversed(self) -> "Topology":
-        """The same network with every direction flipped (a new object)."""
+        """The same network with every direction flipped (a new object).
+
+        Switches and spines are symmetric and stay as they are.
+        """
         return replace(
             self,
             name=f"{self.name}.reversed" if not self.name.endswith(".reversed") else self.name[: -len(".reversed")],

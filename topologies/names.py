@@ -18,6 +18,14 @@ Grammar (names are case-insensitive; ``-`` may stand for ``_``)::
                                      alphas default to 0.7 us for dimension 0
                                      and 2.6 us for the others, overheads to
                                      1.35 us and 5.7 us
+    fat_tree:NxG[@BW,BW][/ALPHA,ALPHA][/OVERHEAD,OVERHEAD][:LEAF[:OVERSUB]]
+                                     N nodes of G GPUs in a rail-optimized
+                                     two-tier fat tree; each pair of values is
+                                     (inside a node, per NIC), defaults
+                                     300,25 GB/s, 0.7,2.6 us, 1.35,5.7 us;
+                                     LEAF nodes per leaf group (default all),
+                                     OVERSUB the leaves' up-link ratio r:1
+                                     (default 1, non-blocking); alias fattree
     PATH.json[?KEY=VALUE&...]        a topology file; the file reader gets
                                      the options (a ccsynth topology file
                                      takes none)
@@ -38,6 +46,8 @@ spec, so ``parse_topology_spec(t.name) == t`` (``ndv2x1`` -> ``ndv2``,
 'hierarchical:4x8@200,50'
 >>> parse_topology_spec("torus:4x4@25").name
 'torus:4x4'
+>>> parse_topology_spec("fattree:16x8:4:2").name
+'fat_tree:16x8:4:2'
 """
 
 from __future__ import annotations
@@ -68,18 +78,21 @@ _MACHINES: dict[str, tuple[Callable[..., Topology], bool]] = {
     "dgx_h100": (catalog.dgx_h100, True),
 }
 _FAMILY_RE = re.compile(r"^(?P<base>" + "|".join(map(re.escape, _MACHINES)) + r")(?:x(?P<nodes>\d+))?$")
-_SHAPES = ("ring", "fully_connected", "full", "torus", "hierarchical")
+_SHAPES = ("ring", "fully_connected", "full", "torus", "hierarchical", "fat_tree", "fattree")
+_ALIASES = {"full": "fully_connected", "fattree": "fat_tree"}
 _EXAMPLES = {
     "ring": "ring:8",
     "fully_connected": "fully_connected:4",
     "full": "full:4",
     "torus": "torus:4x4",
     "hierarchical": "hierarchical:4x8@200,50",
+    "fat_tree": "fat_tree:16x8",
+    "fattree": "fattree:16x8",
 }
 
 
 def _valid_names() -> list[str]:
-    return [*_MACHINES, *(s for s in _SHAPES if s != "full")]
+    return [*_MACHINES, *(s for s in _SHAPES if s not in _ALIASES)]
 
 
 def _unknown(spec: str, word: str) -> TopologyError:
@@ -110,7 +123,43 @@ def _shape(text: str, kind: str, spec: str, example: str) -> list[int]:
     return [int(p) for p in parts]
 
 
+def _parse_fat_tree(rest: str, spec: str) -> Topology:
+    main, *tiers = rest.split(":")
+    if len(tiers) > 2:
+        raise TopologyError(f"topology {spec!r}: fat_tree takes at most ':LEAF_NODES:OVERSUB' after its shape, "
+                            f"e.g. 'fat_tree:16x8:4:2'")
+    m = _SHAPE_RE.match(main)
+    if not m:  # pragma: no cover - the pattern matches any string
+        raise TopologyError(f"topology {spec!r}: cannot parse {main!r}")
+    sizes = _shape(m.group("shape"), "fat_tree", spec, "fat_tree:16x8")
+    if len(sizes) != 2:
+        raise TopologyError(f"topology {spec!r}: fat_tree needs NODESxGPUS, e.g. 'fat_tree:16x8'")
+    values = {}
+    for group, what, key in (("bw", "bandwidths after '@'", "bw"), ("alpha", "latencies after '/'", "alpha"),
+                             ("overhead", "per-message overheads after the second '/'", "overhead")):
+        got = _numbers(m.group(group), what, spec)
+        if got is not None:
+            if len(got) != 2:
+                raise TopologyError(f"topology {spec!r}: fat_tree takes two {what.split(' after')[0]} "
+                                    f"(inside a node, per NIC), got {len(got)}")
+            values[key] = tuple(got)
+    leaf = None
+    ratio = 1.0
+    if tiers:
+        if not tiers[0].isdigit():
+            raise TopologyError(f"topology {spec!r}: nodes per leaf must be a whole number, got {tiers[0]!r}")
+        leaf = int(tiers[0])
+    if len(tiers) == 2:
+        got = _numbers(tiers[1], "the oversubscription ratio after the second ':'", spec)
+        if len(got) != 1:
+            raise TopologyError(f"topology {spec!r}: one oversubscription ratio, e.g. ':2' for 2:1")
+        ratio = got[0]
+    return catalog.fat_tree(sizes[0], sizes[1], leaf_nodes=leaf, oversubscription=ratio, **values)
+
+
 def _parse_shape(kind: str, rest: str, spec: str) -> Topology:
+    if kind == "fat_tree":
+        return _parse_fat_tree(rest, spec)
     m = _SHAPE_RE.match(rest)
     if not m:  # pragma: no cover - the pattern matches any string
         raise TopologyError(f"topology {spec!r}: cannot parse {rest!r}")
@@ -208,7 +257,7 @@ def parse_topology_spec(spec: str, *, load_file: FileLoader | None = None) -> To
     word, colon, rest = text.partition(":")
     kind = word.lower().replace("-", "_")
     if colon and kind in _SHAPES:
-        return _parse_shape("fully_connected" if kind == "full" else kind, rest, text)
+        return _parse_shape(_ALIASES.get(kind, kind), rest, text)
     if not colon:
         m = _FAMILY_RE.match(kind)
         if m:
@@ -229,7 +278,8 @@ def parse_topology_spec(spec: str, *, load_file: FileLoader | None = None) -> To
 def list_topologies() -> list[tuple[str, str]]:
     """Rows ``(spec example, description)`` for ``ccsynth topo list``."""
     rows = []
-    for spec in ("dgx1", "dgx2", "ndv2", "ndv2x2", "dgx_a100", "dgx_a100x4", "dgx_h100", "dgx_h100x2"):
+    for spec in ("dgx1", "dgx2", "ndv2", "ndv2x2", "dgx_a100", "dgx_a100x4", "dgx_a100x128", "dgx_h100", "dgx_h100x2",
+                 "dgx_h100x32"):
         rows.append((spec, parse_topology_spec(spec).description))
     rows += [
         ("ring:8", "bidirectional ring of N ranks: ring:N[@GBps][/us][/overhead us], default 25 GB/s, 0.7 us, 1.35 us"),
@@ -239,6 +289,12 @@ def list_topologies() -> list[tuple[str, str]]:
             "hierarchical:4x8x4@200,100,50",
             "one switch per group in each dimension: hierarchical:AxBxC@GBps,...[/us,...][/us,...] "
             "(alpha default 0.7 us for dim 0, 2.6 us above; overhead 1.35 us, 5.7 us)",
+        ),
+        (
+            "fat_tree:16x8:4:2",
+            "rail-optimized two-tier fat tree: fat_tree:NODESxGPUS[@GBps,GBps][/us,us][/us,us][:LEAF_NODES[:OVERSUB]] "
+            "(pairs: inside a node, per NIC; default 300,25 GB/s; one leaf per rail per LEAF_NODES nodes, "
+            "spine up-links 1/OVERSUB of the down-links)",
         ),
         ("PATH.json", "a ccsynth topology file ('ccsynth.topology' format version 1)"),
     ]

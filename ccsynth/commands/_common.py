@@ -41,15 +41,16 @@ def add_size_args(p, default: str = "1M") -> None:
 
 
 def sizes_from(args) -> list[int]:
-    if getattr(args, "sizes", None):
+    """The sizes of ``-s`` or ``--sizes`` (an empty ``--sizes ""`` is an error, not the default)."""
+    if getattr(args, "sizes", None) is not None:
         return parse_sizes(args.sizes)
     return [parse_size(args.size if args.size is not None else args._default_size)]
 
 
-def topology_from(spec: str):
+def topology_from(spec: str, default_nodes: int | None = None):
     from ccsynth.formats.files import get_topology
 
-    return get_topology(spec)
+    return get_topology(spec, default_nodes=default_nodes)
 
 
 def collective_from(args, n_ranks: int, default_chunks: int = 1) -> Collective:

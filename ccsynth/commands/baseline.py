@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ccsynth.atomic import check_writable
 from ccsynth.collectives.schedule import save_schedule
 from ccsynth.commands._common import add_collective_args, add_json_arg, add_topology_arg, collective_from, print_json, print_table, topology_from
 
@@ -41,11 +42,13 @@ def run(args) -> int:
     from ccsynth.collectives.spec import canonical_kind
     from ccsynth.synth.baselines import get_baseline, min_chunk_factor
 
+    if args.output is not None:
+        check_writable(args.output, "schedule")  # before the work, not after it
     topo = topology_from(args.topology)
     get_baseline(args.algo)  # unknown names fail here, before anything else
     default = min_chunk_factor(args.algo, canonical_kind(args.collective), topo)
     sched = make_baseline(args.algo, collective_from(args, topo.n_ranks, default), topo)
-    if args.output:
+    if args.output is not None:
         save_schedule(sched, args.output)
     info = {
         "algorithm": args.algo,
@@ -61,6 +64,6 @@ def run(args) -> int:
         print_json(info)
     else:
         print(f"{args.algo} {sched.collective.describe()} on {topo.name}: {info['ops']} ops, {info['sends']} transfers, verified")
-        if args.output:
+        if args.output is not None:
             print(f"wrote {args.output}")
     return 0

@@ -13,16 +13,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import sys
 import traceback
 
+from ccsynth.atomic import check_writable
+from ccsynth.bench.memory import check_memory
 from ccsynth.bench.omb import BENCHMARKS, LARGE_MESSAGE, WINDOW, Options, agree, run_benchmark, run_interleaved
 from ccsynth.bench.validate import DTYPES
 from ccsynth.errors import CCSynthError
+from ccsynth.limits import LIMITS, MAX_MESSAGE_BYTES
 from ccsynth.units import format_size, parse_size, parse_sizes
 
-MAX_MESSAGE = 1 << 32  # 4 GiB: beyond this a typo is likelier than a wish
+MAX_MESSAGE = MAX_MESSAGE_BYTES  # 4 GiB: beyond this a typo is likelier than a wish
 
 
 def _sizes(default: str):
@@ -31,13 +33,15 @@ def _sizes(default: str):
 
     def parse(text: str) -> tuple[int, ...]:
         text = text.strip()
+        if not text:
+            raise argparse.ArgumentTypeError("empty: give [MIN:]MAX, e.g. 8:64M, or a list 8,1M")
         if "," in text:  # an explicit list, e.g. 8,1M,64M
             try:
                 sizes = sorted(set(parse_sizes(text)))
             except CCSynthError as e:
                 raise argparse.ArgumentTypeError(str(e)) from None
             if sizes and sizes[-1] > MAX_MESSAGE:
-                raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message")
+                raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message (MAX_MESSAGE_BYTES)")
             return tuple(sizes)
         lo_s, sep, hi_s = text.partition(":")
         if not sep:
@@ -48,7 +52,7 @@ def _sizes(default: str):
             if lo > hi:
                 raise argparse.ArgumentTypeError(f"{text!r}: minimum {format_size(lo)} is above maximum {format_size(hi)}")
             if hi > MAX_MESSAGE:
-                raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message")
+                raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message (MAX_MESSAGE_BYTES)")
             sizes = parse_sizes(f"{max(lo, 1)}:{hi}") if hi > 0 else []
         except CCSynthError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
@@ -58,7 +62,9 @@ def _sizes(default: str):
     return parse
 
 
-def _count(minimum: int):
+def _count(minimum: int, limit: str | None = None):
+    """argparse type for a count of at least ``minimum`` and at most the limit named ``limit`` (ccsynth.limits)."""
+
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -66,6 +72,8 @@ def _count(minimum: int):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if v < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} must be at least {minimum}")
+        if limit is not None and v > LIMITS[limit]:
+            raise argparse.ArgumentTypeError(f"{v} exceeds {limit} = {LIMITS[limit]}")
         return v
 
     parse.__name__ = "count"
@@ -99,9 +107,9 @@ def _add_common(p, b) -> None:
             metavar="[MIN:]MAX",
             help=f"message sizes, powers of two from MIN to MAX, e.g. 8:64M, or a list 8,1M (default {b.default_sizes})",
         )
-    p.add_argument("-i", "--iterations", type=_count(1), metavar="N",
+    p.add_argument("-i", "--iterations", type=_count(1, "MAX_BENCH_ITERATIONS"), metavar="N",
                    help=f"timed iterations per size (default 200, or 20 above {format_size(LARGE_MESSAGE)})")
-    p.add_argument("-x", "--warmup", type=_count(0), metavar="N",
+    p.add_argument("-x", "--warmup", type=_count(0, "MAX_BENCH_ITERATIONS"), metavar="N",
                    help=f"untimed warm-up iterations per size (default 20, or 2 above {format_size(LARGE_MESSAGE)})")
     p.add_argument("-c", "--validation", action="store_true", help="check every result against a local NumPy reference (Pass/Fail column)")
     p.add_argument("-f", "--full", action="store_true", help="also print min/max latency over ranks and the iteration count")
@@ -112,7 +120,7 @@ def _add_common(p, b) -> None:
                             "default plan), plan:FILE, or a baseline: ring, multi_ring, recursive_doubling, recursive_halving, "
                             "direct, one_shot, binomial_tree, hierarchical (default mpi)")
         p.add_argument("--dtype", choices=DTYPES, default="float32", help="element type (default float32, as OMB)")
-        p.add_argument("--chunks", type=_count(1), metavar="K",
+        p.add_argument("--chunks", type=_count(1, "MAX_CHUNK_FACTOR"), metavar="K",
                        help="chunk factor of baseline schedules (default: ranks for allreduce, 1 otherwise)")
         p.add_argument("--profile", action="store_true",
                        help="time the executor's parts (MPI waits, kernels, starts, Python) for baseline algorithms; "
@@ -120,7 +128,7 @@ def _add_common(p, b) -> None:
     else:
         p.add_argument("--algo", default="mpi", metavar="mpi", help="only mpi: this benchmark measures the MPI library")
     if b.metric == "bandwidth":
-        p.add_argument("-W", "--window", type=_count(1), default=WINDOW, metavar="N",
+        p.add_argument("-W", "--window", type=_count(1, "MAX_BENCH_WINDOW"), default=WINDOW, metavar="N",
                        help=f"messages in flight per window (default {WINDOW})")
     if b.kind is not None:
         p.add_argument("--interleave", action="store_true",
@@ -234,6 +242,7 @@ def _run(args, comm) -> int:
         raise CCSynthError(f"no size in -m is at least {unit} B, the smallest {bench.name} message with {options.dtype} on {n} ranks")
     options = dataclasses.replace(options, sizes=sizes)
     ctx.options = options
+    _check_memory(args, comm, bench, options, algos, ctx.itemsize if bench.kind is not None else 1)
 
     meta = _meta(args, comm, bench)
     say = report.emit if rank == 0 else (lambda line: None)
@@ -296,11 +305,29 @@ def _run(args, comm) -> int:
 def _check_outputs(args) -> None:
     """Fail before a long run, not after it, if the results could not be written."""
     for path in (args.json, args.plot):
-        if path:
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                raise CCSynthError(f"cannot write {path!r}: folder {folder!r} does not exist")
-    if args.plot:
-        from ccsynth.bench.plot import require_matplotlib
+        if path is not None:
+            check_writable(path)
+    if args.plot is not None:
+        from ccsynth.bench.plot import plot_format
 
-        require_matplotlib()
+        plot_format(args.plot)
+
+
+def _check_memory(args, comm, bench, options, algos, itemsize: int) -> None:
+    """Refuse, on every rank, sizes whose buffers cannot fit in this machine's memory (see ccsynth.bench.memory)."""
+    from mpi4py import MPI
+
+    if not bench.sized:
+        return
+    here = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        ranks_here = here.Get_size()
+    finally:
+        here.Free()
+    largest = max(options.sizes)
+    agree(comm, lambda: check_memory(
+        bench.name, bench.kind, largest, comm.Get_size(), ranks_here, [a.name for a in algos],
+        itemsize=itemsize, validate=options.validate,
+        on_host=options.buffer == "numpy",
+        together=bool(getattr(args, "interleave", False)) and len(algos) > 1, size_text=format_size(largest),
+    ))

@@ -9,12 +9,15 @@ Every schedule is verified on the way in.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
+from ccsynth.atomic import check_writable, write_text
+from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import topology_from
-from ccsynth.errors import CCSynthError
+from ccsynth.errors import CCSynthError, ScheduleFormatError
+from ccsynth.limits import check as check_limit
+from ccsynth.reading import parse_json, read_text
 from ccsynth.units import format_size, parse_size
 
 FORMATS = ("msccl-xml", "json")
@@ -59,42 +62,38 @@ def _size(text: str | None, what: str) -> int | None:
 
 
 def _read(path: str):
-    """('plan', Plan) or ('schedule', Schedule), verified; and whether the input was XML."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as e:
-        raise CCSynthError(f"cannot read {path!r}: {e.strerror}") from None
-    is_xml = text.lstrip().startswith("<")
-    if not is_xml:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            data = None
-        if isinstance(data, dict) and data.get("format") == "ccsynth.plan":
-            from ccsynth.collectives.plan import load_plan
+    """('plan', Plan) or ('schedule', Schedule), not yet verified; and whether the input was XML.
 
-            return "plan", load_plan(path), False
-    from ccsynth.formats.files import load_schedule
+    The file is read and parsed once; a plan is told from a schedule by its ``format``.
+    """
+    from ccsynth.collectives.plan import Plan
+    from ccsynth.collectives.schedule import Schedule
+    from ccsynth.formats.msccl import schedule_from_msccl_xml
 
-    return "schedule", load_schedule(path, verify=False), is_xml
+    text = read_text(path, "schedule", ScheduleFormatError)
+    if text.lstrip().startswith("<"):
+        return "schedule", schedule_from_msccl_xml(text), True
+    data = parse_json(text, repr(path), ScheduleFormatError)
+    if isinstance(data, dict) and data.get("format") == "ccsynth.plan":
+        return "plan", Plan.from_dict(data), False
+    return "schedule", Schedule.from_dict(data), False
 
 
 def _write(path: str | None, text: str) -> None:
     if path is None or path == "-":
         sys.stdout.write(text)
         return
-    try:
-        with open(path, "w") as f:
-            f.write(text)
-    except OSError as e:
-        raise CCSynthError(f"cannot write {path!r}: {e.strerror}") from None
+    write_text(path, text)
 
 
 def run(args) -> int:
     from ccsynth.collectives.verify import verify
     from ccsynth.formats.msccl import describe_xml, plan_to_msccl_xmls, schedule_to_msccl_xml
 
+    if args.channels is not None:
+        if args.channels < 1:
+            raise CCSynthError(f"--channels must be a positive integer, got {args.channels}")
+        check_limit("--channels", args.channels, "MAX_CHANNELS")
     what, obj, was_xml = _read(args.file)
     topo = topology_from(args.topology) if args.topology else None
     fmt = args.format
@@ -120,9 +119,11 @@ def run(args) -> int:
             raise CCSynthError("a plan exports to one MSCCL XML per size range: name a directory with -o")
         if args.min_bytes is not None or args.max_bytes is not None or args.name is not None:
             raise CCSynthError("--min-bytes/--max-bytes/--name come from the plan's rows; drop them for a plan")
-        if topo is not None:
-            for e in obj.entries:
-                verify(e.schedule, topo)
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            raise CCSynthError(f"cannot write MSCCL XML files into {args.output!r}: it is a file, not a directory")
+        for e in obj.entries:
+            check_writes_cover_outputs(e.schedule)
+            verify(e.schedule, topo)
         files = plan_to_msccl_xmls(obj, **xml_opts)
         try:
             os.makedirs(args.output, exist_ok=True)
@@ -137,6 +138,9 @@ def run(args) -> int:
         return 0
 
     sched = obj
+    if to_file:
+        check_writable(args.output)
+    check_writes_cover_outputs(sched)
     verify(sched, topo)
     if fmt == "json":
         if any(v is not None for v in (args.min_bytes, args.max_bytes, args.proto, args.channels, args.name, args.coll)) or args.inplace:

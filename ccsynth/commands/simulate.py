@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
+from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import add_json_arg, add_size_args, human, print_json, print_table, sizes_from, topology_from
 from ccsynth.errors import CCSynthError
+from ccsynth.limits import check_min as check_limit_min
 
 
 def register(sub) -> None:
@@ -24,6 +28,11 @@ def run(args) -> int:
     from ccsynth.formats.files import load_schedule
     from ccsynth.synth.simulate import simulate
 
+    if args.local_bw is not None:
+        if not math.isfinite(args.local_bw) or args.local_bw <= 0:
+            raise CCSynthError(f"--local-bw must be a positive number of GB/s, got {args.local_bw!r}")
+        check_limit_min("--local-bw", args.local_bw, "MIN_BANDWIDTH_GBPS")
+    sizes = sizes_from(args)
     spec = args.topology or None
     sched = load_schedule(args.file, verify=False)
     if spec is None:
@@ -33,8 +42,8 @@ def run(args) -> int:
     topo = topology_from(spec)
     from ccsynth.collectives.verify import verify
 
+    check_writes_cover_outputs(sched)
     verify(sched, topo)
-    sizes = sizes_from(args)
     results = [simulate(sched, topo, s, local_bw=args.local_bw) for s in sizes]
     if args.json:
         print_json({"file": args.file, "schedule": sched.name, "topology": topo.name,

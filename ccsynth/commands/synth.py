@@ -14,8 +14,10 @@ import os
 import sys
 import time
 
+from ccsynth.atomic import check_writable, write_text
 from ccsynth.commands._common import human, print_json, print_table, topology_from
 from ccsynth.errors import CCSynthError, CollectiveError
+from ccsynth.limits import check as check_limit
 
 FORMATS = ("json", "msccl-xml")
 
@@ -78,12 +80,17 @@ def _output_format(args) -> str:
     return "json"
 
 
-def _write_text(path: str, text: str) -> None:
-    try:
-        with open(path, "w") as f:
-            f.write(text)
-    except OSError as e:
-        raise CCSynthError(f"cannot write {path!r}: {e.strerror}") from None
+def _check_output(args, fmt: str) -> None:
+    """Fail before the solver runs, not after it, if ``-o`` cannot be written."""
+    if args.output is None:
+        return
+    if args.sizes is not None and fmt == "msccl-xml":  # a directory of files
+        if args.output == "":
+            raise CCSynthError("cannot write '': the output path is empty")
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            raise CCSynthError(f"cannot write MSCCL XML files into {args.output!r}: it is a file, not a directory")
+        return
+    check_writable(args.output, "MSCCL XML" if fmt == "msccl-xml" else ("plan" if args.sizes is not None else "schedule"))
 
 
 # --------------------------------------------------------------------------- run
@@ -92,30 +99,36 @@ def run(args) -> int:
     from ccsynth.formats.files import load_sketch
     from ccsynth.units import parse_size, parse_sizes
 
-    topo = topology_from(args.topology)
-    if args.chunks is not None and args.chunks < 1:
-        raise CCSynthError(f"--chunks must be a positive integer, got {args.chunks}")
+    if args.chunks is not None:
+        if args.chunks < 1:
+            raise CCSynthError(f"--chunks must be a positive integer, got {args.chunks}")
+        check_limit("--chunks", args.chunks, "MAX_SYNTH_CHUNK_FACTOR")
+    sizes = parse_sizes(args.sizes) if args.sizes is not None else None
+    if sizes is not None and min(sizes) <= 0:
+        raise CCSynthError(f"--sizes needs positive sizes, got {args.sizes!r}")
+    size = parse_size(args.size) if args.size is not None else None
+    if size is not None and size <= 0:
+        raise CCSynthError(f"--size must be positive, got {args.size!r}")
+    fmt = _output_format(args)
+    _check_output(args, fmt)
+    sketch = load_sketch(args.sketch) if args.sketch else None
+    # a TACCL profile without ?nodes= has as many nodes as the sketch says (TACCL's nnodes)
+    topo = topology_from(args.topology, sketch.nnodes if sketch is not None else None)
     coll = Collective(args.collective, topo.n_ranks, args.chunks or 1)
     from ccsynth.synth.synthesize import SUPPORTED
 
     if coll.kind not in SUPPORTED:
         raise CollectiveError(f"ccsynth synth supports {', '.join(SUPPORTED)}; got {coll.kind}")
-    sketch = load_sketch(args.sketch) if args.sketch else None
     if sketch is not None:
+        if args.chunks is None:  # the sketch's factor is what the MILPs will use
+            check_limit(f"sketch {args.sketch!r}: chunk factor", sketch.chunk_factor, "MAX_SYNTH_CHUNK_FACTOR")
         sketch.bind(topo)  # sketch errors (with the failed rule) before any solver runs
     opts = _options(args)
-    fmt = _output_format(args)
     quiet = bool(getattr(args, "quiet", False))
-    if args.sizes:
-        return _run_sizes(args, topo, coll, sketch, opts, parse_sizes(args.sizes), fmt, quiet)
-    if args.size is not None:
-        size = parse_size(args.size)
-    elif sketch is not None and sketch.input_size:
-        size = sketch.input_size
-    else:
-        size = 1 << 20
-    if size <= 0:
-        raise CCSynthError(f"--size must be positive, got {args.size}")
+    if sizes is not None:
+        return _run_sizes(args, topo, coll, sketch, opts, sizes, fmt, quiet)
+    if size is None:
+        size = sketch.input_size if sketch is not None and sketch.input_size else 1 << 20
     return _run_one(args, topo, coll, sketch, opts, size, fmt, quiet)
 
 
@@ -134,16 +147,13 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
     # the speedup of what is written over the best baseline (1.0 when the baseline itself is written)
     speedup = None if base is None else base["time_us"] / res.time_us
     wrote = None
-    if args.output:
+    if args.output is not None:
         if fmt == "msccl-xml":
             from ccsynth.formats.msccl import schedule_to_msccl_xml
 
-            _write_text(args.output, schedule_to_msccl_xml(sched, topology=topo))
+            write_text(args.output, schedule_to_msccl_xml(sched, topology=topo))
         else:
-            try:
-                save_schedule(sched, args.output)
-            except OSError as e:
-                raise CCSynthError(f"cannot write {args.output!r}: {e.strerror}") from None
+            save_schedule(sched, args.output)
         wrote = args.output
     figures = {
         "topology": topo.name,
@@ -196,8 +206,6 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
     from ccsynth.synth.tables import build_plan
     from ccsynth.collectives.spec import Collective
 
-    if not sizes or min(sizes) <= 0:
-        raise CCSynthError(f"--sizes needs positive sizes, got {args.sizes!r}")
     t0 = time.perf_counter()
     synthesized = []
     for size in sizes:
@@ -230,7 +238,7 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
                          "speedup": None if bt is None else bt.time_us / r.time_us,
                          "plan_algorithm": entry.algorithm if entry else None})
     wrote = None
-    if args.output:
+    if args.output is not None:
         if fmt == "msccl-xml":
             from ccsynth.formats.msccl import plan_to_msccl_xmls
 
@@ -240,12 +248,9 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
             except OSError as e:
                 raise CCSynthError(f"cannot create directory {args.output!r}: {e.strerror}") from None
             for fname, text in files:
-                _write_text(os.path.join(args.output, fname), text)
+                write_text(os.path.join(args.output, fname), text)
         else:
-            try:
-                save_plan(plan, args.output)
-            except OSError as e:
-                raise CCSynthError(f"cannot write {args.output!r}: {e.strerror}") from None
+            save_plan(plan, args.output)
         wrote = args.output
     if args.json:
         print_json({"topology": topo.name, "collective": coll.kind, "sizes": out_rows, "synthesis_seconds": seconds,

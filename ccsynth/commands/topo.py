@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from ccsynth.atomic import check_writable
 from ccsynth.commands._common import add_json_arg, print_json, print_table
+from ccsynth.errors import TopologyError
 
 
 def register(sub) -> None:
@@ -32,6 +34,8 @@ def run(args) -> int:
         else:
             print_table(["topology", "description"], rows)
         return 0
+    if args.topo_cmd == "export":
+        check_writable(args.output, "topology", TopologyError)
     topo = get_topology(args.spec)
     if args.topo_cmd == "export":
         T.save_topology(topo, args.output)
@@ -40,23 +44,25 @@ def run(args) -> int:
     if args.json:
         print_json(T.topology_to_dict(topo))
         return 0
-    conns = topo.connections()
-    print(f"{topo.name}: {topo.n_ranks} ranks on {topo.n_nodes} node(s), {len(conns)} directed connections")
+    classes = topo.connection_classes()  # counted by formula: no pair is built
+    print(f"{topo.name}: {topo.n_ranks} ranks on {topo.n_nodes} node(s), "
+          f"{sum(c.count for c in classes)} directed connections")
     if topo.description:
         print(topo.description)
     if topo.dims:
         print("dimensions: " + ", ".join(f"{d.name} size {d.size} {d.bw:g} GB/s {d.alpha:g} us" for d in topo.dims))
-    kinds: dict[tuple[str, float, float], int] = {}
-    for c in conns:
-        via = "switch" if not c.via.startswith("link:") else "link"
-        kinds[(via, c.alpha, c.bw)] = kinds.get((via, c.alpha, c.bw), 0) + 1
-    print_table(["via", "alpha (us)", "bw (GB/s)", "connections"], [(v, a, b, n) for (v, a, b), n in sorted(kinds.items())])
+    print_table(["via", "alpha (us)", "bw (GB/s)", "connections"], [(c.kind, c.alpha, c.bw, c.count) for c in classes])
     if topo.switches:
         print(f"switches: {len(topo.switches)} (" + ", ".join(f"{s.name}: {len(s.ranks)} ranks @ {s.bw:g} GB/s" for s in topo.switches[:6]) + (", ..." if len(topo.switches) > 6 else "") + ")")
     if topo.shared_ports:
         print(f"shared ports: {len(topo.shared_ports)} (" + ", ".join(f"{s.name} @ {s.bw:g} GB/s" for s in topo.shared_ports[:6]) + (", ..." if len(topo.shared_ports) > 6 else "") + ")")
+    if topo.spines:
+        print("spines: " + ", ".join(f"{s.name}: {len(s.leaves)} leaves, "
+                                     + ("non-blocking" if s.uplink_bw is None else f"up-links {s.uplink_bw:g} GB/s per leaf")
+                                     + f", {s.alpha:g} us" for s in topo.spines))
     if args.links:
-        print_table(["src", "dst", "alpha (us)", "bw (GB/s)", "via"], [(c.src, c.dst, c.alpha, c.bw, c.via) for c in conns])
+        print_table(["src", "dst", "alpha (us)", "bw (GB/s)", "via"],
+                    [(c.src, c.dst, c.alpha, c.bw, c.via) for c in topo.connections()])
     for s in topo.sources:
         print(f"source: {s}")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import add_json_arg, print_json, topology_from
 
 
@@ -19,6 +20,7 @@ def run(args) -> int:
 
     sched = load_schedule(args.file, verify=False)
     topo = topology_from(args.topology) if args.topology else None
+    check_writes_cover_outputs(sched)
     report = verify(sched, topo)
     if args.json:
         d = {"file": args.file, "name": sched.name, "collective": sched.collective.to_dict(), "ok": True}

@@ -14,7 +14,7 @@ __all__ = [
     "DEFAULT_SLICE_BYTES", "DEFAULT_COPY_SLICE_BYTES", "STATIC_MAX_BYTES", "MAX_BINDINGS", "MAX_LAYOUTS",
     "K_JOIN", "K_SEND", "K_RECV", "K_RRED", "K_LOCAL",
     "W_COPY", "W_REDUCE", "W_FUSED",
-    "I_START", "I_WAIT", "I_FUSED", "I_REDUCE", "I_COPY", "I_STARTALL", "I_SYNC",
+    "I_SEND", "I_RECV", "I_WAIT", "I_FUSED", "I_REDUCE", "I_COPY", "I_SYNC",
     "MESSAGE_KINDS",
 ]
 
@@ -34,7 +34,7 @@ K_JOIN, K_SEND, K_RECV, K_RRED, K_LOCAL = range(5)
 W_COPY, W_REDUCE, W_FUSED = range(3)
 
 # Instruction codes of a bound straight-line program: (code, a, b, c).
-I_START, I_WAIT, I_FUSED, I_REDUCE, I_COPY, I_STARTALL, I_SYNC = range(7)
+I_SEND, I_RECV, I_WAIT, I_FUSED, I_REDUCE, I_COPY, I_SYNC = range(7)
 
 #: local op kinds that are (or include) a message
 MESSAGE_KINDS = frozenset(("send", "recv", "rrecv", "rrc"))

@@ -4,9 +4,10 @@
 :mod:`.binding`). Every node has a counter of predecessors not yet done;
 the loop keeps a queue of ready nodes and a list of requests in flight:
 
-* a ready send or receive slice starts its persistent request (a send of
-  scattered chunks first packs them into staging) and joins the list in
-  flight; it is done when MPI says so;
+* a ready send or receive slice starts its request (``Isend``/``Irecv``
+  with the call's tag base plus its slice tag; a send of scattered chunks
+  first packs them into staging) and joins the list in flight; it is done
+  when MPI says so;
 * a ready local slice (copies, reductions, the fused receive-reduce-copy)
   runs its kernels and is done at once;
 * a receive-reduce slice was posted at the start (its request receives
@@ -16,7 +17,10 @@ the loop keeps a queue of ready nodes and a list of requests in flight:
 * a done node decrements its successors' counters; those reaching zero
   join the queue;
 * only when nothing is ready does the loop wait (``wait_some``: MPI's
-  ``Waitsome``, or polling with yields), for any of the requests in flight.
+  ``Waitsome``, or polling with yields), for any of the requests in flight
+  and for the control line's posted receive, always at index 0 of the
+  list: a notice from a rank whose call failed wakes the loop, which then
+  raises the same error (:meth:`~.channel.Channel.notice`).
 
 There is no step barrier. Every receive slice that completes has its byte
 count (from the MPI status) compared with what the slice expects
@@ -34,6 +38,7 @@ from __future__ import annotations
 from collections import deque
 
 from ccsynth.collectives.runtime.binding import Binding
+from ccsynth.collectives.runtime.channel import Channel
 from ccsynth.collectives.runtime.constants import K_RECV, K_RRED, K_SEND, W_FUSED, W_REDUCE
 from ccsynth.collectives.runtime.failures import RunFailures
 from ccsynth.collectives.runtime.layout import Layout
@@ -42,36 +47,44 @@ from ccsynth.collectives.runtime.primitives import Kernels, MpiCalls
 __all__ = ["run_dataflow"]
 
 
-def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, failures: RunFailures) -> None:
-    """Run every slice node of ``lay`` on the views and requests of ``bnd``."""
+def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, failures: RunFailures,
+                 ch: Channel) -> None:
+    """Run every slice node of ``lay`` on the views of ``bnd``, as call ``ch.seq`` of channel ``ch``."""
     red = kernels.reduce
     fred = kernels.fused
     copy = kernels.copy
     sync = kernels.sync
     device = kernels.device
-    start = mpi.start
+    isend = mpi.isend
+    irecv = mpi.irecv
     wait_some = mpi.wait_some
     MPIError = mpi.error
     BYTE = mpi.byte
     sts = mpi.statuses  # MPI fills one status per completed request (grows as needed)
     NULL = mpi.null
+    comm = ch.comm
+    base = ch.base  # this call's tags: base + the slice tag
     expect = lay.expect
     cnt = lay.cnt0[:]
     succ = lay.succ
     kind = lay.kind
-    reqs = bnd.reqs
+    msgs = bnd.msgs
     work = bnd.work
     left = lay.n_nodes
     dirty = False
     if device:
         sync()  # kernels the caller queued on the buffers must finish before MPI touches them
-    if bnd.pre_reqs:
-        mpi.startall(bnd.pre_reqs)
-        active = list(bnd.pre_reqs)
-        anodes = list(lay.pre)
-    else:
-        active, anodes = [], []
-    live = len(active)  # requests in flight; completed ones become NULL until compacted
+    # index 0: the control line (a notice that another rank's call failed); node -1
+    inflight = bnd.inflight
+    active = inflight.active
+    anodes = inflight.nodes
+    active[:] = [ch.ctrl]
+    anodes[:] = [-1]
+    for v in lay.pre:
+        d, peer, tag = msgs[v]
+        active.append(irecv(comm, d, peer, base + tag))
+        anodes.append(v)
+    live = len(active) - 1  # requests in flight; completed ones become NULL until compacted
     ready = deque(lay.ready0)
     pop = ready.popleft
     push = ready.append
@@ -80,16 +93,22 @@ def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, fai
             v = pop()
             k = kind[v]
             if k == K_SEND or k == K_RECV:
-                if k == K_SEND and work[v] is not None:
-                    for _, d, s, _ in work[v]:
-                        copy(d, s)
-                    dirty = device
-                if dirty:
-                    sync()
-                    dirty = False
-                r = reqs[v]
-                start(r)
-                active.append(r)
+                if k == K_SEND:
+                    if work[v] is not None:
+                        for _, d, s, _ in work[v]:
+                            copy(d, s)
+                        dirty = device
+                    if dirty:
+                        sync()
+                        dirty = False
+                    d, peer, tag = msgs[v]
+                    active.append(isend(comm, d, peer, base + tag))
+                else:
+                    if dirty:
+                        sync()
+                        dirty = False
+                    d, peer, tag = msgs[v]
+                    active.append(irecv(comm, d, peer, base + tag))
                 anodes.append(v)
                 live += 1
                 continue
@@ -116,11 +135,15 @@ def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, fai
         try:
             done = wait_some(active, sts)
         except MPIError as e:  # try costs nothing until it raises (Python >= 3.11)
-            raise failures.wait_failed(lay, e, active, anodes) from e
+            raise failures.wait_failed(lay, e, active, anodes, base) from e
         j = -1  # sts[j] is the status of done[j] (an index is cheaper than zip here)
         for i in done:
             j += 1
             v = anodes[i]
+            if v < 0:  # the control line: raises if the notice is about this call
+                ch.notice(sts[j])
+                live += 1  # (not one of ours: undo the count below)
+                continue
             k = kind[v]
             # MPI accepts a message shorter than the receive buffer without complaint
             if k != K_SEND and sts[j].Get_count(BYTE) != expect[v]:
@@ -144,15 +167,16 @@ def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, fai
                     push(x)
         live -= len(done)
         if not live:
-            active.clear()
-            anodes.clear()
+            del active[1:]
+            del anodes[1:]
         else:
             for i in done:
-                active[i] = NULL  # MPI skips null requests; compact only now and then
-            dead = len(active) - live
+                if i:
+                    active[i] = NULL  # MPI skips null requests; compact only now and then
+            dead = len(active) - 1 - live
             if dead > 16 and dead > live:
-                keep = [j for j, q in enumerate(active) if q is not NULL]
-                active = [active[j] for j in keep]
-                anodes = [anodes[j] for j in keep]
+                keep = [j for j, q in enumerate(active) if j == 0 or q is not NULL]
+                active[:] = [active[j] for j in keep]
+                anodes[:] = [anodes[j] for j in keep]
     if dirty:
         sync()

@@ -20,9 +20,13 @@ last :data:`~.constants.MAX_LAYOUTS`), in these stages:
    disagree on a count some receive slice gets another byte count than it
    expects (caught by the run loop, or truncated by MPI) instead of slices
    shifting silently onto other tags. Slice ``j`` of the ``k``-th message
-   on a pair of ranks uses tag ``(slices of messages 0..k-1 on the pair) +
-   j``, so slices can start in any order. Receives that reduce, and
-   messages of scattered chunks, go through a private *staging* area.
+   on a pair of ranks uses the slice tag ``(slices of messages 0..k-1 on
+   the pair) + j``, so slices can start in any order; the run loops add the
+   call's tag base (:mod:`.channel`), so these are tags within one call, and
+   a layout that needs more than ``tag_limit`` of them on one pair is
+   refused (:class:`~ccsynth.errors.ScheduleError`) rather than letting two
+   slices of a call share a tag. Receives that reduce, and messages of
+   scattered chunks, go through a private *staging* area.
 3. *Slice nodes*. One node per slice, with its kind (``K_*`` of
    :mod:`.constants`), its :class:`Message` (peer, tag, region) if it is
    one, and its :class:`WorkItem` s (copies, reductions, the fused
@@ -242,7 +246,7 @@ class Layout:
     ``node_level[v]`` (the level of its op). ``static`` is the
     straight-line plan when the executor chose that path (else None);
     ``bindings`` caches a :class:`~.binding.Binding` per pair of caller
-    buffers.
+    buffers; ``entry`` counts its buffers in the memory budget (:mod:`.memory`).
     """
 
     dtype: np.dtype
@@ -268,6 +272,7 @@ class Layout:
     staging: Any = None
     bindings: OrderedDict = field(default_factory=OrderedDict)
     static: Any = None  # StaticPlan of the straight-line path, or None (dataflow loop)
+    entry: Any = None  # its memory.Entry: the bytes it keeps and the call that last used it
 
 
 def build_layout(
@@ -281,21 +286,28 @@ def build_layout(
     out_blocks: int,
     slice_bytes: int,
     peers: Sequence[int],
-    tag_mod: int,
+    tag_limit: int,
     rank: int,
 ) -> Layout:
     """Cut ``program`` into slices for blocks of ``m`` elements of ``dtype`` (no buffers allocated yet).
 
     ``peers[q]`` is the communicator rank that plays schedule rank ``q``;
-    tags wrap around at ``tag_mod``; ``rank`` names this process in errors.
+    slice tags must stay below ``tag_limit``; ``rank`` names this process in errors.
     """
     geo = ChunkGeometry.build(m, chunk_factor, scratch_chunks, program.slot_cols)
     ops = program.ops
     per_slice = max(1, slice_bytes // dtype.itemsize)
     extents = _extents(ops, geo, per_slice, rank)
+    for op, ext in zip(ops, extents):
+        if op.kind in MESSAGE_KINDS and ext.tag_base + ext.slices > tag_limit:
+            raise ScheduleError(
+                f"rank {rank}: {op.describe()} for {m} x {dtype.name} per block needs message slices up to "
+                f"{ext.tag_base + ext.slices} with rank {peers[op.peer]} in one call, more than the {tag_limit} "
+                f"tags a call may use per rank pair; use a larger slice_bytes (now {slice_bytes})"
+            )
     nodes = _SliceNodes()
     for op, ext in zip(ops, extents):
-        nodes.add_op(op, ext, per_slice, peers, tag_mod)
+        nodes.add_op(op, ext, per_slice, peers)
     preds = _edges(program, geo, nodes)
     n = len(nodes.kind)
     succ: list[list[int]] = [[] for _ in range(n)]
@@ -391,7 +403,7 @@ class _SliceNodes:
         self.slices_of: list[list[int]] = []  # per op: its nodes
         self.pieces_of: list[list[list[Region]]] = []  # per op, per node: the memory the slice touches
 
-    def add_op(self, op: LocalOp, ext: OpExtent, per_slice: int, peers: Sequence[int], tag_mod: int) -> None:
+    def add_op(self, op: LocalOp, ext: OpExtent, per_slice: int, peers: Sequence[int]) -> None:
         slices: list[int] = []
         pieces: list[list[Region]] = []
         self.slices_of.append(slices)
@@ -415,7 +427,7 @@ class _SliceNodes:
                 kind, region, items, touched = _local_slice(ext, lo, hi, W_COPY if k == "copy" else W_REDUCE)
             self.kind.append(kind)
             if region is not None:
-                self.mpi[v] = Message(peer, (ext.tag_base + j) % tag_mod, region)
+                self.mpi[v] = Message(peer, ext.tag_base + j, region)
             if items:
                 self.work[v] = items
             pieces.append(touched)

@@ -1,35 +1,43 @@
-"""What a run loop calls: MPI (start, wait) and kernels, handed to it as plain callables.
+"""What a run loop calls: MPI (post, wait) and kernels, handed to it as plain callables.
 
 The run loops (:mod:`.dataflow`, :mod:`.straight_line`) never call MPI or
 the buffer backend by name. They receive an :class:`MpiCalls` and a
 :class:`Kernels` and bind their fields to locals once per run, so that a
 profiled run can pass timed versions of the same calls
 (:mod:`.profiling`) to the very same loop. The plain versions are the
-library's own functions, unwrapped: ``MPI.Prequest.Start`` called on a
-request costs what ``request.Start()`` costs, and waiting with
+library's own functions, unwrapped: ``MPI.Comm.Isend`` called on a
+communicator costs what ``comm.Isend(...)`` costs, and waiting with
 ``Waitsome`` is one call into MPI.
 
 Waiting has two modes (``wait=`` of the executor):
 
-* ``waitsome`` -- block inside MPI (``Waitsome``, ``Wait``, ``Waitall``);
-* ``yield`` -- poll (``Testsome``, ``Test``, ``Testall``) and give the core
-  away between polls (``os.sched_yield``; ``CCSYNTH_SPIN=k`` polls k times
+* ``waitsome`` -- block inside MPI (``Waitsome``, ``Waitany``);
+* ``yield`` -- poll (``Testsome``, ``Testany``) and give the core away
+  between polls (``os.sched_yield``; ``CCSYNTH_SPIN=k`` polls k times
   between yields). Much faster when ranks outnumber cores: a rank blocked
   in MPI busy-polls and keeps the core that its peer needs.
 
 ``auto`` picks ``yield`` when the launcher put more ranks on this node than
-the cores this process may use; ``CCSYNTH_WAIT`` overrides the choice.
+the cores this process may use; ``CCSYNTH_WAIT`` overrides the choice. A
+``timeout`` makes every wait poll, and give up (:class:`WaitTimedOut`)
+after that many seconds without progress. Every wait of a run loop
+includes the control line's posted receive (:mod:`.control`): that is how
+a failure on another rank wakes it.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ccsynth.errors import ScheduleError
 
-__all__ = ["WAIT_MODES", "MpiCalls", "Kernels", "mpi_calls", "kernels", "local_rank_count", "resolve_wait_mode"]
+__all__ = [
+    "WAIT_MODES", "MpiCalls", "Kernels", "WaitTimedOut", "mpi_calls", "kernels", "local_rank_count",
+    "resolve_wait_mode",
+]
 
 WAIT_MODES = ("auto", "waitsome", "yield")
 
@@ -61,89 +69,128 @@ def resolve_wait_mode(wait: str) -> str:
     return mode
 
 
+class WaitTimedOut(Exception):
+    """A wait saw nothing complete for ``timeout`` seconds (the executor reports it as CallTimeoutError)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"nothing arrived for {seconds:g} s")
+        self.seconds = seconds
+
+
 @dataclass(frozen=True, slots=True)
 class MpiCalls:
     """The MPI calls of a run loop, and the objects they fill.
 
-    ``start(request)``, ``startall(requests)``; ``wait_some(requests,
-    statuses)`` returns the indices of the completed requests (statuses
-    filled in that order); ``wait_one(request, status)``;
-    ``wait_all(requests)``. ``error`` is the class MPI raises;
-    ``statuses``/``status`` are reused by every run, ``null`` a null
-    request (completed slots of the dataflow loop's active list), ``byte``
-    the datatype byte counts are read in.
+    ``isend(comm, buf, peer, tag)`` and ``irecv(comm, buf, peer, tag)``
+    return a new request; ``wait_some(requests, statuses)`` returns the
+    indices of the completed requests (statuses filled in that order);
+    ``wait_any(requests, status)`` the index of one completed request;
+    ``test_all(requests)`` whether all have completed. ``error`` is the
+    class MPI raises; ``statuses``/``status`` are reused by every run,
+    ``null`` a null request (completed slots of the dataflow loop's active
+    list), ``byte`` the datatype byte counts are read in. With a timeout,
+    ``wait_some``/``wait_any`` raise :class:`WaitTimedOut` when nothing
+    completes for that long.
     """
 
-    start: Callable[[Any], Any]
-    startall: Callable[[list], Any]
+    isend: Callable[[Any, Any, int, int], Any]
+    irecv: Callable[[Any, Any, int, int], Any]
     wait_some: Callable[[list, list], list]
-    wait_one: Callable[[Any, Any], Any]
-    wait_all: Callable[[list], Any]
+    wait_any: Callable[[list, Any], int]
+    test_all: Callable[[list], bool]
     error: type
     statuses: list
     status: Any
     null: Any
     byte: Any
+    timeout: float | None = None
 
 
-def mpi_calls(MPI, wait_mode: str, spin: int = 1) -> MpiCalls:
-    """The plain calls for ``wait_mode`` (``waitsome`` or ``yield``, polling ``spin`` times between yields)."""
+def mpi_calls(MPI, wait_mode: str, spin: int = 1, timeout: float | None = None) -> MpiCalls:
+    """The plain calls for ``wait_mode`` (``waitsome`` or ``yield``, polling ``spin`` times between yields).
+
+    With ``timeout`` (seconds), waits poll (as in ``yield`` mode) and give
+    up after that long without progress.
+    """
     Request = MPI.Request
-    if wait_mode == "yield":
+    if timeout is not None:
+        wait_some = _polling_wait_some(Request.Testsome, max(1, spin), timeout)
+        wait_any = _polling_wait_any(Request.Testany, timeout)
+    elif wait_mode == "yield":
         wait_some = _polling_wait_some(Request.Testsome, max(1, spin))
-        wait_one = _polling_wait_one(Request.Test)
-        wait_all = _polling_wait_all(Request.Testall)
+        wait_any = _polling_wait_any(Request.Testany)
     else:
-        wait_some, wait_one, wait_all = Request.Waitsome, Request.Wait, Request.Waitall
+        wait_some, wait_any = Request.Waitsome, Request.Waitany
     return MpiCalls(
-        start=MPI.Prequest.Start,
-        startall=MPI.Prequest.Startall,
+        isend=MPI.Comm.Isend,
+        irecv=MPI.Comm.Irecv,
         wait_some=wait_some,
-        wait_one=wait_one,
-        wait_all=wait_all,
+        wait_any=wait_any,
+        test_all=Request.Testall,
         error=MPI.Exception,
         statuses=[],  # Waitsome/Testsome fill one status per completed request (grows as needed)
         status=MPI.Status(),
         null=MPI.Request(),
         byte=MPI.BYTE,
+        timeout=timeout,
     )
 
 
-def _polling_wait_some(Testsome, spin: int):
-    yield_cpu = os.sched_yield
+class _Patience:
+    """Polling between yields; with a timeout, :class:`WaitTimedOut` once nothing completed for that long."""
+
+    __slots__ = ("spin", "timeout", "polls", "end")
+
+    def __init__(self, spin: int, timeout: float | None) -> None:
+        self.spin, self.timeout = spin, timeout
+        self.polls, self.end = 0, None
+
+    def start(self) -> "_Patience":
+        self.polls, self.end = 0, None
+        return self
+
+    def pause(self) -> None:
+        self.polls += 1
+        if self.polls < self.spin:
+            return
+        self.polls = 0
+        os.sched_yield()
+        if self.timeout is not None:
+            now = time.monotonic()
+            if self.end is None:
+                self.end = now + self.timeout
+            elif now > self.end:
+                raise WaitTimedOut(self.timeout)
+
+
+def _polling_wait_some(Testsome, spin: int, timeout: float | None = None):
+    patience = _Patience(spin, timeout)
 
     def wait_some(requests, statuses):
         done = Testsome(requests, statuses)
-        polls = 0
-        while not done:
-            polls += 1
-            if polls >= spin:
-                yield_cpu()
-                polls = 0
-            done = Testsome(requests, statuses)
+        if not done:
+            p = patience.start()
+            while not done:
+                p.pause()
+                done = Testsome(requests, statuses)
         return done
 
     return wait_some
 
 
-def _polling_wait_one(Test):
-    yield_cpu = os.sched_yield
+def _polling_wait_any(Testany, timeout: float | None = None):
+    patience = _Patience(1, timeout)
 
-    def wait_one(request, status):
-        while not Test(request, status):
-            yield_cpu()
+    def wait_any(requests, status):
+        index, flag = Testany(requests, status)
+        if not flag:
+            p = patience.start()
+            while not flag:
+                p.pause()
+                index, flag = Testany(requests, status)
+        return index
 
-    return wait_one
-
-
-def _polling_wait_all(Testall):
-    yield_cpu = os.sched_yield
-
-    def wait_all(requests):
-        while not Testall(requests):
-            yield_cpu()
-
-    return wait_all
+    return wait_any
 
 
 @dataclass(frozen=True, slots=True)

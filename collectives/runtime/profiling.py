@@ -8,8 +8,8 @@ the whole run. Nothing of this is on the path of an ordinary run: the
 plain calls are the library's own functions.
 
 What the figures mean: ``wait`` is time blocked waiting for MPI (every
-``wait_some``/``wait_one``/``wait_all``, polling included), ``mpi_start``
-the ``Start``/``Startall`` calls, ``kernels`` copies and reductions (on a
+``wait_some``/``wait_any``/``test_all``, polling included), ``mpi_start``
+the ``Isend``/``Irecv`` calls that post messages, ``kernels`` copies and reductions (on a
 device each kernel is followed by a synchronisation, so that its time is
 its own) and ``python`` everything else: the loop's own bookkeeping.
 """
@@ -33,7 +33,7 @@ class RunStats:
     total_s: float = 0.0
     wait_s: float = 0.0  # blocked waiting for MPI (Waitsome, Wait, Test polling)
     kernel_s: float = 0.0  # copies and reductions
-    start_s: float = 0.0  # MPI Start/Startall calls
+    start_s: float = 0.0  # posting messages (Isend/Irecv)
     waits: int = 0
     kernels: int = 0
     starts: int = 0
@@ -58,35 +58,22 @@ class RunStats:
 
 
 def timed_mpi(calls: MpiCalls, stats: RunStats) -> MpiCalls:
-    """``calls`` with every start and wait timed into ``stats``."""
+    """``calls`` with every post (``Isend``/``Irecv``) and wait timed into ``stats``."""
     clock = time.perf_counter
-    start, startall = calls.start, calls.startall
-    wait_some, wait_one, wait_all = calls.wait_some, calls.wait_one, calls.wait_all
 
-    def timed_start(request):
-        t = clock()
-        start(request)
-        stats.start_s += clock() - t
-        stats.starts += 1
-
-    def timed_startall(requests):
-        t = clock()
-        startall(requests)
-        stats.start_s += clock() - t
-        stats.starts += len(requests)
-
-    def waiting(wait: Callable) -> Callable:
-        def timed_wait(*args):
+    def timed(call: Callable, seconds: str, count: str) -> Callable:
+        def timed_call(*args):
             t = clock()
-            done = wait(*args)
-            stats.wait_s += clock() - t
-            stats.waits += 1
-            return done
+            out = call(*args)
+            setattr(stats, seconds, getattr(stats, seconds) + clock() - t)
+            setattr(stats, count, getattr(stats, count) + 1)
+            return out
 
-        return timed_wait
+        return timed_call
 
-    return replace(calls, start=timed_start, startall=timed_startall, wait_some=waiting(wait_some),
-                   wait_one=waiting(wait_one), wait_all=waiting(wait_all))
+    post = {name: timed(getattr(calls, name), "start_s", "starts") for name in ("isend", "irecv")}
+    wait = {name: timed(getattr(calls, name), "wait_s", "waits") for name in ("wait_some", "wait_any", "test_all")}
+    return replace(calls, **post, **wait)
 
 
 def timed_kernels(k: Kernels, stats: RunStats) -> Kernels:
@@ -113,10 +100,10 @@ def timed_kernels(k: Kernels, stats: RunStats) -> Kernels:
     return replace(k, copy=kernel(k.copy), reduce=kernel(k.reduce), fused=kernel(k.fused), sync=timed_sync)
 
 
-def run_profiled(loop: Callable, stats: RunStats, lay, bnd, k: Kernels, calls: MpiCalls, failures) -> None:
+def run_profiled(loop: Callable, stats: RunStats, lay, bnd, k: Kernels, calls: MpiCalls, failures, ch) -> None:
     """Run ``loop`` with timed calls; one more run in ``stats`` if it returns."""
     k, calls = timed_kernels(k, stats), timed_mpi(calls, stats)
     t = time.perf_counter()
-    loop(lay, bnd, k, calls, failures)
+    loop(lay, bnd, k, calls, failures, ch)
     stats.runs += 1
     stats.total_s += time.perf_counter() - t

@@ -46,6 +46,7 @@ from ccsynth.collectives.transforms import (
 )
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import CCSynthError, ScheduleError
+from ccsynth.limits import check as check_limit
 from ccsynth.formats.msccl.limits import MAX_COUNT, MAX_PEERS_PER_CHANNEL, UNBOUNDED
 from ccsynth.formats.msccl.reader import schedule_from_msccl_xml
 from ccsynth.formats.msccl.schema import COLL_NAMES, COLL_READ, PROTOCOLS
@@ -120,10 +121,29 @@ def schedule_to_msccl_xml(
     return xml
 
 
+#: The fields of ``meta["msccl"]`` the exporter reads, and the types they must have (a schedule
+#: file's meta is the user's: a wrong type is an error naming the field, not a crash).
+_INFO_TYPES = {
+    "proto": (str,),
+    "coll": (str,),
+    "name": (str,),
+    "minBytes": (int,),
+    "maxBytes": (int,),
+    "input_shadow": (int,),
+}
+
+
 def _file_info(schedule: Schedule) -> dict:
-    """What a schedule read from MSCCL XML remembers of its file (``meta["msccl"]``)."""
+    """What a schedule read from MSCCL XML remembers of its file (``meta["msccl"]``), type-checked."""
     info = schedule.meta.get("msccl")
-    return info if isinstance(info, dict) else {}
+    if not isinstance(info, dict):
+        return {}
+    for key, types in _INFO_TYPES.items():
+        v = info.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, types) or (isinstance(v, int) and v < 0)):
+            raise ScheduleError(f"schedule {schedule.name!r}: meta.msccl.{key} must be a "
+                                f"{'non-negative integer' if types == (int,) else 'string'} or null, got {v!r:.40}")
+    return info
 
 
 # -------------------------------------------------------------- 1. options
@@ -161,8 +181,15 @@ def _transform(schedule: Schedule, nchannels: int | None, inplace: bool, info: d
             raise ScheduleError(
                 f"nchannels={nchannels} is not a multiple of the {used} channel(s) schedule {schedule.name!r} uses"
             )
+        check_limit("nchannels", nchannels, "MAX_CHANNELS", ScheduleError)
         if nchannels > used:
-            sched = replicate_instances(sched, nchannels // used)
+            copies = nchannels // used
+            check_limit(f"{len(sched.ops)} ops x {copies} instances (nchannels={nchannels}): operations",
+                        len(sched.ops) * copies, "MAX_SCHEDULE_OPS", ScheduleError)
+            sched = replicate_instances(sched, copies)
+    # Ranges longer than MAX_COUNT become several steps: bound what that makes before making it.
+    check_limit(f"schedule {schedule.name!r} in steps of at most {MAX_COUNT} chunks: operations",
+                sum(-(-op.count // MAX_COUNT) for op in sched.ops), "MAX_SCHEDULE_OPS", ScheduleError)
     sched = split_long_ranges(sched, MAX_COUNT)
     sched = spread_channels(sched, MAX_PEERS_PER_CHANNEL)
     if inplace:
@@ -203,8 +230,8 @@ def _fastest(texts: list[str], topology, min_bytes: int, max_bytes: int | None) 
         sizes = [max(1, int(math.sqrt(max(min_bytes, 1) * min(hi, 1 << 40))))]
     times = []
     for text in texts:
-        sched = schedule_from_msccl_xml(text)
         try:
+            sched = schedule_from_msccl_xml(text)  # beyond ccsynth's reading limits (ccsynth.limits): no comparison
             times.append([r.time_us for r in simulate_sizes(sched, topology, sizes)])
         except ScheduleError as e:  # e.g. a link the topology lacks: nothing to compare
             log.debug("not comparing MSCCL layouts: %s", e)

@@ -63,6 +63,7 @@ from ccsynth.errors import CCSynthError, ScheduleError, ScheduleFormatError
 from ccsynth.formats.msccl.limits import RUNTIME_MAX_COUNT, UNBOUNDED
 from ccsynth.formats.msccl.schema import BUFFERS, COLL_READ, PIECED, PROTOCOLS, RECVS, SENDS, STEP_TYPES, USES, WRITES
 from ccsynth.graphs import dependency_cycle, topological_order
+from ccsynth.limits import check as check_limit
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +226,11 @@ def _read_algo(root: ET.Element) -> _Algo:
     proto = A.str("proto")
     if proto not in PROTOCOLS:
         raise ScheduleFormatError(f"<algo>: proto={proto!r} is not one of {', '.join(PROTOCOLS)}")
+    check_limit("<algo>: ngpus", ngpus, "MAX_RANKS", ScheduleFormatError)
     nchannels = A.int("nchannels", lo=0)
+    check_limit("<algo>: nchannels", nchannels, "MAX_CHANNELS", ScheduleFormatError)
     ncpl = A.int("nchunksperloop", lo=1)
+    check_limit("<algo>: nchunksperloop", ncpl, "MAX_BUFFER_CHUNKS", ScheduleFormatError)
     inplace = A.int("inplace", lo=0, hi=1)
     outofplace = A.int("outofplace", 1 - inplace, lo=0, hi=1)
     min_bytes = A.int("minBytes", None, lo=0)
@@ -252,6 +256,7 @@ def _read_algo(root: ET.Element) -> _Algo:
 def _read_gpus(root: ET.Element, coll: Collective) -> dict[int, _XGpu]:
     ngpus = coll.n_ranks
     gpus: dict[int, _XGpu] = {}
+    steps = 0
     for g in root:
         if g.tag != "gpu":
             log.warning("ignoring unknown element <%s> in <algo>", g.tag)
@@ -260,6 +265,8 @@ def _read_gpus(root: ET.Element, coll: Collective) -> dict[int, _XGpu]:
         if gid in gpus:
             raise ScheduleFormatError(f"<gpu id={gid}> appears twice")
         gpus[gid] = _read_gpu(g, gid, coll)
+        steps += sum(len(t.steps) for t in gpus[gid].tbs)
+        check_limit("MSCCL XML: steps", steps, "MAX_SCHEDULE_OPS", ScheduleFormatError)
     missing = [r for r in range(ngpus) if r not in gpus]
     if missing:
         raise ScheduleFormatError(f"<algo ngpus={ngpus}> has no <gpu id={missing[0]}> element")
@@ -270,6 +277,7 @@ def _read_gpu(g: ET.Element, gid: int, coll: Collective) -> _XGpu:
     where = f"<gpu id={gid}>"
     G = _Attrs(g, where)
     sizes = {"i": G.int("i_chunks", lo=0), "o": G.int("o_chunks", lo=0), "s": G.int("s_chunks", lo=0)}
+    check_limit(f"{where}: s_chunks", sizes["s"], "MAX_SCRATCH_CHUNKS", ScheduleFormatError)
     for b, have in (("i", coll.in_chunks), ("o", coll.out_chunks)):
         if sizes[b] > have:
             raise ScheduleFormatError(f"{where}: {b}_chunks={sizes[b]} but {coll.describe()} has {have} {b} chunk(s) per rank")
@@ -278,7 +286,11 @@ def _read_gpu(g: ET.Element, gid: int, coll: Collective) -> _XGpu:
         if t.tag != "tb":
             log.warning("ignoring unknown element <%s> in %s", t.tag, where)
             continue
+        check_limit(f"{where}: threadblocks", len(tbs) + 1, "MAX_XML_THREADBLOCKS", ScheduleFormatError)
         tbs.append(_read_tb(t, gid, where, sizes, coll.n_ranks))
+    # The chunk-order stage keeps one clock (a value per threadblock) per step.
+    check_limit(f"{where}: steps x threadblocks", sum(len(t.steps) for t in tbs) * len(tbs), "MAX_XML_STEP_CLOCKS",
+                ScheduleFormatError)
     tbs = _check_tb_ids(tbs, where)
     _check_connections(tbs, where)
     _check_step_deps(tbs)
@@ -294,6 +306,7 @@ def _read_tb(t: ET.Element, gid: int, where_g: str, sizes: dict[str, int], ngpus
     if gid in (send, recv):
         raise ScheduleFormatError(f"{where}: a threadblock cannot send to or receive from its own gpu")
     chan = T.int("chan", lo=0)
+    check_limit(f"{where}: chan", chan, "MAX_CHANNELS", ScheduleFormatError)
     steps: list[_XStep] = []
     for st in t:
         if st.tag != "step":

@@ -33,6 +33,7 @@ install_abort_handler()
 
 from ccsynth.collectives.executor import CompiledSchedule  # noqa: E402
 from ccsynth.collectives.plan import Plan, PlanEntry, save_plan  # noqa: E402
+from ccsynth.collectives.runtime.channel import Channel, TagSpace  # noqa: E402
 from ccsynth.collectives.spec import Collective  # noqa: E402
 from ccsynth.communicator import Communicator  # noqa: E402  (the public one: its default plan is the built-in)
 from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError  # noqa: E402
@@ -295,6 +296,40 @@ def case_levels_agree() -> None:
         if static == doubtful:
             raise AssertionError(f"rank {RANK}: straight-line path {'taken' if static else 'not taken'} "
                                  f"with doubtful={doubtful}")
+
+
+def case_generations() -> str:
+    """Calls across many communicator generations (a window of 4 calls), with failed calls in between whose
+    large sends nobody received: every result still matches MPI, and Free() takes in what is left."""
+    ch = Channel.build(WORLD, MPI, tags=TagSpace(slice_bits=10, seq_bits=2, sig_bits=6))
+    cs = CompiledSchedule(hand.ring_allreduce(N), ch.comm, channel=ch, slice_bytes=1 << 16)
+    failed = 0
+    for it in range(14):
+        m = 3 * N * (1 + it % 3) if it % 4 else 40000 * N  # every 4th call large (many slices)
+        x = data("int64", MPI.SUM, m)
+        y = np.zeros(m, np.int64)
+        if it % 5 == 2:  # rank 1 fails before communicating; the others have started
+            if RANK == 1 % N:
+                y = y[::-1]  # not contiguous... (a reversed view is neither C nor F contiguous)
+            try:
+                ch.open_call()
+                try:
+                    cs.execute(x, y, "sum")
+                except BaseException as e:
+                    ch.call_failed(e, "allreduce")
+                    raise
+            except BufferMismatchError:
+                failed += 1
+                continue
+            raise AssertionError(f"rank {RANK}: call {it} should have failed on every rank")
+        cs.run(x, y, "sum")
+        ref = np.empty_like(x)
+        WORLD.Allreduce(x, ref)
+        same(f"generation {ch.generation} call {it}", y, ref)
+    if ch.generation < 3 or failed != 3:
+        raise AssertionError(f"rank {RANK}: {ch.generation} generations, {failed} failed calls")
+    ch.close(free=True)
+    return f"{ch.generation} generations, {failed} failed calls"
 
 
 def case_hand() -> None:
