@@ -23,7 +23,7 @@ from ccsynth.synth.trees.network import flow_network
 from ccsynth.synth.trees.packing import pack_allreduce, pack_trees
 from ccsynth.synth.trees.search import best_tree_schedule, lower, packing_for
 from ccsynth.topologies import catalog
-from ccsynth.topologies.model import Link, Switch, Topology
+from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
 from test_exact_bounds import exact_topology, two_clusters
 
 MODULES = ["network", "maxflow", "symmetry", "throughput", "arborescence", "packing", "lowering", "search"]
@@ -113,7 +113,12 @@ def test_packed_trees_verify_and_meet_their_bound_on_random_machines(topo, kind)
         return
     n = topo.n_ranks
     p = pack_trees(topo, range(n), inward=kind == "reduce_scatter")
-    assert p.gap == pytest.approx(1.0, abs=1e-5)
+    # the packing meets the lower bound: the exact cut bound, or -- where a NIC's two sides differ, so that no
+    # splitting of its node keeps the cuts -- the total-capacity bound (every shard crosses n-1 connections)
+    Z = 1 << 30
+    bound = lower_bound(Collective(kind, n), topo, Z)
+    assert p.gap >= 1 - 1e-5
+    assert p.tau * (Z / n) / 1e3 == pytest.approx(bound.bandwidth_us, rel=1e-5)
     s = lower(p, Collective(kind, n, 4), topo)
     verify(s, topo)
     r = simulate(s, topo, 1 << 26)
@@ -207,7 +212,6 @@ def test_synthesize_broadcast_by_trees():
 
 def test_network_of_a_mixed_switch_is_exact():
     # one switch over all ranks, leaves of 3 behind shared uplinks (a 2:1 oversubscribed fat-tree)
-    from ccsynth.topologies.model import SharedPort
 
     n, k = 9, 3
     leaves = [tuple(range(s, s + k)) for s in range(0, n, k)]
@@ -218,3 +222,22 @@ def test_network_of_a_mixed_switch_is_exact():
     t = Topology("fat9", n, switches=(Switch("fabric", tuple(range(n)), 10.0, 1.0),), shared_ports=tuple(ports),
                  nodes=tuple(r // k for r in range(n)))
     assert flow_network(t).exact, flow_network(t).note
+
+
+def test_packing_of_unbalanced_nics_meets_the_total_capacity_bound():
+    """NICs slower out than in: the cut bound (one shard out of a rank) is not reachable, the total-capacity one is."""
+    links = tuple(Link(a, b, 2.0, 10.0) for a in range(3) for b in range(3) if a != b)
+    ports = []
+    for r in range(3):
+        others = tuple(x for x in range(3) if x != r)
+        ports += [SharedPort(f"nic{r}.tx", (r,), others, 5.0), SharedPort(f"nic{r}.rx", others, (r,), 10.0)]
+    topo = Topology("unbalanced_nics", 3, links=links, shared_ports=tuple(ports), nodes=(0, 1, 2))
+    p = pack_trees(topo, range(3))
+    assert p.gap == pytest.approx(2.0)  # against the cut bound
+    Z = 1 << 30
+    assert p.tau * (Z / 3) / 1e3 == pytest.approx(lower_bound(Collective("allgather", 3), topo, Z).bandwidth_us)
+    # a link and a slower NIC of the same extent keep their own rows under the swap symmetry of two ranks
+    two = Topology("two", 2, links=(Link(0, 1, 2.0, 10.0), Link(1, 0, 2.0, 10.0)),
+                   shared_ports=(SharedPort("a", (0,), (1,), 5.0), SharedPort("b", (1,), (0,), 5.0),
+                                 SharedPort("c", (1,), (0,), 10.0), SharedPort("d", (0,), (1,), 10.0)), nodes=(0, 1))
+    assert pack_trees(two, range(2)).gap == pytest.approx(1.0)

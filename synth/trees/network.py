@@ -39,6 +39,13 @@ none.
    behind ``a``'s egress-port arc; the exit is ``b``, or ``R(sw, b)`` before
    ``b``'s ingress-port arc. The pairs of a switch that keep no port meet in
    a hub ``T(sw, a) -> H -> R(sw, b)``.
+5. **A spine** attaches to the ``T``/``R`` nodes of its leaves (a leaf
+   switch always gets them): non-blocking, through a node of the sender's
+   node and a segment tree over the nodes that reaches every *other* node
+   (so ranks of one node never meet through it, as in the model); with
+   capped up-links, through one arc per leaf and direction (``up``/``down``),
+   a relaxation where ranks of one node sit on different leaves (see
+   :func:`_spine`).
 
 Why it is valid (a relaxation)
 ------------------------------
@@ -90,7 +97,7 @@ from functools import lru_cache
 
 from ccsynth.synth.capacity import rate_upper_bound
 from ccsynth.tolerance import EVENT_REL, is_greater
-from ccsynth.topologies.model import Topology
+from ccsynth.topologies.model import Connection, Topology
 
 __all__ = ["FlowNetwork", "flow_network", "SEGMENT_BUDGET"]
 
@@ -155,14 +162,26 @@ class _Builder:
         self.arcs[(u, v)] = (cap, resource)
 
 
+def _covered(topology: Topology, sp) -> list[Connection]:
+    """The connections that consume shared port ``sp`` (its source x destination pairs, no more)."""
+    out = []
+    for a in dict.fromkeys(sp.srcs):
+        for d in dict.fromkeys(sp.dsts):
+            c = topology.connection(a, d)
+            if c is not None and sp.name in c.resources:
+                out.append(c)
+    return out
+
+
 def _kept_ports(topology: Topology) -> tuple[set[str], list[str]]:
     """Shared ports that are not redundant (step 1 of the construction), and the dropped ones."""
-    conns = topology.connections()
+    if not topology.shared_ports:
+        return set(), []
     res_bw = dict(topology.resource_bw)
     kept = {sp.name for sp in topology.shared_ports}
     dropped = []
     for sp in topology.shared_ports:
-        covered = [c for c in conns if sp.name in c.resources]
+        covered = _covered(topology, sp)
         others = {r: bw for r, bw in res_bw.items() if r != sp.name}
         items = []
         for c in covered:
@@ -187,11 +206,12 @@ def flow_network(topology: Topology) -> FlowNetwork:
     res_bw = topology.resource_bw
     ports = {sp.name: sp for sp in topology.shared_ports}
     kept, dropped = _kept_ports(topology)
-    conns = topology.connections()
-    chain_of: dict[tuple[int, int], tuple[str, ...]] = {}
-    for c in conns:
-        chain = tuple(sorted((r for r in c.resources if r in kept), key=lambda r: _chain_key(ports[r])))
-        chain_of[(c.src, c.dst)] = chain
+    chain_of: dict[tuple[int, int], tuple[str, ...]] = {}  # kept ports of the pairs some kept port covers
+    for name in sorted(kept):
+        for c in _covered(topology, ports[name]):
+            if (c.src, c.dst) not in chain_of:
+                chain = tuple(sorted((r for r in c.resources if r in kept), key=lambda r: _chain_key(ports[r])))
+                chain_of[(c.src, c.dst)] = chain
     gone = set(dropped)  # resources the network leaves out (redundant)
     # entries of the port paths: node -> (origin rank, arc resource)
     entries: dict[int, tuple[int, str | None]] = {}
@@ -208,7 +228,7 @@ def flow_network(topology: Topology) -> FlowNetwork:
 
     for link in topology.links:
         a, d = link.src, link.dst
-        chain = chain_of[(a, d)]
+        chain = chain_of.get((a, d), ())
         if not chain:
             b.arc(a, d, link.bw, link.name)
             continue
@@ -222,9 +242,23 @@ def flow_network(topology: Topology) -> FlowNetwork:
             b.arc(a, entry, link.bw, link.name)
             entries[entry] = (a, link.name)
             port_path(entry, chain, d)
+    leaves = {name for sp in topology.spines for name in sp.leaves}
+    leaf_tx: dict[int, int] = {}  # rank -> its tx node on its spine leaf
+    leaf_rx: dict[int, int] = {}
     for sw in topology.switches:
         members = sw.ranks
-        mixed = any(chain_of[(a, d)] for a in members for d in members if a != d)
+        mixed = bool(chain_of) and any(chain_of.get((a, d)) for a in members for d in members if a != d)
+        if not mixed and sw.name in leaves:
+            # a spine leaf: tx and rx nodes of its own for every member (the spine attaches there), one hub
+            hub = b.node(sw.name)
+            for r in members:
+                leaf_tx[r] = t = b.node(f"{sw.name}:T{r}")
+                leaf_rx[r] = x = b.node(f"{sw.name}:R{r}")
+                b.arc(r, t, sw.bw, f"{sw.name}:tx{r}")
+                b.arc(x, r, sw.bw, f"{sw.name}:rx{r}")
+                b.arc(t, hub)
+                b.arc(hub, x)
+            continue
         if not mixed:
             hub = b.node(sw.name)
             for r in members:
@@ -237,12 +271,14 @@ def flow_network(topology: Topology) -> FlowNetwork:
             b.arc(r, tx[r], sw.bw, f"{sw.name}:tx{r}")
             b.arc(rx[r], r, sw.bw, f"{sw.name}:rx{r}")
             entries[tx[r]] = (r, f"{sw.name}:tx{r}")
+            if sw.name in leaves:
+                leaf_tx[r], leaf_rx[r] = tx[r], rx[r]
         plain: dict[int, list[int]] = {}  # the members each member reaches without a port
         for a in members:
             for d in members:
                 if a == d:
                     continue
-                chain = chain_of[(a, d)]
+                chain = chain_of.get((a, d), ())
                 if chain:
                     port_path(tx[a], chain, rx[d])
                 else:
@@ -258,10 +294,14 @@ def flow_network(topology: Topology) -> FlowNetwork:
                     b.arc(hub, rx[d])
                 b.arc(hub, rx[a])
             b.arc(tx[a], hub)
+    spine_notes = [_spine(b, topology, sp, leaf_tx, leaf_rx, chain_of) for sp in topology.spines]
     exact, why = _check_segments(b, n, entries, topology, gone)
     notes = []
     if not exact:
         notes.append(why)
+    if any(spine_notes):
+        exact = False
+        notes += [x for x in spine_notes if x]
     if dropped:
         notes.append(f"redundant shared ports dropped: {', '.join(dropped[:6])}" + (" ..." if len(dropped) > 6 else ""))
     if links_dropped:
@@ -277,6 +317,103 @@ def flow_network(topology: Topology) -> FlowNetwork:
         exact=exact,
         note="; ".join(notes),
     )
+
+
+def _spine(b: _Builder, topology: Topology, sp, leaf_tx: dict[int, int], leaf_rx: dict[int, int],
+           chain_of: dict[tuple[int, int], tuple[str, ...]]) -> str:
+    """Add spine ``sp`` to the network (see the module docstring); returns why it is a relaxation, or "".
+
+    A member ``a`` of a leaf reaches, through its tx node, every member ``b``
+    of another node on the spine's leaves, at ``b``'s rx node. Non-blocking:
+    ``a``'s tx node feeds a node ``X(k)`` of its node ``k``, which feeds the
+    entry ``Y(j)`` of every other node ``j`` through a segment tree over the
+    nodes (``O(log)`` arcs per node: the subtrees covering every node but
+    ``k``), and ``Y(j)`` feeds the rx nodes of ``j``'s members. Every segment
+    ``a -> b`` so built joins two ranks of different nodes through exactly
+    ``a``'s tx port and ``b``'s rx port -- the resources of their spine
+    connection, or of their leaf connection when they share a leaf -- so the
+    spine keeps the network exact. With capped up-links every leaf's
+    traffic into the spine shares one arc (``up``) and every leaf's traffic
+    out of it another (``down``): the origin's node is lost there, so ranks
+    of one node on different leaves reach each other in the network though
+    they have no spine connection -- a relaxation (bounds stay valid). Shared
+    ports on spine pairs are left out (a relaxation too).
+    """
+    idx_switch = {sw.name: sw for sw in topology.switches}
+    nodes = topology.nodes
+    members = [r for leaf in sp.leaves for r in idx_switch[leaf].ranks]
+    notes = []
+    if chain_of and any(chain_of.get((a, d)) for a in members for d in topology.neighbors_out(a)
+                        if topology.connection(a, d).via == sp.name):
+        notes.append(f"shared ports on pairs through spine {sp.name} left out")
+    if sp.uplink_bw is not None:
+        hub = b.node(f"{sp.name}")
+        for leaf in sp.leaves:
+            up_in, up_out = b.node(f"{sp.up(leaf)}.in"), b.node(f"{sp.up(leaf)}.out")
+            down_in, down_out = b.node(f"{sp.down(leaf)}.in"), b.node(f"{sp.down(leaf)}.out")
+            b.arc(up_in, up_out, sp.uplink_bw, sp.up(leaf))
+            b.arc(up_out, hub)
+            b.arc(hub, down_in)
+            b.arc(down_in, down_out, sp.uplink_bw, sp.down(leaf))
+            for r in idx_switch[leaf].ranks:
+                b.arc(leaf_tx[r], up_in)
+                b.arc(down_out, leaf_rx[r])
+        by_node: dict[int, set[str]] = {}
+        for leaf in sp.leaves:
+            for r in idx_switch[leaf].ranks:
+                by_node.setdefault(nodes[r], set()).add(leaf)
+        if any(len(v) > 1 for v in by_node.values()):
+            notes.append(f"capped spine {sp.name}: ranks of one node on different leaves meet through its up-links")
+        return "; ".join(notes)
+    order = sorted({nodes[r] for r in members})
+    m = len(order)
+    pos = {k: i for i, k in enumerate(order)}
+    y = [b.node(f"{sp.name}:Y{k}") for k in order]
+
+    def tree(lo: int, hi: int) -> int:
+        """The node that reaches every Y of positions lo..hi-1."""
+        if hi - lo == 1:
+            return y[lo]
+        t = b.node(f"{sp.name}:Z{lo}-{hi}")
+        mid = (lo + hi) // 2
+        b.arc(t, tree(lo, mid))
+        b.arc(t, tree(mid, hi))
+        return t
+
+    def cover(lo: int, hi: int, skip: int, out: list[int]) -> None:
+        """The subtree roots that cover lo..hi-1 but ``skip``."""
+        if not lo <= skip < hi:
+            out.append(roots[(lo, hi)])
+            return
+        if hi - lo == 1:
+            return
+        mid = (lo + hi) // 2
+        cover(lo, mid, skip, out)
+        cover(mid, hi, skip, out)
+
+    roots: dict[tuple[int, int], int] = {}
+
+    def index(lo: int, hi: int) -> None:
+        roots[(lo, hi)] = y[lo] if hi - lo == 1 else b.node(f"{sp.name}:Z{lo}-{hi}")
+        if hi - lo > 1:
+            mid = (lo + hi) // 2
+            index(lo, mid)
+            index(mid, hi)
+
+    if m > 1:
+        tree(0, m)
+        index(0, m)
+    x = {k: b.node(f"{sp.name}:X{k}") for k in order}
+    for k in order:
+        targets: list[int] = []
+        if m > 1:
+            cover(0, m, pos[k], targets)
+        for t in targets:
+            b.arc(x[k], t)
+    for r in members:
+        b.arc(leaf_tx[r], x[nodes[r]])
+        b.arc(y[pos[nodes[r]]], leaf_rx[r])
+    return "; ".join(notes)
 
 
 def _check_segments(b: _Builder, n: int, entries: dict[int, tuple[int, str | None]], topology: Topology,

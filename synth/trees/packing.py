@@ -191,9 +191,11 @@ class _Rows:
 
 def _rows(topology: Topology, group: Translations) -> _Rows:
     cons = list(topology.bandwidth_constraints())
-    index: dict[tuple[frozenset, frozenset], list[int]] = {}
+    # a constraint's image under a symmetry: one of the same extent and bandwidth (two of one extent may differ,
+    # such as a link and a slower NIC on it, and must not share a row)
+    index: dict[tuple[frozenset, frozenset, float], list[int]] = {}
     for i, bc in enumerate(cons):
-        index.setdefault((bc.srcs, bc.dsts), []).append(i)
+        index.setdefault((bc.srcs, bc.dsts, bc.bw), []).append(i)
     parent = list(range(len(cons)))
 
     def find(i: int) -> int:
@@ -206,7 +208,7 @@ def _rows(topology: Topology, group: Translations) -> _Rows:
         shift = tuple(1 if i == d else 0 for i in range(len(group.sizes)))
         perm = group.permutation(shift)
         for i, bc in enumerate(cons):
-            for j in index[(frozenset(perm[x] for x in bc.srcs), frozenset(perm[x] for x in bc.dsts))]:
+            for j in index[(frozenset(perm[x] for x in bc.srcs), frozenset(perm[x] for x in bc.dsts), bc.bw)]:
                 ri, rj = find(i), find(j)
                 if ri != rj:
                     parent[ri] = rj

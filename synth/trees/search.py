@@ -124,7 +124,10 @@ def chunk_factor_ladder(kind: str, topology: Topology, size_bytes: float, packin
     c = base
     while True:
         c *= 2
-        coll = Collective(kind, n, c)
+        try:
+            coll = Collective(kind, n, c)
+        except CollectiveError:  # beyond ccsynth.limits (chunk factor, chunks per buffer): no candidate
+            break
         if size_bytes / coll.size_chunks < MIN_CHUNK_BYTES or c * _ops_per_chunk(kind, n) > MAX_OPS:
             break
         out.append(c)
