@@ -173,3 +173,28 @@ def test_large_machine_bound_is_fast_and_exact():
     # a node (8 ranks) receives 31/32 of the data through its 8 rails of 25 GB/s
     assert b.time_us == pytest.approx(31 / 32 * (1 << 30) / 200e3)
     assert b.details["cut_exact"]
+
+
+@pytest.mark.parametrize("spec,exact", [("fat_tree:4x2:2", True), ("fat_tree:4x2:2:2", False)])
+@pytest.mark.parametrize("kind", ["allgather", "reduce_scatter"])
+def test_spine_networks_against_brute_force(spec, exact, kind):
+    """A non-blocking spine keeps the network exact (no path joins two ranks of one node through it); capped
+    up-links make it a relaxation, labelled so, and the bound is still a real cut's (here the best one)."""
+    t = catalog.fat_tree(*[int(x) for x in spec.split(":")[1].split("x")],
+                         leaf_nodes=int(spec.split(":")[2]),
+                         oversubscription=float(spec.split(":")[3]) if spec.count(":") > 2 else 1.0)
+    net = flow_network(t)
+    assert net.exact is exact, net.note
+    b = lower_bound(Collective(kind, t.n_ranks), t, 1e6)
+    assert b.details["cut_exact"] is exact
+    assert b.details["cut"] == pytest.approx(brute_force_cut(kind, t).us_per_byte * 1e6, rel=1e-9)
+
+
+def test_spine_of_dgx_a100_joins_other_nodes_only():
+    t = catalog.dgx_a100(3)
+    net = flow_network(t)
+    assert net.exact
+    # every rank reaches every rank of another node through its rail ports: 7 of the 8 GPUs of a node through the
+    # spine, one through its own rail leaf; the rail ports cap a node's inflow at 8 x 25 GB/s
+    b = lower_bound(Collective("allgather", 24), t, 1 << 30)
+    assert b.time_us == pytest.approx(2 / 3 * (1 << 30) / 200e3)
