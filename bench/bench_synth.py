@@ -60,7 +60,7 @@ from ccsynth.tolerance import is_close, is_less
 from ccsynth.topologies.model import Link, Topology
 from ccsynth.units import format_size, parse_sizes
 
-__all__ = ["TOPOLOGIES", "TREE_TOPOLOGIES", "star", "two_clusters", "bench_case", "tree_case",
+__all__ = ["TOPOLOGIES", "COLLECTIVES", "SIZES", "TREE_TOPOLOGIES", "star", "two_clusters", "bench_case", "tree_case",
            "markdown", "tree_markdown", "main"]
 
 TOPOLOGIES = ("dgx1", "dgx2", "ndv2x2", "dgx_a100x4", "ndv2x10")

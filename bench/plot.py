@@ -1,5 +1,8 @@
 """``--plot FILE.png``: latency and busbw against message size, one line per algorithm.
 
+With ``--predict`` each algorithm's predicted latency and busbw follow as a
+dashed line in its colour.
+
 Needs matplotlib (the ``plot`` extra); :func:`require_matplotlib` says so
 before a long run rather than after it.
 """
@@ -12,15 +15,18 @@ from typing import Mapping, Sequence
 from ccsynth.atomic import open_atomic
 from ccsynth.errors import CCSynthError
 
+__all__ = ["require_matplotlib", "plot_format", "plot_results", "save_figure"]
 
-def require_matplotlib() -> None:
+
+def require_matplotlib(what: str = "--plot") -> None:
+    """Raise :class:`CCSynthError` (naming ``what`` needs it) if matplotlib is missing."""
     try:
         import matplotlib  # noqa: F401, PLC0415
     except ImportError:
-        raise CCSynthError("--plot needs matplotlib: pip install 'ccsynth[plot]'") from None
+        raise CCSynthError(f"{what} needs matplotlib: pip install 'ccsynth[plot]'") from None
 
 
-def plot_format(path: str | os.PathLike) -> str:
+def plot_format(path: str | os.PathLike, what: str = "plot") -> str:
     """The image format ``path``'s suffix names (png without one); CCSynthError if matplotlib cannot write it."""
     require_matplotlib()
     from matplotlib.backend_bases import FigureCanvasBase
@@ -28,7 +34,7 @@ def plot_format(path: str | os.PathLike) -> str:
     fmt = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
     known = FigureCanvasBase.get_supported_filetypes()
     if fmt not in known:
-        raise CCSynthError(f"cannot write plot {os.fspath(path)!r}: matplotlib writes {', '.join(sorted(known))}, "
+        raise CCSynthError(f"cannot write {what} {os.fspath(path)!r}: matplotlib writes {', '.join(sorted(known))}, "
                            f"not {fmt!r}")
     return fmt
 
@@ -50,8 +56,15 @@ def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike
             continue
         if sized:
             xs = [r.size for r in rows]
-            ax_lat.plot(xs, [r.avg_us for r in rows], marker="o", ms=3, label=name)
+            (line,) = ax_lat.plot(xs, [r.avg_us for r in rows], marker="o", ms=3, label=name)
             axes[0][1].plot(xs, [r.busbw for r in rows], marker="o", ms=3, label=name)
+            pred = [r for r in rows if getattr(r, "predicted_us", None)]
+            if pred:  # --predict: the prediction, dashed, in the measured line's colour
+                px = [r.size for r in pred]
+                color = line.get_color()
+                ax_lat.plot(px, [r.predicted_us for r in pred], ls="--", lw=1, color=color, label=f"{name} predicted")
+                axes[0][1].plot(px, [r.nbytes / (r.predicted_us * 1e3) * (r.busbw / r.algbw if r.algbw else 1.0)
+                                     for r in pred], ls="--", lw=1, color=color)
         else:
             ax_lat.bar([name], [rows[0].avg_us])
     if sized:
@@ -76,10 +89,17 @@ def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike
     ax_lat.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"ccsynth bench {bench.name}" + (f" ({subtitle})" if subtitle else ""))
     fig.tight_layout()
-    # The format from the name's suffix (as savefig would), the bytes through an atomic file.
+    save_figure(fig, path, "plot")
+
+
+def save_figure(fig, path: str | os.PathLike, what: str) -> None:
+    """Write ``fig`` to ``path`` and close it: the format from the name's suffix (as savefig would),
+    the bytes through an atomic file; :class:`CCSynthError` (naming ``what``) if it cannot be written."""
+    import matplotlib.pyplot as plt
+
     try:
-        fmt = plot_format(path)
-        with open_atomic(path, "wb", encoding=None, what="plot") as f:
+        fmt = plot_format(path, what)
+        with open_atomic(path, "wb", encoding=None, what=what) as f:
             fig.savefig(f, dpi=110, format=fmt)
     finally:
         plt.close(fig)
