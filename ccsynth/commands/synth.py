@@ -34,7 +34,7 @@ def register(sub) -> None:
     p.add_argument("-t", "--topology", required=True, metavar="T",
                    help="catalog name (dgx1, ndv2x2, dgx_a100x4, ring:8, ...) or a topology JSON file")
     p.add_argument("-c", "--collective", required=True, metavar="C",
-                   help="allgather, reduce_scatter, allreduce or alltoall")
+                   help="allgather, reduce_scatter, allreduce, alltoall, broadcast or reduce")
     p.add_argument("--sketch", metavar="FILE",
                    help="communication sketch (ccsynth or TACCL JSON); default: try ccsynth's default sketches")
     g = p.add_mutually_exclusive_group()
@@ -157,14 +157,11 @@ def run(args) -> int:
 
 
 def _multidim_scheduler(args, topo, sketch, sizes) -> str | None:
-    """The multi-dimension scheduler to run instead of the MILPs: ``--scheduler``, or ``auto`` on a topology with
-    dimensions beyond the IR (see :mod:`ccsynth.commands.synth_multidim`); None for the synthesizer."""
+    """The multi-dimension scheduler to run instead of the synthesizer (``--scheduler``; see
+    :mod:`ccsynth.commands.synth_multidim`), or None."""
     from ccsynth.synth.multidim import check_scheduler
-    from ccsynth.synth.multidim.lowering import MAX_IR_RANKS
 
     if args.scheduler is None:
-        if topo.dims and topo.n_ranks > MAX_IR_RANKS and sketch is None and sizes is None:
-            return "auto"
         return None
     name = check_scheduler(args.scheduler)
     if sketch is not None or sizes is not None or args.chunks is not None:

@@ -10,9 +10,7 @@ chosen scheduler's per-dimension figures. Up to
 :data:`~ccsynth.synth.multidim.lowering.MAX_IR_RANKS` ranks (128) the chosen
 schedule also becomes a Schedule IR (chunk counts the IR takes), verified,
 simulated by the event-driven simulator (the model's figure is printed next
-to it) and written with ``-o`` (ccsynth JSON or MSCCL XML). ``ccsynth synth``
-without ``--scheduler`` on a topology with dimensions above 128 ranks comes
-here too, with ``auto`` (the MILPs cannot scale there and the IR stops).
+to it) and written with ``-o`` (ccsynth JSON or MSCCL XML).
 """
 
 from __future__ import annotations

@@ -3,11 +3,9 @@
 :func:`ccsynth.synth.synthesize.synthesize` asks this module, on every
 topology with dimensions, for the best multi-dimension schedule of the
 collective (allreduce, reduce-scatter, allgather) and size, and keeps it
-when it simulates faster than what the MILPs found; above
-:data:`MILP_MAX_RANKS` ranks it does not run the MILPs at all (their
-routing models grow with ranks x links: a 32-rank hierarchy already takes
-minutes on two cores) and these candidates, with the baselines, are the
-answer.
+when it simulates faster than what the MILPs and the packed trees found;
+above the synthesizer's ``MILP_MAX_RANKS`` it does not run the MILPs at
+all when this module (or the trees) has an answer.
 
 Every scheduler is run in the dimension-level model with the chunk counts
 the IR takes (:func:`~ccsynth.synth.multidim.lowering.ir_max_chunks`); the
@@ -41,14 +39,9 @@ from ccsynth.synth.solver import SolverOptions
 from ccsynth.tolerance import is_less
 from ccsynth.topologies.model import Topology
 
-__all__ = ["MILP_MAX_RANKS", "MultiDimCandidate", "milps_scale", "applies", "best_multidim"]
+__all__ = ["MultiDimCandidate", "applies", "best_multidim"]
 
 log = logging.getLogger(__name__)
-
-#: on topologies with dimensions, the synthesizer's MILPs run up to this many ranks; above, the multi-dimension
-#: schedulers (and the baselines) answer alone
-MILP_MAX_RANKS = 32
-
 
 @dataclass(frozen=True)
 class MultiDimCandidate:
@@ -64,11 +57,6 @@ class MultiDimCandidate:
 def applies(topology: Topology, collective: Collective) -> bool:
     """Whether multi-dimension candidates exist for this case (dimensions, collective, at most MAX_IR_RANKS ranks)."""
     return bool(topology.dims) and collective.kind in KINDS and 2 <= topology.n_ranks <= MAX_IR_RANKS
-
-
-def milps_scale(topology: Topology) -> bool:
-    """Whether the synthesizer runs its MILPs on ``topology`` (see :data:`MILP_MAX_RANKS`)."""
-    return not topology.dims or topology.n_ranks <= MILP_MAX_RANKS
 
 
 def best_multidim(topology: Topology, collective: Collective, size_bytes: float,
