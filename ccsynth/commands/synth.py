@@ -2,10 +2,13 @@
 
 Prints the predicted time, algbw/busbw, the gap to the lower bound and the
 speedup over the best baseline (every applicable baseline simulated at the
-same size). Progress of every stage (stage, elapsed seconds, objective and
-bound) goes to standard error (log level INFO, hidden by ``ccsynth -q``). With ``--sizes`` it synthesizes for every
-size, simulates the results together with every baseline and writes a plan
-(per-size algorithm table) that picks the fastest schedule per size range.
+same size). Progress goes to standard error: by default a few stage
+summaries and a ``[k/N]`` counter over the candidate sketches (every stage,
+with elapsed seconds, objective and bound, with ``-v``; nothing with
+``-q``). With ``--sizes`` it synthesizes for every size (a ``[k/N]``
+counter over the sizes), simulates the results together with every baseline
+and writes a plan (per-size algorithm table) that picks the fastest schedule
+per size range.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 
 from ccsynth.atomic import check_writable, write_text
 from ccsynth.commands._common import human, print_json, print_table, topology_from
+from ccsynth.commands._progress import Progress, SynthStages
 from ccsynth.errors import CCSynthError, CollectiveError
 from ccsynth.limits import check as check_limit
 
@@ -59,11 +63,6 @@ def register(sub) -> None:
 
 
 # --------------------------------------------------------------------------- helpers
-def _progress(quiet: bool):
-    """Per-stage progress: the library logs every stage at INFO, which ``ccsynth`` shows unless ``-q``."""
-    return None
-
-
 def _options(args):
     from ccsynth.synth.solver import SolverOptions, resolve_solver
 
@@ -124,22 +123,22 @@ def run(args) -> int:
             check_limit(f"sketch {args.sketch!r}: chunk factor", sketch.chunk_factor, "MAX_SYNTH_CHUNK_FACTOR")
         sketch.bind(topo)  # sketch errors (with the failed rule) before any solver runs
     opts = _options(args)
-    quiet = bool(getattr(args, "quiet", False))
+    progress = Progress.for_args(args)
     if sizes is not None:
-        return _run_sizes(args, topo, coll, sketch, opts, sizes, fmt, quiet)
+        return _run_sizes(args, topo, coll, sketch, opts, sizes, fmt, progress)
     if size is None:
         size = sketch.input_size if sketch is not None and sketch.input_size else 1 << 20
-    return _run_one(args, topo, coll, sketch, opts, size, fmt, quiet)
+    return _run_one(args, topo, coll, sketch, opts, size, fmt, progress)
 
 
-def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -> int:
+def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Progress) -> int:
     from ccsynth.collectives.schedule import save_schedule
     from ccsynth.synth.simulate import simulate
     from ccsynth.synth.synthesize import SynthReport, synthesize
 
     t0 = time.perf_counter()
     report = SynthReport()
-    sched = synthesize(topo, coll, sketch, opts, size, progress=_progress(quiet), report=report,
+    sched = synthesize(topo, coll, sketch, opts, size, progress=SynthStages(progress), report=report,
                        contiguity=not args.no_contiguity)
     seconds = time.perf_counter() - t0
     res = simulate(sched, topo, size)
@@ -197,7 +196,7 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
     return 0
 
 
-def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet: bool) -> int:
+def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progress: Progress) -> int:
     from ccsynth.collectives.schedule import Schedule
     from ccsynth.collectives.plan import save_plan
     from ccsynth.synth.simulate import simulate
@@ -208,11 +207,13 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
 
     t0 = time.perf_counter()
     synthesized = []
+    counter = progress.counter("size", len(sizes))
     for size in sizes:
-        if not quiet:
-            print(f"== {human(size)}", file=sys.stderr, flush=True)
-        s = synthesize(topo, coll, sketch, opts, size, progress=_progress(quiet), contiguity=not args.no_contiguity,
-                       compare_baselines=False)
+        t1 = time.perf_counter()
+        s = synthesize(topo, coll, sketch, opts, size, progress=SynthStages(progress, summaries=False, prefix=f"{human(size)} "),
+                       contiguity=not args.no_contiguity, compare_baselines=False)
+        counter.step(f"{human(size)}: {s.meta.get('predicted_us', float('nan')):.3f} us, synthesized in "
+                     f"{time.perf_counter() - t1:.1f} s")
         s = Schedule(f"ccsynth@{human(size)}", s.collective, s.ops, s.scratch_chunks, s.topology, s.meta)
         synthesized.append((size, s))
     seconds = time.perf_counter() - t0
