@@ -106,11 +106,12 @@ class Row:
         return self.size / self.avg_us if self.avg_us > 0 else 0.0
 
     def to_dict(self) -> dict:
+        """JSON-ready, with the units in the keys (the README's ``ccsynth.bench`` table)."""
         return {
-            "size": self.size,
-            "nbytes": self.nbytes,
-            "count": self.count,
-            "iterations": self.iterations,
+            "size_bytes": self.size,
+            "nccl_size_bytes": self.nbytes,
+            "count_elements": self.count,
+            "n_iterations": self.iterations,
             "avg_us": self.avg_us,
             "min_us": self.min_us,
             "max_us": self.max_us,

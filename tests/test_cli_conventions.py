@@ -137,3 +137,59 @@ def test_version_never_fails_when_things_are_absent(monkeypatch):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0
+
+
+# ------------------------------------------------------------------ --json: one schema key, one name per quantity
+OLD_NAMES = {"algbw", "busbw", "ops", "sends", "size", "nbytes", "iterations", "synthesis_seconds", "format", "version"}
+
+
+def _keys(obj):
+    """Every key anywhere in a JSON document (files of ccsynth's own formats inside it aside: topology, sketch)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            if k not in ("topology", "sketch") or not isinstance(v, dict):
+                yield from _keys(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _keys(v)
+
+
+def _doc(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_every_json_output_has_a_schema_and_the_shared_key_names(tmp_path, capsys):
+    ring = str(tmp_path / "ring.json")
+    docs = {
+        "topo.list": _doc(capsys, ["topo", "list", "--json"]),
+        "topo.show": _doc(capsys, ["topo", "show", "ring:4", "--json"]),
+        "baseline.list": _doc(capsys, ["baseline", "list", "--json"]),
+        "baseline": _doc(capsys, ["baseline", "ring", "-t", "ring:4", "-c", "allreduce", "-o", ring, "--json"]),
+        "verify": _doc(capsys, ["verify", ring, "--json"]),
+        "simulate": _doc(capsys, ["simulate", ring, "--sizes", "1K,1M", "--json"]),
+        "synth": _doc(capsys, ["-q", "synth", "-t", "ring:4", "-c", "allgather", "-s", "64K", "--json"]),
+        "synth.sizes": _doc(capsys, ["synth", "-t", "ring:4", "-c", "allgather", "--sizes", "1K,4K", "--json", "-q"]),
+    }
+    for command, doc in docs.items():
+        assert next(iter(doc)) == "schema" and doc["schema"] == f"ccsynth.{command}/1", (command, doc)
+        assert not OLD_NAMES & set(_keys(doc)), (command, OLD_NAMES & set(_keys(doc)))
+    assert docs["topo.show"]["topology"]["n_ranks"] == 4 and docs["topo.list"]["topologies"][0]["spec"]
+    assert docs["baseline"]["n_ops"] == docs["verify"]["n_ops"] and docs["baseline"]["n_transfers"] > 0
+    sim = docs["simulate"]["results"]
+    assert [r["size_bytes"] for r in sim] == [1024, 1 << 20] and all(r["busbw_GBps"] > 0 and r["n_ops"] for r in sim)
+    syn = docs["synth"]
+    assert syn["size_bytes"] == 65536 and syn["n_ops"] > 0 and syn["synthesis_s"] >= 0
+    assert syn["busbw_GBps"] == pytest.approx(syn["algbw_GBps"] * 3 / 4)
+    rows = docs["synth.sizes"]["sizes"]
+    assert [r["size_bytes"] for r in rows] == [1024, 4096] and all("algbw_GBps" in r for r in rows)
+
+
+def test_readme_documents_every_json_schema():
+    import pathlib
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for schema in ("topo.list", "topo.show", "baseline.list", "baseline", "verify", "simulate", "synth", "synth.sizes",
+                   "bench"):
+        assert f"`ccsynth.{schema}/1`" in readme, schema

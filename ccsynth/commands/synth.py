@@ -18,7 +18,7 @@ import sys
 import time
 
 from ccsynth.atomic import check_writable, write_text
-from ccsynth.commands._common import human, print_json, print_table, topology_from
+from ccsynth.commands._common import human, json_doc, print_json, print_table, topology_from
 from ccsynth.commands._progress import Progress, SynthStages
 from ccsynth.errors import CCSynthError, CollectiveError
 from ccsynth.limits import check as check_limit
@@ -159,8 +159,8 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
         "collective": sched.collective.to_dict(),
         "size_bytes": size,
         "time_us": res.time_us,
-        "algbw": res.algbw,
-        "busbw": res.busbw,
+        "algbw_GBps": res.algbw,
+        "busbw_GBps": res.busbw,
         "lower_bound_us": res.lower_bound_us,
         "gap": res.gap,
         "bound": res.bound_which,
@@ -169,16 +169,16 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
         "chosen": report.chosen,
         "synthesized_us": report.synthesized_us,
         "speedup": speedup,
-        "synthesis_seconds": seconds,
+        "synthesis_s": seconds,
         "solver": opts.to_dict(),
         "sketch": sched.meta.get("sketch"),
-        "ops": len(sched.ops),
+        "n_ops": len(sched.ops),
         "verified": True,
         "output": wrote,
-        "format": fmt if wrote else None,
+        "output_format": fmt if wrote else None,
     }
     if args.json:
-        print_json(figures)
+        print_json(json_doc("synth", figures))
         return 0
     what = "synthesized" if report.chosen == "synthesized" else f"chose baseline {sched.name} for"
     print(f"{what} {sched.collective.kind} on {topo.name} ({topo.n_ranks} ranks), {human(size)}: "
@@ -233,7 +233,7 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
         entry = plan.entry_for(coll.kind, topo.n_ranks, size)
         rows.append((human(size), r.time_us, r.busbw, f"{r.gap:.2f}x", None if bt is None else bt.time_us,
                      "-" if bt is None else f"{bt.time_us / r.time_us:.2f}x", entry.algorithm if entry else "-"))
-        out_rows.append({"size_bytes": size, "time_us": r.time_us, "algbw": r.algbw, "busbw": r.busbw,
+        out_rows.append({"size_bytes": size, "time_us": r.time_us, "algbw_GBps": r.algbw, "busbw_GBps": r.busbw,
                          "lower_bound_us": r.lower_bound_us, "gap": r.gap,
                          "best_baseline_us": None if bt is None else bt.time_us,
                          "speedup": None if bt is None else bt.time_us / r.time_us,
@@ -254,10 +254,10 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
             save_plan(plan, args.output)
         wrote = args.output
     if args.json:
-        print_json({"topology": topo.name, "collective": coll.kind, "sizes": out_rows, "synthesis_seconds": seconds,
-                    "plan": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "algorithm": e.algorithm}
-                             for e in plan.entries],
-                    "output": wrote, "format": fmt if wrote else None})
+        print_json(json_doc("synth.sizes", {
+            "topology": topo.name, "collective": coll.kind, "sizes": out_rows, "synthesis_s": seconds,
+            "plan": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "algorithm": e.algorithm} for e in plan.entries],
+            "output": wrote, "output_format": fmt if wrote else None}))
         return 0
     print(f"# {coll.kind} on {topo.name} ({topo.n_ranks} ranks): synthesized for {len(sizes)} sizes in {seconds:.1f} s")
     print_table(["size", "synth (us)", "busbw (GB/s)", "gap", "best baseline (us)", "speedup", "plan picks"], rows)

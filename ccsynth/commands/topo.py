@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ccsynth.atomic import check_writable
-from ccsynth.commands._common import add_json_arg, print_json, print_table
+from ccsynth.commands._common import add_json_arg, json_doc, print_json, print_table
 from ccsynth.errors import TopologyError
 
 
@@ -30,7 +30,7 @@ def run(args) -> int:
     if args.topo_cmd == "list":
         rows = list_topologies()
         if args.json:
-            print_json([{"spec": s, "description": d} for s, d in rows])
+            print_json(json_doc("topo.list", {"topologies": [{"spec": s, "description": d} for s, d in rows]}))
         else:
             print_table(["topology", "description"], rows)
         return 0
@@ -42,7 +42,9 @@ def run(args) -> int:
         print(f"wrote {args.output}: {topo.name}, {topo.n_ranks} ranks")
         return 0
     if args.json:
-        print_json(T.topology_to_dict(topo))
+        d = T.topology_to_dict(topo)
+        print_json(json_doc("topo.show", {"name": topo.name, "n_ranks": topo.n_ranks, "n_nodes": topo.n_nodes,
+                                          "topology": d}))
         return 0
     classes = topo.connection_classes()  # counted by formula: no pair is built
     print(f"{topo.name}: {topo.n_ranks} ranks on {topo.n_nodes} node(s), "
