@@ -191,5 +191,5 @@ def test_readme_documents_every_json_schema():
 
     readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
     for schema in ("topo.list", "topo.show", "baseline.list", "baseline", "verify", "simulate", "synth", "synth.sizes",
-                   "bench"):
+                   "bench", "bench.nonblocking", "bench.nccl"):
         assert f"`ccsynth.{schema}/1`" in readme, schema
