@@ -91,10 +91,12 @@ def test_nccl_tests_in_place_rows_are_right_for_every_algorithm(test, algo):
 
 @pytest.mark.mpi
 def test_nccl_tests_without_check_reads_na():
-    proc = _bench("broadcast_perf", "-b", "8", "-e", "8", "-n", "2", "-w", "0", "-c", "0", ranks=2)
+    proc = _bench("broadcast_perf", "-b", "8", "-e", "8", "-n", "2", "-w", "0", "-c", "0", "-v", ranks=2)
     _ok(proc)
     [row] = [ln for ln in proc.stdout.splitlines() if ROW.match(ln)]
     assert row.split()[8] == "N/A" and row.split()[12] == "N/A" and row.split()[3:5] == ["none", "0"]
+    # -v: a [k/N] line per row on standard error, from rank 0 only
+    assert [ln.split()[:2] for ln in proc.stderr.splitlines() if ln.startswith("[")] == [["[1/1]", "broadcast_perf"]]
 
 
 def test_nccl_sizes_and_columns():

@@ -392,12 +392,15 @@ def _run(args, comm) -> int:
             for row in run_benchmark(bench, ctx, algo):
                 rows.append(row)
                 say(report.format_row(bench, row, options, show_algo))
+                counter.step(f"{algo.name} {row.size} B: {row.avg_us:.2f} us")
         else:
             for row in rows:
                 say(report.format_row(bench, row, options, show_algo))
         for line in report.profile_lines(rows):
             say(line)
 
+    # rows on standard output are the progress; on standard error a [k/N] line every few seconds (each with -v)
+    counter = progress.counter(bench.name, len(algos) * len(options.sizes))
     try:
         if getattr(args, "interleave", False) and len(algos) > 1:
             # Iteration by iteration, every algorithm in turn: a change of machine load hits all alike.
@@ -486,6 +489,7 @@ def _run_nonblocking(args, comm) -> int:
     meta = _meta(args, comm, bench)
     say = report.emit if rank == 0 else (lambda line: None)
     results: dict[str, list] = {}
+    counter = Progress.for_args(args, rank).counter(name, len(algos) * len(options.sizes))
     try:
         for i, algo in enumerate(algos):
             if i:
@@ -498,6 +502,7 @@ def _run_nonblocking(args, comm) -> int:
             for row in NB.run_nonblocking(bench, ctx, algo):
                 rows.append(row)
                 say(NB.format_row(row, options.validate, show))
+                counter.step(f"{algo.name} {row.size} B: overlap {row.overlap_pct:.1f} %")
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure mid-run must abort every rank
         _abort(comm, e)
     if rank == 0 and args.json:
@@ -524,6 +529,7 @@ def _run_nccl(args, comm) -> int:
     places = N.gather_places(ctx)
     say = report.emit if rank == 0 else (lambda line: None)
     results: dict[str, list] = {}
+    counter = Progress.for_args(args, rank).counter(args.nccl_test, len(algos) * len(sizes))
     try:
         for i, algo in enumerate(algos):
             if i:
@@ -534,6 +540,7 @@ def _run_nccl(args, comm) -> int:
             for row in N.run_nccl(bench, ctx, algo, opts):
                 rows.append(row)
                 say(N.format_row(row))
+                counter.step(f"{algo.name} {row.size_bytes} B: busbw {row.out_of_place.busbw_GBps:.2f} GB/s")
             for line in N.footer_lines(rows):
                 say(line)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure mid-run must abort every rank
