@@ -42,7 +42,7 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from ccsynth.bench import validate as V
-from ccsynth.bench.omb import BENCHMARKS, Benchmark, Case, Context, measure
+from ccsynth.bench.omb import Benchmark, Case, Context, fresh_run, measure
 from ccsynth.collectives.spec import busbw_factor
 from ccsynth.errors import CCSynthError
 
@@ -185,10 +185,7 @@ def _place(comm, case: Case, ctx: Context, opts: NcclOptions, factor: float) -> 
     [local] = measure(comm, [case], opts.iters, opts.warmup, pt2pt=True)
     wrong = None
     if opts.check:
-        if case.reset is not None:
-            case.reset()
-        ctx.sync()
-        case.step()
+        fresh_run(ctx, case)
         wrong = int(case.wrong()) if case.wrong is not None else 0
     per_rank = comm.allgather((float(local.mean()), wrong))
     t = sum(p for p, _ in per_rank) / len(per_rank)

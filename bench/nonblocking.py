@@ -41,7 +41,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ccsynth.bench.algos import Algorithm
-from ccsynth.bench.omb import BENCHMARKS, Benchmark, Context, measure
+from ccsynth.bench.omb import BENCHMARKS, Benchmark, Context, fresh_run, measure
 
 __all__ = ["NONBLOCKING", "SCHEMA", "NbcRow", "Overlapped", "compute", "overlap_percent", "run_nonblocking",
            "title_lines", "header_line", "format_row", "to_json"]
@@ -149,10 +149,7 @@ def run_nonblocking(bench: Benchmark, ctx: Context, algo: Algorithm) -> Iterator
         compute_local = case.stats()["compute"]
         ok = None
         if opts.validate and case.check is not None:
-            if case.reset is not None:
-                case.reset()
-            ctx.sync()
-            case.step()
+            fresh_run(ctx, case)
             ok = bool(case.check())
         per_rank = comm.allgather((float(overall.mean()), compute_local, ok))
         overall_us = sum(o for o, _, _ in per_rank) / ctx.n

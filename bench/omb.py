@@ -59,6 +59,7 @@ __all__ = [
     "benchmark",
     "Context",
     "measure",
+    "fresh_run",
     "run_benchmark",
     "run_interleaved",
     "agree",
@@ -325,6 +326,15 @@ def measure(comm, cases: Sequence[Case], iters: int, warmup: int, *, pt2pt: bool
     return [t * (1e6 / c.per_step) for c, t in zip(cases, out)]
 
 
+def fresh_run(ctx: Context, case: Case) -> None:
+    """One more run of ``case`` into sentinel-filled outputs (before a check), so that stale results of the timed
+    iterations cannot pass for a correct one."""
+    if case.reset is not None:
+        case.reset()
+    ctx.sync()
+    case.step()
+
+
 def run_benchmark(bench: Benchmark, ctx: Context, algo) -> Iterator[Row]:
     """Time ``algo`` on every size of ``ctx.options``; yields one Row per size, on every rank."""
     for rows in run_interleaved(bench, ctx, [algo]):
@@ -344,12 +354,7 @@ def run_interleaved(bench: Benchmark, ctx: Context, algos: Sequence) -> Iterator
             prof = case.stats() if case.stats is not None else None  # before the check's extra run
             ok = None
             if opts.validate and case.check is not None:
-                # A fresh run into sentinel-filled outputs, so that stale results of the timed
-                # iterations cannot pass for a correct one.
-                if case.reset is not None:
-                    case.reset()
-                ctx.sync()
-                case.step()
+                fresh_run(ctx, case)
                 ok = bool(case.check())
             samples = comm.allgather((local, ok, prof))
             per_rank = [float(t.mean()) for t, _, _ in samples]

@@ -25,6 +25,7 @@ import ctypes
 import importlib.metadata
 import importlib.util
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -97,7 +98,9 @@ def _probe_mpi() -> dict[str, str]:
     if importlib.util.find_spec("mpi4py") is None:
         return {"library": ABSENT + " (no mpi4py)", "cuda": "unknown (no mpi4py)"}
     try:
-        done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the child imports this ccsynth
+        done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                              env=env)
         found = json.loads(done.stdout.strip().splitlines()[-1])
         return {"library": str(found["library"]), "cuda": str(found["cuda"])}
     except Exception as e:  # noqa: BLE001 - a crash, a hang or garbage: report, never fail
