@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -199,6 +199,8 @@ def run_nccl(bench: Benchmark, ctx: Context, algo, opts: NcclOptions) -> Iterato
     comm = ctx.comm
     factor = busbw_factor(bench.busbw_factor_kind, ctx.n)
     kind = bench.kind
+    if kind is None:
+        raise CCSynthError(f"{bench.name} is no collective: nccl-tests mode measures collectives only")
     for nccl_bytes in opts.sizes:
         size = omb_size(bench, nccl_bytes, ctx)
         out_case = bench.prepare(ctx, algo, size)

@@ -62,7 +62,7 @@ def test_nccl_tests_format_under_two_ranks(tmp_path):
     rows = [ln for ln in lines[i + 2:] if not ln.startswith("#")][:5]
     assert all(ROW.match(r) for r in rows), rows
     assert [int(r.split()[0]) for r in rows] == [8, 16, 32, 64, 128]
-    assert [r.split()[1:5] for r in rows][0] == ["2", "float", "sum", "-1"]
+    assert rows[0].split()[1:5] == ["2", "float", "sum", "-1"]
     assert all(r.split()[8] == "0" and r.split()[12] == "0" for r in rows)  # no wrong element, either place
     assert lines.count("# Out of bounds values : 0 OK") == 2
     avg = [ln for ln in lines if ln.startswith("# Avg bus bandwidth    : ")]
@@ -179,7 +179,7 @@ def test_variable_count_benchmarks_validate(name, algo):
     assert "dtype: int32" in proc.stdout
     title = "All-to-Allv" if name == "alltoallv" else "Allgatherv"
     assert proc.stdout.count(f"# OMB Python MPI {title} Test") == len(algo.split(","))
-    rows = [ln for ln in proc.stdout.splitlines() if ln and ln[0].isdigit() and "Pass" in ln or "Fail" in ln]
+    rows = [ln for ln in proc.stdout.splitlines() if ln and ln[0].isdigit()]
     assert rows and all("Pass" in r for r in rows)
 
 

@@ -49,10 +49,10 @@ def test_quiet_and_verbose_after_the_subcommand_end_to_end(tmp_path):
 
 
 def test_sizes_sweep_prints_a_counter_not_every_stage(tmp_path):
-    code, out, err = run_cli("synth", "-t", "ring:4", "-c", "allgather", "--sizes", "1K:16K", cwd=tmp_path)
+    code, _out, err = run_cli("synth", "-t", "ring:4", "-c", "allgather", "--sizes", "1K:16K", cwd=tmp_path)
     assert code == 0, err
     assert len(err.splitlines()) <= 10, err
-    code, out, err = run_cli("synth", "-t", "ring:4", "-c", "allgather", "--sizes", "1K:4K", "-v", cwd=tmp_path)
+    code, _out, err = run_cli("synth", "-t", "ring:4", "-c", "allgather", "--sizes", "1K:4K", "-v", cwd=tmp_path)
     assert code == 0, err
     assert [l.split()[0] for l in err.splitlines() if l.startswith("[") and "/3]" in l.split()[0]] == \
         ["[1/3]", "[2/3]", "[3/3]"]

@@ -36,7 +36,8 @@ from __future__ import annotations
 import re
 import sys
 import time
-from typing import Callable, TextIO
+from typing import TextIO
+from collections.abc import Callable
 
 __all__ = ["QUIET", "SUMMARY", "DETAIL", "INTERVAL_S", "Progress", "Counter", "SynthStages", "level_from"]
 
@@ -64,7 +65,7 @@ class Progress:
         self._last = clock()
 
     @classmethod
-    def for_args(cls, args, rank: int = 0) -> "Progress":
+    def for_args(cls, args, rank: int = 0) -> Progress:
         """The display the command line asked for (``args.verbose``/``args.quiet``); silent on ranks other than 0."""
         level = level_from(getattr(args, "verbose", 0), getattr(args, "quiet", False)) if rank == 0 else QUIET
         return cls(level)
@@ -93,7 +94,7 @@ class Progress:
         if self.level >= DETAIL or (self.level >= SUMMARY and self.due()):
             self._print(text)
 
-    def counter(self, label: str, total: int) -> "Counter":
+    def counter(self, label: str, total: int) -> Counter:
         """A ``[k/N]`` counter over ``total`` items called ``label``."""
         return Counter(self, label, total)
 

@@ -35,7 +35,7 @@ from ccsynth import __version__
 __all__ = ["version_lines", "versions", "mpi_library", "cuda_awareness"]
 
 #: (label, distribution names to try): the first one installed is reported
-PACKAGES = (
+PACKAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mpi4py", ("mpi4py",)),
     ("numpy", ("numpy",)),
     ("PuLP", ("PuLP", "pulp")),

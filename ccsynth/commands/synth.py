@@ -14,7 +14,6 @@ per size range.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from ccsynth.atomic import check_writable, write_text
