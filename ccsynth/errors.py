@@ -55,6 +55,10 @@ class SizeError(CCSynthError, ValueError):
     """A size or size range could not be parsed."""
 
 
+class LayoutError(CCSynthError, ValueError):
+    """A device mesh, sharding spec or tensor shape of a resharding is malformed."""
+
+
 class PeerError(CCSynthError, RuntimeError):
     """Another rank failed in the same collective call, or went away.
 
@@ -83,6 +87,7 @@ __all__ = [
     "PlanError",
     "OpError",
     "SizeError",
+    "LayoutError",
     "PeerError",
     "CallTimeoutError",
 ]

@@ -1,0 +1,129 @@
+"""How a piece reaches its destinations once its senders are chosen: the part all planners share.
+
+A piece's destinations (:func:`.plan.needs`) fall into three groups:
+
+* ranks that hold the piece themselves (overlapping meshes): a local copy;
+* hosts where some rank holds it (*near* hosts): the least-loaded holder on
+  the host sends it to each destination there, inside the host;
+* hosts where no rank holds it (*far* hosts): one transfer crosses the
+  network, from a chosen sender to a chosen *entry* destination on the
+  host, and the entry forwards it to the other destinations there (a
+  broadcast that uses each host's NIC once).
+
+Planners choose, per (piece, far host), the sender and the entry
+(:class:`Choice`); :func:`hops_of` turns the choices into hops. Loads are
+kept in :class:`Loads` (bytes per rank and per NIC group, in and out) so
+that greedy choices and the MILP's warm start see the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ccsynth.synth.reshard.plan import Fabric, Hop, needs
+from ccsynth.synth.reshard.task import ReshardTask
+
+__all__ = ["Choice", "Loads", "FarDelivery", "far_deliveries", "hops_of"]
+
+
+@dataclass(frozen=True)
+class FarDelivery:
+    """Piece ``piece`` must reach ``ranks`` on ``host``, where no rank holds it."""
+
+    piece: int
+    host: int
+    ranks: tuple[int, ...]
+    holders: tuple[int, ...]
+    size: int  # bytes
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The sender and the entry rank of one far delivery."""
+
+    sender: int
+    entry: int
+
+
+@dataclass
+class Loads:
+    """Bytes out of and into every rank and every NIC group, across hosts."""
+
+    fabric: Fabric
+    rank_out: dict = field(default_factory=lambda: defaultdict(float))
+    rank_in: dict = field(default_factory=lambda: defaultdict(float))
+    nic_out: dict = field(default_factory=lambda: defaultdict(float))
+    nic_in: dict = field(default_factory=lambda: defaultdict(float))
+
+    def _t(self, bytes_, cap) -> float:
+        return bytes_ / cap if cap else bytes_
+
+    def send_cost(self, s: int, nbytes: float) -> tuple[float, float]:
+        """Time (bytes / GB/s) of ``s``'s NIC group and of ``s`` itself after sending ``nbytes`` more."""
+        f = self.fabric
+        g = f.nic[s]
+        return (self._t(self.nic_out[g] + nbytes, f.nic_out.get(g)),
+                self._t(self.rank_out[s] + nbytes, f.rank_out[s] if f.rank_out else 0))
+
+    def recv_cost(self, e: int, nbytes: float) -> tuple[float, float]:
+        f = self.fabric
+        g = f.nic[e]
+        return (self._t(self.nic_in[g] + nbytes, f.nic_in.get(g)),
+                self._t(self.rank_in[e] + nbytes, f.rank_in[e] if f.rank_in else 0))
+
+    def add(self, s: int, e: int, nbytes: float) -> None:
+        f = self.fabric
+        self.rank_out[s] += nbytes
+        self.nic_out[f.nic[s]] += nbytes
+        self.rank_in[e] += nbytes
+        self.nic_in[f.nic[e]] += nbytes
+
+
+def far_deliveries(task: ReshardTask, fabric: Fabric) -> list[FarDelivery]:
+    """Every (piece, far host) pair, largest pieces first."""
+    out = []
+    item = task.itemsize
+    for p in task.pieces:
+        holders, needers = needs(task, p.id)
+        near = {fabric.host[s] for s in holders}
+        by_host: dict[int, list[int]] = {}
+        for d in needers:
+            if fabric.host[d] not in near:
+                by_host.setdefault(fabric.host[d], []).append(d)
+        for h, ranks in sorted(by_host.items()):
+            out.append(FarDelivery(p.id, h, tuple(ranks), holders, p.size * item))
+    out.sort(key=lambda fd: (-fd.size, fd.piece, fd.host))
+    return out
+
+
+def hops_of(task: ReshardTask, fabric: Fabric, choices: dict[tuple[int, int], Choice]) -> list[Hop]:
+    """Hops for every piece: local copies, near-host sends, and the far deliveries' ``choices``.
+
+    Program order: copies and sends from inputs first, forwards after (they
+    depend on the receive that brought their piece; the builder adds that).
+    """
+    first: list[Hop] = []
+    forwards: list[Hop] = []
+    intra = defaultdict(float)  # bytes each rank sends inside its host: to balance near senders
+    for p in task.pieces:
+        holders, needers = needs(task, p.id)
+        held = set(holders)
+        size = p.size * task.itemsize
+        near_hosts = {fabric.host[s] for s in holders}
+        far: dict[int, list[int]] = defaultdict(list)
+        for d in needers:
+            if d in held:
+                first.append(Hop(p.id, d, d))
+            elif fabric.host[d] in near_hosts:
+                local = [s for s in holders if fabric.host[s] == fabric.host[d]]
+                s = min(local, key=lambda r: (intra[r], r))
+                intra[s] += size
+                first.append(Hop(p.id, s, d))
+            else:
+                far[fabric.host[d]].append(d)
+        for h, ranks in sorted(far.items()):
+            c = choices[(p.id, h)]
+            first.append(Hop(p.id, c.sender, c.entry))
+            forwards += [Hop(p.id, c.entry, d, forward=True) for d in ranks if d != c.entry]
+    return first + forwards

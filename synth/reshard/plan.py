@@ -1,0 +1,131 @@
+"""Resharding plans: hops of pieces between ranks, turned into a verified-ready Schedule.
+
+Every planner (:mod:`.naive`, :mod:`.broadcast`, :mod:`.milp`) decides, per
+piece of the task (:mod:`.task`), which rank sends it to which rank; it
+states that as a list of :class:`Hop` s in program order and
+:func:`schedule_of` builds the :class:`~ccsynth.collectives.schedule.Schedule`
+(one ``copy``, or one ``send`` plus ``recv``, per hop; dependencies from
+:class:`~ccsynth.collectives.builder.ScheduleBuilder`, so a forward waits for
+the receive that brought its piece). A hop reads the piece from the
+sender's input (its source shard) unless ``forward`` is set, in which case
+it reads it from the sender's output (the sender is itself a destination
+that already has it): that is how one broadcast crosses a host's NIC once
+and fans out inside the host.
+
+The schedule's collective is the task's
+:class:`~ccsynth.collectives.explicit.ExplicitCollective` and its ``meta``
+holds ``reshard`` (the task as JSON: shapes, dtype, meshes, specs), so that
+a plan file alone can be verified, simulated and run.
+
+:class:`Fabric` is what the planners know of the machine: the host of
+every rank and its *NIC group* (the ranks that share one network port: a
+host with one NIC, unless the topology gives each rank a port of its own),
+with the capacities of those ports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ccsynth.collectives.builder import ScheduleBuilder
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.errors import LayoutError
+from ccsynth.synth.bounds import cover_capacity
+from ccsynth.synth.reshard.task import ReshardTask
+from ccsynth.topologies.model import Topology
+
+__all__ = ["Hop", "Fabric", "schedule_of", "task_of_schedule", "needs", "META_KEY"]
+
+#: key of the task in a reshard plan's ``Schedule.meta``
+META_KEY = "reshard"
+
+
+@dataclass(frozen=True)
+class Hop:
+    """``src`` gives piece ``piece`` to ``dst`` (a local copy when they are equal)."""
+
+    piece: int
+    src: int
+    dst: int
+    forward: bool = False
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """Hosts, NIC groups and port capacities (GB/s) of the ranks a plan uses."""
+
+    n_ranks: int
+    host: tuple[int, ...]
+    nic: tuple[int, ...]  # NIC group of every rank
+    nic_out: dict = field(default_factory=dict)  # NIC group -> GB/s out of its host
+    nic_in: dict = field(default_factory=dict)
+    rank_out: tuple[float, ...] = ()  # GB/s each rank can send off its host
+    rank_in: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, topology: Topology | None, task: ReshardTask, n_ranks: int) -> "Fabric":
+        """From ``topology`` (hosts, shared NIC ports, capacities), else from the meshes' hosts."""
+        if topology is None:
+            host = list(range(n_ranks))
+            for lay in (task.src, task.dst):
+                for r, h in zip(lay.mesh.ranks, lay.mesh.hosts):
+                    host[r] = h
+            return cls(n_ranks, tuple(host), tuple(host), {}, {}, (1.0,) * n_ranks, (1.0,) * n_ranks)
+        host = tuple(topology.nodes)
+        nic = list(host)
+        ports = [p for p in topology.shared_ports]
+        owned = set()
+        for p in ports:
+            if len({host[r] for r in p.srcs}) == 1 and all(host[d] != host[p.srcs[0]] for d in p.dsts):
+                owned.update(p.srcs)
+        # a host whose ranks are not behind one shared port: each rank has a port of its own
+        for r in range(n_ranks):
+            if r not in owned and topology.n_nodes > 1:
+                nic[r] = n_ranks + r
+        nic_t = tuple(nic)
+        rbw = topology.resource_bw
+        rank_out, rank_in = [], []
+        for r in range(n_ranks):
+            others = [q for q in range(n_ranks) if host[q] != host[r]]
+            rank_out.append(cover_capacity([c for q in others if (c := topology.connection(r, q))], rbw))
+            rank_in.append(cover_capacity([c for q in others if (c := topology.connection(q, r))], rbw))
+        nic_out, nic_in = {}, {}
+        for g in sorted(set(nic_t)):
+            members = [r for r in range(n_ranks) if nic_t[r] == g]
+            others = [q for q in range(n_ranks) if host[q] != host[members[0]]]
+            nic_out[g] = cover_capacity([c for a in members for q in others if (c := topology.connection(a, q))], rbw)
+            nic_in[g] = cover_capacity([c for a in members for q in others if (c := topology.connection(q, a))], rbw)
+        return cls(n_ranks, host, nic_t, nic_out, nic_in, tuple(rank_out), tuple(rank_in))
+
+
+def needs(task: ReshardTask, piece: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(holders, needers)`` of ``piece``: ranks with it in their input, ranks that must end with it."""
+    p = task.pieces[piece]
+    return task.src.replicas[p.src_tile], task.dst.replicas[p.dst_tile]
+
+
+def schedule_of(task: ReshardTask, hops, *, n_ranks: int, name: str, topology: str = "", **meta) -> Schedule:
+    """The Schedule of ``hops`` (in program order) for ``task`` on ``n_ranks`` ranks."""
+    coll = task.collective(n_ranks)
+    in_index = [{p: j for j, p in enumerate(row)} for row in coll.inputs]
+    out_index = [{p: j for j, p in enumerate(row)} for row in coll.outputs]
+    b = ScheduleBuilder(coll, name, topology=topology)
+    for h in hops:
+        try:
+            src = ("o", out_index[h.src][h.piece]) if h.forward else ("i", in_index[h.src][h.piece])
+            dst = ("o", out_index[h.dst][h.piece])
+        except KeyError:
+            raise LayoutError(f"planner bug: {h} moves a piece its sender does not have or its receiver does not need") from None
+        if h.src == h.dst:
+            b.copy(h.src, src, dst)
+        else:
+            b.transfer(h.src, h.dst, src, dst)
+    return b.build(**{META_KEY: task.to_dict(), **meta})
+
+
+def task_of_schedule(schedule: Schedule) -> ReshardTask:
+    """The task a reshard plan carries in its meta (:class:`LayoutError` if it is not a reshard plan)."""
+    d = schedule.meta.get(META_KEY)
+    if d is None or schedule.collective.uniform:
+        raise LayoutError(f"schedule {schedule.name!r} is not a resharding plan (no {META_KEY!r} in its meta)")
+    return ReshardTask.from_dict(d)

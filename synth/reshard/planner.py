@@ -1,0 +1,106 @@
+"""Plan a resharding: place the meshes, pick a planner, return a Schedule.
+
+:func:`plan_reshard` runs one of :data:`PLANNERS` on a
+:class:`~.task.ReshardTask` and returns the plan as a
+:class:`~ccsynth.collectives.schedule.Schedule` of the task's explicit
+collective (verify it with :func:`ccsynth.collectives.verify.verify`,
+simulate it with :func:`ccsynth.synth.simulate.simulate` at the tensor's
+byte size). :func:`place_meshes` puts the meshes on a topology's ranks the
+way the CLI does by default: the source mesh on the first ranks, the
+destination mesh on the ranks right after it when the topology has enough,
+else on the same ranks.
+
+Example:
+    >>> from ccsynth.collectives.verify import is_valid
+    >>> t = ReshardTask.of((4, 4), "float32", (2,), "S0,R", (2,), "R,S0")
+    >>> s = plan_reshard(t, planner="broadcast", split=1)
+    >>> is_valid(s), len(s.ops)
+    (True, 6)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.errors import LayoutError
+from ccsynth.synth.reshard.broadcast import broadcast_hops
+from ccsynth.synth.reshard.mesh import DeviceMesh, parse_mesh_shape, parse_rank_list
+from ccsynth.synth.reshard.milp import milp_hops
+from ccsynth.synth.reshard.naive import naive_hops
+from ccsynth.synth.reshard.plan import Fabric, schedule_of
+from ccsynth.synth.reshard.task import ReshardTask
+from ccsynth.synth.solver import SolverOptions
+from ccsynth.topologies.model import Topology
+
+__all__ = ["PLANNERS", "DEFAULT_SPLIT", "DEFAULT_MILP_OPTIONS", "plan_reshard", "place_meshes"]
+
+log = logging.getLogger(__name__)
+
+PLANNERS = ("naive", "broadcast", "milp")
+#: slabs per piece for the plans that forward (broadcast, milp): enough to hide the last hop's tail
+DEFAULT_SPLIT = 8
+#: the MILP's default: HiGHS with a 10 s limit (the greedy warm start keeps a cut-short solve good)
+DEFAULT_MILP_OPTIONS = SolverOptions(solver="highs", time_limit=10.0)
+
+
+def place_meshes(src_shape, dst_shape, *, topology: Topology | None = None, src_ranks=None, dst_ranks=None,
+                 n_ranks: int | None = None) -> tuple[DeviceMesh, DeviceMesh]:
+    """Both meshes on ranks (hosts from ``topology``); see the module docstring for the defaults."""
+    ss, ds = parse_mesh_shape(src_shape), parse_mesh_shape(dst_shape)
+    n = topology.n_ranks if topology is not None else n_ranks
+    a, b = math.prod(ss), math.prod(ds)
+    sr = parse_rank_list(src_ranks) if src_ranks is not None else tuple(range(a))
+    if dst_ranks is not None:
+        dr = parse_rank_list(dst_ranks)
+    elif src_ranks is None and (n is None or a + b <= n):
+        dr = tuple(range(a, a + b))
+    else:
+        dr = tuple(range(b))
+    for what, ranks, size, shape in (("source", sr, a, ss), ("destination", dr, b, ds)):
+        if len(ranks) != size:
+            raise LayoutError(f"{what} mesh {'x'.join(map(str, shape))} has {size} devices but its rank list has "
+                              f"{len(ranks)} ranks")
+        if n is not None and max(ranks) >= n:
+            where = f"topology {topology.name!r}" if topology is not None else "the communicator"
+            raise LayoutError(f"{what} mesh uses rank {max(ranks)}, but {where} has {n} ranks")
+    if topology is not None:
+        return DeviceMesh.on_topology(ss, sr, topology), DeviceMesh.on_topology(ds, dr, topology)
+    return DeviceMesh(ss, sr), DeviceMesh(ds, dr)
+
+
+def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner: str = "broadcast",
+                 n_ranks: int | None = None, options: SolverOptions | None = None,
+                 split: int | None = None) -> Schedule:
+    """The plan of ``planner`` for ``task`` (on ``topology``'s ranks, else on ``n_ranks``).
+
+    ``split`` cuts every piece into up to that many slabs first
+    (:meth:`ReshardTask.with_split`), so that forwarded pieces pipeline;
+    by default :data:`DEFAULT_SPLIT` for the broadcast and MILP plans, none
+    for the naive one. ``meta`` of the result records the planner and its planning time in
+    seconds (``plan_seconds``). Raises :class:`~ccsynth.errors.LayoutError`
+    for an unknown planner or meshes that do not fit.
+    """
+    if planner not in PLANNERS:
+        raise LayoutError(f"unknown resharding planner {planner!r}; choose one of: {', '.join(PLANNERS)}")
+    n = topology.n_ranks if topology is not None else (n_ranks or max(task.ranks) + 1)
+    if max(task.ranks) >= n:
+        raise LayoutError(f"the meshes use rank {max(task.ranks)}, but there are only {n} ranks")
+    if split is None:
+        split = 1 if planner == "naive" else DEFAULT_SPLIT
+    task = task.with_split(split)
+    t0 = time.perf_counter()
+    fabric = Fabric.of(topology, task, n)
+    if planner == "naive":
+        hops = naive_hops(task)
+    elif planner == "broadcast":
+        hops = broadcast_hops(task, fabric)
+    else:
+        hops = milp_hops(task, fabric, options or DEFAULT_MILP_OPTIONS)
+    sched = schedule_of(task, hops, n_ranks=n, name=f"reshard-{planner}",
+                        topology=topology.name if topology is not None else "", planner=planner)
+    seconds = time.perf_counter() - t0
+    log.info("%s plan for %s: %d ops in %.3f s", planner, task.describe(), len(sched.ops), seconds)
+    return sched.with_meta(plan_seconds=seconds)
