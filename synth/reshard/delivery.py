@@ -21,10 +21,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ccsynth.errors import LayoutError
 from ccsynth.synth.reshard.plan import Fabric, Hop, needs
 from ccsynth.synth.reshard.task import ReshardTask
 
-__all__ = ["Choice", "Loads", "FarDelivery", "far_deliveries", "hops_of"]
+__all__ = ["Choice", "Loads", "FarDelivery", "far_deliveries", "spread", "hops_of"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,38 @@ def far_deliveries(task: ReshardTask, fabric: Fabric) -> list[FarDelivery]:
     return out
 
 
+def spread(piece: int, have: list[tuple[int, bool]], targets: list[int], fabric: Fabric, load: dict,
+            size: float) -> list[Hop]:
+    """Hops that bring ``piece`` from the ranks in ``have`` (rank, holds it in its input) to ``targets``.
+
+    Each target takes it from the least-loaded rank that has it and is
+    connected to it (input holders first); a target served becomes a
+    forwarder for the next ones, so a host whose links are not all-to-all
+    (a DGX-1 cube mesh) is covered hop by hop. A target no such rank can
+    reach raises :class:`~ccsynth.errors.LayoutError` (plans relay only
+    through ranks that need the piece).
+    """
+    hops: list[Hop] = []
+    owners = list(have)
+    todo = list(targets)
+    while todo:
+        rest = []
+        for d in todo:
+            cands = [(fwd, load[r], r) for r, fwd in ((r, not inp) for r, inp in owners) if fabric.connected(r, d)]
+            if not cands:
+                rest.append(d)
+                continue
+            fwd, _, r = min(cands)
+            load[r] += size
+            hops.append(Hop(piece, r, d, forward=fwd))
+            owners.append((d, False))
+        if len(rest) == len(todo):
+            raise LayoutError(f"piece {piece} cannot reach rank(s) {rest}: no rank that has it is connected to them "
+                              "(plans relay only through ranks that need the piece)")
+        todo = rest
+    return hops
+
+
 def hops_of(task: ReshardTask, fabric: Fabric, choices: dict[tuple[int, int], Choice]) -> list[Hop]:
     """Hops for every piece: local copies, near-host sends, and the far deliveries' ``choices``.
 
@@ -105,25 +138,28 @@ def hops_of(task: ReshardTask, fabric: Fabric, choices: dict[tuple[int, int], Ch
     """
     first: list[Hop] = []
     forwards: list[Hop] = []
-    intra = defaultdict(float)  # bytes each rank sends inside its host: to balance near senders
+    intra: dict = defaultdict(float)  # bytes each rank sends inside its host: to balance near senders
     for p in task.pieces:
         holders, needers = needs(task, p.id)
         held = set(holders)
         size = p.size * task.itemsize
         near_hosts = {fabric.host[s] for s in holders}
+        near: dict[int, list[int]] = defaultdict(list)
         far: dict[int, list[int]] = defaultdict(list)
         for d in needers:
             if d in held:
                 first.append(Hop(p.id, d, d))
             elif fabric.host[d] in near_hosts:
-                local = [s for s in holders if fabric.host[s] == fabric.host[d]]
-                s = min(local, key=lambda r: (intra[r], r))
-                intra[s] += size
-                first.append(Hop(p.id, s, d))
+                near[fabric.host[d]].append(d)
             else:
                 far[fabric.host[d]].append(d)
+        for h, ranks in sorted(near.items()):
+            have = [(s, True) for s in holders if fabric.host[s] == h]
+            for hop in spread(p.id, have, ranks, fabric, intra, size):
+                (forwards if hop.forward else first).append(hop)
         for h, ranks in sorted(far.items()):
             c = choices[(p.id, h)]
             first.append(Hop(p.id, c.sender, c.entry))
-            forwards += [Hop(p.id, c.entry, d, forward=True) for d in ranks if d != c.entry]
+            rest = [d for d in ranks if d != c.entry]
+            forwards += spread(p.id, [(c.entry, False)], rest, fabric, intra, size)
     return first + forwards

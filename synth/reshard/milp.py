@@ -48,6 +48,10 @@ def milp_choices(task: ReshardTask, fabric: Fabric, options: SolverOptions) -> d
     y = {(k, e): pulp.LpVariable(f"y_{k}_{e}", cat="Binary") for k, fd in enumerate(fds) for e in fd.ranks}
     prob += T + _TIE * U
     for k, fd in enumerate(fds):
+        for s in fd.holders:
+            for e in fd.ranks:
+                if not fabric.connected(s, e):
+                    prob += (x[k, s] + y[k, e] <= 1, f"no_link_{k}_{s}_{e}")
         prob += (pulp.lpSum(x[k, s] for s in fd.holders) == 1, f"one_sender_{k}")
         prob += (pulp.lpSum(y[k, e] for e in fd.ranks) == 1, f"one_entry_{k}")
 

@@ -14,8 +14,9 @@ and fans out inside the host.
 
 The schedule's collective is the task's
 :class:`~ccsynth.collectives.explicit.ExplicitCollective` and its ``meta``
-holds ``reshard`` (the task as JSON: shapes, dtype, meshes, specs), so that
-a plan file alone can be verified, simulated and run.
+holds ``reshard`` (the task as JSON: shapes, dtype, meshes, specs) and
+``size_bytes`` (the tensor's, the size ``ccsynth simulate`` uses for it by
+default), so that a plan file alone can be verified, simulated and run.
 
 :class:`Fabric` is what the planners know of the machine: the host of
 every rank and its *NIC group* (the ranks that share one network port: a
@@ -61,6 +62,11 @@ class Fabric:
     nic_in: dict = field(default_factory=dict)
     rank_out: tuple[float, ...] = ()  # GB/s each rank can send off its host
     rank_in: tuple[float, ...] = ()
+    topology: Topology | None = field(default=None, compare=False, repr=False)
+
+    def connected(self, a: int, b: int) -> bool:
+        """Whether ``a`` can send to ``b`` directly (always, without a topology)."""
+        return a == b or self.topology is None or self.topology.has_connection(a, b)
 
     @classmethod
     def of(cls, topology: Topology | None, task: ReshardTask, n_ranks: int) -> "Fabric":
@@ -95,7 +101,7 @@ class Fabric:
             others = [q for q in range(n_ranks) if host[q] != host[members[0]]]
             nic_out[g] = cover_capacity([c for a in members for q in others if (c := topology.connection(a, q))], rbw)
             nic_in[g] = cover_capacity([c for a in members for q in others if (c := topology.connection(q, a))], rbw)
-        return cls(n_ranks, host, nic_t, nic_out, nic_in, tuple(rank_out), tuple(rank_in))
+        return cls(n_ranks, host, nic_t, nic_out, nic_in, tuple(rank_out), tuple(rank_in), topology)
 
 
 def needs(task: ReshardTask, piece: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -120,7 +126,7 @@ def schedule_of(task: ReshardTask, hops, *, n_ranks: int, name: str, topology: s
             b.copy(h.src, src, dst)
         else:
             b.transfer(h.src, h.dst, src, dst)
-    return b.build(**{META_KEY: task.to_dict(), **meta})
+    return b.build(**{META_KEY: task.to_dict(), "size_bytes": task.nbytes, **meta})
 
 
 def task_of_schedule(schedule: Schedule) -> ReshardTask:

@@ -94,7 +94,7 @@ def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner
     t0 = time.perf_counter()
     fabric = Fabric.of(topology, task, n)
     if planner == "naive":
-        hops = naive_hops(task)
+        hops = naive_hops(task, fabric)
     elif planner == "broadcast":
         hops = broadcast_hops(task, fabric)
     else:
