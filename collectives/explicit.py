@@ -28,7 +28,12 @@ verifier and the simulator treat both alike
 different ranks may have different chunk counts; ``in_chunks`` and
 ``out_chunks`` are the largest, and the slots past a rank's own count hold
 no piece (zero units, never initialised). Schedules of explicit collectives
-have no scratch and are never in place.
+are never in place. Their scratch chunks are *relay slots* that the plan
+declares in ``relays[r]`` (the piece slot ``j`` of rank ``r``'s scratch
+carries on its way, so that its extent is known): where a topology has no
+direct connection between a rank that has a piece and one that needs it,
+the piece goes through other ranks' scratch. ``relays`` is not part of the
+pre- or postcondition.
 
 JSON: ``{"kind": "explicit", "name": ..., "n_ranks": ..., "pieces": [...],
 "inputs": [[...], ...], "outputs": [[...], ...]}`` inside a schedule's
@@ -75,6 +80,7 @@ class ExplicitCollective:
     pieces: tuple[int, ...]
     inputs: tuple[tuple[int, ...], ...]
     outputs: tuple[tuple[int, ...], ...]
+    relays: tuple[tuple[int, ...], ...] = ()
 
     kind = EXPLICIT_KIND
     chunk_factor = 1
@@ -91,7 +97,9 @@ class ExplicitCollective:
         check_limit("rank count", self.n_ranks, "MAX_RANKS", CollectiveError)
         object.__setattr__(self, "pieces", _int_tuple(self.pieces, "pieces"))
         check_limit("pieces", len(self.pieces), "MAX_BUFFER_CHUNKS", CollectiveError)
-        for field_name in ("inputs", "outputs"):
+        if not self.relays:
+            object.__setattr__(self, "relays", ((),) * self.n_ranks)
+        for field_name in ("inputs", "outputs", "relays"):
             rows = getattr(self, field_name)
             if not isinstance(rows, (list, tuple)) or len(rows) != self.n_ranks:
                 raise CollectiveError(f"{field_name} must list the pieces of each of the {self.n_ranks} ranks")
@@ -100,7 +108,7 @@ class ExplicitCollective:
                 for p in row:
                     if p >= len(self.pieces):
                         raise CollectiveError(f"{field_name} of rank {r} names piece {p}; there are {len(self.pieces)}")
-                if len(set(row)) != len(row):
+                if field_name != "relays" and len(set(row)) != len(row):
                     raise CollectiveError(f"{field_name} of rank {r} names a piece twice")
             object.__setattr__(self, field_name, rows)
         held = {p for row in self.inputs for p in row}
@@ -120,6 +128,11 @@ class ExplicitCollective:
     def out_chunks(self) -> int:
         return max((len(r) for r in self.outputs), default=0)
 
+    @cached_property
+    def relay_chunks(self) -> int:
+        """Scratch chunks a schedule of this collective may use (the longest relay row)."""
+        return max((len(r) for r in self.relays), default=0)
+
     @property
     def size_chunks(self) -> int:
         return max(self.in_chunks, self.out_chunks)
@@ -135,7 +148,7 @@ class ExplicitCollective:
 
     def piece_of(self, rank: int, buf: str, index: int) -> int | None:
         """The piece chunk ``index`` of ``buf`` on ``rank`` holds (None: no piece)."""
-        row = self.inputs[rank] if buf == "i" else self.outputs[rank] if buf == "o" else ()
+        row = {"i": self.inputs, "o": self.outputs, "s": self.relays}[buf][rank]
         return row[index] if index < len(row) else None
 
     def chunk_units(self, rank: int, buf: str, index: int) -> int:
@@ -162,14 +175,17 @@ class ExplicitCollective:
 
     # --------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
-        return {"kind": EXPLICIT_KIND, "name": self.name, "n_ranks": self.n_ranks, "pieces": list(self.pieces),
-                "inputs": [list(r) for r in self.inputs], "outputs": [list(r) for r in self.outputs]}
+        d = {"kind": EXPLICIT_KIND, "name": self.name, "n_ranks": self.n_ranks, "pieces": list(self.pieces),
+             "inputs": [list(r) for r in self.inputs], "outputs": [list(r) for r in self.outputs]}
+        if self.relay_chunks:
+            d["relays"] = [list(r) for r in self.relays]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "ExplicitCollective":
         if not isinstance(d, dict) or d.get("kind") != EXPLICIT_KIND:
             raise CollectiveError(f"not an explicit collective: {d!r:.60}")
         try:
-            return cls(d.get("name", ""), d["n_ranks"], d["pieces"], d["inputs"], d["outputs"])
+            return cls(d.get("name", ""), d["n_ranks"], d["pieces"], d["inputs"], d["outputs"], d.get("relays", ()))
         except KeyError as e:
             raise CollectiveError(f"explicit collective is missing field {e.args[0]!r}") from None

@@ -51,7 +51,8 @@ Chunk extents. The built-in collectives cut every buffer into equal chunks
 :meth:`Schedule.op_units` is what an op moves (its chunk count for the
 built-in kinds), a send and its receive and a copy's two sides must move as
 many units as chunks, and the simulator charges units, not chunks. Such
-schedules have no scratch and are not in place.
+schedules are not in place, and their scratch chunks are the relay slots
+the explicit collective declares (with their extents).
 
 The JSON form (``format: ccsynth.schedule``, ``version: 1``) round-trips
 exactly: ``Schedule.from_dict(s.to_dict()) == s``. ``"in_place": true`` is
@@ -364,8 +365,9 @@ class Schedule:
                     n * (c.in_chunks + c.out_chunks + self.scratch_chunks), "MAX_SCHEDULE_CHUNKS", ScheduleError)
         if not isinstance(self.in_place, bool):
             raise ScheduleError(f"in_place must be true or false, got {self.in_place!r}")
-        if not c.uniform and (self.in_place or self.scratch_chunks):
-            raise ScheduleError(f"a schedule of {c.describe()} (explicit chunks) can have neither scratch nor in_place")
+        if not c.uniform and (self.in_place or self.scratch_chunks > c.relay_chunks):
+            raise ScheduleError(f"a schedule of {c.describe()} (explicit chunks) is never in place, and its scratch "
+                                f"is the {c.relay_chunks} relay slot(s) its collective declares")
         ranks_of = [op.rank for op in self.ops]
         for i, op in enumerate(self.ops):
             if op.id != i:

@@ -13,7 +13,6 @@ send/recv plan on its microbenchmarks.
 
 from __future__ import annotations
 
-from ccsynth.errors import LayoutError
 from ccsynth.synth.reshard.delivery import Choice, Loads, far_deliveries, hops_of
 from ccsynth.synth.reshard.plan import Fabric, Hop
 from ccsynth.synth.reshard.task import ReshardTask
@@ -32,12 +31,12 @@ def greedy_choices(task: ReshardTask, fabric: Fabric) -> dict[tuple[int, int], C
     for p in order:
         fds = by_piece[p]
         total = sum(fd.size for fd in fds)
+        # holders with a direct connection to every host that needs the piece, else any (relayed)
         senders = [r for r in fds[0].holders if all(any(fabric.connected(r, e) for e in fd.ranks) for fd in fds)]
-        if not senders:
-            raise LayoutError(f"piece {p}: no holder is connected to a destination on every host that needs it")
-        s = min(senders, key=lambda r: (*loads.send_cost(r, total), r))
+        s = min(senders or fds[0].holders, key=lambda r: (*loads.send_cost(r, total), r))
         for fd in fds:
-            e = min((r for r in fd.ranks if fabric.connected(s, r)), key=lambda r: (*loads.recv_cost(r, fd.size), r))
+            entries = [r for r in fd.ranks if fabric.connected(s, r)] or list(fd.ranks)
+            e = min(entries, key=lambda r: (*loads.recv_cost(r, fd.size), r))
             loads.add(s, e, fd.size)
             choices[(p, fd.host)] = Choice(s, e)
     return choices

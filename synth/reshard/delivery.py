@@ -25,7 +25,7 @@ from ccsynth.errors import LayoutError
 from ccsynth.synth.reshard.plan import Fabric, Hop, needs
 from ccsynth.synth.reshard.task import ReshardTask
 
-__all__ = ["Choice", "Loads", "FarDelivery", "far_deliveries", "spread", "hops_of"]
+__all__ = ["Choice", "Loads", "FarDelivery", "far_deliveries", "route", "spread", "hops_of"]
 
 
 @dataclass(frozen=True)
@@ -98,34 +98,52 @@ def far_deliveries(task: ReshardTask, fabric: Fabric) -> list[FarDelivery]:
     return out
 
 
+def route(piece: int, src: int, src_buf: str, dst: int, fabric: Fabric, dst_buf: str = "o") -> list[Hop]:
+    """Hops that take ``piece`` from ``src`` (in ``src_buf``) to ``dst``: direct, or through relay slots."""
+    if fabric.connected(src, dst):
+        return [Hop(piece, src, dst, src_buf, dst_buf)]
+    path = fabric.path([src], dst)
+    if path is None:
+        raise LayoutError(f"piece {piece}: the topology has no path from rank {src} to rank {dst}")
+    hops = []
+    buf = src_buf
+    for a, b in zip(path, path[1:]):
+        nb = dst_buf if b == dst else "s"
+        hops.append(Hop(piece, a, b, buf, nb))
+        buf = nb
+    return hops
+
+
 def spread(piece: int, have: list[tuple[int, bool]], targets: list[int], fabric: Fabric, load: dict,
-            size: float) -> list[Hop]:
+           size: float) -> list[Hop]:
     """Hops that bring ``piece`` from the ranks in ``have`` (rank, holds it in its input) to ``targets``.
 
     Each target takes it from the least-loaded rank that has it and is
     connected to it (input holders first); a target served becomes a
     forwarder for the next ones, so a host whose links are not all-to-all
-    (a DGX-1 cube mesh) is covered hop by hop. A target no such rank can
-    reach raises :class:`~ccsynth.errors.LayoutError` (plans relay only
-    through ranks that need the piece).
+    (a DGX-1 cube mesh) is covered hop by hop. Targets no owner reaches
+    directly go over a shortest path through relay slots (:func:`route`).
     """
     hops: list[Hop] = []
-    owners = list(have)
+    owners = [(r, "i" if inp else "o") for r, inp in have]
     todo = list(targets)
     while todo:
         rest = []
         for d in todo:
-            cands = [(fwd, load[r], r) for r, fwd in ((r, not inp) for r, inp in owners) if fabric.connected(r, d)]
+            cands = [(buf != "i", load[r], r, buf) for r, buf in owners if fabric.connected(r, d)]
             if not cands:
                 rest.append(d)
                 continue
-            fwd, _, r = min(cands)
+            _, _, r, buf = min(cands)
             load[r] += size
-            hops.append(Hop(piece, r, d, forward=fwd))
-            owners.append((d, False))
-        if len(rest) == len(todo):
-            raise LayoutError(f"piece {piece} cannot reach rank(s) {rest}: no rank that has it is connected to them "
-                              "(plans relay only through ranks that need the piece)")
+            hops.append(Hop(piece, r, d, buf))
+            owners.append((d, "o"))
+        if rest and len(rest) == len(todo):
+            d = rest.pop(0)
+            r, buf = min(owners, key=lambda o: (len(fabric.path([o[0]], d) or range(1 << 30)), o[1] != "i", o[0]))
+            path_hops = route(piece, r, buf, d, fabric)
+            hops += path_hops
+            owners += [(h.dst, h.dst_buf) for h in path_hops]
         todo = rest
     return hops
 
@@ -159,7 +177,9 @@ def hops_of(task: ReshardTask, fabric: Fabric, choices: dict[tuple[int, int], Ch
                 (forwards if hop.forward else first).append(hop)
         for h, ranks in sorted(far.items()):
             c = choices[(p.id, h)]
-            first.append(Hop(p.id, c.sender, c.entry))
+            far_hops = route(p.id, c.sender, "i", c.entry, fabric)
+            first.append(far_hops[0])
+            forwards += far_hops[1:]
             rest = [d for d in ranks if d != c.entry]
             forwards += spread(p.id, [(c.entry, False)], rest, fabric, intra, size)
     return first + forwards

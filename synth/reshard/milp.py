@@ -42,15 +42,16 @@ def milp_choices(task: ReshardTask, fabric: Fabric, options: SolverOptions) -> d
     if not fds:
         return warm
     prob = pulp.LpProblem("reshard", pulp.LpMinimize)
-    T = pulp.LpVariable("T", lowBound=0)
-    U = pulp.LpVariable("U", lowBound=0)  # the busiest rank: a tie-breaker where a NIC dominates T
-    x = {(k, s): pulp.LpVariable(f"x_{k}_{s}", cat="Binary") for k, fd in enumerate(fds) for s in fd.holders}
-    y = {(k, e): pulp.LpVariable(f"y_{k}_{e}", cat="Binary") for k, fd in enumerate(fds) for e in fd.ranks}
+    T = prob.add_variable("T", lowBound=0)
+    U = prob.add_variable("U", lowBound=0)  # the busiest rank: a tie-breaker where a NIC dominates T
+    x = {(k, s): prob.add_variable(f"x_{k}_{s}", cat="Binary") for k, fd in enumerate(fds) for s in fd.holders}
+    y = {(k, e): prob.add_variable(f"y_{k}_{e}", cat="Binary") for k, fd in enumerate(fds) for e in fd.ranks}
     prob += T + _TIE * U
     for k, fd in enumerate(fds):
+        linked = any(fabric.connected(s, e) for s in fd.holders for e in fd.ranks)
         for s in fd.holders:
             for e in fd.ranks:
-                if not fabric.connected(s, e):
+                if linked and not fabric.connected(s, e):
                     prob += (x[k, s] + y[k, e] <= 1, f"no_link_{k}_{s}_{e}")
         prob += (pulp.lpSum(x[k, s] for s in fd.holders) == 1, f"one_sender_{k}")
         prob += (pulp.lpSum(y[k, e] for e in fd.ranks) == 1, f"one_entry_{k}")

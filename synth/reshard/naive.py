@@ -4,8 +4,9 @@ Every destination rank that needs a piece and does not hold it receives it
 straight from the first rank (in mesh order) of the piece's source tile; a
 rank that holds the piece copies it locally. No load balancing, no
 broadcast: the baseline the other planners are measured against. Where the
-topology lacks the direct connection (a DGX-1 cube mesh), the piece goes on
-from a destination that already has it (:func:`.delivery.spread`).
+topology lacks the direct connection (a DGX-1 cube mesh, a hierarchy), the
+piece goes on from a destination that already has it, or through relay
+slots (:func:`.delivery.spread`).
 """
 
 from __future__ import annotations

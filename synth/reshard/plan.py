@@ -10,7 +10,9 @@ the receive that brought its piece). A hop reads the piece from the
 sender's input (its source shard) unless ``forward`` is set, in which case
 it reads it from the sender's output (the sender is itself a destination
 that already has it): that is how one broadcast crosses a host's NIC once
-and fans out inside the host.
+and fans out inside the host. Where the topology has no direct connection,
+the piece travels through *relay slots* (scratch chunks of the ranks on a
+shortest path, :meth:`Fabric.path`), declared in the collective.
 
 The schedule's collective is the task's
 :class:`~ccsynth.collectives.explicit.ExplicitCollective` and its ``meta``
@@ -26,7 +28,7 @@ with the capacities of those ports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Schedule
@@ -43,12 +45,22 @@ META_KEY = "reshard"
 
 @dataclass(frozen=True)
 class Hop:
-    """``src`` gives piece ``piece`` to ``dst`` (a local copy when they are equal)."""
+    """``src`` gives piece ``piece`` to ``dst`` (a local copy when they are equal).
+
+    ``src_buf``: where the sender has it: ``"i"`` (its source shard), ``"o"``
+    (its destination shard: a forward) or ``"s"`` (a relay slot);
+    ``dst_buf``: ``"o"``, or ``"s"`` when ``dst`` only relays it.
+    """
 
     piece: int
     src: int
     dst: int
-    forward: bool = False
+    src_buf: str = "i"
+    dst_buf: str = "o"
+
+    @property
+    def forward(self) -> bool:
+        return self.src_buf != "i"
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,27 @@ class Fabric:
     def connected(self, a: int, b: int) -> bool:
         """Whether ``a`` can send to ``b`` directly (always, without a topology)."""
         return a == b or self.topology is None or self.topology.has_connection(a, b)
+
+    def path(self, sources, dst: int) -> list[int] | None:
+        """A shortest path of ranks from one of ``sources`` to ``dst`` over the topology's connections."""
+        if self.topology is None:
+            return [next(iter(sources)), dst]
+        prev = {s: None for s in sources}
+        frontier = list(prev)
+        while frontier:
+            nxt = []
+            for a in frontier:
+                for b in self.topology.neighbors_out(a):
+                    if b not in prev:
+                        prev[b] = a
+                        if b == dst:
+                            out = [b]
+                            while prev[out[-1]] is not None:
+                                out.append(prev[out[-1]])
+                            return out[::-1]
+                        nxt.append(b)
+            frontier = nxt
+        return None
 
     @classmethod
     def of(cls, topology: Topology | None, task: ReshardTask, n_ranks: int) -> "Fabric":
@@ -111,21 +144,34 @@ def needs(task: ReshardTask, piece: int) -> tuple[tuple[int, ...], tuple[int, ..
 
 
 def schedule_of(task: ReshardTask, hops, *, n_ranks: int, name: str, topology: str = "", **meta) -> Schedule:
-    """The Schedule of ``hops`` (in program order) for ``task`` on ``n_ranks`` ranks."""
-    coll = task.collective(n_ranks)
-    in_index = [{p: j for j, p in enumerate(row)} for row in coll.inputs]
-    out_index = [{p: j for j, p in enumerate(row)} for row in coll.outputs]
+    """The Schedule of ``hops`` (in program order) for ``task`` on ``n_ranks`` ranks.
+
+    Every hop into a relay slot (``dst_buf == "s"``) gets a scratch chunk of
+    its own on the receiving rank, declared in the collective's ``relays``.
+    """
+    hops = list(hops)
+    relays: list[list[int]] = [[] for _ in range(n_ranks)]
+    slot_of: dict[tuple[int, int], int] = {}
+    for h in hops:
+        if h.dst_buf == "s" and (h.dst, h.piece) not in slot_of:
+            slot_of[(h.dst, h.piece)] = len(relays[h.dst])
+            relays[h.dst].append(h.piece)
+    base = task.collective(n_ranks)
+    coll = replace(base, relays=tuple(tuple(r) for r in relays))
+    index = {"i": [{p: j for j, p in enumerate(row)} for row in coll.inputs],
+             "o": [{p: j for j, p in enumerate(row)} for row in coll.outputs]}
     b = ScheduleBuilder(coll, name, topology=topology)
     for h in hops:
         try:
-            src = ("o", out_index[h.src][h.piece]) if h.forward else ("i", in_index[h.src][h.piece])
-            dst = ("o", out_index[h.dst][h.piece])
+            src = (h.src_buf, slot_of[(h.src, h.piece)] if h.src_buf == "s" else index[h.src_buf][h.src][h.piece])
+            dst = (h.dst_buf, slot_of[(h.dst, h.piece)] if h.dst_buf == "s" else index["o"][h.dst][h.piece])
         except KeyError:
             raise LayoutError(f"planner bug: {h} moves a piece its sender does not have or its receiver does not need") from None
         if h.src == h.dst:
             b.copy(h.src, src, dst)
         else:
             b.transfer(h.src, h.dst, src, dst)
+    b.scratch_chunks = coll.relay_chunks
     return b.build(**{META_KEY: task.to_dict(), "size_bytes": task.nbytes, **meta})
 
 

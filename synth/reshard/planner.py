@@ -35,13 +35,21 @@ from ccsynth.synth.reshard.task import ReshardTask
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.topologies.model import Topology
 
-__all__ = ["PLANNERS", "DEFAULT_SPLIT", "DEFAULT_MILP_OPTIONS", "plan_reshard", "place_meshes"]
+__all__ = ["PLANNERS", "DEFAULT_SPLIT", "MIN_SLAB_BYTES", "default_split", "DEFAULT_MILP_OPTIONS", "plan_reshard", "place_meshes"]
 
 log = logging.getLogger(__name__)
 
 PLANNERS = ("naive", "broadcast", "milp")
-#: slabs per piece for the plans that forward (broadcast, milp): enough to hide the last hop's tail
+#: most slabs per piece for the plans that forward (broadcast, milp): enough to hide the last hop's tail
 DEFAULT_SPLIT = 8
+#: ... but no slab smaller than this (smaller messages pay their per-message costs for no gain)
+MIN_SLAB_BYTES = 1 << 20
+
+
+def default_split(task: ReshardTask) -> int:
+    """Slabs per piece: up to :data:`DEFAULT_SPLIT`, none under :data:`MIN_SLAB_BYTES`."""
+    largest = max((p.size for p in task.with_split(1).pieces), default=0) * task.itemsize
+    return max(1, min(DEFAULT_SPLIT, largest // MIN_SLAB_BYTES))
 #: the MILP's default: HiGHS with a 10 s limit (the greedy warm start keeps a cut-short solve good)
 DEFAULT_MILP_OPTIONS = SolverOptions(solver="highs", time_limit=10.0)
 
@@ -78,7 +86,7 @@ def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner
 
     ``split`` cuts every piece into up to that many slabs first
     (:meth:`ReshardTask.with_split`), so that forwarded pieces pipeline;
-    by default :data:`DEFAULT_SPLIT` for the broadcast and MILP plans, none
+    by default :func:`default_split` for the broadcast and MILP plans, none
     for the naive one. ``meta`` of the result records the planner and its planning time in
     seconds (``plan_seconds``). Raises :class:`~ccsynth.errors.LayoutError`
     for an unknown planner or meshes that do not fit.
@@ -89,7 +97,7 @@ def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner
     if max(task.ranks) >= n:
         raise LayoutError(f"the meshes use rank {max(task.ranks)}, but there are only {n} ranks")
     if split is None:
-        split = 1 if planner == "naive" else DEFAULT_SPLIT
+        split = 1 if planner == "naive" else default_split(task)
     task = task.with_split(split)
     t0 = time.perf_counter()
     fabric = Fabric.of(topology, task, n)

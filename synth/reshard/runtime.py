@@ -13,7 +13,9 @@ piece ``outputs[rank][j]`` inside the destination shard
   buffer of the piece's size (:meth:`~ccsynth.kernels.base.Backend.pack`);
 * a ``recv`` into a contiguous box receives in place; any other receives
   into staging and is unpacked when it arrives;
-* a ``copy`` copies one box into the other.
+* a ``copy`` copies one box into the other;
+* a relay slot (a scratch chunk, where the topology has no direct
+  connection) is an array of its piece's shape, allocated per run.
 
 The run is dataflow, as the collectives' executor: every receive is posted
 at the start, a send or copy starts once the ops it depends on are done
@@ -52,11 +54,16 @@ class LocalOp:
     kind: int
     peer: int
     tag: int
-    src: tuple[slice, ...] | None  # box of the source shard (or of the destination shard when ``forward``)
-    dst: tuple[slice, ...] | None  # box of the destination shard
-    forward: bool
+    src_buf: str  # "i" (source shard), "o" (destination shard), "s" (relay slot)
+    src: tuple[slice, ...] | None  # box inside that array (or the relay slot's number)
+    dst_buf: str
+    dst: tuple[slice, ...] | None
     size: int  # elements
     deps: tuple[int, ...]  # indices into the rank's op list
+
+    @property
+    def forward(self) -> bool:
+        return self.src_buf != "i"
 
 
 class ReshardProgram:
@@ -84,11 +91,13 @@ class ReshardProgram:
             def box(chunks):
                 if chunks.buf == "i":
                     return task.local_slices(pieces[coll.inputs[rank][chunks.index]], task.src.box(src_tile))
+                if chunks.buf == "s":
+                    return chunks.index
                 return task.local_slices(pieces[coll.outputs[rank][chunks.index]], task.dst.box(dst_tile))
 
             for c in (op.src, op.dst):
-                if c is not None and (c.count != 1 or c.buf == "s"):
-                    raise ScheduleError(f"{op.describe()}: resharding plans move one piece per op, from 'i' or 'o'")
+                if c is not None and c.count != 1:
+                    raise ScheduleError(f"{op.describe()}: resharding plans move one piece per op")
             pair = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
             tag = 0
             if op.kind in ("send", "recv"):
@@ -100,12 +109,16 @@ class ReshardProgram:
                 raise ScheduleError(f"{op.describe()}: resharding plans do not reduce")
             ops.append(LocalOp(
                 kind, op.peer, tag,
+                op.src.buf if op.src is not None else "",
                 box(op.src) if op.src is not None else None,
+                op.dst.buf if op.dst is not None else "",
                 box(op.dst) if op.dst is not None else None,
-                op.src is not None and op.src.buf == "o",
                 schedule.op_units(op),
                 tuple(index[d] for d in op.deps),
             ))
+        self.relay_shapes = tuple(
+            tuple(b - a for a, b in pieces[p].box) for p in coll.relays[rank]
+        )
         self.ops = tuple(ops)
         self.dependents: list[list[int]] = [[] for _ in ops]
         for k, op in enumerate(ops):
@@ -151,10 +164,13 @@ class ReshardProgram:
         ready = [k for k in range(n) if pending[k] == 0 and ops[k].kind != _RECV]
         n_done = 0
 
+        relays = [xp.empty(shape, dtype=self.dtype) for shape in self.relay_shapes]
+
         def view(op: LocalOp, src: bool):
-            if src:
-                return (out if op.forward else local_src)[op.src]
-            return out[op.dst]
+            buf, box = (op.src_buf, op.src) if src else (op.dst_buf, op.dst)
+            if buf == "s":
+                return relays[box]
+            return (out if buf == "o" else local_src)[box]
 
         def done(k: int) -> None:
             nonlocal n_done
@@ -186,7 +202,7 @@ class ReshardProgram:
                     buf = v
                 else:
                     buf = staging[k] = be.empty(op.size, self.dtype)
-                    be.pack(buf, out if op.forward else local_src, op.src)
+                    be.pack(buf, out if op.src_buf == "o" else local_src, op.src)
                 be.synchronize()
                 reqs.append(comm.Isend(_mpi_buf(buf), dest=op.peer, tag=base + op.tag))
                 req_op.append(k)
@@ -201,7 +217,7 @@ class ReshardProgram:
                 reqs[i] = MPI.REQUEST_NULL
                 op = ops[k]
                 if op.kind == _RECV and k in staging:
-                    be.unpack(staging.pop(k), out, op.dst)
+                    be.unpack(staging.pop(k), out, op.dst)  # staged receives are only into "o" boxes
                 else:
                     staging.pop(k, None)
                 done(k)
