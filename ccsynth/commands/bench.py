@@ -20,6 +20,7 @@ from ccsynth.atomic import check_writable
 from ccsynth.bench.memory import check_memory
 from ccsynth.bench.omb import BENCHMARKS, LARGE_MESSAGE, WINDOW, Options, agree, run_benchmark, run_interleaved
 from ccsynth.bench.validate import DTYPES
+from ccsynth.commands.reshard import register_bench as register_reshard_bench
 from ccsynth.errors import CCSynthError
 from ccsynth.limits import LIMITS, MAX_MESSAGE_BYTES
 from ccsynth.units import format_size, parse_size, parse_sizes
@@ -93,6 +94,7 @@ def register(sub) -> None:
         bp = names.add_parser(name, help=b.description, description=f"{b.description}\nSize: {b.size_doc}.")
         _add_common(bp, b)
         bp.set_defaults(func=run)
+    register_reshard_bench(names)
     p.set_defaults(func=run)
 
 

@@ -16,7 +16,7 @@ import time
 from ccsynth.commands._common import human, print_json, topology_from
 from ccsynth.errors import CCSynthError
 
-__all__ = ["register", "add_reshard_args", "task_from_args", "run"]
+__all__ = ["register", "register_bench", "add_reshard_args", "task_from_args", "run", "run_bench"]
 
 
 def add_reshard_args(p, *, planner: bool = True) -> None:
@@ -112,3 +112,79 @@ def run(args) -> int:
     if args.output:
         print(f"wrote {args.output} (ccsynth JSON)")
     return 0
+
+
+# ------------------------------------------------------------- ccsynth bench reshard
+def register_bench(names) -> None:
+    """``ccsynth bench reshard`` (added to ``ccsynth bench``'s sub-commands)."""
+    p = names.add_parser("reshard", help="time cross-mesh resharding (ccsynth planners and MPI Alltoallv)",
+                         description="Time a real resharding under mpiexec, OMB-style; the options of ccsynth "
+                                     "reshard name it. Example: mpiexec -n 8 ccsynth bench reshard --shape 64x64x16 "
+                                     "--src-mesh 2x2 --src-spec S0,R,R --dst-mesh 2x2 --dst-spec R,S1,R -c "
+                                     "--algo naive,broadcast,milp,mpi")
+    add_reshard_args(p, planner=False)
+    p.add_argument("-t", "--topology", default=None, metavar="T",
+                   help="topology the planners balance over (default: every rank its own host)")
+    p.add_argument("--algo", default="naive,broadcast,milp,mpi", metavar="A[,B...]",
+                   help="naive, broadcast, milp (ccsynth.reshard with that planner), mpi (Alltoallv); default all")
+    p.add_argument("-i", "--iterations", type=int, default=20, metavar="N", help="timed iterations (default 20)")
+    p.add_argument("-x", "--warmup", type=int, default=2, metavar="N", help="warm-up iterations (default 2)")
+    p.add_argument("-c", "--validation", action="store_true", help="check every destination shard (Pass/Fail)")
+    p.add_argument("--buffer", choices=("numpy", "cupy"), default="numpy", help="where shards live (default numpy)")
+    p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    p.set_defaults(func=run_bench)
+
+
+def run_bench(args) -> int:
+    import dataclasses
+
+    from mpi4py import MPI
+
+    from ccsynth.atomic import write_text
+    from ccsynth.bench.omb import agree
+    from ccsynth.bench.reshard import ALGOS, format_table, run_reshard_bench
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+
+    def setup():
+        algos = [a.strip() for a in args.algo.split(",") if a.strip()]
+        bad = [a for a in algos if a not in ALGOS]
+        if bad or not algos:
+            raise CCSynthError(f"--algo {args.algo!r}: choose from {', '.join(ALGOS)}")
+        if args.iterations < 1 or args.warmup < 0:
+            raise CCSynthError("-i must be at least 1 and -x at least 0")
+        topo = topology_from(args.topology) if args.topology else None
+        if topo is not None and topo.n_ranks != comm.Get_size():
+            raise CCSynthError(f"topology {topo.name!r} has {topo.n_ranks} ranks; mpiexec started {comm.Get_size()}")
+        return algos, topo, task_from_args(args, topology=topo, n_ranks=comm.Get_size())
+
+    try:
+        algos, topo, task = agree(comm, setup)
+    except CCSynthError:
+        if rank != 0:
+            return 2
+        raise
+    if args.split is not None:
+        task = dataclasses.replace(task, split=args.split)
+    rows = []
+    say = print if rank == 0 else (lambda *a, **k: None)
+    header = format_table(task, [], validate=args.validation, n_ranks=comm.Get_size())
+    for line in header:
+        say(line, flush=True)
+    for row in run_reshard_bench(comm, task, algos, iters=args.iterations, warmup=args.warmup,
+                                 validate=args.validation, buffer=args.buffer, topology=topo,
+                                 options=solver_options(args)):
+        rows.append(row)
+        say(format_table(task, [row], validate=args.validation, n_ranks=comm.Get_size())[-1], flush=True)
+    for line in format_table(task, rows, validate=args.validation, n_ranks=comm.Get_size())[3 + len(rows):]:
+        say(line)
+    if rank == 0 and args.json:
+        write_text(args.json, print_json_text([dataclasses.asdict(r) for r in rows], task), what="results")
+    return 1 if any(r.valid is False for r in rows) else 0
+
+
+def print_json_text(rows, task) -> str:
+    import json
+
+    return json.dumps({"benchmark": "reshard", "task": task.to_dict(), "rows": rows}, indent=1) + "\n"

@@ -10,8 +10,8 @@ The plan is computed once per layout pair (and dtype, planner, topology,
 communicator size) and cached: rank 0 plans and verifies it and broadcasts
 it, so every rank runs the same plan, and a planning error is raised on
 every rank alike. Each call first agrees, in one small allreduce, that every
-rank's arguments are good (shapes, dtype), so one rank's mistake is every
-rank's error (:class:`~ccsynth.errors.PeerError` naming the rank elsewhere)
+rank's arguments are good (layouts, dtype and, with the plan cached, the
+shard's shape), so one rank's mistake is every rank's error (:class:`~ccsynth.errors.PeerError` naming the rank elsewhere)
 and no rank is left waiting. The plan then runs as dataflow on the shards
 themselves (:mod:`.runtime`), on a duplicate of ``comm`` kept per
 communicator.
@@ -32,6 +32,9 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
+import numpy as np
+
+from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
 from ccsynth.collectives.schedule import schedule_from_json
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import CCSynthError, LayoutError, PeerError
@@ -86,29 +89,31 @@ def _channel(comm):
     return ch
 
 
-def _agree(comm, error: Exception | None) -> None:
-    """Every rank raises if any rank has an error (one allreduce)."""
-    flag = comm.rank + 1 if error is not None else 0
-    first = comm.allreduce(flag, op=_max())
-    if first == 0:
+def _agree(comm, error: Exception | None, cached: bool) -> None:
+    """Every rank raises if any rank has an error (one allreduce; it also checks that all ranks agree on
+    whether the plan is cached, so that no rank plans while another runs)."""
+    from mpi4py import MPI  # initialises MPI: only when a resharding runs
+
+    code = np.array([comm.rank + 1 if error is not None else 0, int(cached), -int(cached)], dtype=np.int64)
+    calls = mpi_calls(MPI, resolve_wait_mode("auto"))
+    calls.wait_any([comm.Iallreduce(MPI.IN_PLACE, code, op=MPI.MAX)], calls.status)
+    first, some_cached, min_cached = int(code[0]), int(code[1]), -int(code[2])
+    disagree = some_cached == 1 and min_cached == 0
+    if first == 0 and not disagree:
         return
+    if first == 0:
+        raise PeerError("the ranks disagree on whether this resharding was planned before (a rank skipped a call?)")
     if error is not None:
         raise error
     raise PeerError(f"rank {first - 1} failed in ccsynth.reshard (see its error); no data moved")
 
 
-def _max():
-    from mpi4py import MPI
-
-    return MPI.MAX
+def _key(task: ReshardTask, comm, planner: str, topology) -> tuple:
+    return task, planner, getattr(topology, "name", None), comm.Get_size(), comm.Get_rank()
 
 
 def _plan(task: ReshardTask, comm, planner: str, topology, options) -> tuple[ReshardProgram, int]:
-    key = (task, planner, getattr(topology, "name", None), comm.Get_size(), comm.Get_rank())
-    hit = _plans.get(key)
-    if hit is not None:
-        _plans.move_to_end(key)
-        return hit
+    key = _key(task, comm, planner, topology)
     text, error = None, None
     if comm.rank == 0:
         try:
@@ -146,7 +151,7 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
     destination shard's shape to fill instead of a new one.
     """
     error = None
-    prog = stride = None
+    hit = None
     try:
         if shape is None and isinstance(src, TensorLayout):
             shape = src.shape
@@ -159,15 +164,23 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
         for r in task.ranks:
             if r >= comm.Get_size():
                 raise LayoutError(f"the meshes use rank {r}, but the communicator has {comm.Get_size()} ranks")
+        hit = _plans.get(_key(task, comm, planner, topology))
+        if hit is not None:
+            hit[0].check_input(local_shard, out)
     except CCSynthError as e:
         error = e
-    _agree(comm, error)
-    prog, stride = _plan(task, comm, planner, topology, options)
-    try:
-        prog.check_input(local_shard, out)
-    except CCSynthError as e:
-        error = e
-    _agree(comm, error)
+    # One allreduce per call: every rank's arguments are good (with a cached plan, its buffers too).
+    _agree(comm, error, hit is not None)
+    if hit is None:
+        prog, stride = _plan(task, comm, planner, topology, options)
+        try:
+            prog.check_input(local_shard, out)
+        except CCSynthError as e:
+            error = e
+        _agree(comm, error, True)
+    else:
+        prog, stride = hit
+        _plans.move_to_end(_key(task, comm, planner, topology))
     ch = _channel(comm)
     dup, call = ch
     ch[1] += 1

@@ -20,7 +20,8 @@ piece ``outputs[rank][j]`` inside the destination shard
 The run is dataflow, as the collectives' executor: every receive is posted
 at the start, a send or copy starts once the ops it depends on are done
 (a forward waits for the receive that brought its piece), and the loop
-waits for MPI only when nothing else is ready. Message ``k`` from rank
+waits for MPI only when nothing else is ready (``Waitsome``, or polling with
+yields where ranks outnumber cores, as the collectives' executor does). Message ``k`` from rank
 ``a`` to rank ``b`` carries tag ``call * stride + k``, with ``call`` the
 call number of the program (every rank runs its resharding calls in the
 same order, as MPI requires of collectives), so no call can take another
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import BufferMismatchError, ScheduleError
 from ccsynth.kernels import backend_for
@@ -143,9 +145,15 @@ class ReshardProgram:
         if np.dtype(local_src.dtype) != self.dtype:
             raise BufferMismatchError(f"rank {self.rank}: the source shard must be {self.dtype}, got {local_src.dtype}")
 
-    def run(self, comm, local_src, out=None, *, call: int = 0, stride: int | None = None):
-        """Run on ``comm``; returns this rank's destination shard (``out`` if given), or None off the mesh."""
+    def run(self, comm, local_src, out=None, *, call: int = 0, stride: int | None = None, wait: str = "auto"):
+        """Run on ``comm``; returns this rank's destination shard (``out`` if given), or None off the mesh.
+
+        ``wait``: how to wait for MPI (:func:`~ccsynth.collectives.runtime.primitives.resolve_wait_mode`:
+        ``Waitsome``, or polling with yields where ranks outnumber cores).
+        """
         from mpi4py import MPI  # initialises MPI: only when a plan runs
+
+        calls = mpi_calls(MPI, resolve_wait_mode(wait))
 
         self.check_input(local_src, out)
         ref = local_src if local_src is not None else out
@@ -211,7 +219,7 @@ class ReshardProgram:
             live = [i for i, r in enumerate(reqs) if r != MPI.REQUEST_NULL]
             if not live:
                 raise ScheduleError(f"rank {self.rank}: resharding plan stalls ({n - n_done} ops never ready)")
-            idx = MPI.Request.Waitsome(reqs)
+            idx = calls.wait_some(reqs, calls.statuses)
             for i in idx or ():
                 k = req_op[i]
                 reqs[i] = MPI.REQUEST_NULL
