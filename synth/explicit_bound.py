@@ -8,9 +8,10 @@ copied). With ``in(S)`` and ``out(S)`` the capacities of the connections
 crossing into and out of ``S`` (:func:`~ccsynth.synth.bounds.cover_capacity`:
 exact for links, switch ports and shared NICs), any schedule takes at least
 ``max(need_in(S) / in(S), need_out(S) / out(S))``. The sets tried are every
-rank alone ("the busiest rank over its links") and every node (host) of the
-topology ("the busiest host over its NIC"); the largest of these is the
-bound. It is a bandwidth bound only (no latency term), so it stays a true
+rank alone ("the busiest rank over its links"), every node (host) of the
+topology ("the busiest host over its NIC"), and the nodes holding inputs
+and the nodes needing outputs, each taken together (their NICs share the
+work); the largest of these is the bound. It is a bandwidth bound only (no latency term), so it stays a true
 lower bound under :mod:`ccsynth.synth.simulate`'s model.
 
 Example:
@@ -56,6 +57,12 @@ def explicit_lower_bound(collective: ExplicitCollective, topology: Topology, siz
     groups: list[tuple[str, frozenset[int]]] = [(f"rank {r}", frozenset((r,))) for r in range(n)]
     if topology.n_nodes > 1:
         groups += [(f"node {h}", frozenset(topology.node_ranks(h))) for h in sorted(set(topology.nodes))]
+        # the nodes that hold data, and the nodes that need it, each as one set (several NICs together)
+        for label, rows in (("the nodes holding inputs", collective.inputs), ("the nodes needing outputs", collective.outputs)):
+            hosts = {topology.nodes[r] for r, row in enumerate(rows) if row}
+            g = frozenset(r for r in range(n) if topology.nodes[r] in hosts)
+            if 1 < len(hosts) and len(g) < n:
+                groups.append((label, g))
     best, which = 0.0, "no data must move"
     everyone = range(n)
     for label, g in groups:

@@ -8,7 +8,10 @@ A piece's destinations (:func:`.plan.needs`) fall into three groups:
 * hosts where no rank holds it (*far* hosts): one transfer crosses the
   network, from a chosen sender to a chosen *entry* destination on the
   host, and the entry forwards it to the other destinations there (a
-  broadcast that uses each host's NIC once).
+  broadcast that uses each host's NIC once). The sender is a holder, or
+  the entry of a far host served before (hosts in increasing order), so a
+  piece can cross from host to host as in a broadcast chain or tree and no
+  NIC has to send it more than once.
 
 Planners choose, per (piece, far host), the sender and the entry
 (:class:`Choice`); :func:`hops_of` turns the choices into hops. Loads are
@@ -41,10 +44,12 @@ class FarDelivery:
 
 @dataclass(frozen=True)
 class Choice:
-    """The sender and the entry rank of one far delivery."""
+    """The sender and the entry rank of one far delivery; ``forward``: the sender is the entry of another
+    destination host that got the piece earlier (it sends from its output)."""
 
     sender: int
     entry: int
+    forward: bool = False
 
 
 @dataclass
@@ -72,6 +77,13 @@ class Loads:
         g = f.nic[e]
         return (self._t(self.nic_in[g] + nbytes, f.nic_in.get(g)),
                 self._t(self.rank_in[e] + nbytes, f.rank_in[e] if f.rank_in else 0))
+
+    def max_time(self) -> float:
+        """The busiest NIC group's time so far (bytes / GB/s)."""
+        f = self.fabric
+        out = [self._t(v, f.nic_out.get(g)) for g, v in self.nic_out.items()]
+        inn = [self._t(v, f.nic_in.get(g)) for g, v in self.nic_in.items()]
+        return max(out + inn, default=0.0)
 
     def add(self, s: int, e: int, nbytes: float) -> None:
         f = self.fabric
@@ -177,9 +189,12 @@ def hops_of(task: ReshardTask, fabric: Fabric, choices: dict[tuple[int, int], Ch
                 (forwards if hop.forward else first).append(hop)
         for h, ranks in sorted(far.items()):
             c = choices[(p.id, h)]
-            far_hops = route(p.id, c.sender, "i", c.entry, fabric)
-            first.append(far_hops[0])
-            forwards += far_hops[1:]
+            far_hops = route(p.id, c.sender, "o" if c.forward else "i", c.entry, fabric)
+            if c.forward:
+                forwards += far_hops
+            else:
+                first.append(far_hops[0])
+                forwards += far_hops[1:]
             rest = [d for d in ranks if d != c.entry]
             forwards += spread(p.id, [(c.entry, False)], rest, fabric, intra, size)
     return first + forwards

@@ -143,11 +143,17 @@ def needs(task: ReshardTask, piece: int) -> tuple[tuple[int, ...], tuple[int, ..
     return task.src.replicas[p.src_tile], task.dst.replicas[p.dst_tile]
 
 
-def schedule_of(task: ReshardTask, hops, *, n_ranks: int, name: str, topology: str = "", **meta) -> Schedule:
+def schedule_of(task: ReshardTask, hops, *, n_ranks: int, name: str, topology: str = "",
+                fabric: Fabric | None = None, **meta) -> Schedule:
     """The Schedule of ``hops`` (in program order) for ``task`` on ``n_ranks`` ranks.
 
     Every hop into a relay slot (``dst_buf == "s"``) gets a scratch chunk of
     its own on the receiving rank, declared in the collective's ``relays``.
+    With ``fabric``, each rank's sends to other hosts go one after another
+    in program order (each waits for the one before): pieces then cross a
+    NIC a few at a time and arrive early enough to be forwarded while the
+    rest still flows, instead of all sharing the NIC and all arriving at
+    the end (which leaves every forward for after the network phase).
     """
     hops = list(hops)
     relays: list[list[int]] = [[] for _ in range(n_ranks)]
@@ -161,6 +167,7 @@ def schedule_of(task: ReshardTask, hops, *, n_ranks: int, name: str, topology: s
     index = {"i": [{p: j for j, p in enumerate(row)} for row in coll.inputs],
              "o": [{p: j for j, p in enumerate(row)} for row in coll.outputs]}
     b = ScheduleBuilder(coll, name, topology=topology)
+    last_remote: dict[int, int] = {}
     for h in hops:
         try:
             src = (h.src_buf, slot_of[(h.src, h.piece)] if h.src_buf == "s" else index[h.src_buf][h.src][h.piece])
@@ -169,6 +176,9 @@ def schedule_of(task: ReshardTask, hops, *, n_ranks: int, name: str, topology: s
             raise LayoutError(f"planner bug: {h} moves a piece its sender does not have or its receiver does not need") from None
         if h.src == h.dst:
             b.copy(h.src, src, dst)
+        elif fabric is not None and fabric.host[h.src] != fabric.host[h.dst]:
+            prev = last_remote.get(h.src)
+            last_remote[h.src], _ = b.transfer(h.src, h.dst, src, dst, send_deps=() if prev is None else (prev,))
         else:
             b.transfer(h.src, h.dst, src, dst)
     b.scratch_chunks = coll.relay_chunks
