@@ -30,7 +30,7 @@ def add_reshard_args(p, *, planner: bool = True) -> None:
     p.add_argument("--src-ranks", default=None, metavar="LIST", help="ranks of the source mesh, e.g. 0-7")
     p.add_argument("--dst-ranks", default=None, metavar="LIST", help="ranks of the destination mesh, e.g. 8-15")
     p.add_argument("--split", type=int, default=None, metavar="K",
-                   help="cut every piece into up to K slabs so forwards pipeline (default: up to 8 slabs of at least 1 MiB for broadcast and milp, "
+                   help="cut every piece into up to K slabs so forwards pipeline (default: up to 8 slabs of at least 1 MiB for broadcast and milp on a topology, "
                         "1 for naive)")
     p.add_argument("--solver", default="highs", choices=("highs", "cbc", "auto"), help="MILP solver (default highs)")
     p.add_argument("--time-limit", type=float, default=10.0, metavar="SEC", help="MILP time limit (default 10 s)")
