@@ -197,4 +197,9 @@ def hops_of(task: ReshardTask, fabric: Fabric, choices: dict[tuple[int, int], Ch
                 forwards += far_hops[1:]
             rest = [d for d in ranks if d != c.entry]
             forwards += spread(p.id, [(c.entry, False)], rest, fabric, intra, size)
+    # Pieces that a destination host forwards to another host go first: with sends one at a time per rank
+    # (schedule_of's fabric), they then arrive early and are passed on while the rest still flows.
+    relayed = {(p, c.sender) for (p, _), c in choices.items() if c.forward}
+    first.sort(key=lambda h: (h.piece, h.dst) not in relayed)
+    forwards.sort(key=lambda h: (h.piece, h.dst) not in relayed)
     return first + forwards

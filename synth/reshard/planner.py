@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 PLANNERS = ("naive", "broadcast", "milp")
 #: most slabs per piece for the plans that forward (broadcast, milp): enough to hide the last hop's tail
-DEFAULT_SPLIT = 8
+DEFAULT_SPLIT = 16
 #: ... but no slab smaller than this (smaller messages pay their per-message costs for no gain)
 MIN_SLAB_BYTES = 1 << 20
 
