@@ -48,6 +48,31 @@ from ccsynth.bench import validate as V
 from ccsynth.collectives.spec import busbw_factor
 from ccsynth.errors import CCSynthError
 
+__all__ = [
+    "LARGE_MESSAGE",
+    "WINDOW",
+    "Options",
+    "Row",
+    "Case",
+    "Benchmark",
+    "BENCHMARKS",
+    "benchmark",
+    "Context",
+    "measure",
+    "run_benchmark",
+    "run_interleaved",
+    "agree",
+    "allreduce",
+    "reduce",
+    "bcast",
+    "allgather",
+    "alltoall",
+    "reduce_scatter",
+    "barrier",
+    "latency",
+    "bw",
+]
+
 log = logging.getLogger(__name__)
 
 LARGE_MESSAGE = 8192  # OMB's LARGE_MESSAGE_SIZE: sizes above it get the "large" iteration counts

@@ -12,6 +12,8 @@ from typing import Mapping, Sequence
 from ccsynth.atomic import open_atomic
 from ccsynth.errors import CCSynthError
 
+__all__ = ["require_matplotlib", "plot_format", "plot_results", "save_figure"]
+
 
 def require_matplotlib(what: str = "--plot") -> None:
     """Raise :class:`CCSynthError` (naming ``what`` needs it) if matplotlib is missing."""

@@ -25,6 +25,24 @@ from typing import Iterable, Mapping, Sequence
 
 from ccsynth.atomic import write_text
 
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "BW_W",
+    "title_lines",
+    "header_line",
+    "format_row",
+    "table_lines",
+    "PROFILE_KEYS",
+    "profile_lines",
+    "ratios",
+    "comparison_base",
+    "comparison_lines",
+    "to_json",
+    "write_json",
+    "emit",
+]
+
 FORMAT = "ccsynth.bench"
 VERSION = 1
 SIZE_W, NUM_W = 10, 18  # OMB prints "%-10d" then "%*.2f" columns

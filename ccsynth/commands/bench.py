@@ -25,6 +25,8 @@ from ccsynth.errors import CCSynthError
 from ccsynth.limits import LIMITS, MAX_MESSAGE_BYTES
 from ccsynth.units import format_size, parse_size, parse_sizes
 
+__all__ = ["MAX_MESSAGE", "register", "run"]
+
 MAX_MESSAGE = MAX_MESSAGE_BYTES  # 4 GiB: beyond this a typo is likelier than a wish
 
 

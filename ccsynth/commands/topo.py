@@ -6,6 +6,8 @@ from ccsynth.atomic import check_writable
 from ccsynth.commands._common import add_json_arg, print_json, print_table
 from ccsynth.errors import TopologyError
 
+__all__ = ["register", "run"]
+
 
 def register(sub) -> None:
     p = sub.add_parser("topo", help="list, show and export topologies", description=__doc__)
