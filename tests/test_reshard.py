@@ -237,3 +237,27 @@ def test_every_plan_verifies_simulates_and_reassembles_the_tensor_exactly(task, 
     assert set(got) == set(want)
     for r in want:
         assert np.array_equal(got[r], want[r]), r
+
+
+def test_reshard_plans_are_refused_by_msccl_export_and_the_mpi_executor():
+    from ccsynth.collectives.executor import CompiledSchedule
+    from ccsynth.formats.msccl import schedule_to_msccl_xml
+
+    task = ReshardTask.of((4, 4), "float32", (2,), "S0,R", (2,), "R,S0")
+    s = plan_reshard(task, planner="naive")
+    with pytest.raises(ScheduleError, match="equal chunks"):
+        schedule_to_msccl_xml(s)
+    with pytest.raises(ScheduleError, match="ccsynth.reshard"):
+        CompiledSchedule(s, None)
+
+
+def test_a_wrong_plan_is_caught_by_the_verifier():
+    task = ReshardTask.of((4, 4), "float32", (2,), "S0,R", (2,), "R,S0")
+    s = plan_reshard(task, planner="naive")
+    d = s.to_dict()
+    d["ops"] = [o for o in d["ops"] if o["op"] == "copy"]
+    for i, o in enumerate(d["ops"]):
+        o["id"] = i
+        o.pop("deps", None)
+    with pytest.raises(ScheduleError, match="uninitialised"):
+        verify(Schedule.from_dict(d))
