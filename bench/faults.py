@@ -86,8 +86,12 @@ class Ctx:
         sys.stdout.flush()
 
     def comm(self, **kw):
-        from ccsynth.communicator import Communicator  # the worker side only: the driver never starts MPI
+        # the worker side only: the driver never starts MPI. What ccsynth.Communicator is: the collectives
+        # layer's communicator with the built-in default plan injected (the bench sits below the public face)
+        from ccsynth.collectives.communicator import Communicator
+        from ccsynth.synth.default_plan import LazyDefaultPlan
 
+        kw.setdefault("default_plan", LazyDefaultPlan())
         return Communicator(self.world, **kw)
 
 
