@@ -75,6 +75,13 @@ def shard_values(layout: TensorLayout, rank: int, dtype, xp=np):
     return xp.asarray(vals)
 
 
+def _tile(layout: TensorLayout, rank: int) -> tuple[int, ...]:
+    tile = layout.tile_of_rank(rank)
+    if tile is None:
+        raise CCSynthError(f"rank {rank} is not on mesh {layout.mesh.describe()}")
+    return tile
+
+
 class _AlltoallvPlan:
     """Plain MPI: each needed piece from its first holder, packed per peer, one Alltoallv."""
 
@@ -89,8 +96,8 @@ class _AlltoallvPlan:
             for d in needers:
                 s = d if d in holders else holders[0]
                 if s == rank or d == rank:
-                    src = task.local_slices(p, task.src.box(task.src.tile_of_rank(s))) if s == rank else None
-                    dst = task.local_slices(p, task.dst.box(task.dst.tile_of_rank(d))) if d == rank else None
+                    src = task.local_slices(p, task.src.box(_tile(task.src, s))) if s == rank else None
+                    dst = task.local_slices(p, task.dst.box(_tile(task.dst, d))) if d == rank else None
                     if s == d:
                         self.local.append((src, dst))
                     elif s == rank:
@@ -159,7 +166,7 @@ def run_reshard_bench(comm, task: ReshardTask, algos, *, iters: int = 20, warmup
                 raise CCSynthError("the mpi (Alltoallv) algorithm runs on numpy buffers only")
             plan = _AlltoallvPlan(task, comm)
 
-            def call():
+            def call(plan=plan):
                 return plan(comm, local)
         else:
             def call(algo=algo):

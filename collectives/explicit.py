@@ -182,7 +182,7 @@ class ExplicitCollective:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ExplicitCollective":
+    def from_dict(cls, d: dict) -> ExplicitCollective:
         if not isinstance(d, dict) or d.get("kind") != EXPLICIT_KIND:
             raise CollectiveError(f"not an explicit collective: {d!r:.60}")
         try:

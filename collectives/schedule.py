@@ -66,7 +66,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 from ccsynth.atomic import write_text
 from ccsynth.collectives.explicit import EXPLICIT_KIND, ExplicitCollective
@@ -275,7 +275,7 @@ class Schedule:
     """
 
     name: str
-    collective: "Collective | ExplicitCollective"
+    collective: Collective  # or an ExplicitCollective (the same interface; see the module docstring)
     ops: tuple[Op, ...]
     scratch_chunks: int = 0
     topology: str = ""
@@ -365,7 +365,7 @@ class Schedule:
                     n * (c.in_chunks + c.out_chunks + self.scratch_chunks), "MAX_SCHEDULE_CHUNKS", ScheduleError)
         if not isinstance(self.in_place, bool):
             raise ScheduleError(f"in_place must be true or false, got {self.in_place!r}")
-        if not c.uniform and (self.in_place or self.scratch_chunks > c.relay_chunks):
+        if isinstance(c, ExplicitCollective) and (self.in_place or self.scratch_chunks > c.relay_chunks):
             raise ScheduleError(f"a schedule of {c.describe()} (explicit chunks) is never in place, and its scratch "
                                 f"is the {c.relay_chunks} relay slot(s) its collective declares")
         ranks_of = [op.rank for op in self.ops]
@@ -482,10 +482,10 @@ class Schedule:
         return f"Schedule({self.name!r}, {self.collective.describe()}, {len(self.ops)} ops{where})"
 
 
-def collective_from_dict(d: Any) -> "Collective | ExplicitCollective":
+def collective_from_dict(d: Any) -> Collective:
     """A built-in collective, or an explicit one (``kind: explicit``), from its JSON object."""
     if isinstance(d, dict) and d.get("kind") == EXPLICIT_KIND:
-        return ExplicitCollective.from_dict(d)
+        return cast(Collective, ExplicitCollective.from_dict(d))  # the same interface (see the module docstring)
     return Collective.from_dict(d)
 
 

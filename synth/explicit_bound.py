@@ -61,18 +61,17 @@ def explicit_lower_bound(collective: ExplicitCollective, topology: Topology, siz
         for label, rows in (("the nodes holding inputs", collective.inputs), ("the nodes needing outputs", collective.outputs)):
             hosts = {topology.nodes[r] for r, row in enumerate(rows) if row}
             g = frozenset(r for r in range(n) if topology.nodes[r] in hosts)
-            if 1 < len(hosts) and len(g) < n:
+            if len(hosts) > 1 and len(g) < n:
                 groups.append((label, g))
     best, which = 0.0, "no data must move"
     everyone = range(n)
     for label, g in groups:
         need_in, need_out = cut_volumes(collective, g)
         outside = [r for r in everyone if r not in g]
-        for vol, direction, cap in ((need_in, "into", lambda: _capacity(topology, outside, g)),
-                                    (need_out, "out of", lambda: _capacity(topology, g, outside))):
+        for vol, direction, (srcs, dsts) in ((need_in, "into", (outside, g)), (need_out, "out of", (g, outside))):
             if vol <= 0:
                 continue
-            c = cap()
+            c = _capacity(topology, srcs, dsts)
             t = float("inf") if c <= 0 else vol * unit / (c * BYTES_PER_US_PER_GBPS)
             if t > best:
                 best, which = t, f"cut: {vol * unit:.6g} B {direction} {label} at {c:.6g} GB/s"

@@ -322,7 +322,7 @@ class _Prepared:
         rbw = topology.resource_bw
         for op in ops:
             i = op.id
-            self.count[i] = schedule.op_units(op) if self.unit_is_chunk else op.count
+            self.count[i] = schedule.op_units(op) if isinstance(schedule, Schedule) else op.count
             deps = set(op.deps)
             self.ndeps[i] = len(deps)
             for d in deps:

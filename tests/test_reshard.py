@@ -178,8 +178,7 @@ def test_simulate_and_verify_cli_read_reshard_plans(tmp_path):
 def test_cli_bad_input_exits_2_with_one_line(args, text):
     base = {"--shape": "64x64x16", "--src-mesh": "2x2", "--src-spec": "S0,R,R", "--dst-mesh": "2x2",
             "--dst-spec": "R,S1,R", "--topology": "dgx_a100x2"}
-    for k, v in zip(args[::2], args[1::2]):
-        base[k] = v
+    base.update(zip(args[::2], args[1::2]))
     argv = [x for kv in base.items() for x in kv]
     p = subprocess.run([sys.executable, "-m", "ccsynth", "reshard", *argv], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and text in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -73,6 +73,7 @@ def solver_options(args):
 def run(args) -> int:
     from ccsynth.collectives.schedule import save_schedule
     from ccsynth.collectives.verify import verify
+    from ccsynth.synth.reshard.plan import task_of_schedule
     from ccsynth.synth.reshard.planner import plan_reshard
     from ccsynth.synth.simulate import simulate
 
@@ -88,7 +89,7 @@ def run(args) -> int:
         save_schedule(sched, args.output)
     figures = {
         "topology": topo.name,
-        "collective": {"kind": "reshard", "task": task.to_dict(), "pieces": len(sched.collective.pieces)},
+        "collective": {"kind": "reshard", "task": task.to_dict(), "pieces": len(task_of_schedule(sched).pieces)},
         "planner": args.planner,
         "size_bytes": task.nbytes,
         "time_us": res.time_us,
@@ -106,7 +107,7 @@ def run(args) -> int:
         print_json(figures)
         return 0
     print(f"{args.planner} plan: {task.describe()} on {topo.name} ({human(task.nbytes)}): "
-          f"{len(sched.collective.pieces)} pieces, {len(sched.ops)} ops, verified, planned in {seconds:.2f} s")
+          f"{sched.collective.describe()}, {len(sched.ops)} ops, verified, planned in {seconds:.2f} s")
     print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s")
     print(f"  lower bound    {res.lower_bound_us:.3f} us   gap {res.gap:.3f}x   ({res.bound_which})")
     if args.output:

@@ -21,6 +21,7 @@ that greedy choices and the MILP's warm start see the same numbers.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -119,7 +120,7 @@ def route(piece: int, src: int, src_buf: str, dst: int, fabric: Fabric, dst_buf:
         raise LayoutError(f"piece {piece}: the topology has no path from rank {src} to rank {dst}")
     hops = []
     buf = src_buf
-    for a, b in zip(path, path[1:]):
+    for a, b in itertools.pairwise(path):
         nb = dst_buf if b == dst else "s"
         hops.append(Hop(piece, a, b, buf, nb))
         buf = nb

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 from functools import cached_property
 
 from ccsynth.errors import LayoutError
@@ -74,14 +75,14 @@ class TensorLayout:
     spec: ShardingSpec
 
     @classmethod
-    def of(cls, shape, mesh: DeviceMesh, spec) -> "TensorLayout":
+    def of(cls, shape, mesh: DeviceMesh, spec) -> TensorLayout:
         shape = parse_shape(shape)
         return cls(shape, mesh, parse_spec(spec, mesh, len(shape)))
 
     @cached_property
     def intervals(self) -> tuple[tuple[tuple[int, int], ...], ...]:
         """Per dimension, the ``[start, stop)`` of every shard."""
-        for d, (n, k) in enumerate(zip(self.shape, self.spec.shards(self.mesh))):
+        for d, k in enumerate(self.spec.shards(self.mesh)):
             check_limit(f"shards of tensor dimension {d}", k, "MAX_RANKS", LayoutError)
         return tuple(shard_intervals(n, k) for n, k in zip(self.shape, self.spec.shards(self.mesh)))
 
@@ -123,7 +124,7 @@ class TensorLayout:
         return {"mesh": self.mesh.to_dict(), "spec": self.spec.to_list()}
 
     @classmethod
-    def from_dict(cls, shape, d: dict) -> "TensorLayout":
+    def from_dict(cls, shape, d: Any) -> TensorLayout:
         if not isinstance(d, dict):
             raise LayoutError(f"a layout must be an object, got {d!r:.60}")
         mesh = DeviceMesh.from_dict(d.get("mesh"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ccsynth.errors import LayoutError
 from ccsynth.limits import check as check_limit
@@ -102,7 +103,7 @@ class DeviceMesh:
         object.__setattr__(self, "axis_names", names)
 
     @classmethod
-    def on_topology(cls, shape, ranks, topology, axis_names=()) -> "DeviceMesh":
+    def on_topology(cls, shape, ranks, topology, axis_names=()) -> DeviceMesh:
         """The mesh on ``ranks`` of ``topology``, hosts from its nodes."""
         ranks = parse_rank_list(ranks)
         for r in ranks:
@@ -153,7 +154,7 @@ class DeviceMesh:
                 "axis_names": list(self.axis_names)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DeviceMesh":
+    def from_dict(cls, d: Any) -> DeviceMesh:
         if not isinstance(d, dict):
             raise LayoutError(f"a mesh must be an object, got {d!r:.60}")
         return cls(tuple(d.get("shape", ())), tuple(d.get("ranks", ())), tuple(d.get("hosts", ())),

@@ -29,9 +29,11 @@ with the capacities of those ports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import Collective
 from ccsynth.errors import LayoutError
 from ccsynth.synth.bounds import cover_capacity
 from ccsynth.synth.reshard.task import ReshardTask
@@ -84,7 +86,7 @@ class Fabric:
         """A shortest path of ranks from one of ``sources`` to ``dst`` over the topology's connections."""
         if self.topology is None:
             return [next(iter(sources)), dst]
-        prev = {s: None for s in sources}
+        prev: dict[int, int | None] = dict.fromkeys(sources)
         frontier = list(prev)
         while frontier:
             nxt = []
@@ -94,26 +96,26 @@ class Fabric:
                         prev[b] = a
                         if b == dst:
                             out = [b]
-                            while prev[out[-1]] is not None:
-                                out.append(prev[out[-1]])
+                            while (up := prev[out[-1]]) is not None:
+                                out.append(up)
                             return out[::-1]
                         nxt.append(b)
             frontier = nxt
         return None
 
     @classmethod
-    def of(cls, topology: Topology | None, task: ReshardTask, n_ranks: int) -> "Fabric":
+    def of(cls, topology: Topology | None, task: ReshardTask, n_ranks: int) -> Fabric:
         """From ``topology`` (hosts, shared NIC ports, capacities), else from the meshes' hosts."""
         if topology is None:
-            host = list(range(n_ranks))
+            hosts = list(range(n_ranks))
             for lay in (task.src, task.dst):
                 for r, h in zip(lay.mesh.ranks, lay.mesh.hosts):
-                    host[r] = h
-            return cls(n_ranks, tuple(host), tuple(host), {}, {}, (1.0,) * n_ranks, (1.0,) * n_ranks)
+                    hosts[r] = h
+            return cls(n_ranks, tuple(hosts), tuple(hosts), {}, {}, (1.0,) * n_ranks, (1.0,) * n_ranks)
         host = tuple(topology.nodes)
         nic = list(host)
-        ports = [p for p in topology.shared_ports]
-        owned = set()
+        ports = list(topology.shared_ports)
+        owned: set[int] = set()
         for p in ports:
             if len({host[r] for r in p.srcs}) == 1 and all(host[d] != host[p.srcs[0]] for d in p.dsts):
                 owned.update(p.srcs)
@@ -166,7 +168,7 @@ def schedule_of(task: ReshardTask, hops, *, n_ranks: int, name: str, topology: s
     coll = replace(base, relays=tuple(tuple(r) for r in relays))
     index = {"i": [{p: j for j, p in enumerate(row)} for row in coll.inputs],
              "o": [{p: j for j, p in enumerate(row)} for row in coll.outputs]}
-    b = ScheduleBuilder(coll, name, topology=topology)
+    b = ScheduleBuilder(cast(Collective, coll), name, topology=topology)  # the same interface
     last_remote: dict[int, int] = {}
     for h in hops:
         try:

@@ -121,7 +121,7 @@ def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner
     if topology is not None and planner != "naive":
         # Variants: each candidate as it is, and with every rank's sends to other hosts one after another
         # (see schedule_of); the simulator picks the fastest.
-        best = None
+        best: tuple[float, Schedule] | None = None
         for hops in candidates:
             for chained in (False, True):
                 s = schedule_of(task, hops, n_ranks=n, name=name, topology=topo_name,
@@ -129,7 +129,7 @@ def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner
                 t = simulate(s, topology, task.nbytes).time_us
                 if best is None or is_less(t, best[0]):
                     best = (t, s)
-        sched = best[1]
+        sched = best[1] if best is not None else sched
     seconds = time.perf_counter() - t0
     log.info("%s plan for %s: %d ops in %.3f s", planner, task.describe(), len(sched.ops), seconds)
     return sched.with_meta(plan_seconds=seconds)

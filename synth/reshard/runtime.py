@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
+from ccsynth.collectives.explicit import ExplicitCollective
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import BufferMismatchError, ScheduleError
@@ -87,7 +89,7 @@ class ReshardProgram:
         mine = schedule.ops_of(rank)
         index = {op.id: k for k, op in enumerate(mine)}
         counters: dict[tuple[int, int], int] = {}
-        ops = []
+        ops: list[LocalOp] = []
         self.max_tag = 0
         for op in mine:
             def box(chunks):
@@ -119,12 +121,12 @@ class ReshardProgram:
                 tuple(index[d] for d in op.deps),
             ))
         self.relay_shapes = tuple(
-            tuple(b - a for a, b in pieces[p].box) for p in coll.relays[rank]
+            tuple(b - a for a, b in pieces[p].box) for p in cast(ExplicitCollective, coll).relays[rank]
         )
         self.ops = tuple(ops)
         self.dependents: list[list[int]] = [[] for _ in ops]
-        for k, op in enumerate(ops):
-            for d in op.deps:
+        for k, lop in enumerate(ops):
+            for d in lop.deps:
                 self.dependents[d].append(k)
 
     def check_input(self, local_src, out=None) -> None:
@@ -177,7 +179,7 @@ class ReshardProgram:
         def view(op: LocalOp, src: bool):
             buf, box = (op.src_buf, op.src) if src else (op.dst_buf, op.dst)
             if buf == "s":
-                return relays[box]
+                return relays[cast(int, box)]
             return (out if buf == "o" else local_src)[box]
 
         def done(k: int) -> None:

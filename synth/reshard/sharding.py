@@ -106,7 +106,7 @@ def _axes_of_token(tok, mesh: DeviceMesh, spec) -> tuple[int, ...]:
 def parse_spec(spec, mesh: DeviceMesh, ndim: int) -> ShardingSpec:
     """A :class:`ShardingSpec` from Alpa's or JAX's notation (see the module docstring)."""
     if isinstance(spec, ShardingSpec):
-        toks: list = [ax for ax in spec.axes]
+        toks: list = list(spec.axes)
     elif isinstance(spec, str):
         toks = _tokens(spec)
     elif isinstance(spec, (tuple, list)):

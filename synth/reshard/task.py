@@ -32,6 +32,7 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -101,7 +102,7 @@ class ReshardTask:
             raise LayoutError(f"source and destination layouts must be of the tensor's shape {self.shape}")
 
     @classmethod
-    def of(cls, shape, dtype, src_mesh, src_spec, dst_mesh, dst_spec) -> "ReshardTask":
+    def of(cls, shape, dtype, src_mesh, src_spec, dst_mesh, dst_spec) -> ReshardTask:
         """From a shape, a dtype and a (mesh, spec) pair per side; meshes may be shapes like ``(2, 4)``."""
         shape = parse_shape(shape)
         sm = src_mesh if isinstance(src_mesh, DeviceMesh) else DeviceMesh(src_mesh)
@@ -128,7 +129,7 @@ class ReshardTask:
                 out.append(Piece(len(out), src, dst, part))
         return tuple(out)
 
-    def with_split(self, split: int) -> "ReshardTask":
+    def with_split(self, split: int) -> ReshardTask:
         """The same task with every piece cut into up to ``split`` parts (see :func:`_split_box`)."""
         return replace(self, split=split)
 
@@ -181,13 +182,14 @@ class ReshardTask:
                 f"{self.src.mesh.describe()} -> {self.dst.spec.describe()} on mesh {self.dst.mesh.describe()}")
 
     def to_dict(self) -> dict:
-        d = {"shape": list(self.shape), "dtype": self.dtype, "src": self.src.to_dict(), "dst": self.dst.to_dict()}
+        d: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype, "src": self.src.to_dict(),
+                             "dst": self.dst.to_dict()}
         if self.split > 1:
             d["split"] = self.split
         return d
 
     @classmethod
-    def from_dict(cls, d) -> "ReshardTask":
+    def from_dict(cls, d) -> ReshardTask:
         if not isinstance(d, dict):
             raise LayoutError(f"a resharding task must be an object, got {d!r:.60}")
         shape = parse_shape(tuple(d.get("shape", ())))
