@@ -5,7 +5,7 @@ piece a rank needs and does not hold must enter it over its connections,
 and every piece that only ranks inside a set ``S`` hold and some rank
 outside needs must leave ``S`` at least once (a value is never created, only
 copied). With ``in(S)`` and ``out(S)`` the capacities of the connections
-crossing into and out of ``S`` (:func:`~ccsynth.synth.bounds.cover_capacity`:
+crossing into and out of ``S`` (:func:`~ccsynth.synth.capacity.cover_capacity`:
 exact for links, switch ports and shared NICs), any schedule takes at least
 ``max(need_in(S) / in(S), need_out(S) / out(S))``. The sets tried are every
 rank alone ("the busiest rank over its links"), every node (host) of the
@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from ccsynth.collectives.explicit import ExplicitCollective
 from ccsynth.errors import TopologyError
-from ccsynth.synth.bounds import Bound, cover_capacity
+from ccsynth.synth.bounds import Bound
+from ccsynth.synth.capacity import cover_capacity
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
 __all__ = ["cut_volumes", "explicit_lower_bound"]

@@ -35,7 +35,7 @@ from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import LayoutError
-from ccsynth.synth.bounds import cover_capacity
+from ccsynth.synth.capacity import cover_capacity
 from ccsynth.synth.reshard.task import ReshardTask
 from ccsynth.topologies.model import Topology
 
