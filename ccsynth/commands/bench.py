@@ -36,6 +36,7 @@ from ccsynth.bench.omb import BENCHMARKS, LARGE_MESSAGE, WINDOW, Options, agree,
 from ccsynth.bench.predict import Predictor, error_lines, error_table, load_predict_topology
 from ccsynth.bench.validate import DTYPES
 from ccsynth.commands._progress import Progress
+from ccsynth.commands.reshard import register_bench as register_reshard_bench
 from ccsynth.errors import CCSynthError
 from ccsynth.limits import LIMITS, MAX_MESSAGE_BYTES
 from ccsynth.units import format_size, parse_size, parse_sizes
@@ -160,6 +161,7 @@ def register(sub) -> None:
         bp = names.add_parser(name, help=what, description=f"{what}.\nSize: the nccl-tests size (whole buffer).")
         _add_nccl(bp)
         bp.set_defaults(func=run, mode="nccl", bench=omb_name, nccl_test=name)
+    register_reshard_bench(names)
     p.set_defaults(func=run)
 
 

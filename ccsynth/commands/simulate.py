@@ -62,6 +62,8 @@ def run(args) -> int:
             raise CCSynthError(f"{args.file} names no topology; pass --topology")
         spec = sched.topology
     topo = topology_from(spec)
+    if args.size is None and args.sizes is None and isinstance(sched.meta.get("size_bytes"), int):
+        sizes = [sched.meta["size_bytes"]]  # a resharding plan: the tensor's size unless told otherwise
     from ccsynth.collectives.verify import verify
 
     check_writes_cover_outputs(sched)
