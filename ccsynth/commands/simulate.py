@@ -1,4 +1,10 @@
-"""``ccsynth simulate FILE``: predicted time, algbw/busbw and gap to the lower bound."""
+"""``ccsynth simulate FILE``: predicted time, algbw/busbw and gap to the lower bound.
+
+On a topology of two or more network dimensions it also reports, per size, each
+dimension's utilization: the bytes a rank sends in that dimension over
+what the dimension could carry in the simulated time
+(:mod:`ccsynth.synth.multidim.utilization`).
+"""
 
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ccsynth.formats.files import load_schedule
+    from ccsynth.synth.multidim.utilization import dimension_utilization
     from ccsynth.synth.simulate import simulate
 
     if args.local_bw is not None:
@@ -69,15 +76,20 @@ def run(args) -> int:
     check_writes_cover_outputs(sched)
     verify(sched, topo)
     results = [simulate(sched, topo, s, local_bw=args.local_bw, trace=timeline is not None) for s in sizes]
+    multi = sum(d.size > 1 for d in topo.dims) >= 2  # a network of several dimensions (dgx1's one NVLink: no)
+    dims = [dimension_utilization(sched, topo, r.size_bytes, r.time_us) for r in results] if multi else None
     wrote = None
     if timeline is not None:
         from ccsynth.bench.timeline import write_timeline
 
         wrote = f"wrote timeline {timeline}: {write_timeline(results[0], sched, timeline)}"
     if args.json:
+        out = [renamed(r.to_dict()) for r in results]
+        if dims is not None:
+            for o, d in zip(out, dims):
+                o["dimensions"] = [u.to_dict() for u in d]
         print_json(json_doc("simulate", {"file": args.file, "schedule": sched.name, "topology": topo.name,
-                                         "collective": sched.collective.to_dict(),
-                                         "results": [renamed(r.to_dict()) for r in results],
+                                         "collective": sched.collective.to_dict(), "results": out,
                                          **({"timeline": timeline} if timeline else {})}))
         return 0
     print(f"# {sched.name}: {sched.collective.describe()} on {topo.name}")
@@ -85,6 +97,12 @@ def run(args) -> int:
         ["size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "bound (us)", "gap"],
         [(human(r.size_bytes), r.time_us, r.algbw, r.busbw, r.lower_bound_us, f"{r.gap:.2f}x") for r in results],
     )
+    if dims is not None:
+        names = [u.name for u in dims[0]]
+        print("# per-dimension utilization (bytes a rank sends there / what the dimension carries in that time)")
+        print_table(["size"] + names,
+                    [(human(r.size_bytes), *("-" if u.utilization is None else f"{u.utilization:.0%}" for u in d))
+                     for r, d in zip(results, dims)])
     if wrote:
         print(wrote)
     return 0

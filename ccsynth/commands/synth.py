@@ -19,6 +19,7 @@ import time
 from ccsynth.atomic import check_writable, write_text
 from ccsynth.commands._common import human, json_doc, print_json, print_table, topology_from
 from ccsynth.commands._progress import Progress, SynthStages
+from ccsynth.commands.synth_multidim import run_multidim
 from ccsynth.errors import CCSynthError, CollectiveError
 from ccsynth.limits import check as check_limit
 
@@ -45,6 +46,9 @@ def register(sub) -> None:
     g.add_argument("--sizes", default=None, metavar="MIN:MAX",
                    help="synthesize for every size of a range (powers of two, e.g. 1K:1G) or list (1K,1M) "
                         "and write a plan picking the fastest schedule per size range")
+    p.add_argument("--scheduler", default=None, metavar="S",
+                   help="on a topology with dimensions: the multi-dimension schedulers (fixed, themis, themis-flex, "
+                        "lp or auto) side by side, no MILPs; the chosen one is written with -o (up to 128 ranks)")
     p.add_argument("--chunks", type=int, default=None, metavar="K",
                    help="pieces per chunk (TACCL's input_chunkup; default: chosen by size)")
     s = p.add_argument_group("solver")
@@ -139,12 +143,29 @@ def run(args) -> int:
             check_limit(f"sketch {args.sketch!r}: chunk factor", sketch.chunk_factor, "MAX_SYNTH_CHUNK_FACTOR")
         sketch.bind(topo)  # sketch errors (with the failed rule) before any solver runs
     opts = _options(args)
+    scheduler = _multidim_scheduler(args, topo, sketch, sizes)
+    if scheduler is not None:
+        return run_multidim(args, topo, coll.kind, size if size is not None else 1 << 20, opts, scheduler, fmt)
     progress = Progress.for_args(args)
     if sizes is not None:
         return _run_sizes(args, topo, coll, sketch, opts, sizes, fmt, progress)
     if size is None:
         size = sketch.input_size if sketch is not None and sketch.input_size else 1 << 20
     return _run_one(args, topo, coll, sketch, opts, size, fmt, progress)
+
+
+def _multidim_scheduler(args, topo, sketch, sizes) -> str | None:
+    """The multi-dimension scheduler to run instead of the synthesizer (``--scheduler``; see
+    :mod:`ccsynth.commands.synth_multidim`), or None."""
+    from ccsynth.synth.multidim import check_scheduler
+
+    if args.scheduler is None:
+        return None
+    name = check_scheduler(args.scheduler)
+    if sketch is not None or sizes is not None or args.chunks is not None:
+        raise CCSynthError("--scheduler takes one --size and no --sketch, --sizes or --chunks "
+                           "(the schedulers choose their own chunks)")
+    return name
 
 
 def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Progress) -> int:
@@ -184,6 +205,7 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
         "baselines": report.baselines,
         "chosen": report.chosen,
         "synthesized_us": report.synthesized_us,
+        "multidim": report.multidim or None,
         "speedup": speedup,
         "synthesis_s": seconds,
         "solver": opts.to_dict(),
@@ -196,7 +218,8 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
     if args.json:
         print_json(json_doc("synth", figures))
         return 0
-    what = "synthesized" if report.chosen == "synthesized" else f"chose baseline {sched.name} for"
+    what = {"synthesized": "synthesized", "multidim": f"chose multi-dimension {report.multidim.get('scheduler')} for"
+            }.get(report.chosen, f"chose baseline {sched.name} for")
     print(f"{what} {sched.collective.kind} on {topo.name} ({topo.n_ranks} ranks), {human(size)}: "
           f"{len(sched.ops)} ops, verified, in {seconds:.1f} s")
     print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s   busbw {res.busbw:.2f} GB/s")
@@ -207,6 +230,10 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
     elif base is not None:
         print(f"  best baseline  {base['name']} (chunk factor {base['chunk_factor']}) {base['time_us']:.3f} us   "
               f"speedup {speedup:.2f}x   (every baseline at its best chunk factor; -v lists them)")
+    if report.multidim:
+        md = report.multidim
+        print(f"  multi-dimension best {md['scheduler']} ({md['chunks']} chunks) {md['time_us']:.3f} us in the "
+              f"simulator (--scheduler compares the schedulers side by side)")
     if wrote:
         print(f"wrote {wrote} ({'MSCCL XML' if fmt == 'msccl-xml' else 'ccsynth JSON'})")
     return 0
