@@ -89,7 +89,8 @@ def summarize(rows: list[dict], balanced: dict[str, bool]) -> dict:
     """The targets' figures (issue 12's Benchmark section)."""
     imb = [r for r in rows if not balanced.get(r["topology"], False)]
     big = [r for r in rows if r["size_bytes"] >= 1 << 30]
-    mean = (lambda xs: sum(xs) / len(xs) if xs else float("nan"))
+    def mean(xs):
+        return (sum(xs) / len(xs) if xs else float("nan"))
     largest = max((r["ranks"] for r in rows), default=0)
     at_largest = [r for r in rows if r["ranks"] == largest]
     return {

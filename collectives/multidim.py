@@ -69,7 +69,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from ccsynth.collectives.executor import CompiledSchedule
 from ccsynth.collectives.phase_plan import PhasePlan

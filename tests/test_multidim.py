@@ -209,6 +209,7 @@ def test_cli_synth_scheduler_json_and_simulate(tmp_path, capsys):
     assert cli_main(["synth", "-t", "hierarchical:2x2x2@200,100,50", "-c", "allreduce", "--scheduler", "auto",
                      "-s", "4M", "-o", str(out), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
+    assert got["schema"] == "ccsynth.synth.multidim/1" and got["output_format"] == "json"
     assert set(got["schedulers"]) == set(POLICIES)
     assert got["ir"]["model_error"] <= 0.05 and 0 < got["utilization"] <= 1
     assert got["chosen"]["time_us"] == min(s["time_us"] for s in got["schedulers"].values())

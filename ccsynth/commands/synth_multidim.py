@@ -18,7 +18,8 @@ from __future__ import annotations
 import time
 
 from ccsynth.atomic import write_text
-from ccsynth.commands._common import human, print_json, print_table
+from ccsynth.formats.msccl import schedule_to_msccl_xml
+from ccsynth.commands._common import human, json_doc, print_json, print_table
 from ccsynth.errors import CCSynthError, TopologyError
 
 __all__ = ["run_multidim"]
@@ -61,7 +62,7 @@ def run_multidim(args, topo, kind: str, size: int, opts, scheduler: str, fmt: st
         chosen = min(side.values(), key=lambda ms: ms[0].makespan_us)[0]
     else:
         chosen = side[name][0]
-    figures = {
+    figures = json_doc("synth.multidim", {
         "topology": topo.name,
         "n_ranks": topo.n_ranks,
         "collective": kind,
@@ -70,10 +71,10 @@ def run_multidim(args, topo, kind: str, size: int, opts, scheduler: str, fmt: st
         "chosen": chosen.to_dict(),
         "bandwidth_bound_us": bound,
         "utilization": bound / chosen.makespan_us,
-        "schedulers": {p: {**md.to_dict(), "utilization": bound / md.makespan_us, "scheduling_seconds": secs}
+        "schedulers": {p: {**md.to_dict(), "utilization": bound / md.makespan_us, "scheduling_s": secs}
                        for p, (md, secs) in side.items()},
         "max_chunks": cap,
-    }
+    })
     wrote = None
     if lowers:
         t0 = time.perf_counter()
@@ -81,19 +82,17 @@ def run_multidim(args, topo, kind: str, size: int, opts, scheduler: str, fmt: st
         verify(sched, topo)
         res = simulate(sched, topo, size)
         sched = sched.with_meta(verified=True, predicted_us=res.time_us, size_bytes=size)
-        figures["ir"] = {"ops": len(sched.ops), "time_us": res.time_us, "model_us": chosen.makespan_us,
+        figures["ir"] = {"n_ops": len(sched.ops), "time_us": res.time_us, "model_us": chosen.makespan_us,
                          "model_error": abs(res.time_us - chosen.makespan_us) / res.time_us,
-                         "lower_bound_us": res.lower_bound_us, "seconds": time.perf_counter() - t0}
+                         "lower_bound_us": res.lower_bound_us, "lowering_s": time.perf_counter() - t0}
         if args.output is not None:
             if fmt == "msccl-xml":
-                from ccsynth.formats.msccl import schedule_to_msccl_xml
-
                 write_text(args.output, schedule_to_msccl_xml(sched, topology=topo))
             else:
                 save_schedule(sched, args.output)
             wrote = args.output
     figures["output"] = wrote
-    figures["format"] = fmt if wrote else None
+    figures["output_format"] = fmt if wrote else None
     if args.json:
         print_json(figures)
         return 0

@@ -51,7 +51,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 from ccsynth.errors import CollectiveError
 from ccsynth.synth.multidim.chunks import ChunkPlan, chunk_steps

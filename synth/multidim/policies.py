@@ -32,7 +32,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ccsynth.synth.multidim.chunks import ChunkPlan, make_chunk, natural_order
 from ccsynth.synth.multidim.cost import PhaseCosts

@@ -54,7 +54,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from collections.abc import Sequence
 
 from ccsynth.errors import CollectiveError, SizeError
 from ccsynth.synth.multidim.chunks import ChunkPlan, check_kind
@@ -271,7 +271,7 @@ def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float,
         if best is None or is_less(s.makespan_us, best.makespan_us):
             best = s
     log.debug("scheduled in %.3f s", time.perf_counter() - t0)
-    return best  # type: ignore[return-value]
+    return best
 
 
 def compare_schedulers(topology: Topology | DimNet, kind: str, size_bytes: float,
