@@ -106,8 +106,10 @@ from typing import Any
 
 import numpy as np
 
+from ccsynth.collectives.arraylike import as_array
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
-from ccsynth.collectives.plan import Plan, load_plan
+from ccsynth.collectives.plan import Plan
+from ccsynth.collectives.plan_sources import LayeredPlan, as_plan, check_usable, plan_fingerprint
 from ccsynth.collectives.runtime.channel import Channel, mark_shared
 from ccsynth.collectives.runtime.memory import Entry, cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import WaitTimedOut, mpi_calls, resolve_wait_mode
@@ -134,6 +136,18 @@ _REDUCING = frozenset(("allreduce", "reduce_scatter", "reduce"))
 _KERNEL_DTYPES = frozenset(DTYPES)
 
 
+def _ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    out, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            out.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ", ".join(out)
+
+
 class _Fallback(Exception):
     """Internal: this call goes to the MPI library (reason in args[0])."""
 
@@ -146,6 +160,22 @@ class _Buf:
 
 
 _UNCACHED = object()
+
+def _weak(obj):
+    """A callable returning ``obj``: a weak reference where possible (arrays), else ``obj`` itself (None, IN_PLACE)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+# Collectives of mpi4py's Comm that ccsynth never schedules: they go to the wrapped comm, visibly.
+_MPI_ONLY = frozenset((
+    "Gather", "Gatherv", "Scatter", "Scatterv", "Scan", "Exscan", "Alltoallw", "Reduce_scatter_init",
+    "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iscan", "Iexscan", "Ialltoallv", "Ialltoallw",
+    "Iallgatherv", "Ireduce_scatter", "Ireduce",
+    "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv", "Neighbor_alltoallw",
+))
 
 
 def _spec_sig(spec):
@@ -235,7 +265,12 @@ class Communicator:
         self._size = self.comm.Get_size()
         self._rank = self.comm.Get_rank()
         self._default_plan = default_plan if default_plan is not None else NO_PLAN
-        self._plan = self._resolve_plan(plan)
+        try:
+            self._plan = self._resolve_plan(plan)
+            plan_error = None
+        except PlanError as e:  # told to every rank in _agree_on_setup, then raised everywhere
+            self._plan, plan_error = self._default_plan, e
+        self._lookup = self._layered(self._plan)
         if backend not in ("auto", "numpy", "cupy"):
             raise CCSynthError(f"unknown buffer backend {backend!r}; choose auto, numpy or cupy")
         self.backend = backend
@@ -248,7 +283,11 @@ class Communicator:
         self._channel = Channel.build(self.comm, MPI, private=True, cache_bytes=cache_bytes_from_env(cache_bytes))
         self._mpi = mpi_calls(MPI, resolve_wait_mode("auto"), 1, self.timeout)
         self._agreed = 0  # debug: the call whose signature the ranks agreed on
-        self._check_same_settings()
+        try:
+            self._agree_on_setup(plan_error)
+        except CCSynthError:
+            self._channel.close(free=True)  # every rank raises here: release the private communicator
+            raise
         self._compiled: dict[tuple, tuple[Schedule, CompiledSchedule]] = {}
         self._logged: set = set()
         self._scratch: dict[tuple, tuple[Any, Entry]] = {}
@@ -268,31 +307,54 @@ class Communicator:
     @plan.setter
     def plan(self, plan) -> None:
         self._plan = self._resolve_plan(plan)
+        self._lookup = self._layered(self._plan)
         self._selected.clear()
         self._hit = None
 
+    @property
+    def plan_fingerprint(self) -> str:
+        """The hash of the plan that the ranks compared in the constructor (``"default"`` for the built-in one)."""
+        return plan_fingerprint(self._plan if self._plan is not self._default_plan else None)
+
     def _resolve_plan(self, plan):
+        """The user's plan as a Plan (see :mod:`~ccsynth.collectives.plan_sources`), checked; None: the default."""
         if plan is None:
-            plan = self._default_plan
-        if isinstance(plan, (str, os.PathLike)):
-            plan = load_plan(plan)
-        if not hasattr(plan, "select"):
-            raise PlanError(f"plan must be a Plan, a plan file path or None, got {type(plan).__name__}")
-        for entry in getattr(plan, "entries", ()):
-            if entry.n_ranks == self._size:
-                break
-        else:
-            if getattr(plan, "entries", None):
-                sizes = sorted({e.n_ranks for e in plan.entries})
-                log.info("plan has no entries for %d ranks (it covers %s); every call will use the MPI library",
-                         self._size, sizes)
+            return self._default_plan
+        plan = as_plan(plan)
+        if self._size > 1:
+            check_usable(plan, self._size)
+        elif getattr(plan, "entries", None) and not any(e.n_ranks == 1 for e in plan.entries):
+            log.info("a one-rank communicator: the plan (for %s ranks) is not used; MPI copies locally",
+                     sorted({e.n_ranks for e in plan.entries}))
         return plan
+
+    def _layered(self, plan):
+        """What selects a schedule per call: the user's plan over the default plan (per collective)."""
+        if plan is self._default_plan:
+            return plan
+        return LayeredPlan(plan, self._default_plan, self._size)
 
     def __getattr__(self, name: str):
         # Everything not overridden (Get_rank, Barrier, Send, allreduce...) is the wrapped comm's.
         if name.startswith("__") or name in ("comm", "_MPI"):
             raise AttributeError(name)
-        return getattr(self.comm, name)
+        attr = getattr(self.comm, name)
+        if name in _MPI_ONLY:
+            return self._mpi_only(name, attr)
+        return attr
+
+    def _mpi_only(self, name: str, method):
+        """A collective ccsynth does not run: the wrapped comm's, with ``last_algorithm = "mpi"`` and a notice."""
+
+        def call(*args, **kwargs):
+            self._went_to_mpi((name, "not covered"), "%s has no ccsynth schedule; the MPI library runs it", name)
+            result = method(*args, **kwargs)
+            self.last_algorithm = "mpi"
+            return result
+
+        call.__name__ = name
+        call.__doc__ = getattr(method, "__doc__", None)
+        return call
 
     def __repr__(self) -> str:
         return f"<ccsynth.Communicator rank {self._rank} of {self._size}>"
@@ -331,25 +393,49 @@ class Communicator:
         """Bytes of the buffers kept between calls (within the budget, see ``cache_bytes``)."""
         return self._channel.memory.total
 
-    def _check_same_settings(self) -> None:
-        """Every rank must cut messages alike: compare slice_bytes and static_max_bytes (one small Allreduce)."""
-        if self._size < 2:
-            return
-        mine = [int(self.slice_bytes or 0), int(self.static_max_bytes)]
-        v = np.array([x for a in mine for x in (a, -a)], dtype=np.int64)
-        out = np.empty_like(v)
-        self._channel.comm.Allreduce(v, out, op=self._MPI.MAX)
-        if any(out[2 * i] != -out[2 * i + 1] for i in range(len(mine))):
+    def _agree_on_setup(self, plan_error: PlanError | None) -> None:
+        """Every rank must cut messages alike and run the same plan: compare them (one small allgather).
+
+        A rank whose plan could not be used (``plan_error``) takes part
+        with its error, so that every rank raises, naming it.
+        """
+        fp = "error" if plan_error is not None else self.plan_fingerprint
+        mine = (int(self.slice_bytes or 0), int(self.static_max_bytes), fp, str(plan_error or ""))
+        everyone = self._channel.comm.allgather(mine) if self._size > 1 else [mine]
+        if any(o[:2] != mine[:2] for o in everyone):
             raise CCSynthError(
                 f"the ranks built their Communicator with different settings (rank {self._rank}: "
                 f"slice_bytes={self.slice_bytes}, static_max_bytes={self.static_max_bytes}); "
                 f"every rank must pass the same values"
             )
+        failed = [(r, o[3]) for r, o in enumerate(everyone) if o[2] == "error"]
+        if failed:
+            if plan_error is not None and len(failed) == len(everyone):
+                raise plan_error
+            what = "; ".join(f"rank {r}: {msg}" for r, msg in failed)
+            raise PlanError(f"the plan given to the Communicator cannot be used on rank(s) "
+                            f"{', '.join(str(r) for r, _ in failed)}: {what}")
+        groups: dict[str, list[int]] = {}
+        for r, o in enumerate(everyone):
+            groups.setdefault(o[2], []).append(r)
+        if len(groups) > 1:
+            parts = "; ".join(
+                f"rank{'s' if len(rs) > 1 else ''} {_ranges(rs)}: "
+                f"{'the default plan' if key == 'default' else 'plan ' + key}"
+                for key, rs in sorted(groups.items(), key=lambda kv: kv[1][0])
+            )
+            raise PlanError(f"the ranks passed different plans to the Communicator ({parts}); every rank must "
+                            f"load the same plan (rank {self._rank} has {fp})")
 
     def _note(self, key, level, msg, *args) -> None:
         if key not in self._logged:
             self._logged.add(key)
             log.log(level, msg, *args)
+
+    def _went_to_mpi(self, key, msg, *args) -> None:
+        """A call that the MPI library runs instead of ccsynth: say so once, at WARNING on rank 0 (INFO elsewhere)."""
+        level = logging.WARNING if self._rank == 0 and self._size > 1 else logging.INFO
+        self._note(key, level, "ccsynth: " + msg, *args)
 
     # ---------------------------------------------------------- buffers
     def _array(self, obj, what: str):
@@ -572,11 +658,11 @@ class Communicator:
         return sched
 
     def _schedule_for_uncached(self, kind: str, nbytes: int):
-        entry_for = getattr(self._plan, "entry_for", None)
+        entry_for = getattr(self._lookup, "entry_for", None)
         if entry_for is not None:
             entry = entry_for(kind, self._size, nbytes)
             return entry.schedule if entry is not None else None
-        return self._plan.select(kind, self._size, nbytes)
+        return self._lookup.select(kind, self._size, nbytes)
 
     def _compiled_for(self, schedule: Schedule, backend, root: int) -> CompiledSchedule:
         key = (id(schedule), backend.name, root)
@@ -602,8 +688,8 @@ class Communicator:
         hit = self._hit
         if (
             hit[0] == kind
-            and hit[1] is sendbuf
-            and hit[2] is recvbuf
+            and hit[1]() is sendbuf
+            and hit[2]() is recvbuf
             and hit[3] is op
             and hit[4] == root
             and _spec_sig(sendbuf) == hit[5]
@@ -652,9 +738,16 @@ class Communicator:
             unit = m if cs._reducing else m * np.dtype(dtype).itemsize
             if cs.supports_count(unit):
                 pre = None
+                # the replay below is kept between calls: it must not keep the caller's arrays alive, so it
+                # holds views that own nothing (valid while the same arrays are passed: see _replay)
+                alias = backend.alias
+                if recvarr is not None:
+                    recvarr = alias(recvarr)
                 if copy_of is not None:
                     sendarr, entry = self._private("in", like, copy_of.size)
-                    pre = self._copier(sendarr, copy_of, entry)
+                    pre = self._copier(sendarr, alias(copy_of), entry)
+                elif sendarr is not None:
+                    sendarr = alias(sendarr)
                 run, device = cs.execute, backend.is_device
                 sync, op_run = backend.synchronize, opname or "sum"
                 count = m if (sendarr is None and recvarr is None) else None
@@ -672,13 +765,13 @@ class Communicator:
                 if not self.debug and call and call[0] == kind:
                     sig_s, sig_r = _spec_sig(call[1]), _spec_sig(call[2])
                     if sig_s is not _UNCACHED and sig_r is not _UNCACHED:
-                        self._hit = call + (sig_s, sig_r, replay, schedule.name)
+                        self._hit = (kind, _weak(call[1]), _weak(call[2]), *call[3:], sig_s, sig_r, replay,
+                                     schedule.name)
                 return
             reason = f"schedule {schedule.name!r} cannot split {m} elements into its chunks"
         if not self.fallback:
             raise PlanError(f"no ccsynth schedule for {kind} of {nbytes} bytes on {self._size} ranks ({reason})")
-        bucket = max(nbytes, 1).bit_length()
-        self._note((kind, reason, bucket), logging.INFO,
+        self._went_to_mpi((kind, reason),
                    "%s of %d bytes on %d ranks: %s; using the MPI library's own %s", kind, nbytes, self._size, reason, kind)
         if is_device_array(like):
             get_backend("cupy").synchronize()
@@ -723,17 +816,53 @@ class Communicator:
         self.comm.Abort(1)
 
     # -------------------------------------------------------- collectives
-    def Allreduce(self, sendbuf, recvbuf, op=None) -> None:
-        """``recvbuf = op over ranks of sendbuf`` (``MPI.IN_PLACE`` as sendbuf: recvbuf is the input)."""
-        self._channel.open_call()  # every rank numbers every call, first
+    def _collective(self, kind: str, impl, sendbuf, recvbuf, op, root, stream) -> None:
+        """One blocking call: number it, take array-likes as arrays, replay or run ``impl``; errors reach every rank."""
+        self._enter()
         try:
-            if self._hit is None or not self._replay("allreduce", sendbuf, recvbuf, op, 0):
-                self._allreduce(sendbuf, recvbuf, op)
+            if sendbuf is not None and type(sendbuf) is not np.ndarray:
+                sendbuf = self._front(sendbuf, kind == "broadcast" and self._rank != root)
+            if recvbuf is not None and type(recvbuf) is not np.ndarray:
+                recvbuf = self._front(recvbuf, True)
+            if stream is not None:
+                self._wait_stream(stream)
+            if self._hit is None or not self._replay(kind, sendbuf, recvbuf, op, root):
+                impl(sendbuf, recvbuf, op, root)
         except BaseException as e:
-            self._failed(e, "allreduce")
+            self._failed(e, kind)
             raise
+        finally:
+            self._call = ()  # holds the caller's buffers while the call runs, never after
 
-    def _allreduce(self, sendbuf, recvbuf, op=None) -> None:
+    def _enter(self) -> None:
+        """Every rank numbers every call, first (after the non-blocking calls started before it)."""
+        self._channel.open_call()
+
+    def _front(self, spec, writable: bool = False):
+        """A buffer spec with its array-like (see :mod:`~ccsynth.collectives.arraylike`) as an array."""
+        if self._is_in_place(spec):
+            return spec
+        if isinstance(spec, (list, tuple)):
+            if spec and not isinstance(spec[0], np.ndarray):
+                arr = as_array(spec[0], writable=writable)
+                if arr is not None:
+                    return type(spec)((arr, *spec[1:]))
+            return spec
+        arr = as_array(spec, writable=writable)
+        return spec if arr is None else arr
+
+    def _wait_stream(self, stream) -> None:
+        """``stream=``: the caller's GPU work on that stream finishes before the call reads its buffers."""
+        sync = getattr(stream, "synchronize", None)
+        if sync is None:
+            raise CCSynthError(f"stream= takes a stream object with synchronize() (cupy/torch), got {type(stream).__name__}")
+        sync()
+
+    def Allreduce(self, sendbuf, recvbuf, op=None, *, stream=None) -> None:
+        """``recvbuf = op over ranks of sendbuf`` (``MPI.IN_PLACE`` as sendbuf: recvbuf is the input)."""
+        self._collective("allreduce", self._allreduce, sendbuf, recvbuf, op, 0, stream)
+
+    def _allreduce(self, sendbuf, recvbuf, op, root) -> None:
         self._call = ("allreduce", sendbuf, recvbuf, op, 0)
         MPI = self._MPI
         op = MPI.SUM if op is None else op
@@ -760,17 +889,11 @@ class Communicator:
 
         self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb, copy_of)
 
-    def Reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=None, *, stream=None) -> None:
         """Rank ``r`` gets block ``r`` of the reduction of everyone's sendbuf (n blocks)."""
-        self._channel.open_call()  # every rank numbers every call, first
-        try:
-            if self._hit is None or not self._replay("reduce_scatter", sendbuf, recvbuf, op, 0):
-                self._reduce_scatter_block(sendbuf, recvbuf, op)
-        except BaseException as e:
-            self._failed(e, "reduce_scatter")
-            raise
+        self._collective("reduce_scatter", self._reduce_scatter_block, sendbuf, recvbuf, op, 0, stream)
 
-    def _reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
+    def _reduce_scatter_block(self, sendbuf, recvbuf, op, root) -> None:
         self._call = ("reduce_scatter", sendbuf, recvbuf, op, 0)
         MPI = self._MPI
         op = MPI.SUM if op is None else op
@@ -805,17 +928,11 @@ class Communicator:
 
         self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb, copy_of)
 
-    def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
+    def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0, *, stream=None) -> None:
         """``recvbuf`` on ``root`` = op over ranks of sendbuf; recvbuf is ignored elsewhere."""
-        self._channel.open_call()  # every rank numbers every call, first
-        try:
-            if self._hit is None or not self._replay("reduce", sendbuf, recvbuf, op, root):
-                self._reduce(sendbuf, recvbuf, op, root)
-        except BaseException as e:
-            self._failed(e, "reduce")
-            raise
+        self._collective("reduce", self._reduce, sendbuf, recvbuf, op, root, stream)
 
-    def _reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
+    def _reduce(self, sendbuf, recvbuf, op, root) -> None:
         MPI = self._MPI
         op = MPI.SUM if op is None else op
         self._check_root(root)
@@ -849,17 +966,11 @@ class Communicator:
 
         self._run("reduce", m * dt.itemsize, m, dt, opname, root, ref.array, inp, out, fb, copy_of)
 
-    def Allgather(self, sendbuf, recvbuf) -> None:
+    def Allgather(self, sendbuf, recvbuf, *, stream=None) -> None:
         """recvbuf block ``q`` = sendbuf of rank ``q`` (``MPI.IN_PLACE``: this rank's block is the input)."""
-        self._channel.open_call()  # every rank numbers every call, first
-        try:
-            if self._hit is None or not self._replay("allgather", sendbuf, recvbuf, None, 0):
-                self._allgather(sendbuf, recvbuf)
-        except BaseException as e:
-            self._failed(e, "allgather")
-            raise
+        self._collective("allgather", self._allgather, sendbuf, recvbuf, None, 0, stream)
 
-    def _allgather(self, sendbuf, recvbuf) -> None:
+    def _allgather(self, sendbuf, recvbuf, op, root) -> None:
         self._call = ("allgather", sendbuf, recvbuf, None, 0)
         n = self._size
         try:
@@ -879,17 +990,11 @@ class Communicator:
         self._run("allgather", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
                   lambda: self._mpi_collective("Allgather", lambda: self.comm.Iallgather(sendbuf, recvbuf)), copy_of)
 
-    def Alltoall(self, sendbuf, recvbuf) -> None:
+    def Alltoall(self, sendbuf, recvbuf, *, stream=None) -> None:
         """recvbuf block ``q`` = block ``rank`` of rank ``q``'s sendbuf."""
-        self._channel.open_call()  # every rank numbers every call, first
-        try:
-            if self._hit is None or not self._replay("alltoall", sendbuf, recvbuf, None, 0):
-                self._alltoall(sendbuf, recvbuf)
-        except BaseException as e:
-            self._failed(e, "alltoall")
-            raise
+        self._collective("alltoall", self._alltoall, sendbuf, recvbuf, None, 0, stream)
 
-    def _alltoall(self, sendbuf, recvbuf) -> None:
+    def _alltoall(self, sendbuf, recvbuf, op, root) -> None:
         self._call = ("alltoall", sendbuf, recvbuf, None, 0)
         n = self._size
         try:
@@ -909,17 +1014,11 @@ class Communicator:
         self._run("alltoall", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
                   lambda: self._mpi_collective("Alltoall", lambda: self.comm.Ialltoall(sendbuf, recvbuf)), copy_of)
 
-    def Bcast(self, buf, root: int = 0) -> None:
+    def Bcast(self, buf, root: int = 0, *, stream=None) -> None:
         """Every rank's ``buf`` = the root's."""
-        self._channel.open_call()  # every rank numbers every call, first
-        try:
-            if self._hit is None or not self._replay("broadcast", buf, None, None, root):
-                self._bcast(buf, root)
-        except BaseException as e:
-            self._failed(e, "broadcast")
-            raise
+        self._collective("broadcast", self._bcast, buf, None, None, root, stream)
 
-    def _bcast(self, buf, root: int = 0) -> None:
+    def _bcast(self, buf, _none, op, root) -> None:
         self._check_root(root)
         self._call = ("broadcast", buf, None, None, root)
         if self._is_in_place(buf):
@@ -952,7 +1051,7 @@ class Communicator:
             self._agree(f"{name.lower()} (call {self._channel.seq}) handed to the MPI library: {reason}")
         if not self.fallback:
             raise PlanError(f"{name}: {reason}, and fallback to the MPI library is off")
-        self._note((name, reason), logging.INFO, "%s: %s; using the MPI library's own %s", name, reason, name)
+        self._went_to_mpi((name, reason), "%s: %s; using the MPI library's own %s", name, reason, name)
         self._mpi_collective(name, start)
         self.last_algorithm = "mpi"
 

@@ -1,0 +1,273 @@
+"""Multi-rank checks of the Python user path (issue 14): plans in, requests, v-collectives, array-likes, memory.
+
+Run under MPI: ``mpiexec -n K python api_worker.py CASE [CASE ...]``. Every
+rank prints ``CASE <name> PASS rank <R>[: note]`` or ``CASE <name> FAIL
+rank <R>: ...`` per case (then the abort handler ends the job);
+``tests/test_api_mpi.py`` reads them.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+from ccsynth.collectives.mpi_util import install_abort_handler  # noqa: E402
+
+install_abort_handler()
+
+import ccsynth  # noqa: E402
+from ccsynth.collectives.plan import Plan, PlanEntry, save_plan  # noqa: E402
+from ccsynth.collectives.schedule import save_schedule  # noqa: E402
+from ccsynth.errors import PlanError  # noqa: E402
+
+import schedules as hand  # noqa: E402
+
+__all__ = ["CASES", "main"]
+
+WORLD = MPI.COMM_WORLD
+N = WORLD.Get_size()
+RANK = WORLD.Get_rank()
+TMP = os.environ.get("CCSYNTH_TMP", "/tmp")
+
+
+def say(msg: str) -> None:
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        raise AssertionError(f"rank {RANK}: {what}")
+
+
+def same(what: str, got, ref) -> None:
+    got, ref = np.asarray(got), np.asarray(ref)
+    check(got.shape == ref.shape and np.allclose(got, ref), f"{what}: {got.ravel()[:6]} != {ref.ravel()[:6]}")
+
+
+class Warnings(logging.Handler):
+    """Collects ccsynth's log records at WARNING and above."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.records: list[str] = []
+
+    def emit(self, record):
+        self.records.append(record.getMessage())
+
+
+WARNINGS = Warnings()
+logging.getLogger("ccsynth").addHandler(WARNINGS)
+
+
+def shared_path(name: str) -> str:
+    return WORLD.bcast(os.path.join(TMP, f"{name}_{os.getpid()}.json") if RANK == 0 else None)
+
+
+# ------------------------------------------------------------------ deliverable 1: one path
+def case_synth_path() -> str:
+    """synthesize -> plan file -> Communicator: allreduce on the plan, allgather on the default plan, both ccsynth."""
+    path = shared_path("allreduce_plan")
+    if RANK == 0:
+        plan = ccsynth.synthesize(f"fully_connected:{N}", "allreduce", sizes=[4096, 1 << 16])
+        save_plan(plan, path)
+    WORLD.Barrier()
+    c = ccsynth.Communicator(WORLD, plan=path)
+    x = np.arange(4096, dtype=np.float32) * (RANK + 1)
+    out, ref = np.empty_like(x), np.empty_like(x)
+    c.Allreduce(x, out)
+    WORLD.Allreduce(x, ref)
+    same("allreduce on the synthesized plan", out, ref)
+    names = {e.algorithm for e in c.plan.entries}
+    check(c.last_algorithm in names, f"allreduce ran {c.last_algorithm}, not one of the plan's {sorted(names)}")
+    g = np.empty(N * 100, np.int64)
+    c.Allgather(np.full(100, RANK, np.int64), g)
+    same("allgather on the default plan", g, np.repeat(np.arange(N), 100))
+    check(c.last_algorithm not in ("mpi", ""), f"allgather should run the default plan, ran {c.last_algorithm!r}")
+    gathered = np.empty(N, np.int64) if RANK == 0 else None
+    c.Gather(np.array([RANK], np.int64), gathered, root=0)
+    check(c.last_algorithm == "mpi", f"Gather goes to MPI and says so: last_algorithm {c.last_algorithm!r}")
+    if RANK == 0:
+        check(any("Gather" in w for w in WARNINGS.records), f"no WARNING for Gather on rank 0: {WARNINGS.records}")
+    else:
+        check(not WARNINGS.records, f"warnings on rank {RANK}: {WARNINGS.records}")
+    fp = c.plan_fingerprint
+    c.Free()
+    WORLD.Barrier()
+    if RANK == 0:
+        os.remove(path)
+    return f"plan {fp}"
+
+
+def case_schedule_inputs() -> str:
+    """A Schedule, a schedule file and a list of them merged are plans too; uncovered sizes of a covered kind go to MPI."""
+    path = shared_path("allgather_schedule")
+    if RANK == 0:
+        save_schedule(hand.ring_allgather(N), path)
+    WORLD.Barrier()
+    c = ccsynth.Communicator(WORLD, plan=[hand.ring_allreduce(N), path])
+    x = np.ones(8 * N)
+    out = np.empty_like(x)
+    c.Allreduce(x, out)
+    same("allreduce from a Schedule", out, np.full(8 * N, N))
+    check(c.last_algorithm == hand.ring_allreduce(N).name, f"ran {c.last_algorithm}")
+    g = np.empty(N * 3)
+    c.Allgather(np.full(3, float(RANK)), g)
+    same("allgather from a schedule file", g, np.repeat(np.arange(N, dtype=float), 3))
+    check(c.last_algorithm == hand.ring_allgather(N).name, f"ran {c.last_algorithm}")
+    c.Free()
+    small = ccsynth.Communicator(WORLD, plan=Plan((PlanEntry("allreduce", N, 0, 64, hand.ring_allreduce(N)),)))
+    small.Allreduce(np.ones(100), out := np.zeros(100))
+    check(small.last_algorithm == "mpi" and np.all(out == N), f"uncovered size: {small.last_algorithm}")
+    if RANK == 0:
+        check(any("allreduce of 800 bytes" in w for w in WARNINGS.records), f"no warning: {WARNINGS.records}")
+    small.Free()
+    WORLD.Barrier()
+    if RANK == 0:
+        os.remove(path)
+    return "ok"
+
+
+def expect_plan_error(fn, *texts) -> str:
+    try:
+        fn()
+    except PlanError as e:
+        for t in texts:
+            check(t in str(e), f"PlanError should mention {t!r}: {e}")
+        WORLD.Barrier()
+        return f"raised PlanError: {e}"
+    raise AssertionError(f"rank {RANK}: no PlanError")
+
+
+def case_err_plan_differs() -> str:
+    """Rank 1 without the plan the others load: PlanError on every rank, naming the ranks."""
+    plan = Plan((PlanEntry("allreduce", N, 0, None, hand.ring_allreduce(N)),))
+    return expect_plan_error(lambda: ccsynth.Communicator(WORLD, plan=None if RANK == 1 else plan),
+                             "different plans", "rank 1: the default plan")
+
+
+def case_err_plan_unusable() -> str:
+    """A plan for another rank count (on rank 0 only): PlanError on every rank, naming rank 0."""
+    plan = Plan((PlanEntry("allreduce", N + 1, 0, None, hand.ring_allreduce(N + 1)),)) if RANK == 0 else None
+    return expect_plan_error(lambda: ccsynth.Communicator(WORLD, plan=plan), "rank(s) 0", f"{N} ranks")
+
+
+# ------------------------------------------------------------------ deliverable 2: array-likes, memory
+class DlpackOnly:
+    """Exposes its memory through DLPack alone (like a torch CPU tensor without __array__)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kw):
+        return self._a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+class ArrayMethod:
+    """Exposes its memory through __array__ (a view of what it holds)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __array__(self, dtype=None, copy=None):
+        return self._a
+
+
+class CopyingArray(ArrayMethod):
+    def __array__(self, dtype=None, copy=None):
+        return self._a.copy()
+
+
+def case_arraylikes() -> str:
+    """bytearray, memoryview, __array__, __dlpack__ buffers run on ccsynth schedules and equal MPI."""
+    c = ccsynth.Communicator(WORLD)
+    ran = []
+    send = bytearray(bytes([RANK + 1]) * 64)
+    recv = bytearray(64 * N)
+    c.Allgather(send, recv)
+    same("allgather of bytearrays", np.frombuffer(recv, np.uint8), np.repeat(np.arange(1, N + 1, dtype=np.uint8), 64))
+    ran.append(c.last_algorithm)
+    out = np.zeros(32)
+    c.Allreduce(memoryview(np.full(32, float(RANK))), memoryview(out))
+    same("allreduce of memoryviews", out, np.full(32, sum(range(N)), float))
+    ran.append(c.last_algorithm)
+    held = np.zeros(32)
+    c.Allreduce(DlpackOnly(np.full(32, 1.0)), ArrayMethod(held))
+    same("allreduce __dlpack__ -> __array__", held, np.full(32, float(N)))
+    ran.append(c.last_algorithm)
+    out = np.zeros(16, np.float32)
+    c.Bcast(DlpackOnly(out) if RANK else DlpackOnly(np.arange(16, dtype=np.float32)), root=0)
+    if RANK:
+        same("bcast into a __dlpack__ object", out, np.arange(16, dtype=np.float32))
+    ran.append(c.last_algorithm)
+    check("mpi" not in ran, f"array-likes went to MPI: {ran}")
+    try:
+        c.Allreduce(np.ones(4), CopyingArray(np.zeros(4)))
+    except ccsynth.BufferMismatchError as e:
+        check("returns a copy" in str(e), str(e))
+    else:
+        raise AssertionError("a receive buffer whose __array__ copies must be refused")
+    c.Free()
+    return ",".join(ran)
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def case_memory_returns() -> str:
+    """Six allreduces on new 32 MiB arrays, all deleted: resident memory returns (nothing but the budgeted cache held)."""
+    import weakref
+
+    c = ccsynth.Communicator(WORLD)
+    m = (32 << 20) // 8
+    warm = np.ones(m)
+    c.Allreduce(warm, np.empty(m))
+    c.Allreduce(MPI.IN_PLACE, warm)
+    del warm
+    gc.collect()
+    base = rss_mib()
+    refs = []
+    for i in range(6):
+        x = np.full(m, float(RANK + i))
+        y = np.empty(m)
+        c.Allreduce(x, y) if i % 2 == 0 else c.Allreduce(MPI.IN_PLACE, x)
+        refs += [weakref.ref(x), weakref.ref(y)]
+        del x, y
+    gc.collect()
+    alive = sum(r() is not None for r in refs)
+    check(alive == 0, f"{alive} of the caller's arrays are still alive after the calls")
+    grown = rss_mib() - base
+    check(grown < 40, f"resident memory is {grown:.0f} MiB above the start after freeing every array")
+    c.Free()
+    return f"grew {grown:.1f} MiB, cache {c.cached_bytes >> 20} MiB"
+
+
+CASES = {name[5:]: fn for name, fn in list(globals().items()) if name.startswith("case_")}
+
+
+def main() -> None:
+    for name in sys.argv[1:]:
+        WARNINGS.records.clear()
+        try:
+            note = CASES[name]()
+        except Exception as e:
+            say(f"CASE {name} FAIL rank {RANK}: {type(e).__name__}: " + " | ".join(str(e).splitlines()))
+            raise
+        say(f"CASE {name} PASS rank {RANK}" + (f": {note}" if note else ""))
+
+
+if __name__ == "__main__":
+    main()
