@@ -109,6 +109,7 @@ import numpy as np
 from ccsynth.collectives.arraylike import as_array
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
 from ccsynth.collectives.plan import Plan
+from ccsynth.collectives.requests import ProgressThread, Request, completed
 from ccsynth.collectives.plan_sources import LayeredPlan, as_plan, check_usable, plan_fingerprint
 from ccsynth.collectives.runtime.channel import Channel, mark_shared
 from ccsynth.collectives.runtime.memory import Entry, cache_bytes_from_env
@@ -297,6 +298,8 @@ class Communicator:
         self._selected: dict[tuple[str, int], Any] = {}  # (kind, nbytes) -> schedule or None
         self._call: tuple = ()  # (kind, sendbuf, recvbuf, op, root) of the call in progress
         self._hit: tuple | None = None  # the last scheduled call and how to replay it (see _replay)
+        self._progress: ProgressThread | None = None  # runs the non-blocking calls (started by the first)
+        self._nb_comm = None  # where the progress thread runs the MPI library's collectives
 
     # ----------------------------------------------------------- plumbing
     @property
@@ -306,6 +309,7 @@ class Communicator:
 
     @plan.setter
     def plan(self, plan) -> None:
+        self.drain()
         self._plan = self._resolve_plan(plan)
         self._lookup = self._layered(self._plan)
         self._selected.clear()
@@ -374,7 +378,15 @@ class Communicator:
         return self._rank
 
     def Free(self) -> None:
-        """Release the compiled programs, the cached buffers and the private communicators (not the wrapped comm)."""
+        """Release the compiled programs, the cached buffers and the private communicators (not the wrapped comm).
+
+        Waits for the non-blocking calls still running first, and stops the progress thread.
+        """
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+            self._nb_comm.Free()
+            self._nb_comm = None
         self._hit = None
         for _, cs in self._compiled.values():
             cs.free()
@@ -836,7 +848,63 @@ class Communicator:
 
     def _enter(self) -> None:
         """Every rank numbers every call, first (after the non-blocking calls started before it)."""
+        prog = self._progress
+        if prog is not None and not prog.in_thread():
+            prog.drain()
         self._channel.open_call()
+
+    def _coll_comm(self):
+        """Where the MPI library's own collectives run: the wrapped comm, or in the progress thread a Dup of it."""
+        prog = self._progress
+        if prog is not None and prog.in_thread():
+            return self._nb_comm
+        return self.comm
+
+    def _start(self, kind: str, impl, sendbuf, recvbuf, op, root, stream) -> Request:
+        """A non-blocking call: queued on the progress thread (see :mod:`~ccsynth.collectives.requests`)."""
+        if stream is not None:
+            self._wait_stream(stream)  # the work queued before the call, now
+        if self._progress is None:
+            if self._size > 1 and self._MPI.Query_thread() < self._MPI.THREAD_MULTIPLE:
+                self._went_to_mpi(("nonblocking", "threads"), "the MPI library was initialized without "
+                                  "MPI_THREAD_MULTIPLE: non-blocking calls run inside the call (no overlap)")
+                try:
+                    self._collective(kind, impl, sendbuf, recvbuf, op, root, None)
+                except CCSynthError as e:
+                    return completed(kind, e)
+                return completed(kind)
+            self._nb_comm = self.comm.Dup()  # collective: every rank makes its first non-blocking call here
+            self._progress = ProgressThread(f"ccsynth-progress-{self._rank}")
+        return self._progress.submit(lambda: self._collective(kind, impl, sendbuf, recvbuf, op, root, None), kind)
+
+    def Iallreduce(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:
+        """Non-blocking :meth:`Allreduce`: returns a :class:`~ccsynth.collectives.requests.Request`."""
+        return self._start("allreduce", self._allreduce, sendbuf, recvbuf, op, 0, stream)
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:
+        """Non-blocking :meth:`Reduce_scatter_block`."""
+        return self._start("reduce_scatter", self._reduce_scatter_block, sendbuf, recvbuf, op, 0, stream)
+
+    def Iallgather(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Non-blocking :meth:`Allgather`."""
+        return self._start("allgather", self._allgather, sendbuf, recvbuf, None, 0, stream)
+
+    def Ialltoall(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Non-blocking :meth:`Alltoall`."""
+        return self._start("alltoall", self._alltoall, sendbuf, recvbuf, None, 0, stream)
+
+    def Ibcast(self, buf, root: int = 0, *, stream=None) -> Request:
+        """Non-blocking :meth:`Bcast`."""
+        return self._start("broadcast", self._bcast, buf, None, None, root, stream)
+
+    def Ireduce(self, sendbuf, recvbuf, op=None, root: int = 0, *, stream=None) -> Request:
+        """Non-blocking :meth:`Reduce`."""
+        return self._start("reduce", self._reduce, sendbuf, recvbuf, op, root, stream)
+
+    def drain(self) -> None:
+        """Wait until every non-blocking call started on this communicator has completed (errors stay with their requests)."""
+        if self._progress is not None:
+            self._progress.drain()
 
     def _front(self, spec, writable: bool = False):
         """A buffer spec with its array-like (see :mod:`~ccsynth.collectives.arraylike`) as an array."""
@@ -872,7 +940,7 @@ class Communicator:
             in_place = self._is_in_place(sendbuf)
             s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
         except _Fallback as f:
-            return self._plain("Allreduce", str(f), lambda: self.comm.Iallreduce(sendbuf, recvbuf, op))
+            return self._plain("Allreduce", str(f), lambda: self._coll_comm().Iallreduce(sendbuf, recvbuf, op))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m)
@@ -884,7 +952,7 @@ class Communicator:
             inp = s.array
 
         def fb():
-            self._mpi_collective("Allreduce", lambda: self.comm.Iallreduce(sendbuf, recvbuf, mpi_op))
+            self._mpi_collective("Allreduce", lambda: self._coll_comm().Iallreduce(sendbuf, recvbuf, mpi_op))
             self._finish_avg(opname, r.array)
 
         self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb, copy_of)
@@ -909,7 +977,7 @@ class Communicator:
                 s = self._parse(sendbuf, "sendbuf", n)
         except _Fallback as f:
             return self._plain("Reduce_scatter_block", str(f),
-                               lambda: self.comm.Ireduce_scatter_block(sendbuf, recvbuf, op))
+                               lambda: self._coll_comm().Ireduce_scatter_block(sendbuf, recvbuf, op))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, what_count=f"{n} x {m} (one block per rank)")
@@ -923,7 +991,7 @@ class Communicator:
 
         def fb():
             self._mpi_collective("Reduce_scatter_block",
-                                 lambda: self.comm.Ireduce_scatter_block(sendbuf, recvbuf, mpi_op))
+                                 lambda: self._coll_comm().Ireduce_scatter_block(sendbuf, recvbuf, mpi_op))
             self._finish_avg(opname, out)
 
         self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb, copy_of)
@@ -946,7 +1014,7 @@ class Communicator:
             r = self._parse(recvbuf, "recvbuf", 1, writable=True) if at_root else None
             s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
         except _Fallback as f:
-            return self._plain("Reduce", str(f), lambda: self.comm.Ireduce(sendbuf, recvbuf, op, root))
+            return self._plain("Reduce", str(f), lambda: self._coll_comm().Ireduce(sendbuf, recvbuf, op, root))
         ref = r if r is not None else s
         m, dt = ref.count, ref.array.dtype
         if r is not None and s is not None:
@@ -960,7 +1028,7 @@ class Communicator:
         out = r.array if r is not None else None
 
         def fb():
-            self._mpi_collective("Reduce", lambda: self.comm.Ireduce(sendbuf, recvbuf, mpi_op, root))
+            self._mpi_collective("Reduce", lambda: self._coll_comm().Ireduce(sendbuf, recvbuf, mpi_op, root))
             if out is not None:
                 self._finish_avg(opname, out)
 
@@ -978,7 +1046,7 @@ class Communicator:
             in_place = self._is_in_place(sendbuf)
             s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
         except _Fallback as f:
-            return self._plain("Allgather", str(f), lambda: self.comm.Iallgather(sendbuf, recvbuf))
+            return self._plain("Allgather", str(f), lambda: self._coll_comm().Iallgather(sendbuf, recvbuf))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, recv_blocks=n)
@@ -988,7 +1056,7 @@ class Communicator:
         else:
             inp = s.array
         self._run("allgather", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
-                  lambda: self._mpi_collective("Allgather", lambda: self.comm.Iallgather(sendbuf, recvbuf)), copy_of)
+                  lambda: self._mpi_collective("Allgather", lambda: self._coll_comm().Iallgather(sendbuf, recvbuf)), copy_of)
 
     def Alltoall(self, sendbuf, recvbuf, *, stream=None) -> None:
         """recvbuf block ``q`` = block ``rank`` of rank ``q``'s sendbuf."""
@@ -1002,7 +1070,7 @@ class Communicator:
             in_place = self._is_in_place(sendbuf)
             s = None if in_place else self._parse(sendbuf, "sendbuf", n)
         except _Fallback as f:
-            return self._plain("Alltoall", str(f), lambda: self.comm.Ialltoall(sendbuf, recvbuf))
+            return self._plain("Alltoall", str(f), lambda: self._coll_comm().Ialltoall(sendbuf, recvbuf))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, recv_blocks=n, what_count=f"{n} x {m} (one block per rank)")
@@ -1012,7 +1080,7 @@ class Communicator:
         else:
             inp = s.array
         self._run("alltoall", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
-                  lambda: self._mpi_collective("Alltoall", lambda: self.comm.Ialltoall(sendbuf, recvbuf)), copy_of)
+                  lambda: self._mpi_collective("Alltoall", lambda: self._coll_comm().Ialltoall(sendbuf, recvbuf)), copy_of)
 
     def Bcast(self, buf, root: int = 0, *, stream=None) -> None:
         """Every rank's ``buf`` = the root's."""
@@ -1027,11 +1095,11 @@ class Communicator:
         try:
             b = self._parse(buf, "buf", 1, writable=not at_root)
         except _Fallback as f:
-            return self._plain("Bcast", str(f), lambda: self.comm.Ibcast(buf, root))
+            return self._plain("Bcast", str(f), lambda: self._coll_comm().Ibcast(buf, root))
         m, dt = b.count, b.array.dtype
         self._run("broadcast", m * dt.itemsize, m, dt, "sum", root, b.array,
                   b.array if at_root else None, None if at_root else b.array,
-                  lambda: self._mpi_collective("Bcast", lambda: self.comm.Ibcast(buf, root)))
+                  lambda: self._mpi_collective("Bcast", lambda: self._coll_comm().Ibcast(buf, root)))
 
     # ---------------------------------------------------------- helpers
     def _copier(self, dst, src, entry: Entry):

@@ -6,6 +6,7 @@ every rank for every case.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -62,3 +63,22 @@ def test_array_likes_are_buffers(tmp_path):
 def test_memory_returns_after_arrays_are_freed(tmp_path):
     """Cached bindings and replays hold no user buffer: RSS returns once the arrays are deleted."""
     run_cases(2, "memory_returns", tmp_path=tmp_path)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_nonblocking_collectives_equal_mpi(k, tmp_path):
+    """Iallreduce, Ireduce_scatter_block, Iallgather, Ialltoall, Ibcast on ccsynth schedules, several in flight."""
+    got = run_cases(k, "nonblocking", "nonblocking_errors", tmp_path=tmp_path)
+    assert all("mpi" not in note.split(",") for note in got["nonblocking"].values()), got
+
+
+def test_nonblocking_allreduce_overlaps_computation(capsys):
+    """bench/overlap.py: Iallreduce + computation on another engine (sleep) takes less than their sum."""
+    from ccsynth.bench.overlap import main
+
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not found")
+    assert main(["-n", "2", "--size", "4M", "--compute", "sleep", "--iters", "3", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["algorithm"] != "mpi"
+    assert row["both_ms"] < 0.9 * row["sum_ms"], row

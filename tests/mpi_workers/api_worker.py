@@ -255,6 +255,81 @@ def case_memory_returns() -> str:
     return f"grew {grown:.1f} MiB, cache {c.cached_bytes >> 20} MiB"
 
 
+# ------------------------------------------------------------------ deliverable 3: non-blocking
+def case_nonblocking() -> str:
+    """I* calls run ccsynth schedules, several in flight at once, equal to MPI; Wait/Test/waitall; MPI's ops too."""
+    from ccsynth.collectives.requests import waitall
+
+    c = ccsynth.Communicator(WORLD)
+    rng = np.random.default_rng(7 + RANK)
+    ran = []
+    for m in (5, 3000, 70000):
+        x = rng.random(m)
+        ar, rs, ag, a2a, bc = np.empty(m), np.empty(m // N or 1), np.empty(N * m), np.empty(N * m), np.empty(m)
+        xs = rng.random(N * (m // N or 1))
+        xa = rng.random(N * m)
+        b = x.copy() if RANK == 1 % N else np.zeros(m)
+        reqs = [c.Iallreduce(x, ar), c.Ireduce_scatter_block(xs, rs), c.Iallgather(x, ag), c.Ialltoall(xa, a2a),
+                c.Ibcast(b, root=1 % N)]
+        np.dot(rng.random((200, 200)), rng.random((200, 200)))  # compute meanwhile
+        reqs[0].Wait()
+        waitall(reqs)
+        check(all(r.Test() for r in reqs), "a request is not done after waitall")
+        ref = np.empty(m)
+        WORLD.Allreduce(x, ref)
+        same(f"Iallreduce {m}", ar, ref)
+        ref = np.empty_like(rs)
+        WORLD.Reduce_scatter_block(xs, ref)
+        same(f"Ireduce_scatter_block {m}", rs, ref)
+        ref = np.empty_like(ag)
+        WORLD.Allgather(x, ref)
+        same(f"Iallgather {m}", ag, ref)
+        ref = np.empty_like(a2a)
+        WORLD.Alltoall(xa, ref)
+        same(f"Ialltoall {m}", a2a, ref)
+        ref = x.copy()
+        WORLD.Bcast(ref, root=1 % N)
+        same(f"Ibcast {m}", b, ref)
+        ran.append(c.last_algorithm)
+    # an op without a ccsynth kernel: the MPI library's own, still non-blocking, on a communicator of its own
+    i = np.full(4, RANK + 1, np.int64)
+    o = np.empty(4, np.int64)
+    r = c.Iallreduce(i, o, op=MPI.BOR)
+    WORLD.Barrier()  # the caller's own collective on the wrapped comm meanwhile
+    r.Wait()
+    ref = np.empty(4, np.int64)
+    WORLD.Allreduce(i, ref, op=MPI.BOR)
+    same("Iallreduce BOR", o, ref)
+    check(c.last_algorithm == "mpi", f"BOR ran {c.last_algorithm}")
+    # a blocking call after pending ones waits for them (program order)
+    y = np.empty(8)
+    r1 = c.Iallreduce(np.ones(8), y)
+    z = np.empty(8)
+    c.Allreduce(y, z)
+    check(r1.Test(), "the blocking call did not wait for the pending one")
+    same("blocking after non-blocking", z, np.full(8, N * N))
+    c.Free()
+    return ",".join(ran)
+
+
+def case_nonblocking_errors() -> str:
+    """A check that fails on one rank: every rank's request raises at Wait, and the communicator goes on."""
+    c = ccsynth.Communicator(WORLD)
+    bad = np.ones(5 if RANK == 0 else 4)
+    r = c.Iallreduce(bad, np.empty(4))
+    try:
+        r.Wait()
+    except ccsynth.CCSynthError as e:
+        note = type(e).__name__
+    else:
+        raise AssertionError("no error at Wait")
+    out = np.empty(4)
+    c.Iallreduce(np.ones(4), out).Wait()
+    same("after a failed request", out, np.full(4, N))
+    c.Free()
+    return note
+
+
 CASES = {name[5:]: fn for name, fn in list(globals().items()) if name.startswith("case_")}
 
 
