@@ -115,6 +115,7 @@ from ccsynth.collectives.runtime.channel import Channel, mark_shared
 from ccsynth.collectives.runtime.memory import Entry, cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import WaitTimedOut, mpi_calls, resolve_wait_mode
 from ccsynth.collectives.static_program import STATIC_MAX_BYTES
+from ccsynth.collectives.vcounts import MAX_PADDING, Padding, VBuf, check_counts, pack, unpack
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError
 from ccsynth.kernels.base import (
@@ -260,6 +261,8 @@ class Communicator:
         from mpi4py import MPI
 
         self._MPI = MPI
+        self._options = dict(backend=backend, fallback=fallback, slice_bytes=slice_bytes, debug=debug,
+                             static_max_bytes=static_max_bytes, timeout=timeout, cache_bytes=cache_bytes)
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         if self.comm.Is_inter():
             raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
@@ -1100,6 +1103,202 @@ class Communicator:
         self._run("broadcast", m * dt.itemsize, m, dt, "sum", root, b.array,
                   b.array if at_root else None, None if at_root else b.array,
                   lambda: self._mpi_collective("Bcast", lambda: self._coll_comm().Ibcast(buf, root)))
+
+    # ------------------------------------------------- variable counts
+    def Alltoallv(self, sendbuf, recvbuf, *, stream=None) -> None:
+        """Block ``q`` of recvbuf (``recvcounts[q]`` elements at ``recvdispls[q]``) = rank ``q``'s block for this rank.
+
+        Buffer specs as in mpi4py: ``[buf, counts]``, ``[buf, (counts, displs)]``,
+        ``[buf, counts, displs, datatype]``, ... Runs on the plan's alltoall
+        schedule over padded blocks (:mod:`~ccsynth.collectives.vcounts`).
+        """
+        self._collective("alltoallv", self._alltoallv, sendbuf, recvbuf, None, 0, stream)
+
+    def Allgatherv(self, sendbuf, recvbuf, *, stream=None) -> None:
+        """recvbuf block ``q`` (``counts[q]`` elements at ``displs[q]``) = rank ``q``'s sendbuf."""
+        self._collective("allgatherv", self._allgatherv, sendbuf, recvbuf, None, 0, stream)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=None, *, stream=None) -> None:
+        """Rank ``r`` gets block ``r`` (``recvcounts[r]`` elements) of the reduction of everyone's sendbuf."""
+        self._collective("reduce_scatterv", self._reduce_scatterv, sendbuf, recvbuf, (recvcounts, op), 0, stream)
+
+    def _parse_v(self, spec, what: str, writable: bool = False) -> VBuf:
+        """A v-collective buffer spec -> flat array, counts and displacements (mpi4py's forms)."""
+        MPI = self._MPI
+        if not isinstance(spec, (list, tuple)) or len(spec) < 2:
+            raise _Fallback(f"{what} gives no per-rank counts")
+        buf, rest = spec[0], list(spec[1:])
+        datatype = None
+        if rest and isinstance(rest[-1], (MPI.Datatype, str)):
+            datatype = rest.pop()
+        if len(rest) == 2:
+            counts, displs = rest
+        elif len(rest) == 1:
+            counts, displs = rest[0], None
+            if isinstance(counts, tuple) and len(counts) == 2 and all(
+                    isinstance(x, (list, tuple, np.ndarray)) or x is None for x in counts):
+                counts, displs = counts
+        else:
+            raise BufferMismatchError(f"{what}: a v-collective buffer spec is [buf, counts, displs, datatype], got {len(spec)} items")
+        if isinstance(counts, (int, np.integer)):
+            raise _Fallback(f"{what} gives one count, not one per rank")
+        arr = self._array(buf, what)
+        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+            raise BufferMismatchError(f"{what} is not contiguous (shape {arr.shape}, strides {arr.strides})")
+        if writable and not getattr(arr.flags, "writeable", True):
+            raise BufferMismatchError(f"{what} is read-only; the collective writes into it: pass a writable array")
+        flat = arr.reshape(-1, order="A") if arr.ndim != 1 else arr
+        if isinstance(datatype, str):
+            datatype = MPI.Datatype.fromcode(datatype)
+        if datatype is not None:
+            dt = _dtype_of(datatype)
+            if dt != flat.dtype:
+                if flat.nbytes % dt.itemsize:
+                    raise BufferMismatchError(f"{what} has {flat.nbytes} bytes, not a whole number of {dt.name}")
+                flat = flat.view(np.uint8).view(dt)
+        c, d = check_counts(what, counts, displs, self._size, flat.size)
+        return VBuf(flat, c, d)
+
+    def _padding(self, kind: str, largest: int, real: int, dtype, name: str, fallback) -> Padding | None:
+        """The padded block for a v-call (None: too much padding, the MPI library ran it)."""
+        n = self._size
+        sched = self._schedule_for(kind, n * max(largest, 1) * np.dtype(dtype).itemsize)
+        quantum = sched.collective.chunk_factor if sched is not None else 1
+        blocks = n * n if kind == "alltoall" else n
+        pad = Padding.of([0] * blocks, quantum, largest)
+        padded = blocks * pad.block
+        if real and padded > MAX_PADDING * real:
+            self._plain(name, f"counts this uneven (largest {largest}, {real} elements in all) would pad the "
+                        f"messages to {padded / real:.1f}x their size", fallback)
+            return None
+        return pad
+
+    def _alltoallv(self, sendbuf, recvbuf, op, root) -> None:
+        n, me = self._size, self._rank
+        try:
+            if self._is_in_place(sendbuf):
+                raise _Fallback("MPI.IN_PLACE")
+            r = self._parse_v(recvbuf, "recvbuf", writable=True)
+            s = self._parse_v(sendbuf, "sendbuf")
+        except _Fallback as f:
+            return self._plain("Alltoallv", str(f), lambda: self._coll_comm().Ialltoallv(sendbuf, recvbuf))
+        if s.array.dtype != r.array.dtype:
+            raise BufferMismatchError(f"sendbuf has dtype {s.array.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
+        rows = np.empty((n, n), np.int64)  # every rank's send counts: the padding and the checks need them all
+        self._mpi_collective("Alltoallv", lambda: self._coll_comm().Iallgather(s.counts, rows))
+        if not np.array_equal(rows[:, me], r.counts):
+            q = int(np.flatnonzero(rows[:, me] != r.counts)[0])
+            raise BufferMismatchError(f"rank {me} expects {int(r.counts[q])} element(s) from rank {q}, which sends "
+                                      f"{int(rows[q, me])}: the ranks passed different counts")
+        pad = self._padding("alltoall", int(rows.max(initial=0)), int(rows.sum()), r.array.dtype, "Alltoallv",
+                            lambda: self._coll_comm().Ialltoallv(sendbuf, recvbuf))
+        if pad is None:
+            return
+        if pad.block == 0:
+            self.last_algorithm = "(empty)"
+            return
+        sp, _ = self._private("vsend", s.array, n * pad.block)
+        rp, _ = self._private("vrecv", r.array, n * pad.block)
+        pack(sp, s.array, s.counts, s.displs, pad.block)
+        self._alltoall(sp, rp, None, 0)
+        unpack(r.array, rp, r.counts, r.displs, pad.block)
+
+    def _allgatherv(self, sendbuf, recvbuf, op, root) -> None:
+        n, me = self._size, self._rank
+        try:
+            r = self._parse_v(recvbuf, "recvbuf", writable=True)
+            if self._is_in_place(sendbuf):
+                mine = r.array[int(r.displs[me]):int(r.displs[me] + r.counts[me])]
+            else:
+                mine = self._parse(sendbuf, "sendbuf", 1).array
+        except _Fallback as f:
+            return self._plain("Allgatherv", str(f), lambda: self._coll_comm().Iallgatherv(sendbuf, recvbuf))
+        if mine.dtype != r.array.dtype:
+            raise BufferMismatchError(f"sendbuf has dtype {mine.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
+        if mine.size != r.counts[me]:
+            raise BufferMismatchError(f"sendbuf has {mine.size} element(s) but recvbuf's counts give rank {me} "
+                                      f"{int(r.counts[me])}")
+        pad = self._padding("allgather", int(r.counts.max(initial=0)), r.total, r.array.dtype, "Allgatherv",
+                            lambda: self._coll_comm().Iallgatherv(sendbuf, recvbuf))
+        if pad is None:
+            return
+        if pad.block == 0:
+            self.last_algorithm = "(empty)"
+            return
+        sp, _ = self._private("vsend", mine, pad.block)
+        rp, _ = self._private("vrecv", r.array, n * pad.block)
+        sp[:mine.size] = mine
+        self._allgather(sp, rp, None, 0)
+        unpack(r.array, rp, r.counts, r.displs, pad.block)
+
+    def _reduce_scatterv(self, sendbuf, recvbuf, counts_op, root) -> None:
+        n, me = self._size, self._rank
+        recvcounts, op = counts_op
+        op = self._MPI.SUM if op is None else op
+        in_place = self._is_in_place(sendbuf)
+        try:
+            opname, mpi_op = self._op(op)
+            r = self._parse(recvbuf, "recvbuf", 1, writable=True)
+            if recvcounts is None:  # as mpi4py: every rank's receive count
+                recvcounts = np.empty(n, np.int64)
+                mine = np.array([r.count], np.int64)
+                self._mpi_collective("Reduce_scatter", lambda: self._coll_comm().Iallgather(mine, recvcounts))
+            c, d = check_counts("recvcounts", recvcounts, None, n, 1 << 62)
+            total = int(c.sum())
+            s = r.array[:total] if in_place else self._parse(sendbuf, "sendbuf", 1).array
+        except _Fallback as f:
+            return self._plain("Reduce_scatter", str(f),
+                               lambda: self._coll_comm().Ireduce_scatter(sendbuf, recvbuf, recvcounts, op))
+        if s.size != total:
+            raise BufferMismatchError(f"sendbuf has {s.size} element(s); recvcounts {c.tolist()} add up to {total}")
+        if not in_place and s.dtype != r.array.dtype:
+            raise BufferMismatchError(f"sendbuf has dtype {s.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
+        if r.count < c[me]:
+            raise BufferMismatchError(f"recvbuf has {r.count} element(s); recvcounts gives rank {me} {int(c[me])}")
+        self._check_op_dtype(opname, s.dtype)
+        out = r.array[:int(c[me])]
+        pad = self._padding("reduce_scatter", int(c.max(initial=0)), total, s.dtype, "Reduce_scatter",
+                            lambda: self._coll_comm().Ireduce_scatter(sendbuf, recvbuf, recvcounts, mpi_op))
+        if pad is None:
+            self._finish_avg(opname, out)
+            return
+        if pad.block == 0:
+            self.last_algorithm = "(empty)"
+            return
+        sp, _ = self._private("vsend", s, n * pad.block)
+        rp, _ = self._private("vrecv", s, pad.block)
+        pack(sp, s, c, d, pad.block, zero=True)
+        self._reduce_scatter_block(sp, rp, op, 0)
+        out[...] = rp[:out.size]
+
+    # ------------------------------------------------------ new communicators
+    def _like(self, comm):
+        """A communicator of this class on ``comm`` (a Split or Dup of ours), with our options and plan where it fits."""
+        if comm is None or comm == self._MPI.COMM_NULL:
+            return None
+        plan = self._plan if self._plan is not self._default_plan else None
+        size = comm.Get_size()
+        if plan is not None and not any(e.n_ranks == size for e in getattr(plan, "entries", ())):
+            log.info("the plan has no entries for %d ranks: the new communicator uses the default plan", size)
+            plan = None
+        return type(self)(comm, plan, default_plan=self._default_plan, **self._options)
+
+    def Dup(self, info=None):
+        """A ccsynth communicator on a duplicate of the wrapped comm (``.comm`` is mpi4py's)."""
+        return self._like(self.comm.Dup() if info is None else self.comm.Dup(info))
+
+    def Split(self, color: int = 0, key: int = 0):
+        """``comm.Split`` as a ccsynth communicator (None where the rank gets ``MPI.COMM_NULL``)."""
+        return self._like(self.comm.Split(color, key))
+
+    def Split_type(self, split_type, key: int = 0, info=None):
+        """``comm.Split_type`` (e.g. ``MPI.COMM_TYPE_SHARED``: the ranks of a node) as a ccsynth communicator."""
+        MPI = self._MPI
+        return self._like(self.comm.Split_type(split_type, key, MPI.INFO_NULL if info is None else info))
+
+    def Create(self, group):
+        """``comm.Create(group)`` as a ccsynth communicator (None outside the group)."""
+        return self._like(self.comm.Create(group))
 
     # ---------------------------------------------------------- helpers
     def _copier(self, dst, src, entry: Entry):

@@ -82,3 +82,9 @@ def test_nonblocking_allreduce_overlaps_computation(capsys):
     row = json.loads(capsys.readouterr().out)[0]
     assert row["algorithm"] != "mpi"
     assert row["both_ms"] < 0.9 * row["sum_ms"], row
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_variable_counts_equal_mpi(k, tmp_path):
+    """Alltoallv with random counts, Allgatherv and Reduce_scatter with counts on ccsynth schedules; Split/Dup."""
+    run_cases(k, "vcounts", "split_dup", tmp_path=tmp_path)
