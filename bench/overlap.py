@@ -29,6 +29,11 @@ import subprocess
 import sys
 import time
 
+from ccsynth.collectives.mpi_util import find_mpiexec
+from ccsynth.collectives.communicator import Communicator
+from ccsynth.synth.default_plan import LazyDefaultPlan
+from ccsynth.units import parse_size
+
 __all__ = ["main", "worker", "overlap_ratio"]
 
 
@@ -45,13 +50,10 @@ def _median(xs: list[float]) -> float:
 
 def worker(args) -> None:
     import numpy as np
-    from mpi4py import MPI
-
-    import ccsynth
-    from ccsynth.units import parse_size
+    from mpi4py import MPI  # the worker side only: the driver never starts MPI
 
     world = MPI.COMM_WORLD
-    c = ccsynth.Communicator(world)
+    c = Communicator(world, default_plan=LazyDefaultPlan())  # what ccsynth.Communicator is
     n, rank = world.Get_size(), world.Get_rank()
     m = parse_size(args.size) // 4
     x = np.ones(m, np.float32)
@@ -120,8 +122,6 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args)
         return 0
-    from ccsynth.collectives.mpi_util import find_mpiexec
-
     mpiexec = find_mpiexec()
     if mpiexec is None:
         print("mpiexec not found", file=sys.stderr)

@@ -114,10 +114,12 @@ from ccsynth.collectives.plan_sources import LayeredPlan, as_plan, check_usable,
 from ccsynth.collectives.runtime.channel import Channel, mark_shared
 from ccsynth.collectives.runtime.memory import Entry, cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import WaitTimedOut, mpi_calls, resolve_wait_mode
+from ccsynth.collectives.staging import STAGING_MODES, Stager, decide
 from ccsynth.collectives.static_program import STATIC_MAX_BYTES
 from ccsynth.collectives.vcounts import MAX_PADDING, Padding, VBuf, check_counts, pack, unpack
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError
+from ccsynth.kernels.devices import cuda_awareness, select_device
 from ccsynth.kernels.base import (
     DTYPES,
     canonical_op,
@@ -162,6 +164,13 @@ class _Buf:
 
 
 _UNCACHED = object()
+
+def _is_device_spec(spec) -> bool:
+    """Whether a buffer spec's buffer is device memory."""
+    if isinstance(spec, (list, tuple)):
+        return bool(spec) and is_device_array(spec[0])
+    return is_device_array(spec)
+
 
 def _weak(obj):
     """A callable returning ``obj``: a weak reference where possible (arrays), else ``obj`` itself (None, IN_PLACE)."""
@@ -257,12 +266,21 @@ class Communicator:
         static_max_bytes: int = STATIC_MAX_BYTES,
         timeout: float | None = None,
         cache_bytes: int | None = None,
+        device="auto",
+        staging: str = "auto",
     ):
         from mpi4py import MPI
 
         self._MPI = MPI
         self._options = dict(backend=backend, fallback=fallback, slice_bytes=slice_bytes, debug=debug,
-                             static_max_bytes=static_max_bytes, timeout=timeout, cache_bytes=cache_bytes)
+                             static_max_bytes=static_max_bytes, timeout=timeout, cache_bytes=cache_bytes,
+                             device=device, staging=staging)
+        if staging not in STAGING_MODES:
+            raise CCSynthError(f"staging must be one of {', '.join(STAGING_MODES)}, got {staging!r}")
+        self.staging = staging
+        self._awareness = None  # the MPI library's CUDA-awareness, asked when the first device buffer arrives
+        self._stager = Stager()
+        self.device = self._pick_device(device)
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         if self.comm.Is_inter():
             raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
@@ -395,6 +413,7 @@ class Communicator:
             cs.free()
         self._compiled.clear()
         self._scratch.clear()
+        self._stager.clear()
         self._channel.memory.clear()
         self._channel.close(free=True)
 
@@ -841,6 +860,9 @@ class Communicator:
                 recvbuf = self._front(recvbuf, True)
             if stream is not None:
                 self._wait_stream(stream)
+            if type(recvbuf) is not np.ndarray and (_is_device_spec(sendbuf) or _is_device_spec(recvbuf)) \
+                    and self._must_stage(kind):
+                return self._run_staged(kind, impl, sendbuf, recvbuf, op, root)
             if self._hit is None or not self._replay(kind, sendbuf, recvbuf, op, root):
                 impl(sendbuf, recvbuf, op, root)
         except BaseException as e:
@@ -877,7 +899,7 @@ class Communicator:
                     return completed(kind, e)
                 return completed(kind)
             self._nb_comm = self.comm.Dup()  # collective: every rank makes its first non-blocking call here
-            self._progress = ProgressThread(f"ccsynth-progress-{self._rank}")
+            self._progress = ProgressThread(f"ccsynth-progress-{self._rank}", init=self._thread_device)
         return self._progress.submit(lambda: self._collective(kind, impl, sendbuf, recvbuf, op, root, None), kind)
 
     def Iallreduce(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:
@@ -921,6 +943,69 @@ class Communicator:
             return spec
         arr = as_array(spec, writable=writable)
         return spec if arr is None else arr
+
+    # ------------------------------------------------------------- GPUs
+    def _pick_device(self, device):
+        """``device=``: "auto" picks by local rank if CuPy is in use and still on device 0; an index; False: leave it."""
+        if device is False or device is None:
+            return None
+        if device == "auto":
+            cp = sys.modules.get("cupy")
+            if cp is None:
+                return None
+            try:
+                if cp.cuda.runtime.getDeviceCount() < 1 or cp.cuda.Device().id != 0:
+                    return cp.cuda.Device().id if cp.cuda.runtime.getDeviceCount() else None
+            except Exception:  # no driver, no device: a host-only program that imported CuPy
+                return None
+            device = None
+        choice = select_device(device)
+        log.info("rank %d uses GPU %d (%s)", self._rank, choice.index, choice.source)
+        return choice.index
+
+    def _thread_device(self) -> None:
+        """The progress thread works on the communicator's device (CuPy's current device is per thread)."""
+        if self.device is not None:
+            sys.modules["cupy"].cuda.Device(self.device).use()
+
+    @property
+    def cuda_aware(self):
+        """The MPI library's CUDA-awareness (:func:`~ccsynth.kernels.devices.cuda_awareness`), asked once."""
+        if self._awareness is None:
+            self._awareness = cuda_awareness(self._MPI)
+        return self._awareness
+
+    def _must_stage(self, kind: str) -> bool:
+        stage = decide(self.staging, self.cuda_aware, kind)
+        if stage:
+            self._went_to_mpi(("staging",), "device buffers are staged through pinned host memory (MPI library "
+                              "CUDA-aware: %s, from %s; staging=%r)", self.cuda_aware.aware, self.cuda_aware.source,
+                              self.staging)
+        return stage
+
+    def _run_staged(self, kind: str, impl, sendbuf, recvbuf, op, root) -> None:
+        """Run the call on host stand-ins of its device buffers (see :mod:`~ccsynth.collectives.staging`)."""
+        in_place = self._is_in_place(sendbuf)
+        at_root = self._rank == root
+        backs = []
+
+        def host(spec, role, copy_in, copy_back):
+            if not _is_device_spec(spec):
+                return spec
+            arr = spec[0] if isinstance(spec, (list, tuple)) else spec
+            h, back = self._stager.stage(arr, role, copy_in=copy_in, copy_back=copy_back)
+            if back is not None:
+                backs.append(back)
+            return type(spec)((h, *spec[1:])) if isinstance(spec, (list, tuple)) else h
+
+        if kind == "broadcast":
+            sendbuf = host(sendbuf, "buf", at_root, not at_root)
+        else:
+            sendbuf = host(sendbuf, "send", True, False)
+            recvbuf = host(recvbuf, "recv", in_place, True)
+        impl(sendbuf, recvbuf, op, root)
+        for back in backs:
+            back()
 
     def _wait_stream(self, stream) -> None:
         """``stream=``: the caller's GPU work on that stream finishes before the call reads its buffers."""

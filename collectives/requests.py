@@ -119,14 +119,15 @@ def waitall(requests: Iterable) -> None:
 class ProgressThread:
     """A daemon thread running submitted calls one at a time, in order.
 
-    ``submit(fn)`` returns the call's :class:`Request`; ``drain()`` waits
+    ``init()`` runs first in the thread. ``submit(fn)`` returns the call's :class:`Request`; ``drain()`` waits
     until every call submitted so far has completed (errors stay with their
     requests); ``close()`` drains and stops the thread.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, init: Callable[[], None] | None = None) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._last: Request | None = None
+        self._init = init
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -159,6 +160,8 @@ class ProgressThread:
         self._thread.join()
 
     def _loop(self) -> None:
+        if self._init is not None:
+            self._init()  # e.g. make the communicator's GPU current in this thread
         while True:
             item = self._queue.get()
             if item is None:

@@ -88,3 +88,8 @@ def test_nonblocking_allreduce_overlaps_computation(capsys):
 def test_variable_counts_equal_mpi(k, tmp_path):
     """Alltoallv with random counts, Allgatherv and Reduce_scatter with counts on ccsynth schedules; Split/Dup."""
     run_cases(k, "vcounts", "split_dup", tmp_path=tmp_path)
+
+
+def test_device_buffers_are_staged_when_mpi_is_not_cuda_aware(tmp_path):
+    """Host arrays posing as device arrays: staged copies, results equal MPI; staging='never' raises clearly."""
+    run_cases(2, "staging", tmp_path=tmp_path, env={"CCSYNTH_CUDA_AWARE": ""})
