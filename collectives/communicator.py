@@ -12,13 +12,18 @@ buffer-based collectives with the same signatures and conventions::
     comm.Barrier()                       # anything else goes to the wrapped comm
 
 Covered: ``Allreduce``, ``Allgather``, ``Reduce_scatter_block``,
-``Alltoall``, ``Bcast`` and ``Reduce``, with ``MPI.IN_PLACE`` where MPI
+``Alltoall``, ``Bcast`` and ``Reduce``, their non-blocking forms
+(``Iallreduce``, ...: :mod:`~ccsynth.collectives.requests`), ``Alltoallv``,
+``Allgatherv`` and ``Reduce_scatter`` with counts (padded blocks:
+:mod:`~ccsynth.collectives.vcounts`), with ``MPI.IN_PLACE`` where MPI
 allows it (not for ``Bcast``; for ``Reduce`` only at the root), buffer specs
 ``buf``, ``[buf, MPI.FLOAT]``, ``[buf, count, MPI.FLOAT]``,
-``[buf, (count, displ), MPI.FLOAT]`` (lists or tuples), NumPy arrays and
-GPU arrays (anything with ``__cuda_array_interface__``, run on the CuPy
-backend; that needs a CUDA-aware MPI). As in mpi4py, an explicit count of a
-buffer cut into one block per rank (the receive buffer of ``Allgather``, both
+``[buf, (count, displ), MPI.FLOAT]`` (lists or tuples), NumPy arrays, GPU
+arrays and other array-likes (:mod:`~ccsynth.collectives.arraylike`; GPU
+buffers run on the CuPy backend, staged through host memory when the MPI
+library is not CUDA-aware: :mod:`~ccsynth.collectives.staging`; ``stream=``
+on every call waits for that stream's work first). As in mpi4py, an explicit
+count of a buffer cut into one block per rank (the receive buffer of ``Allgather``, both
 buffers of ``Alltoall``, the send buffer of ``Reduce_scatter_block``) counts
 the elements of one block. Ops: ``MPI.SUM``, ``MPI.PROD``, ``MPI.MIN``,
 ``MPI.MAX`` or ccsynth's names ``"sum"``, ``"prod"``, ``"min"``, ``"max"``,
@@ -27,9 +32,11 @@ the elements of one block. Ops: ``MPI.SUM``, ``MPI.PROD``, ``MPI.MIN``,
 Which algorithm: on each call the message size (nccl-tests convention: the
 larger per-rank buffer in bytes) selects a schedule from the plan
 (``plan.entry_for(kind, n_ranks, nbytes)``, or ``plan.select``). ``plan`` is
-a :class:`~ccsynth.collectives.plan.Plan`, a path to a plan file, or None for
-the default plan, which the caller passes in as ``default_plan`` (any object
-with ``select``/``entry_for``/``kinds`` like a Plan). Which baseline to run at
+a :class:`~ccsynth.collectives.plan.Plan`, a Schedule, a plan or schedule
+file path, a list of them (merged: :mod:`~ccsynth.collectives.plan_sources`),
+or None for the default plan; the user's plan decides for the collectives it
+covers, the default plan for the others. The default plan is what the
+caller passes in as ``default_plan`` (any object with ``select``/``entry_for``/``kinds`` like a Plan). Which baseline to run at
 which size is policy, built from the synthesizer's baselines, a layer above
 this one: this module never imports :mod:`ccsynth.synth`. The public
 ``ccsynth.Communicator`` (:mod:`ccsynth.communicator`) is this class with the
@@ -43,17 +50,20 @@ Compiled programs are cached per schedule (and inside per dtype and count),
 so a call costs the run and a few dictionary look-ups. Whatever no schedule
 covers -- a size outside the plan, an op or dtype without a ccsynth kernel
 (``MPI.BAND``, complex), derived datatypes -- goes to the MPI library's own
-collective with the original arguments, logged at INFO once per collective
-and size range (``fallback=False`` raises :class:`~ccsynth.errors.PlanError`
-instead).
+collective with the original arguments, said once per collective and
+reason at WARNING on rank 0 (INFO elsewhere), and ``last_algorithm`` is
+``"mpi"``; so are the collectives ccsynth never schedules (``Gather``,
+``Scan``, ...). ``fallback=False`` raises :class:`~ccsynth.errors.PlanError`
+instead.
 
 Errors: mismatched counts or dtypes between the buffers of a call,
 non-contiguous or read-only arrays, unknown ops and ``avg`` on integers are
 found on the rank that makes them, before any communication:
 :class:`~ccsynth.errors.BufferMismatchError` naming the argument and the
-size it should have, :class:`~ccsynth.errors.OpError`. A plan or schedule
-for another rank count raises :class:`~ccsynth.errors.ScheduleError` on
-every rank. An error that only one rank sees is raised on *every* rank of
+size it should have, :class:`~ccsynth.errors.OpError`. A plan with no
+entry for the communicator's rank count (or with collectives it does not
+run), or plans that differ between the ranks (compared by fingerprint),
+raise :class:`~ccsynth.errors.PlanError` on every rank in the constructor. An error that only one rank sees is raised on *every* rank of
 the call: the rank tells the others on a control line of its own
 (:mod:`~ccsynth.collectives.runtime.control`), and they raise the same
 error class, naming the rank and the reason ("rank 1 failed in allreduce
@@ -86,7 +96,8 @@ Memory: the buffers kept between calls (in-place copies, staging areas,
 stand-ins) stay within a byte budget (``cache_bytes``; default
 ``max(32 MiB, 2 x the largest message)``; see
 :mod:`~ccsynth.collectives.runtime.memory`), and the caller's arrays are
-never kept alive by a cache (only by the replay of the last call).
+never kept alive: the replay of the last call holds views that own no
+memory and weak references to the arrays.
 
 The communicator sends its point-to-point traffic on a duplicate of the
 wrapped communicator (``comm.Dup()`` in the constructor, a collective call),
@@ -219,8 +230,8 @@ class Communicator:
 
     Parameters:
         comm: the mpi4py intracommunicator to wrap (default ``MPI.COMM_WORLD``).
-        plan: a :class:`~ccsynth.collectives.plan.Plan`, a plan file path, or
-            None for ``default_plan``.
+        plan: a :class:`~ccsynth.collectives.plan.Plan`, a Schedule, a plan or
+            schedule file path, a list of them, or None for ``default_plan``.
         default_plan: the plan used while ``plan`` is None: a Plan or any
             object with its ``select``/``entry_for``/``kinds`` methods
             (default :data:`NO_PLAN`: every call goes to the MPI library;
@@ -241,6 +252,12 @@ class Communicator:
             (default ``CCSYNTH_CACHE_BYTES``, else automatic:
             ``max(32 MiB, 2 x the largest message seen)``; 0 keeps nothing;
             see :mod:`~ccsynth.collectives.runtime.memory`).
+        device: the GPU of this rank: ``"auto"`` (by local rank, if CuPy is in
+            use and still on device 0: :mod:`ccsynth.kernels.devices`), an
+            index, or False (leave it).
+        staging: device buffers through pinned host memory: ``"auto"`` (when
+            the MPI library is not CUDA-aware), ``"always"`` or ``"never"``
+            (raise instead): :mod:`~ccsynth.collectives.staging`.
 
     Example (any number of ranks; a one-rank plan has nothing to schedule)::
 
