@@ -13,14 +13,15 @@ from ccsynth.atomic import open_atomic
 from ccsynth.errors import CCSynthError
 
 
-def require_matplotlib() -> None:
+def require_matplotlib(what: str = "--plot") -> None:
+    """Raise :class:`CCSynthError` (naming ``what`` needs it) if matplotlib is missing."""
     try:
         import matplotlib  # noqa: F401, PLC0415
     except ImportError:
-        raise CCSynthError("--plot needs matplotlib: pip install 'ccsynth[plot]'") from None
+        raise CCSynthError(f"{what} needs matplotlib: pip install 'ccsynth[plot]'") from None
 
 
-def plot_format(path: str | os.PathLike) -> str:
+def plot_format(path: str | os.PathLike, what: str = "plot") -> str:
     """The image format ``path``'s suffix names (png without one); CCSynthError if matplotlib cannot write it."""
     require_matplotlib()
     from matplotlib.backend_bases import FigureCanvasBase
@@ -28,7 +29,7 @@ def plot_format(path: str | os.PathLike) -> str:
     fmt = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
     known = FigureCanvasBase.get_supported_filetypes()
     if fmt not in known:
-        raise CCSynthError(f"cannot write plot {os.fspath(path)!r}: matplotlib writes {', '.join(sorted(known))}, "
+        raise CCSynthError(f"cannot write {what} {os.fspath(path)!r}: matplotlib writes {', '.join(sorted(known))}, "
                            f"not {fmt!r}")
     return fmt
 
@@ -76,10 +77,17 @@ def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike
     ax_lat.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"ccsynth bench {bench.name}" + (f" ({subtitle})" if subtitle else ""))
     fig.tight_layout()
-    # The format from the name's suffix (as savefig would), the bytes through an atomic file.
+    save_figure(fig, path, "plot")
+
+
+def save_figure(fig, path: str | os.PathLike, what: str) -> None:
+    """Write ``fig`` to ``path`` and close it: the format from the name's suffix (as savefig would),
+    the bytes through an atomic file; :class:`CCSynthError` (naming ``what``) if it cannot be written."""
+    import matplotlib.pyplot as plt
+
     try:
-        fmt = plot_format(path)
-        with open_atomic(path, "wb", encoding=None, what="plot") as f:
+        fmt = plot_format(path, what)
+        with open_atomic(path, "wb", encoding=None, what=what) as f:
             fig.savefig(f, dpi=110, format=fmt)
     finally:
         plt.close(fig)

@@ -27,6 +27,10 @@ class ScheduleFormatError(ScheduleError):
     """A schedule file cannot be read (corrupted, wrong version, bad XML)."""
 
 
+class ExportLimitError(ScheduleError):
+    """A schedule cannot be written within the limits of the runtime that would load it."""
+
+
 class SketchError(CCSynthError, ValueError):
     """A communication sketch is malformed or contradicts its topology."""
 
@@ -76,6 +80,7 @@ __all__ = [
     "CollectiveError",
     "ScheduleError",
     "ScheduleFormatError",
+    "ExportLimitError",
     "SketchError",
     "InfeasibleError",
     "SolverError",

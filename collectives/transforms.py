@@ -5,13 +5,19 @@ Each transform returns a new :class:`~ccsynth.collectives.schedule.Schedule`
 verified schedule stays verifiable. They know nothing of file formats; an
 exporter applies the ones its runtime needs (MSCCL XML:
 :mod:`ccsynth.formats.msccl.export` cuts long ranges, runs instances side
-by side, spreads peers over channels and aliases buffers in place).
+by side, spreads peers over channels, aliases buffers in place, and
+merges and splits streams until every threadblock fits the runtime).
 
 * :func:`split_long_ranges` -- no op moves more than ``max_count`` chunks;
 * :func:`replicate_instances` -- ``k`` copies side by side, each on its own
   channels and its own share of every chunk (msccl-tools' "instances");
 * :func:`spread_channels` -- at most ``limit`` send (and receive) peers per
   rank and channel;
+* :func:`merge_transfers` -- runs of consecutive transfers of one stream
+  whose ranges follow each other become one transfer (fewer, larger
+  messages: what a smaller chunk factor would have sent);
+* :func:`split_streams` -- the messages of a stream (and the local ops of a
+  rank and channel) spread, in consecutive blocks, over more channels;
 * :func:`alias_in_place` -- the in-place form (``Schedule.in_place``): every
   range where it is stored once input and output are one buffer.
 
@@ -43,12 +49,15 @@ from typing import Callable, Iterable
 from ccsynth.collectives.schedule import Chunks, Op, Schedule, in_place_storage
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError
+from ccsynth.graphs import topological_order
 
 __all__ = [
     "channels_used",
     "split_long_ranges",
     "replicate_instances",
     "spread_channels",
+    "merge_transfers",
+    "split_streams",
     "alias_in_place",
 ]
 
@@ -255,6 +264,157 @@ def spread_channels(schedule: Schedule, limit: int) -> Schedule:
             c = op.channel
         new_ops.append(replace(op, channel=c) if c != op.channel else op)
     return replace(schedule, ops=tuple(new_ops), meta=dict(schedule.meta))
+
+
+# ------------------------------------------------------------- merging
+def merge_transfers(schedule: Schedule, factor: int, max_count: int) -> Schedule:
+    """Merge runs of up to ``factor`` consecutive transfers of one stream into one.
+
+    A stream is the transfers from one rank to another on one channel, in
+    order. Transfers ``k`` and ``k + 1`` of a stream join a run when the
+    send ranges follow each other in one buffer, so do the receive ranges,
+    the receives agree on ``reduce``, and the run stays within
+    ``max_count`` chunks. The merged send waits for what every send of the
+    run waited for, and so does the merged receive; whatever waited for
+    one op of the run waits for the merged one.
+
+    Only transfers at the same *level* merge: the length of the longest
+    dependency chain before them, a matched send and receive counting as
+    one node. No chain leads from one transfer of a level to another, and
+    every remaining dependency still goes from a lower level to a higher,
+    so merging never creates a dependency cycle (a deadlock). In a
+    pipelined schedule the pieces of one chunk travel each hop at one
+    level: a run is what a smaller chunk factor would have sent at once.
+    """
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise ScheduleError(f"merge factor must be a positive integer, got {factor!r}")
+    if factor == 1:
+        return schedule
+    ops = schedule.ops
+    matches = schedule.matches
+    level = _transfer_levels(schedule, matches)
+    streams: dict[tuple[int, int, int], list[Op]] = {}
+    for op in ops:
+        if op.kind == "send":
+            streams.setdefault((op.rank, op.peer, op.channel), []).append(op)
+    group: dict[int, int] = {}  # op id -> first op id of its run (sends and receives)
+    for sends in streams.values():
+        head, last, length, chunks = sends[0], sends[0], 0, 0
+        for s in sends:
+            if length and length < factor and chunks + s.count <= max_count and _extends(last, s, head, ops, matches, level):
+                length, chunks = length + 1, chunks + s.count
+            else:
+                head, length, chunks = s, 1, s.count
+            last = s
+            if head is not s:
+                group[s.id] = head.id
+                group[matches[s.id]] = matches[head.id]
+    if not group:
+        return schedule
+    members: dict[int, list[Op]] = {}
+    for op in ops:
+        members.setdefault(group.get(op.id, op.id), []).append(op)
+    drafts = []
+    for op in ops:
+        if group.get(op.id, op.id) != op.id:
+            continue  # merged into the first op of its run
+        run = members[op.id]
+        if len(run) == 1:
+            drafts.append(_draft(op, op.src, op.dst))
+            continue
+        n = sum(m.count for m in run)
+        src = Chunks(op.src.buf, op.src.index, n) if op.src is not None else None
+        dst = Chunks(op.dst.buf, op.dst.index, n) if op.dst is not None else None
+        drafts.append(_draft(op, src, dst))
+    new_of = {d.old: i for i, d in enumerate(drafts)}
+    target = {op.id: new_of[group.get(op.id, op.id)] for op in ops}
+
+    def deps_of(d: _Draft) -> list[int]:
+        me = new_of[d.old]
+        return [target[x] for m in members[d.old] for x in m.deps if target[x] != me]
+
+    return _rebuild(schedule, drafts, deps_of)
+
+
+def _extends(last: Op, s: Op, head: Op, ops, matches, level) -> bool:
+    """Whether send ``s`` may join the run of ``head`` that ``last`` (the send before it) ends."""
+    if level[s.id] != level[head.id]:
+        return False
+    r_last, r = ops[matches[last.id]], ops[matches[s.id]]
+    return (
+        r.reduce == r_last.reduce
+        and _follows(last.src, s.src)
+        and _follows(r_last.dst, r.dst)
+    )
+
+
+def _follows(a: Chunks, b: Chunks) -> bool:
+    return a.buf == b.buf and b.index == a.index + a.count
+
+
+def _transfer_levels(schedule: Schedule, matches: dict[int, int]) -> list[int]:
+    """Longest dependency chain before every op; a send and its receive are one node."""
+    ops = schedule.ops
+    node = [min(op.id, matches[op.id]) if op.kind in ("send", "recv") else op.id for op in ops]
+    preds: list[set[int]] = [set() for _ in ops]
+    for op in ops:
+        preds[node[op.id]].update(node[d] for d in op.deps)
+    order = topological_order(preds, depth_first=True)
+    if order is None:
+        raise ScheduleError(f"schedule {schedule.name!r} has a dependency cycle; its transfers cannot be merged")
+    level = [0] * len(ops)
+    for v in order:
+        for p in preds[v]:
+            if level[v] < level[p] + 1:
+                level[v] = level[p] + 1
+    return [level[node[i]] for i in range(len(ops))]
+
+
+# ------------------------------------------------------------- splitting
+def split_streams(
+    schedule: Schedule,
+    parts: dict[tuple[int, int, int], int],
+    local_parts: dict[tuple[int, int], int] | None = None,
+) -> Schedule:
+    """Spread the messages of streams (and local ops) over more channels.
+
+    ``parts[(sender, receiver, channel)] = k`` cuts that stream's messages,
+    in order, into ``k`` consecutive blocks of (nearly) equal length; block
+    ``j`` moves to channel ``channel + j * C`` (``C``: channels in use), its
+    receives with it. ``local_parts[(rank, channel)] = k`` does the same for
+    the copies and reductions of a rank on a channel. Streams and ranks not
+    named keep their channel. Dependencies do not change: blocks on
+    different channels may now run side by side where nothing orders them.
+    Consecutive blocks (rather than every k-th message) keep a pipeline's
+    order: a later block mostly carries what arrives later anyway, instead
+    of taking bandwidth from the messages the next hop waits for.
+    """
+    local_parts = local_parts or {}
+    for key, k in (*parts.items(), *local_parts.items()):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ScheduleError(f"stream {key} must be cut into a positive number of parts, got {k!r}")
+    if not any(k > 1 for k in parts.values()) and not any(k > 1 for k in local_parts.values()):
+        return schedule
+    ops = schedule.ops
+    matches = schedule.matches
+    C = channels_used(schedule)
+    members: dict[tuple, list[int]] = {}
+    for op in ops:
+        if op.kind == "send":
+            members.setdefault(("s", op.rank, op.peer, op.channel), []).append(op.id)
+        elif op.kind != "recv":
+            members.setdefault(("l", op.rank, op.channel), []).append(op.id)
+    channel = [op.channel for op in ops]
+    for key, ids in members.items():
+        k = parts.get(key[1:], 1) if key[0] == "s" else local_parts.get(key[1:], 1)
+        m = len(ids)
+        for i, x in enumerate(ids):
+            c = ops[x].channel + (i * k // m) * C
+            channel[x] = c
+            if key[0] == "s":
+                channel[matches[x]] = c
+    new_ops = tuple(replace(op, channel=channel[op.id]) if channel[op.id] != op.channel else op for op in ops)
+    return replace(schedule, ops=new_ops, meta=dict(schedule.meta))
 
 
 # -------------------------------------------------------------- in place

@@ -49,6 +49,10 @@ def register(sub) -> None:
     g.add_argument("--coll", default=None, metavar="NAME",
                    help="collective name to write (default: the executor's, e.g. 'reducescatter'; "
                         "'reduce_scatter' for the older microsoft/msccl)")
+    g.add_argument("--msccl-max-steps", type=int, default=None, metavar="N",
+                   help="steps per threadblock the runtime accepts (default 64: msccl-executor-nccl's default "
+                        "MSCCL_MAX_NUM_STEPS; 256 for microsoft/msccl or a build with more); longer threadblocks "
+                        "are spread over more channels or merged, and a schedule that cannot fit is refused")
     p.set_defaults(func=run)
 
 
@@ -102,12 +106,15 @@ def run(args) -> int:
         fmt = {".xml": "msccl-xml", ".json": "json"}.get(ext)
     if fmt is None:
         fmt = "json" if was_xml else "msccl-xml"
+    from ccsynth.formats.msccl import EXECUTOR_LIMITS
+
     xml_opts = dict(
         proto=args.proto,
         nchannels=args.channels,
         inplace=args.inplace,
         coll=args.coll,
         topology=topo,
+        limits=EXECUTOR_LIMITS if args.msccl_max_steps is None else EXECUTOR_LIMITS.with_max_steps(args.msccl_max_steps),
     )
     min_b, max_b = _size(args.min_bytes, "min-bytes"), _size(args.max_bytes, "max-bytes")
     to_file = args.output not in (None, "-")
@@ -143,9 +150,10 @@ def run(args) -> int:
     check_writes_cover_outputs(sched)
     verify(sched, topo)
     if fmt == "json":
-        if any(v is not None for v in (args.min_bytes, args.max_bytes, args.proto, args.channels, args.name, args.coll)) or args.inplace:
-            raise CCSynthError("MSCCL XML options (--min-bytes, --max-bytes, --proto, --channels, --inplace, --name, --coll) "
-                               "need --format msccl-xml")
+        if any(v is not None for v in (args.min_bytes, args.max_bytes, args.proto, args.channels, args.name, args.coll,
+                                       args.msccl_max_steps)) or args.inplace:
+            raise CCSynthError("MSCCL XML options (--min-bytes, --max-bytes, --proto, --channels, --inplace, --name, --coll, "
+                               "--msccl-max-steps) need --format msccl-xml")
         _write(args.output, sched.to_json() + "\n")
         if to_file:
             print(f"wrote {args.output}: {sched.name!r}, {sched.collective.describe()}, {len(sched.ops)} ops (verified)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import add_json_arg, add_size_args, human, print_json, print_table, sizes_from, topology_from
@@ -20,6 +21,9 @@ def register(sub) -> None:
     p.add_argument("-t", "--topology", metavar="T", help="topology to simulate on (default: the one the schedule names)")
     add_size_args(p)
     p.add_argument("--local-bw", type=float, default=None, metavar="GBPS", help="charge local copies/reductions at this bandwidth (default: free)")
+    p.add_argument("--timeline", metavar="FILE", default=None,
+                   help="draw every connection's transfers over time (a Gantt chart: .png, .svg, .pdf; needs "
+                        "matplotlib) or write the trace as JSON (.json); one size only")
     add_json_arg(p)
     p.set_defaults(func=run)
 
@@ -33,6 +37,21 @@ def run(args) -> int:
             raise CCSynthError(f"--local-bw must be a positive number of GB/s, got {args.local_bw!r}")
         check_limit_min("--local-bw", args.local_bw, "MIN_BANDWIDTH_GBPS")
     sizes = sizes_from(args)
+    timeline = args.timeline
+    if timeline is not None:  # a bad suffix, a missing matplotlib or many sizes are said before any work
+        from ccsynth.atomic import check_writable
+        from ccsynth.bench.plot import require_matplotlib
+        from ccsynth.bench.timeline import IMAGE_SUFFIXES
+
+        suffix = os.path.splitext(timeline)[1].lower()
+        if suffix not in IMAGE_SUFFIXES + (".json",):
+            raise CCSynthError(f"--timeline {timeline!r}: name a .json file (the trace) or an image "
+                               f"({', '.join(IMAGE_SUFFIXES)})")
+        if suffix != ".json":
+            require_matplotlib("--timeline with an image")
+        if len(sizes) != 1:
+            raise CCSynthError(f"--timeline draws one size; --sizes gave {len(sizes)}")
+        check_writable(timeline, "timeline")
     spec = args.topology or None
     sched = load_schedule(args.file, verify=False)
     if spec is None:
@@ -44,14 +63,22 @@ def run(args) -> int:
 
     check_writes_cover_outputs(sched)
     verify(sched, topo)
-    results = [simulate(sched, topo, s, local_bw=args.local_bw) for s in sizes]
+    results = [simulate(sched, topo, s, local_bw=args.local_bw, trace=timeline is not None) for s in sizes]
+    wrote = None
+    if timeline is not None:
+        from ccsynth.bench.timeline import write_timeline
+
+        wrote = f"wrote timeline {timeline}: {write_timeline(results[0], sched, timeline)}"
     if args.json:
         print_json({"file": args.file, "schedule": sched.name, "topology": topo.name,
-                    "collective": sched.collective.to_dict(), "results": [r.to_dict() for r in results]})
+                    "collective": sched.collective.to_dict(), "results": [r.to_dict() for r in results],
+                    **({"timeline": timeline} if timeline else {})})
         return 0
     print(f"# {sched.name}: {sched.collective.describe()} on {topo.name}")
     print_table(
         ["size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "bound (us)", "gap"],
         [(human(r.size_bytes), r.time_us, r.algbw, r.busbw, r.lower_bound_us, f"{r.gap:.2f}x") for r in results],
     )
+    if wrote:
+        print(wrote)
     return 0

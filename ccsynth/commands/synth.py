@@ -54,6 +54,9 @@ def register(sub) -> None:
                    help="output format: ccsynth JSON (default) or MSCCL XML (from the -o suffix .xml too); "
                         "with --sizes, MSCCL XML writes one file per size range into the -o directory")
     p.add_argument("-o", "--output", metavar="OUT", default=None, help="write the schedule (or plan) here")
+    p.add_argument("--msccl-max-steps", type=int, default=None, metavar="N",
+                   help="with MSCCL XML: steps per threadblock the runtime accepts (default 64, msccl-executor-nccl's "
+                        "default build; 256 for microsoft/msccl); a schedule that cannot fit is refused, no file written")
     p.add_argument("--json", action="store_true", help="print the figures as JSON (for scripts)")
     p.set_defaults(func=run)
 
@@ -80,8 +83,20 @@ def _output_format(args) -> str:
     return "json"
 
 
+def _msccl_limits(args):
+    """The runtime limits an MSCCL XML output must keep (``--msccl-max-steps`` overrides the steps)."""
+    from ccsynth.formats.msccl import EXECUTOR_LIMITS
+
+    steps = getattr(args, "msccl_max_steps", None)
+    return EXECUTOR_LIMITS if steps is None else EXECUTOR_LIMITS.with_max_steps(steps)
+
+
 def _check_output(args, fmt: str) -> None:
     """Fail before the solver runs, not after it, if ``-o`` cannot be written."""
+    if getattr(args, "msccl_max_steps", None) is not None:
+        if fmt != "msccl-xml":
+            raise CCSynthError("--msccl-max-steps needs MSCCL XML output (-f msccl-xml or -o FILE.xml)")
+        _msccl_limits(args)  # a bad value is reported before any work
     if args.output is None:
         return
     if args.sizes is not None and fmt == "msccl-xml":  # a directory of files
@@ -151,7 +166,7 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
         if fmt == "msccl-xml":
             from ccsynth.formats.msccl import schedule_to_msccl_xml
 
-            write_text(args.output, schedule_to_msccl_xml(sched, topology=topo))
+            write_text(args.output, schedule_to_msccl_xml(sched, topology=topo, limits=_msccl_limits(args)))
         else:
             save_schedule(sched, args.output)
         wrote = args.output
@@ -242,7 +257,7 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
         if fmt == "msccl-xml":
             from ccsynth.formats.msccl import plan_to_msccl_xmls
 
-            files = plan_to_msccl_xmls(plan, topology=topo)
+            files = plan_to_msccl_xmls(plan, topology=topo, limits=_msccl_limits(args))
             try:
                 os.makedirs(args.output, exist_ok=True)
             except OSError as e:

@@ -18,7 +18,10 @@ bound the offsets of each gpu. The package, one concern per module:
 * :mod:`.schema` -- the vocabulary: protocols, buffers, step types and what
   each reads, writes, sends and receives, ``coll`` names;
 * :mod:`.limits` -- what the runtimes accept (counts, steps, threadblocks,
-  channels, peers per channel) and the ``maxBytes`` written for no upper end;
+  channels, peers per channel, offsets, elements), with the source of each,
+  and the ``maxBytes`` written for no upper end;
+* :mod:`.fit` -- the schedule transformed until its layouts keep those
+  limits (streams spread over channels, transfers merged), or refused;
 * :mod:`.threadblocks` -- the threadblock layout of a schedule (fusions,
   step order, dependencies and ``nop`` steps) and its XML text;
 * :mod:`.export` -- schedule (or plan) -> XML: options, the IR transforms
@@ -44,7 +47,7 @@ Example:
 """
 
 from ccsynth.formats.msccl.export import plan_to_msccl_xmls, schedule_to_msccl_xml
-from ccsynth.formats.msccl.limits import MAX_COUNT, UNBOUNDED
+from ccsynth.formats.msccl.limits import EXECUTOR_LIMITS, MAX_COUNT, MSCCL_LIMITS, UNBOUNDED, MscclLimits
 from ccsynth.formats.msccl.reader import describe_xml, schedule_from_msccl_xml
 from ccsynth.formats.msccl.schema import COLL_NAMES, PROTOCOLS, STEP_TYPES
 
@@ -58,4 +61,7 @@ __all__ = [
     "STEP_TYPES",
     "MAX_COUNT",
     "UNBOUNDED",
+    "MscclLimits",
+    "EXECUTOR_LIMITS",
+    "MSCCL_LIMITS",
 ]

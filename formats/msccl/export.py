@@ -10,10 +10,18 @@ these steps:
    peers spread to at most :data:`~.limits.MAX_PEERS_PER_CHANNEL` per
    channel, and for ``inplace`` the in-place form of the schedule
    (``Schedule.in_place``: input and output one buffer);
-3. *layouts* (:mod:`.threadblocks`) -- the fused and the plain threadblock
-   layout; when a topology is known (given, or the one the schedule names)
-   both are simulated as MSCCL runs them (read back from their XML) and the
-   faster one is written;
+3. *limits and layouts* (:mod:`.fit`, :mod:`.threadblocks`) -- the fused
+   and the plain threadblock layout, of the schedule transformed (long
+   streams spread over more channels, consecutive transfers merged) until
+   they keep the runtime's limits (:mod:`.limits`: steps per threadblock,
+   threadblocks per gpu, channels, ...); a schedule that cannot be made to
+   fit raises :class:`~ccsynth.errors.ExportLimitError`, so no file a
+   runtime would refuse is ever written. When a topology is known (given,
+   or the one the schedule names) the layouts that fit -- of each way of
+   fitting, :func:`.fit.fit_candidates` -- are simulated as MSCCL runs
+   them (read back from their XML) and the fastest is written (else the
+   first: fewest channels, fused). A transformed schedule is verified
+   again;
 4. *in-place check* -- an in-place file is read back and verified, so a
    schedule that is not correct once its buffers are aliased is refused.
 
@@ -46,11 +54,12 @@ from ccsynth.collectives.transforms import (
 )
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import CCSynthError, ScheduleError
+from ccsynth.formats.msccl.fit import fit_candidates
+from ccsynth.formats.msccl.limits import EXECUTOR_LIMITS, MAX_COUNT, MAX_PEERS_PER_CHANNEL, UNBOUNDED, MscclLimits
 from ccsynth.limits import check as check_limit
-from ccsynth.formats.msccl.limits import MAX_COUNT, MAX_PEERS_PER_CHANNEL, UNBOUNDED
 from ccsynth.formats.msccl.reader import schedule_from_msccl_xml
 from ccsynth.formats.msccl.schema import COLL_NAMES, COLL_READ, PROTOCOLS
-from ccsynth.formats.msccl.threadblocks import layout_xml, layouts
+from ccsynth.formats.msccl.threadblocks import layout_xml
 from ccsynth.synth.simulate import simulate_sizes
 from ccsynth.tolerance import is_greater
 from ccsynth.topologies import get_topology
@@ -71,6 +80,7 @@ def schedule_to_msccl_xml(
     name: str | None = None,
     coll: str | None = None,
     topology=None,
+    limits: MscclLimits | None = None,
 ) -> str:
     """The MSCCL XML of a (verified) ``schedule``.
 
@@ -89,7 +99,11 @@ def schedule_to_msccl_xml(
     ccsynth topology file; default: the one the schedule names, if it
     loads): where fusing steps would serialize streams, the fused and the
     plain layout are simulated on it (as MSCCL runs them) and the faster one
-    is written.
+    is written. ``limits``: the runtime the file is for (default
+    :data:`~.limits.EXECUTOR_LIMITS`, msccl-executor-nccl's default build;
+    ``EXECUTOR_LIMITS.with_max_steps(256)`` for a build with more steps);
+    raises :class:`~ccsynth.errors.ExportLimitError` if the schedule cannot
+    be made to fit them.
 
     Round trip (see the example of :mod:`ccsynth.formats.msccl`):
     ``schedule_to_msccl_xml(schedule_from_msccl_xml(xml)) == xml`` for a
@@ -98,9 +112,14 @@ def schedule_to_msccl_xml(
     info = _file_info(schedule)
     proto, min_bytes, max_bytes, coll_name, algo_name = _options(schedule, info, proto, min_bytes, max_bytes, coll, name)
     sched = _transform(schedule, nchannels, inplace, info)
+    limits = limits if limits is not None else EXECUTOR_LIMITS
+    if not isinstance(limits, MscclLimits):
+        raise ScheduleError(f"limits must be MscclLimits, got {limits!r}")
+    fits = fit_candidates(sched, limits)
+    entries = [(fit, layout) for fit in fits for layout in fit.layouts]
     texts = [
         layout_xml(
-            sched,
+            fit.schedule,
             layout,
             name=algo_name,
             proto=proto,
@@ -109,13 +128,20 @@ def schedule_to_msccl_xml(
             min_bytes=min_bytes,
             max_bytes=UNBOUNDED if max_bytes is None else max_bytes,
         )
-        for layout in layouts(sched)
+        for fit, layout in entries
     ]
-    xml = texts[0]
+    k = 0
     if len(texts) > 1:
         topo = _topology_for(schedule, topology)
         if topo is not None:
-            xml = _fastest(texts, topo, min_bytes, max_bytes)
+            k = _fastest(texts, topo, min_bytes, max_bytes)
+    xml = texts[k]
+    fitted = entries[k][0].schedule
+    if fitted is not sched and not inplace:  # in place: the file is read back and verified below
+        try:
+            verify(fitted)
+        except ScheduleError as e:
+            raise ScheduleError(f"schedule {schedule.name!r} is no longer correct once fitted to the MSCCL limits: {e}") from None
     if inplace:
         _check_in_place(xml, schedule)
     return xml
@@ -217,8 +243,8 @@ def _topology_for(schedule: Schedule, topology):
     return topo if topo.n_ranks == schedule.n_ranks else None
 
 
-def _fastest(texts: list[str], topology, min_bytes: int, max_bytes: int | None) -> str:
-    """The file whose schedule (as MSCCL runs it) simulates fastest on ``topology``.
+def _fastest(texts: list[str], topology, min_bytes: int, max_bytes: int | None) -> int:
+    """The index of the file whose schedule (as MSCCL runs it) simulates fastest on ``topology``.
 
     Sizes: 1 KiB, 1 MiB and 64 MiB where they fall in ``[min_bytes,
     max_bytes]``, else the middle of that range; times are compared as the
@@ -235,12 +261,12 @@ def _fastest(texts: list[str], topology, min_bytes: int, max_bytes: int | None) 
             times.append([r.time_us for r in simulate_sizes(sched, topology, sizes)])
         except ScheduleError as e:  # e.g. a link the topology lacks: nothing to compare
             log.debug("not comparing MSCCL layouts: %s", e)
-            return texts[0]
+            return 0
     best = [min(t[j] for t in times) or 1.0 for j in range(len(sizes))]
     score = [sum(t[j] / best[j] for j in range(len(sizes))) for t in times]
     k = min(range(len(texts)), key=lambda i: (is_greater(score[i], min(score)), i))
     log.debug("MSCCL layouts (fused first) score %s on %s at %s: chose %d", score, topology.name, sizes, k)
-    return texts[k]
+    return k
 
 
 # ---------------------------------------------------------- 4. in place

@@ -13,7 +13,11 @@ each op and in which order; it is built in stages by :func:`layouts`:
    a receive stream is forwarded to one send peer; then those two streams
    share one threadblock (as in msccl-tools' rings). Sharing serializes the
    two streams, so :func:`layouts` returns the fused and the plain layout
-   and the exporter keeps the faster;
+   and the exporter keeps the faster. *Packing* (``layouts(s, pack=True)``,
+   for a gpu that would need more threadblocks than the runtime allows)
+   also pairs the remaining send and receive streams of a gpu and channel
+   two by two into shared threadblocks, a peer's two directions together
+   first;
 2. *steps* -- every op (or fused pair) becomes a :class:`Step` of the
    threadblock keyed by ``(send peer, receive peer, channel)`` of its rank;
    local copies and reductions go to a local threadblock per channel;
@@ -49,7 +53,6 @@ import numpy as np
 
 from ccsynth.collectives.schedule import Chunks, Schedule
 from ccsynth.errors import ScheduleError
-from ccsynth.formats.msccl.limits import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_TBS
 from ccsynth.graphs import topological_order
 
 log = logging.getLogger(__name__)
@@ -108,24 +111,26 @@ class _Fusion:
         return {(rank, c, q): p for (rank, c, p), q in self.pair_of.items()}
 
 
-def layouts(s: Schedule) -> list[Layout]:
+def layouts(s: Schedule, *, pack: bool = False) -> list[Layout]:
     """The threadblock layouts worth comparing (see module doc), best guess first.
 
     Returns the fused layout and the plain one (when they differ); a
     schedule read from MSCCL XML gets back its own layout (same fusions,
     same step order), so that XML -> schedule -> XML gives the same file.
+    ``pack``: pair the streams left alone into shared threadblocks (about
+    half the threadblocks, each stream serialized with its partner).
     Raises :class:`ScheduleError` if every layout would deadlock.
     """
     info = s.meta.get("msccl") if isinstance(s.meta.get("msccl"), dict) else {}
     if info.get("ops_in_tb_order"):
         for fuse, order in (("given", "given"), ("none", "given"), ("auto", "buffered"), ("none", "buffered")):
-            layout = _try_assign(s, fuse=fuse, order=order)
+            layout = _try_assign(s, fuse=fuse, order=order, pack=pack)
             if layout is not None:
                 return [layout]
     out = []
     for fuse in ("auto", "none"):
         for order in ("buffered", "rendezvous"):
-            layout = _try_assign(s, fuse=fuse, order=order)
+            layout = _try_assign(s, fuse=fuse, order=order, pack=pack)
             if layout is not None:
                 out.append(layout)
                 break
@@ -136,10 +141,12 @@ def layouts(s: Schedule) -> list[Layout]:
     return out
 
 
-def _try_assign(s: Schedule, *, fuse: str, order: str) -> Layout | None:
+def _try_assign(s: Schedule, *, fuse: str, order: str, pack: bool = False) -> Layout | None:
     """The layout with fusions ``fuse`` (given/auto/none) and step order ``order``, or None if it deadlocks."""
     chan = _channels(s)
     fusion = _fusions(s, fuse, chan)  # 1
+    if pack:
+        fusion = _packed(s, fusion, chan)
     steps, step_of = _steps(s, fusion, chan)  # 2
     if not _place(s, steps, step_of, order):  # 3
         return None
@@ -245,6 +252,33 @@ def _auto_fusions(s: Schedule, chan: list[int]) -> _Fusion:
                 send_of[rid] = sid
                 taken.add(sid)
     return _Fusion(send_of, pair_of)
+
+
+def _packed(s: Schedule, fusion: _Fusion, chan: list[int]) -> _Fusion:
+    """``fusion`` with the streams it leaves alone paired into shared threadblocks.
+
+    Per rank and channel, a receive stream and a send stream not yet
+    sharing a threadblock share one: the two directions of one peer first,
+    then the rest in peer order.
+    """
+    recv_peers: dict[tuple[int, int], set[int]] = {}
+    send_peers: dict[tuple[int, int], set[int]] = {}
+    for op in s.ops:
+        if op.kind == "recv":
+            recv_peers.setdefault((op.rank, chan[op.id]), set()).add(op.peer)
+        elif op.kind == "send":
+            send_peers.setdefault((op.rank, chan[op.id]), set()).add(op.peer)
+    pair_of = dict(fusion.pair_of)
+    for (rank, c), ps in sorted(recv_peers.items()):
+        free_p = sorted(p for p in ps if (rank, c, p) not in pair_of)
+        taken = {q for (r, cc, _), q in pair_of.items() if (r, cc) == (rank, c)}
+        free_q = sorted(q for q in send_peers.get((rank, c), ()) if q not in taken)
+        both = set(free_p) & set(free_q)
+        for p in sorted(both):
+            pair_of[(rank, c, p)] = p
+        for p, q in zip([p for p in free_p if p not in both], [q for q in free_q if q not in both]):
+            pair_of[(rank, c, p)] = q
+    return _Fusion(fusion.send_of, pair_of)
 
 
 # ---------------------------------------------------------------- 2. steps
@@ -484,8 +518,7 @@ def _dependencies(s, steps, step_of, where, tbs, step_order) -> None:
 def layout_xml(s: Schedule, layout: Layout, *, name, proto, coll, inplace, min_bytes, max_bytes) -> str:
     """The MSCCL XML text of ``layout`` (a layout of ``s``), with these ``<algo>`` attributes.
 
-    Warns (the file is still written) where the runtimes' step, threadblock
-    or channel limits are exceeded.
+    It does not check the runtimes' limits: :mod:`.fit` chooses layouts that keep them.
     """
     coll_obj = s.collective
     nchan = max((key.chan + 1 for keys in layout.tbs for key in keys), default=1)
@@ -506,8 +539,8 @@ def layout_xml(s: Schedule, layout: Layout, *, name, proto, coll, inplace, min_b
         attrs["root"] = coll_obj.root  # not read by the runtimes; kept so the reader knows the root
     for k, v in attrs.items():
         algo.set(k, str(v))
-    steps_per_tb = [_gpu_xml(algo, s, layout, r) for r in range(s.n_ranks)]
-    _warn_limits(layout, steps_per_tb, nchan)
+    for r in range(s.n_ranks):
+        _gpu_xml(algo, s, layout, r)
     ET.indent(algo, space="  ")
     text = ET.tostring(algo, encoding="unicode")
     # ElementTree writes "<step ... />"; the runtimes' hand-written parsers
@@ -515,8 +548,8 @@ def layout_xml(s: Schedule, layout: Layout, *, name, proto, coll, inplace, min_b
     return text.replace(" />", "/>") + "\n"
 
 
-def _gpu_xml(algo: ET.Element, s: Schedule, layout: Layout, r: int) -> list[int]:
-    """Write ``<gpu id=r>`` into ``algo``; returns the steps (nops included) of each of its threadblocks."""
+def _gpu_xml(algo: ET.Element, s: Schedule, layout: Layout, r: int) -> None:
+    """Write ``<gpu id=r>`` into ``algo``."""
     coll = s.collective
     g = ET.SubElement(algo, "gpu")
     for k, v in (("id", r), ("i_chunks", coll.in_chunks), ("o_chunks", coll.out_chunks), ("s_chunks", layout.scratch[r])):
@@ -531,7 +564,6 @@ def _gpu_xml(algo: ET.Element, s: Schedule, layout: Layout, r: int) -> list[int]
             out.append(p)
             p += 1
         phys.append(out)
-    counts = []
     for b, (key, lst) in enumerate(zip(layout.tbs[r], lists)):
         tb = ET.SubElement(g, "tb")
         for k, v in (("id", b), ("send", key.send), ("recv", key.recv), ("chan", key.chan)):
@@ -545,29 +577,6 @@ def _gpu_xml(algo: ET.Element, s: Schedule, layout: Layout, r: int) -> list[int]
             d_tb, d_s = deps[-1] if deps else (-1, -1)
             _step_xml(tb, p, st.type, st.src, st.dst, st.cnt, d_tb, d_s, st.hasdep)
             p += 1
-        counts.append(p)
-    return counts
-
-
-def _warn_limits(layout: Layout, steps_per_tb: list[list[int]], nchan: int) -> None:
-    """Warn where the file exceeds what the MSCCL runtimes accept by default."""
-    too_many_steps = [(r, b, p) for r, counts in enumerate(steps_per_tb) for b, p in enumerate(counts) if p > MAX_STEPS_PER_TB]
-    too_many_tbs = [(r, len(keys)) for r, keys in enumerate(layout.tbs) if len(keys) > MAX_TBS]
-    if too_many_steps:
-        r, b, p = max(too_many_steps, key=lambda t: t[2])
-        log.warning(
-            "%d threadblock(s) have more than %d steps (most: %d, gpu %d tb %d); the MSCCL executor's default build "
-            "allows %d (set MSCCL_MAX_NUM_STEPS when building it)",
-            len(too_many_steps), MAX_STEPS_PER_TB, p, r, b, MAX_STEPS_PER_TB,
-        )
-    if too_many_tbs:
-        r, k = max(too_many_tbs, key=lambda t: t[1])
-        log.warning(
-            "%d gpu(s) use more than %d threadblocks (most: %d, gpu %d); the MSCCL executor names dependencies "
-            "with 8-bit threadblock ids", len(too_many_tbs), MAX_TBS, k, r,
-        )
-    if nchan > MAX_CHANNELS:
-        log.warning("the algorithm uses %d channels; NCCL has at most %d", nchan, MAX_CHANNELS)
 
 
 def _step_xml(tb, s, type_, src, dst, cnt, depid, deps, hasdep) -> None:
