@@ -195,7 +195,7 @@ def _weak(obj):
 _MPI_ONLY = frozenset((
     "Gather", "Gatherv", "Scatter", "Scatterv", "Scan", "Exscan", "Alltoallw", "Reduce_scatter_init",
     "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iscan", "Iexscan", "Ialltoallv", "Ialltoallw",
-    "Iallgatherv", "Ireduce_scatter", "Ireduce",
+    "Iallgatherv", "Ireduce_scatter",
     "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv", "Neighbor_alltoallw",
 ))
 
