@@ -47,6 +47,7 @@ import numpy as np
 from ccsynth.bench import validate as V
 from ccsynth.collectives.spec import busbw_factor
 from ccsynth.errors import CCSynthError
+from ccsynth.kernels.devices import select_device
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +233,10 @@ def _backend(name: str):
     except ImportError:
         from ccsynth.kernels.base import get_backend
     try:
-        return get_backend(name)
+        backend = get_backend(name)
+        if backend.is_device:
+            select_device()  # each rank on the GPU of its local rank, not all on GPU 0
+        return backend
     except CCSynthError:
         raise
     except Exception as e:  # ImportError of cupy, or CUDA without a device
