@@ -194,8 +194,7 @@ def _weak(obj):
 # Collectives of mpi4py's Comm that ccsynth never schedules: they go to the wrapped comm, visibly.
 _MPI_ONLY = frozenset((
     "Gather", "Gatherv", "Scatter", "Scatterv", "Scan", "Exscan", "Alltoallw", "Reduce_scatter_init",
-    "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iscan", "Iexscan", "Ialltoallv", "Ialltoallw",
-    "Iallgatherv", "Ireduce_scatter",
+    "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iscan", "Iexscan", "Ialltoallw",
     "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv", "Neighbor_alltoallw",
 ))
 
@@ -1223,6 +1222,18 @@ class Communicator:
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=None, *, stream=None) -> None:
         """Rank ``r`` gets block ``r`` (``recvcounts[r]`` elements) of the reduction of everyone's sendbuf."""
         self._collective("reduce_scatterv", self._reduce_scatterv, sendbuf, recvbuf, (recvcounts, op), 0, stream)
+
+    def Ialltoallv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Non-blocking :meth:`Alltoallv`."""
+        return self._start("alltoallv", self._alltoallv, sendbuf, recvbuf, None, 0, stream)
+
+    def Iallgatherv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Non-blocking :meth:`Allgatherv`."""
+        return self._start("allgatherv", self._allgatherv, sendbuf, recvbuf, None, 0, stream)
+
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=None, *, stream=None) -> Request:
+        """Non-blocking :meth:`Reduce_scatter`."""
+        return self._start("reduce_scatterv", self._reduce_scatterv, sendbuf, recvbuf, (recvcounts, op), 0, stream)
 
     def _parse_v(self, spec, what: str, writable: bool = False) -> VBuf:
         """A v-collective buffer spec -> flat array, counts and displacements (mpi4py's forms)."""

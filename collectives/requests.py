@@ -1,7 +1,8 @@
 """Non-blocking collectives: requests, and the progress thread that runs them while the caller computes.
 
 ``comm.Iallreduce(...)`` (and ``Iallgather``, ``Ireduce_scatter_block``,
-``Ialltoall``, ``Ibcast``) returns a :class:`Request` at once; the
+``Ialltoall``, ``Ibcast``, ``Ireduce``, ``Ialltoallv``, ``Iallgatherv``,
+``Ireduce_scatter``) returns a :class:`Request` at once; the
 collective runs on ccsynth's schedules (or the plan's choice of the MPI
 library's collective) meanwhile, and ``req.Wait()`` / ``req.Test()`` /
 :func:`waitall` finish it, as with mpi4py's requests::

@@ -364,6 +364,24 @@ def case_vcounts() -> str:
         same(f"Reduce_scatter trial {trial}", out, ref)
         ran.append(c.last_algorithm)
     check("mpi" not in ran, f"v-collectives went to MPI: {ran}")
+    # the non-blocking forms, all three in flight at once
+    counts = rng.integers(0, 50, size=(N, N))
+    sc, rc = counts[RANK], counts[:, RANK]
+    send = np.arange(sc.sum(), dtype=np.float64) + RANK
+    a2a, a2a_ref = np.empty(rc.sum()), np.empty(rc.sum())
+    gc_ = counts[0]
+    ag, ag_ref = np.empty(gc_.sum()), np.empty(gc_.sum())
+    x = np.arange(gc_.sum(), dtype=np.float64)
+    rs, rs_ref = np.empty(gc_[RANK]), np.empty(gc_[RANK])
+    reqs = [c.Ialltoallv([send, sc], [a2a, rc]), c.Iallgatherv(np.full(gc_[RANK], 1.0 * RANK), [ag, gc_]),
+            c.Ireduce_scatter(x, rs, gc_)]
+    ccsynth.waitall(reqs)
+    WORLD.Alltoallv([send, sc], [a2a_ref, rc])
+    WORLD.Allgatherv(np.full(gc_[RANK], 1.0 * RANK), [ag_ref, gc_])
+    WORLD.Reduce_scatter(x, rs_ref, gc_)
+    same("Ialltoallv", a2a, a2a_ref)
+    same("Iallgatherv", ag, ag_ref)
+    same("Ireduce_scatter", rs, rs_ref)
     # very skewed counts: too much padding, so the MPI library runs it (and says so)
     big = np.ones((N, N), np.int64)
     big[0, 1] = 5000  # one block of 5000 among ones: padding every block to it would cost ~N*N/1 times more
