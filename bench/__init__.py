@@ -11,3 +11,5 @@
 
 Results and the commands that produced them: bench/RESULTS.md.
 """
+
+__all__: list[str] = []

@@ -30,6 +30,7 @@ from ccsynth.bench.omb import agree
 from ccsynth.collectives.communicator import Communicator
 from ccsynth.collectives.executor import CompiledSchedule, RunStats
 from ccsynth.collectives.plan import load_plan
+from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError
 from ccsynth.synth.baselines import BASELINES, make_baseline
@@ -79,6 +80,10 @@ class Algorithm:
 
     def stats_reader(self, kind: str, ctx) -> tuple[Callable[[], dict], Callable[[], None]] | None:
         """With ``--profile``: (read, reset) of the executor's time breakdown per run."""
+        return None
+
+    def schedule_for(self, kind: str, ctx, nbytes: int) -> Schedule | None:
+        """The schedule that runs ``kind`` at ``nbytes`` (nccl-tests size), as set up; None if none does (MPI's own)."""
         return None
 
 
@@ -144,6 +149,10 @@ class ScheduleAlgorithm(Algorithm):
             return lambda b: prog.run(None, b, SUM)
         return lambda s, r: prog.run(s, r, SUM)
 
+    def schedule_for(self, kind: str, ctx, nbytes: int) -> Schedule | None:
+        prog = self._compiled.get(kind)
+        return prog.schedule if prog is not None else None
+
     def stats_reader(self, kind: str, ctx):
         prog = self._compiled[kind]
         if not getattr(prog, "profile", False):
@@ -182,6 +191,12 @@ class PlanAlgorithm(Algorithm):
 
     def collective(self, kind: str, ctx) -> Callable:
         return _buffer_calls(self._comm, ctx.options.root)[kind]
+
+    def schedule_for(self, kind: str, ctx, nbytes: int) -> Schedule | None:
+        plan = self._plan if self._plan is not None else getattr(self._comm, "plan", None)
+        entry_for = getattr(plan, "entry_for", None)
+        entry = entry_for(kind, ctx.n, nbytes) if entry_for is not None else None
+        return entry.schedule if entry is not None else None
 
     def chosen(self, kind: str, ctx, nbytes: int) -> str:
         last = getattr(self._comm, "last_algorithm", "")

@@ -32,6 +32,8 @@ from ccsynth.collectives.spec import Collective
 from ccsynth.formats.files import get_topology
 from ccsynth.units import format_size, parse_sizes
 
+__all__ = ["TOPOLOGIES", "COLLECTIVES", "SIZES", "bench_case", "markdown", "main"]
+
 TOPOLOGIES = ("dgx1", "dgx2", "ndv2x2", "dgx_a100x4", "ndv2x10")
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "alltoall")
 SIZES = "1K,1M,64M"

@@ -49,6 +49,31 @@ from ccsynth.collectives.spec import busbw_factor
 from ccsynth.errors import CCSynthError
 from ccsynth.kernels.devices import select_device
 
+__all__ = [
+    "LARGE_MESSAGE",
+    "WINDOW",
+    "Options",
+    "Row",
+    "Case",
+    "Benchmark",
+    "BENCHMARKS",
+    "benchmark",
+    "Context",
+    "measure",
+    "run_benchmark",
+    "run_interleaved",
+    "agree",
+    "allreduce",
+    "reduce",
+    "bcast",
+    "allgather",
+    "alltoall",
+    "reduce_scatter",
+    "barrier",
+    "latency",
+    "bw",
+]
+
 log = logging.getLogger(__name__)
 
 LARGE_MESSAGE = 8192  # OMB's LARGE_MESSAGE_SIZE: sizes above it get the "large" iteration counts
@@ -74,6 +99,7 @@ class Options:
     root: int = 0
     chunks: int | None = None  # chunk factor of baseline schedules (None: see algos._chunk_factor)
     profile: bool = False  # ask ccsynth's executor where the time goes (RunStats)
+    predict: str | None = None  # topology of --predict: predicted time beside every row (bench/predict.py)
 
     def iterations(self, size: int) -> tuple[int, int]:
         """(timed iterations, warm-up iterations) for a message of ``size`` bytes."""
@@ -100,6 +126,14 @@ class Row:
     algorithm: str = ""  # what ran at this size (for plans: the entry picked)
     median_us: float | None = None  # median over iterations of the slowest rank's time
     profile: dict | None = None  # executor RunStats per run, averaged over ranks (--profile)
+    predicted_us: float | None = None  # --predict: the simulator's time for the schedule that ran
+
+    @property
+    def ratio(self) -> float | None:
+        """``--predict``: measured (``median_us``) / predicted; None without a prediction."""
+        if not self.predicted_us or self.median_us is None:
+            return None
+        return self.median_us / self.predicted_us
 
     @property
     def mbps(self) -> float:
@@ -121,6 +155,8 @@ class Row:
             "algorithm": self.algorithm,
             "median_us": self.median_us,
             **({"profile": self.profile} if self.profile else {}),
+            **({"predicted_us": self.predicted_us, "measured_over_predicted": self.ratio}
+               if self.predicted_us is not None else {}),
         }
 
 
@@ -287,6 +323,15 @@ def measure(comm, cases: Sequence[Case], iters: int, warmup: int, *, pt2pt: bool
     return [t * (1e6 / c.per_step) for c, t in zip(cases, out)]
 
 
+def slowest_rank_median(per_rank: Sequence[np.ndarray]) -> float:
+    """Per iteration the slowest rank's time, then the median over iterations.
+
+    The robust companion to OMB's mean: one descheduled rank disturbs it
+    less, and the slowest rank's time is what a simulator's makespan predicts.
+    """
+    return float(np.median(np.max(np.stack(per_rank), axis=0)))
+
+
 def run_benchmark(bench: Benchmark, ctx: Context, algo) -> Iterator[Row]:
     """Time ``algo`` on every size of ``ctx.options``; yields one Row per size, on every rank."""
     for rows in run_interleaved(bench, ctx, [algo]):
@@ -316,8 +361,7 @@ def run_interleaved(bench: Benchmark, ctx: Context, algos: Sequence) -> Iterator
             samples = comm.allgather((local, ok, prof))
             per_rank = [float(t.mean()) for t, _, _ in samples]
             avg = sum(per_rank) / len(per_rank)
-            # Robust companion to OMB's mean: per iteration the slowest rank's time, then the median.
-            median = float(np.median(np.max(np.stack([t for t, _, _ in samples]), axis=0)))
+            median = slowest_rank_median([t for t, _, _ in samples])
             checks = [v for _, v, _ in samples if v is not None]
             profs = [p for _, _, p in samples if p]
             profile = {k: sum(p[k] for p in profs) / len(profs) for k in profs[0]} if profs else None

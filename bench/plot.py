@@ -1,5 +1,8 @@
 """``--plot FILE.png``: latency and busbw against message size, one line per algorithm.
 
+With ``--predict`` each algorithm's predicted latency and busbw follow as a
+dashed line in its colour.
+
 Needs matplotlib (the ``plot`` extra); :func:`require_matplotlib` says so
 before a long run rather than after it.
 """
@@ -11,6 +14,8 @@ from typing import Mapping, Sequence
 
 from ccsynth.atomic import open_atomic
 from ccsynth.errors import CCSynthError
+
+__all__ = ["require_matplotlib", "plot_format", "plot_results", "save_figure"]
 
 
 def require_matplotlib(what: str = "--plot") -> None:
@@ -51,8 +56,15 @@ def plot_results(bench, results: Mapping[str, Sequence], path: str | os.PathLike
             continue
         if sized:
             xs = [r.size for r in rows]
-            ax_lat.plot(xs, [r.avg_us for r in rows], marker="o", ms=3, label=name)
+            (line,) = ax_lat.plot(xs, [r.avg_us for r in rows], marker="o", ms=3, label=name)
             axes[0][1].plot(xs, [r.busbw for r in rows], marker="o", ms=3, label=name)
+            pred = [r for r in rows if getattr(r, "predicted_us", None)]
+            if pred:  # --predict: the prediction, dashed, in the measured line's colour
+                px = [r.size for r in pred]
+                color = line.get_color()
+                ax_lat.plot(px, [r.predicted_us for r in pred], ls="--", lw=1, color=color, label=f"{name} predicted")
+                axes[0][1].plot(px, [r.nbytes / (r.predicted_us * 1e3) * (r.busbw / r.algbw if r.algbw else 1.0)
+                                     for r in pred], ls="--", lw=1, color=color)
         else:
             ax_lat.bar([name], [rows[0].avg_us])
     if sized:

@@ -25,6 +25,24 @@ from typing import Iterable, Mapping, Sequence
 
 from ccsynth.atomic import write_text
 
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "BW_W",
+    "title_lines",
+    "header_line",
+    "format_row",
+    "table_lines",
+    "PROFILE_KEYS",
+    "profile_lines",
+    "ratios",
+    "comparison_base",
+    "comparison_lines",
+    "to_json",
+    "write_json",
+    "emit",
+]
+
 FORMAT = "ccsynth.bench"
 VERSION = 1
 SIZE_W, NUM_W = 10, 18  # OMB prints "%-10d" then "%*.2f" columns
@@ -41,6 +59,9 @@ def title_lines(bench, algo_name: str, meta: Mapping) -> list[str]:
     )
     if bench.sized:
         lines.append(f"# Size: {bench.size_doc}; algbw/busbw from the nccl-tests size, in GB/s")
+    if meta.get("predict"):
+        lines.append(f"# Predicted: the simulator on {meta['predict']} (the schedule as ccsynth's executor runs it); "
+                     f"Meas/Pred: median latency of the slowest rank / predicted")
     return lines
 
 
@@ -59,6 +80,8 @@ def _columns(bench, options, with_algorithm: bool = False) -> list[tuple[str, in
         cols += [("algbw(GB/s)", BW_W), ("busbw(GB/s)", BW_W)]
     if options.validate:
         cols.append(("Validation", 12))
+    if getattr(options, "predict", None):
+        cols += [("Predicted(us)", NUM_W), ("Meas/Pred", 11)]
     if with_algorithm:
         cols.append(("Algorithm", 0))
     return cols
@@ -96,6 +119,11 @@ def format_row(bench, row, options, with_algorithm: bool = False) -> str:
         out += f"{row.algbw:{BW_W}.4f}{row.busbw:{BW_W}.4f}"
     if options.validate:
         out += f"{_validation(row.valid):>12}"
+    if getattr(options, "predict", None):
+        ratio = getattr(row, "ratio", None)
+        pred = getattr(row, "predicted_us", None)
+        out += f"{pred:{NUM_W}.2f}" if pred is not None else f"{'-':>{NUM_W}}"
+        out += f"{ratio:11.2f}" if ratio is not None else f"{'-':>11}"
     if with_algorithm:
         out += f"  {row.algorithm}"
     return out

@@ -21,6 +21,8 @@ import numpy as np
 
 from ccsynth.errors import CCSynthError
 
+__all__ = ["DTYPES", "check_dtype", "modulus", "pattern", "sentinel", "send_count", "recv_count", "expected"]
+
 # Largest integer each dtype holds exactly (floats: 2**mantissa bits).
 _EXACT_LIMIT = {"float16": 2**11, "float32": 2**24, "float64": 2**53, "int32": 2**31 - 1, "int64": 2**63 - 1, "uint8": 255}
 DTYPES = tuple(_EXACT_LIMIT)

@@ -1,3 +1,5 @@
 from ccsynth.cli import main
 
+__all__: list[str] = []
+
 raise SystemExit(main())

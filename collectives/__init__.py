@@ -1,1 +1,3 @@
 """ccsynth.collectives"""
+
+__all__: list[str] = []

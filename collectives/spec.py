@@ -34,6 +34,8 @@ from functools import cached_property
 from ccsynth.errors import CollectiveError
 from ccsynth.limits import check as check_limit
 
+__all__ = ["KINDS", "ROOTED", "REDUCING", "ALIASES", "busbw_factor", "canonical_kind", "Collective"]
+
 Contribution = tuple[int, int]  # (rank, input chunk index)
 Value = tuple[Contribution, ...]  # sorted
 Loc = tuple[int, str, int]  # (rank, buffer, chunk index)

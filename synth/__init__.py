@@ -1,1 +1,3 @@
 """ccsynth.synth"""
+
+__all__: list[str] = []

@@ -21,7 +21,10 @@ Model
   (``Connection.resources``: the link, or the switch's egress and ingress
   ports, plus shared NIC ports; bandwidths from ``topology.resource_bw``).
   Alone on its resources a transfer takes ``alpha + bytes / bw``, i.e.
-  ``Connection.time_us``.
+  ``Connection.time_us``. Where the topology has an ``eager_limit``, a
+  message of more bytes than that goes by a rendezvous protocol: its
+  latency is ``alpha + rendezvous_alpha`` (the handshake;
+  :meth:`~ccsynth.topologies.model.Topology.message_alpha`).
 * **Streams: one transfer at a time per connection and channel.** The data
   phases of the transfers from ``a`` to ``b`` on one channel (``Op.channel``)
   run one after another, first come first served (by the time their latency
@@ -60,15 +63,38 @@ Model
   overheads and alpha too.
 * **Local ops.** ``copy`` and ``reduce`` cost ``count * chunk_bytes /
   (local_bw * 1e3)`` us when ``local_bw`` (GB/s; the argument, else the
-  topology's ``local_bw``) is given, else nothing. With ``overhead_scope``
+  topology's ``local_bw``) is given, else nothing, plus the topology's
+  ``local_overhead`` (us: the fixed cost of one kernel call, 0 in the
+  catalog) when they move any bytes. With ``overhead_scope``
   ``"rank"`` they run on the rank's engine; otherwise they do not queue.
-  With ``local_bw``, a ``recv`` with ``reduce=True`` also pays the
-  reduction of its bytes on the receiver's engine, after the overhead
-  (fused receive-reduce: one pass); without it the reduction counts as
-  fused into the receive (free).
-* **Result.** The makespan: when the last op completes. Events at the same
+  A ``recv`` with ``reduce=True`` also pays the reduction of its bytes
+  (``local_overhead`` plus its bytes at ``local_bw``) on the receiver's
+  engine, after the overhead (fused receive-reduce: one pass); with
+  neither the reduction counts as fused into the receive (free).
+* **Per-call cost.** ``Topology.call_overhead`` (us, 0 for every catalog
+  topology) is the fixed cost of one call of the collective: entering and
+  leaving the runtime, and ranks starting the call at slightly different
+  times. It is added once to the makespan of a schedule that has any op
+  (every rank starts that much later); it changes no comparison between
+  schedules, only the absolute time (:func:`ccsynth.bench.profile` measures
+  it; the catalog leaves it at 0).
+* **Result.** The makespan: when the last op completes (plus the per-call
+  cost). Events at the same
   instant (within :data:`~ccsynth.tolerance.EVENT_REL` relative) are processed together, ties broken by
   op id, so the result is a deterministic, pure function of the inputs.
+
+Task graphs
+-----------
+:func:`simulate_graph` runs a :class:`TaskGraph` under the same model: a
+program already lowered to the units a runtime executes (each op of the
+schedule cut into the pipeline slices of ccsynth's executor, say:
+:mod:`ccsynth.synth.executor_model` builds those). A :class:`Task` is an
+op whose size is given in bytes instead of chunks, with its matching
+partner given explicitly; ``copy`` and ``reduce`` tasks are local work, a
+``recv`` with ``reduce`` pays the reduction of its bytes after its
+overhead, exactly as for a schedule. Zero-byte tasks are allowed (an
+empty message still pays its overheads and latency; an empty local task
+is free), so the lowering can express what the runtime really does.
 
 Implementation: one *class* per (connection, channel) holds the stream's
 current transfer, its queue, and its rate; a transfer handing over to the next
@@ -113,11 +139,12 @@ import logging
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 
 from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
 from ccsynth.synth.bounds import Bound, lower_bound
 from ccsynth.synth.trace import Recorder, Trace
@@ -188,6 +215,63 @@ def _finite(x: float):
     return x if math.isfinite(x) else None
 
 
+# ------------------------------------------------------------ task graphs
+@dataclass(frozen=True)
+class Task:
+    """One unit of work of a :class:`TaskGraph`: an op whose size is ``nbytes`` bytes.
+
+    ``kind`` is ``send``, ``recv`` (with ``reduce``: a receive that reduces
+    into its destination), ``copy`` or ``reduce``; ``deps`` are ids of
+    tasks of the same rank; ``label`` names what the task stands for in
+    error messages.
+    """
+
+    id: int
+    rank: int
+    kind: str
+    nbytes: int
+    peer: int = -1
+    deps: tuple[int, ...] = ()
+    reduce: bool = False
+    channel: int = 0
+    label: str = ""
+
+    @property
+    def count(self) -> int:
+        """The size in the graph's unit (bytes): what the simulator multiplies by the unit size."""
+        return self.nbytes
+
+    def describe(self) -> str:
+        what = f"{self.kind} of {self.nbytes} B" + (f" with rank {self.peer}" if self.peer >= 0 else "")
+        return f"task {self.id} (rank {self.rank}: {what}{', ' + self.label if self.label else ''})"
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """A program lowered to tasks for one message size (see the module docstring).
+
+    ``matches`` maps every send task id to its receive task id and back;
+    ``size_bytes`` is the collective's message size (nccl-tests
+    convention), which the result reports and the lower bound uses.
+    """
+
+    name: str
+    collective: Collective
+    size_bytes: float
+    ops: tuple[Task, ...]
+    matches: Mapping[int, int]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+        for i, t in enumerate(self.ops):
+            if t.id != i:
+                raise ScheduleError(f"task graph {self.name!r}: task at position {i} has id {t.id}")
+            if t.kind not in ("send", "recv", "copy", "reduce"):
+                raise ScheduleError(f"task graph {self.name!r}: {t.describe()} has unknown kind {t.kind!r}")
+            if t.kind in ("send", "recv") and self.matches.get(i) is None:
+                raise ScheduleError(f"task graph {self.name!r}: {t.describe()} has no matching partner")
+
+
 # ------------------------------------------------------------ preparation
 class _Prepared:
     """Size-independent tables of a schedule on a topology (reused across sizes).
@@ -197,7 +281,9 @@ class _Prepared:
     bandwidth is shared between.
     """
 
-    def __init__(self, schedule: Schedule, topology: Topology):
+    def __init__(self, schedule: Schedule | TaskGraph, topology: Topology):
+        # a Schedule counts sizes in chunks, a TaskGraph in bytes; the rest reads alike
+        self.unit_is_chunk = isinstance(schedule, Schedule)
         coll = schedule.collective
         if topology.n_ranks != coll.n_ranks:
             raise ScheduleError(
@@ -222,6 +308,10 @@ class _Prepared:
         self.class_alpha: list[float] = []
         self.class_overhead: list[float] = []
         self.class_res: list[tuple[int, ...]] = []
+        # the protocol switch (see the module docstring): messages of more than eager_limit bytes
+        self.eager_limit = topology.eager_limit if topology.rendezvous_alpha else None
+        self.rendezvous_alpha = topology.rendezvous_alpha
+        self.local_overhead = topology.local_overhead
         self.res_names: list[str] = []
         self.res_cap: list[float] = []  # bytes per us
         class_of: dict[tuple[int, int, int], int] = {}
@@ -358,12 +448,14 @@ def _run(
     n = p.n_ops
     kind, count, partner, dependents, cls = p.kind, p.count, p.partner, p.dependents, p.cls
     class_res, class_alpha, caps = p.class_res, p.class_alpha, p.res_cap
+    eager_limit, rendezvous_alpha = p.eager_limit, p.rendezvous_alpha
     engine_of, overhead, reduces = p.engine, p.overhead, p.reduces
     n_cls = len(class_res)
     ndeps = list(p.ndeps)
     ready = bytearray(n)
     done = bytearray(n)
     local_cost = chunk_bytes / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
+    local_call = p.local_overhead if chunk_bytes > 0 else 0.0  # the fixed cost of a kernel call that moves bytes
     # timed events other than transfer ends: (time, op id, _EV_DONE / _EV_DATA / _EV_POSTED)
     heap: list[tuple[float, int, int]] = []
     push, pop = heapq.heappush, heapq.heappop
@@ -425,8 +517,8 @@ def _run(
     def received(r: int) -> None:
         # the bytes of recv r have arrived: its overhead (and fused reduction) on the receiver's engine
         cost = overhead[r]
-        if reduces[r]:
-            cost += count[r] * local_cost
+        if reduces[r] and count[r]:
+            cost += local_call + count[r] * local_cost
         if cost > 0:
             on_stream(r, cost, _EV_DONE)
         else:
@@ -440,7 +532,10 @@ def _run(
             # through the heap even without latency: transfers whose data phase
             # starts at the same instant join their stream in op id order
             snd = s if kind[s] == _SEND else j
-            push(heap, (now + class_alpha[cls[snd]], snd, _EV_DATA))
+            alpha = class_alpha[cls[snd]]
+            if eager_limit is not None and count[snd] * chunk_bytes > eager_limit:
+                alpha += rendezvous_alpha
+            push(heap, (now + alpha, snd, _EV_DATA))
             if rec is not None:
                 rec.posted[snd] = now
 
@@ -477,7 +572,7 @@ def _run(
             i = stack.pop()
             k = kind[i]
             if k == _LOCAL:
-                cost = count[i] * local_cost
+                cost = local_call + count[i] * local_cost if count[i] else 0.0
                 if cost > 0:
                     on_stream(i, cost, _EV_DONE)
                 else:
@@ -607,9 +702,11 @@ def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool 
     if local_bw is None:
         local_bw = topology.local_bw
     coll = p.schedule.collective
-    chunk_bytes = coll.chunk_bytes(size)
+    chunk_bytes = coll.chunk_bytes(size) if p.unit_is_chunk else 1.0
     rec = Recorder(p.n_ops) if trace else None
     time_us, busy = _run(p, chunk_bytes, local_bw, rec)
+    if p.n_ops:
+        time_us += topology.call_overhead
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)
     bound: Bound = lower_bound(coll, topology, size)
     algbw = size / (time_us * BYTES_PER_US_PER_GBPS) if time_us > 0 else (math.inf if size > 0 else 0.0)
@@ -659,4 +756,13 @@ def simulate_sizes(
     return [_result(p, topology, s, local_bw) for s in sizes]
 
 
-__all__ = ["SimResult", "simulate", "simulate_sizes"]
+def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | None = None) -> SimResult:
+    """Predict the time of a lowered program (:class:`TaskGraph`) on ``topology``.
+
+    The same model and errors as :func:`simulate`; sizes are the tasks' own
+    byte counts, and the result reports ``graph.size_bytes``.
+    """
+    return _result(_Prepared(graph, topology), topology, graph.size_bytes, local_bw)
+
+
+__all__ = ["SimResult", "Task", "TaskGraph", "simulate", "simulate_sizes", "simulate_graph"]

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -345,3 +346,91 @@ def test_known_baseline_names_follow_the_registry():
 
     assert baseline_names() == tuple(BASELINES)
     assert all(name in valid_names().split(", ") for name in BASELINES)
+
+
+# ------------------------------------------------------------ --predict
+def test_predicted_columns_line_up_and_json_keeps_them():
+    bench = BENCHMARKS["allreduce"]
+    opts = Options(sizes=(8, 1024), validate=True, predict="machine")
+    rows = [replace(r, median_us=r.avg_us, predicted_us=r.avg_us / 2) for r in _rows(10.0)]
+    lines = report.table_lines(bench, "ring", rows, opts, {"n_ranks": 4, "dtype": "float32", "buffer": "numpy",
+                                                           "predict": "machine"})
+    header = lines[-3]
+    assert header.split()[-2:] == ["Predicted(us)", "Meas/Pred"] and any(ln.startswith("# Predicted:") for ln in lines)
+    assert len(lines[-1]) == len(header) and lines[-1].split()[-2:] == [f"{rows[-1].avg_us / 2:.2f}", "2.00"]
+    mpi_line = report.format_row(bench, _rows(10.0)[0], opts)
+    assert mpi_line.split()[-2:] == ["-", "-"] and len(mpi_line) == len(header)
+    d = rows[0].to_dict()
+    assert d["predicted_us"] == rows[0].predicted_us and d["measured_over_predicted"] == pytest.approx(2.0)
+    assert "predicted_us" not in _rows(10.0)[0].to_dict()
+
+
+def test_prediction_error_per_size_band():
+    from ccsynth.bench.predict import band_of, error_lines, error_table
+
+    assert [band_of(s) for s in (32 << 10, 64 << 10, 256 << 10, 512 << 10)] == [-1, 0, 0, 1]
+    sizes = [8, 16, 32 << 10, 64 << 10, 128 << 10, 1 << 20]
+    mk = lambda s, meas, pred: replace(Row(s, s, s, 1, meas, meas, meas, 0, 0), median_us=meas, predicted_us=pred)  # noqa: E731
+    results = {"ring": [mk(s, 1.5, 1.0) for s in sizes], "plan:p.json": [mk(s, 1.0, 1.25) for s in sizes],
+               "mpi": [Row(s, s, s, 1, 1.0, 1, 1, 0, 0, median_us=1.0) for s in sizes]}
+    table = error_table(results)
+    assert [d.label for d in table] == ["8 B", "16 B", "32K", "64K-128K", "1M"]
+    band = table[3]
+    assert band.rows == 4 and band.worst == pytest.approx(0.5) and band.worst_at.startswith("ring at ")
+    assert band.median == pytest.approx((0.5 + 0.2) / 2)
+    assert error_lines(results)[0].startswith("# Prediction error") and error_lines({"mpi": results["mpi"]}) == []
+
+
+def test_predictor_simulates_the_schedule_that_ran():
+    from ccsynth.bench.predict import Predictor, load_predict_topology
+    from ccsynth.collectives.spec import Collective
+    from ccsynth.errors import CCSynthError
+    from ccsynth.synth.baselines import make_baseline
+    from ccsynth.synth.executor_model import simulate_run
+    from ccsynth.topologies import fully_connected
+
+    topo = load_predict_topology("fully_connected:2", 2)
+    ring = make_baseline("ring", Collective("allreduce", 2, 2), fully_connected(2))
+
+    class Algo:
+        def schedule_for(self, kind, ctx, nbytes):
+            return ring
+
+    class Ctx:
+        itemsize = 4
+
+    p = Predictor(topo, "allreduce", Ctx())
+    row = Row(1 << 20, 1 << 20, 1 << 18, 1, 1.0, 1, 1, 0, 0, algorithm="ring", median_us=1.0)
+    assert p.predict(Algo(), row) == pytest.approx(simulate_run(ring, topo, 1 << 20).time_us)
+    assert p.annotate(Algo(), row).predicted_us == p.predict(Algo(), row)
+    assert p.predict(Algo(), replace(row, algorithm="mpi")) is None  # the communicator fell back to MPI's own
+    with pytest.raises(CCSynthError, match="describes 4 ranks but the benchmark runs on 2"):
+        load_predict_topology("fully_connected:4", 2)
+
+
+@pytest.mark.mpi
+def test_predict_prints_predictions_beside_measured_rows(tmp_path):
+    out = tmp_path / "p.json"
+    proc = _ccsynth("allreduce", "-m", "8:64K", "--algo", "mpi,ring,default", "-i", "3", "-x", "1", "--predict",
+                    "fully_connected:2", "--json", str(out), ranks=2)
+    _assert_clean_run(proc)
+    tables = _tables(proc.stdout)
+    assert all(r[-2:] == ["-", "-"] for r in tables["mpi"]["rows"])
+    for algo in ("ring", "default"):
+        rows = tables[algo]["rows"]
+        assert any(h.split()[-2:] == ["Predicted(us)", "Meas/Pred"] or "Meas/Pred" in h for h in tables[algo]["header"])
+        assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows), rows
+    assert "# Prediction error" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["predict"] == "fully_connected:2" and doc["predict_topology"] == "fully_connected:2"
+    assert all("predicted_us" not in r for r in doc["results"]["mpi"])
+    for r in doc["results"]["ring"] + doc["results"]["default"]:
+        assert r["predicted_us"] > 0 and r["measured_over_predicted"] == pytest.approx(r["median_us"] / r["predicted_us"])
+    assert doc["prediction_error"] and {"label", "median", "worst", "worst_at"} <= set(doc["prediction_error"][0])
+
+
+@pytest.mark.mpi
+def test_predict_with_a_topology_of_another_rank_count_fails_on_every_rank():
+    proc = _ccsynth("allreduce", "-m", "8:64", "--algo", "ring", "--predict", "fully_connected:4", ranks=2)
+    assert proc.returncode == 2
+    assert proc.stderr.count("describes 4 ranks but the benchmark runs on 2") == 1, proc.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +13,8 @@ from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
-from ccsynth.synth.simulate import SimResult, simulate, simulate_sizes
+from ccsynth.synth.executor_model import ExecutorSettings, lower_for_executor
+from ccsynth.synth.simulate import SimResult, Task, TaskGraph, simulate, simulate_graph, simulate_sizes
 from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
 
@@ -274,8 +276,15 @@ def _maxmin_naive(flows, res_of, cap):
 
 def reference_time(schedule, topology, size, local_bw=None):
     """Time-stepping re-implementation of the documented model, written plainly."""
-    ops, match = schedule.ops, schedule.matches
-    chunk = schedule.collective.chunk_bytes(size)
+    return _reference(schedule.ops, schedule.matches, schedule.collective.chunk_bytes(size), topology, local_bw)
+
+
+def reference_time_graph(graph, topology, local_bw=None):
+    """The same reference on a task graph: its tasks count bytes, so a unit is one byte."""
+    return _reference(graph.ops, graph.matches, 1.0, topology, local_bw)
+
+
+def _reference(ops, match, chunk, topology, local_bw=None):
     local_bw = local_bw if local_bw is not None else topology.local_bw
     cap = {k: v * GB for k, v in topology.resource_bw.items()}
 
@@ -297,7 +306,9 @@ def reference_time(schedule, topology, size, local_bw=None):
     now = 0.0
 
     def reduce_cost(op):
-        return op.count * chunk / (local_bw * GB) if local_bw else 0.0
+        if op.count * chunk <= 0:
+            return 0.0
+        return topology.local_overhead + (op.count * chunk / (local_bw * GB) if local_bw else 0.0)
 
     while len(done) < len(ops):
         changed = True
@@ -321,7 +332,7 @@ def reference_time(schedule, topology, size, local_bw=None):
                 if op.kind == "send" and op.id not in started and op.id in posted and match[op.id] in posted:
                     started.add(op.id)
                     changed = True
-                    timers.append((now + conn(op).alpha, op.id, "data"))
+                    timers.append((now + topology.message_alpha(conn(op).alpha, op.count * chunk), op.id, "data"))
             for ev in sorted(e for e in timers if e[0] <= now * (1 + 1e-12)):
                 timers.remove(ev)
                 changed = True
@@ -369,7 +380,7 @@ def reference_time(schedule, topology, size, local_bw=None):
                     g = queues[k].pop(0)
                     heads[k] = [g, ops[g].count * chunk]
         now = nxt
-    return max(done.values(), default=0.0)
+    return max(done.values(), default=0.0) + (topology.call_overhead if ops else 0.0)
 
 
 @st.composite
@@ -389,8 +400,11 @@ def random_case(draw):
         srcs = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
         dsts = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))))
         ports = (SharedPort("nic", srcs, dsts, draw(bws)),)
+    eager, rendezvous = draw(st.sampled_from([(None, 0.0), (None, 0.0), (2000.0, 1.5), (0.0, 0.5)]))
+    local_overhead = draw(st.sampled_from([0.0, 0.0, 0.7]))
     topo = Topology("rand", n, links=topo_links, switches=switches, shared_ports=ports,
-                    overhead_scope=draw(st.sampled_from(["connection", "rank"])))
+                    overhead_scope=draw(st.sampled_from(["connection", "rank"])), eager_limit=eager,
+                    rendezvous_alpha=rendezvous, local_overhead=local_overhead)
     c = 2
     b = alltoall_builder(n, c)
     for _ in range(draw(st.integers(1, 9))):
@@ -417,6 +431,68 @@ def test_matches_naive_reference_model(case):
     got = simulate(schedule, topo, size, local_bw=local_bw)
     want = reference_time(schedule, topo, size, local_bw)
     assert got.time_us == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_case(), st.sampled_from([4096, 65536]), st.sampled_from([0.0, 3.0]))
+def test_task_graphs_match_the_naive_reference_model(case, slice_bytes, call):
+    """The executor's lowering (slices, empty last slices, pre-posted receive-reduces) under the same model."""
+    schedule, topo, size, local_bw = case
+    topo = replace(topo, call_overhead=call)
+    size = min(size, 1 << 18)
+    size -= size % (schedule.collective.size_chunks * 4)  # whole float32 elements in every chunk
+    graph = lower_for_executor(schedule, size, ExecutorSettings(slice_bytes=slice_bytes))
+    got = simulate_graph(graph, topo, local_bw=local_bw)
+    assert got.time_us == pytest.approx(reference_time_graph(graph, topo, local_bw), rel=1e-9, abs=1e-9)
+    assert got.n_ops == len(graph.ops) and got.size_bytes == size
+
+
+def test_call_overhead_is_added_once_per_call():
+    b = alltoall_builder(2)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    b.transfer(0, 1, ("i", 0), ("o", 1))
+    base = links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0))
+    t = simulate(b.build(), base, 20_000).time_us
+    assert simulate(b.build(), replace(base, call_overhead=2.5), 20_000).time_us == pytest.approx(t + 2.5)
+    assert t == pytest.approx(1 + 1 + 1)  # alpha, then two 10 KB chunks back to back at 10 GB/s
+
+
+def test_messages_beyond_the_eager_limit_pay_the_rendezvous_latency():
+    b = alltoall_builder(2)
+    b.transfer(0, 1, ("i", 1), ("o", 0))
+    base = links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0))
+    switch = replace(base, eager_limit=8_000, rendezvous_alpha=4.0)
+    assert simulate(b.build(), switch, 2 * 8_000).time_us == pytest.approx(1.0 + 0.8)  # 8000 B: eager
+    assert simulate(b.build(), switch, 2 * 8_001).time_us == pytest.approx(1.0 + 4.0 + 0.8001)
+    assert simulate(b.build(), replace(base, eager_limit=8_000), 2 * 8_001).time_us == pytest.approx(1.8001)
+
+
+def test_local_ops_pay_a_fixed_cost_per_kernel_call():
+    b = alltoall_builder(2)
+    b.copy(0, ("i", 0), ("o", 0))
+    b.transfer(0, 1, ("i", 1), ("o", 1), reduce=True)
+    t = replace(links((0, 1, 1.0, 10.0), (1, 0, 1.0, 10.0)), local_overhead=0.5)
+    # 20 KB chunks. The copy: 0.5 + 4 (at 5 GB/s); the receive-reduce: 1 (alpha) + 2 (data) + 0.5 + 4 (reduction)
+    r = simulate(b.build(), t, 40_000, local_bw=5.0)
+    assert r.time_us == pytest.approx(1 + 2 + 0.5 + 4)
+    assert simulate(b.build(), t, 40_000).time_us == pytest.approx(1 + 2 + 0.5)  # no local_bw: the call only
+    assert simulate(b.build(), t, 0).time_us == 1.0  # no bytes, no kernel call: the latency alone
+
+
+def test_task_graph_zero_byte_messages_pay_overheads_and_latency():
+    coll = Collective("allgather", 2)
+    tasks = (Task(0, 0, "send", 0, peer=1), Task(1, 1, "recv", 0, peer=0), Task(2, 1, "copy", 0, deps=(1,)))
+    g = TaskGraph("empty", coll, 0, tasks, {0: 1, 1: 0})
+    topo = Topology("pair", 2, links=(Link(0, 1, 1.0, 10.0, 0.5), Link(1, 0, 1.0, 10.0, 0.5)), overhead_scope="rank")
+    assert simulate_graph(g, topo).time_us == pytest.approx(0.5 + 1.0 + 0.5)
+
+
+def test_task_graph_rejects_unmatched_and_unknown_tasks():
+    coll = Collective("allgather", 2)
+    with pytest.raises(ScheduleError, match="no matching partner"):
+        TaskGraph("bad", coll, 0, (Task(0, 0, "send", 8, peer=1),), {})
+    with pytest.raises(ScheduleError, match="unknown kind"):
+        TaskGraph("bad", coll, 0, (Task(0, 0, "teleport", 8),), {})
 
 
 # ------------------------------------------------------------ per-message overhead (LogGP o)

@@ -6,6 +6,7 @@ import copy
 import itertools
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -419,6 +420,23 @@ def test_json_round_trip(t):
     assert topology_to_dict(topology_from_dict(d)) == d
 
 
+def test_per_call_overhead_round_trips_and_is_left_out_when_zero():
+    t = replace(_sample_topology(), local_bw=4.0, overhead_scope="rank", call_overhead=2.5, eager_limit=8000.0,
+                rendezvous_alpha=3.0, local_overhead=1.5)
+    d = topology_to_dict(t)
+    assert d["call_overhead_us"] == 2.5 and topology_from_dict(json.loads(json.dumps(d))) == t
+    assert (d["eager_limit_bytes"], d["rendezvous_alpha_us"], d["local_overhead_us"]) == (8000.0, 3.0, 1.5)
+    assert t.message_alpha(1.0, 8000) == 1.0 and t.message_alpha(1.0, 8001) == 4.0
+    assert "call_overhead_us" not in topology_to_dict(_sample_topology())
+    assert topology_from_dict(topology_to_dict(_sample_topology())).call_overhead == 0.0
+    with pytest.raises(TopologyError, match="per-call overhead"):
+        replace(t, call_overhead=float("inf"))
+
+
+def _sample_topology() -> Topology:
+    return topology_from_dict(_sample_dict())
+
+
 def _sample_dict() -> dict:
     return topology_to_dict(
         Topology(
@@ -487,6 +505,11 @@ def _delete(path):
         (_set(["dims", 1, "size"], 3), "multiply to 6, not 4 ranks"),
         (_set(["dims", 1, "size"], 0), "dims[1].size must be at least 1"),
         (_set(["sources"], "datasheet"), "sources must be a list"),
+        (_set(["call_overhead_us"], -1), "call_overhead_us must not be negative"),
+        (_set(["call_overhead_us"], "3"), "call_overhead_us must be a number"),
+        (_set(["rendezvous_alpha_us"], -2), "rendezvous_alpha_us must not be negative"),
+        (_set(["local_overhead_us"], -1), "local_overhead_us must not be negative"),
+        (_set(["eager_limit_bytes"], None), "eager_limit_bytes must be a number"),
     ],
 )
 def test_malformed_dicts(mutate, words):

@@ -8,7 +8,10 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "description": "...", "sources": ["datasheet ..."],
       "nodes": [0, 0, ..., 1],                      # node of each rank (optional: all 0)
       "local_bw_GBps": 8.0,                         # local copy/reduce rate (optional: free)
+      "local_overhead_us": 1.5,                     # fixed cost per local copy/reduce (optional: 0)
       "overhead_scope": "rank",                     # "connection" (default, GPUs) or "rank" (CPUs)
+      "call_overhead_us": 3.0,                      # fixed cost per collective call (optional: 0)
+      "eager_limit_bytes": 8000, "rendezvous_alpha_us": 4.0,  # larger messages: more latency (optional)
       "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0, "overhead_us": 1.35}, ...],
       "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7,
                         "overhead_us": 1.35}],
@@ -23,12 +26,15 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
 non-blocking spine) is written only when there is one, so files of
 topologies without a spine read the same as before it existed.
 ``format``, ``version``, ``name`` and ``n_ranks`` are required; the lists,
-``description``, ``sources`` and ``local_bw_GBps`` may be left out, and so
+``description``, ``sources``, ``local_bw_GBps`` and ``local_overhead_us`` may be left out, and so
 may every ``overhead_us`` (the per-message overhead on each end of a
 message, see :mod:`ccsynth.topologies.model`; a file without it describes a
 network with no per-message cost, as files written before it existed did)
 and ``overhead_scope`` (which work shares a serial engine: ``connection``,
-the default, or ``rank``).
+the default, or ``rank``), ``call_overhead_us`` (the fixed cost of one
+call of a collective; 0 when left out, as in every catalog topology) and
+``eager_limit_bytes`` with ``rendezvous_alpha_us`` (messages of more than
+that many bytes pay that much more latency; left out: one protocol).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
 link). Bandwidths are GB/s per direction, latencies microseconds.
@@ -65,6 +71,7 @@ FORMAT = "ccsynth.topology"
 VERSION = 1
 
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
+             "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -89,8 +96,16 @@ def topology_to_dict(topology: Topology) -> dict:
     }
     if t.local_bw is not None:
         d["local_bw_GBps"] = float(t.local_bw)
+    if t.local_overhead:
+        d["local_overhead_us"] = float(t.local_overhead)
     if t.overhead_scope != "connection":
         d["overhead_scope"] = t.overhead_scope
+    if t.call_overhead:
+        d["call_overhead_us"] = float(t.call_overhead)
+    if t.eager_limit is not None:
+        d["eager_limit_bytes"] = float(t.eager_limit)
+    if t.rendezvous_alpha:
+        d["rendezvous_alpha_us"] = float(t.rendezvous_alpha)
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -320,6 +335,12 @@ def _topology_from_dict(d: Any) -> Topology:
     local_bw = None
     if "local_bw_GBps" in d:
         local_bw = _number(d["local_bw_GBps"], "local_bw_GBps", positive=True)
+    call_overhead = _number(d.get("call_overhead_us", 0.0), "call_overhead_us", positive=False)
+    local_overhead = _number(d.get("local_overhead_us", 0.0), "local_overhead_us", positive=False)
+    eager_limit = None
+    if "eager_limit_bytes" in d:
+        eager_limit = _number(d["eager_limit_bytes"], "eager_limit_bytes", positive=False)
+    rendezvous_alpha = _number(d.get("rendezvous_alpha_us", 0.0), "rendezvous_alpha_us", positive=False)
     scope = d.get("overhead_scope", "connection")
     if scope not in OVERHEAD_SCOPES:
         raise TopologyError(f"overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, got {scope!r}")
@@ -337,6 +358,10 @@ def _topology_from_dict(d: Any) -> Topology:
         sources=sources,
         local_bw=local_bw,
         overhead_scope=scope,
+        call_overhead=call_overhead,
+        local_overhead=local_overhead,
+        eager_limit=eager_limit,
+        rendezvous_alpha=rendezvous_alpha,
         spines=tuple(spines),
     )
 

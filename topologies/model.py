@@ -14,7 +14,8 @@ Units used everywhere in ccsynth:
   otherwise idle, is ``overhead + alpha + n / (bw * 1e3) + overhead``
   microseconds (:meth:`Connection.time_us`);
 * ``Topology.local_bw`` (GB/s, optional): the rate of a rank's local copies
-  and reductions.
+  and reductions; ``Topology.local_overhead`` (us, default 0): the fixed
+  cost of each of them (a kernel call), as ``overhead`` is a message's.
 * ``Topology.overhead_scope``: which work of a rank shares one serial
   engine. ``"connection"`` (the default; GPUs running MSCCL/NCCL-style
   kernels): every (peer, channel) of a rank has an engine of its own -- a
@@ -24,6 +25,17 @@ Units used everywhere in ccsynth:
   ``"rank"`` (a CPU process driving MPI, as ccsynth's own executor does):
   one engine per rank, so all its messages' overheads and its local copies
   and reductions serialise.
+* ``Topology.eager_limit`` (bytes, default None) and ``Topology.rendezvous_alpha``
+  (us, default 0): a message of more than ``eager_limit`` bytes goes by a
+  rendezvous protocol, whose handshake adds ``rendezvous_alpha`` to its
+  latency (MPI libraries send small messages eagerly and large ones after a
+  handshake; MPICH's shared-memory path switches near 8 KiB). None: one
+  protocol for every size, as in the catalog.
+* ``Topology.call_overhead`` (us, default 0): the fixed cost of one call of a
+  collective -- entering and leaving the runtime, ranks starting at slightly
+  different times -- added once per call whatever the schedule. Measured by
+  ``ccsynth topo profile``; 0 in the catalog, whose figures describe the
+  network alone.
 
 A :class:`Topology` holds
 
@@ -342,6 +354,13 @@ class Topology:
     local_bw: float | None = None
     # "connection" (an engine per peer and channel: GPUs) or "rank" (one engine per rank: CPUs)
     overhead_scope: str = "connection"
+    # us per call of a collective, whatever its schedule (runtime entry and exit; 0: the network alone)
+    call_overhead: float = 0.0
+    # us per local copy or reduction that moves bytes (a kernel call; 0: free, as in the catalog)
+    local_overhead: float = 0.0
+    # messages of more than eager_limit bytes pay rendezvous_alpha us more latency (None: one protocol)
+    eager_limit: float | None = None
+    rendezvous_alpha: float = 0.0
     # upper tiers of fat trees joining leaf switches (see :class:`Spine`)
     spines: tuple[Spine, ...] = ()
 
@@ -377,6 +396,22 @@ class Topology:
                 f"topology {self.name!r}: overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, "
                 f"got {self.overhead_scope!r}"
             )
+        object.__setattr__(
+            self, "call_overhead", _check_alpha(self.call_overhead, f"topology {self.name!r}: per-call overhead")
+        )
+        object.__setattr__(
+            self, "local_overhead",
+            _check_alpha(self.local_overhead, f"topology {self.name!r}: local overhead"),
+        )
+        object.__setattr__(
+            self, "rendezvous_alpha",
+            _check_alpha(self.rendezvous_alpha, f"topology {self.name!r}: rendezvous latency"),
+        )
+        if self.eager_limit is not None:
+            object.__setattr__(
+                self, "eager_limit", _check_number(self.eager_limit, f"topology {self.name!r}: eager limit", positive=False)
+            )
+
         if self.local_bw is not None:
             object.__setattr__(
                 self, "local_bw", _check_bw(self.local_bw, f"topology {self.name!r}: local copy bandwidth")
@@ -391,6 +426,12 @@ class Topology:
                 self._rank_ok(r, f"shared port {sp.name!r}")
             _check_bw(sp.bw, f"topology {self.name!r}: bandwidth of shared port {sp.name!r}")
         self._check_dims()
+
+    def message_alpha(self, alpha: float, nbytes: float) -> float:
+        """The latency of a message of ``nbytes`` on a connection of latency ``alpha`` (the protocol's share added)."""
+        if self.rendezvous_alpha and self.eager_limit is not None and nbytes > self.eager_limit:
+            return alpha + self.rendezvous_alpha
+        return alpha
 
     # ------------------------------------------------------------ validation
     def _rank_ok(self, r, where: str) -> None:

@@ -10,6 +10,20 @@ from ccsynth.collectives.spec import KINDS, Collective
 from ccsynth.errors import CCSynthError
 from ccsynth.units import format_size, parse_size, parse_sizes
 
+__all__ = [
+    "add_topology_arg",
+    "add_collective_args",
+    "add_json_arg",
+    "add_size_args",
+    "sizes_from",
+    "topology_from",
+    "collective_from",
+    "print_json",
+    "print_table",
+    "human",
+    "fail",
+]
+
 
 def add_topology_arg(p, required: bool = True, help_extra: str = "") -> None:
     p.add_argument(

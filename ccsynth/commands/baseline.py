@@ -6,6 +6,8 @@ from ccsynth.atomic import check_writable
 from ccsynth.collectives.schedule import save_schedule
 from ccsynth.commands._common import add_collective_args, add_json_arg, add_topology_arg, collective_from, print_json, print_table, topology_from
 
+__all__ = ["register", "run"]
+
 
 def register(sub) -> None:
     p = sub.add_parser(

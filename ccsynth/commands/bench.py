@@ -19,10 +19,13 @@ import traceback
 from ccsynth.atomic import check_writable
 from ccsynth.bench.memory import check_memory
 from ccsynth.bench.omb import BENCHMARKS, LARGE_MESSAGE, WINDOW, Options, agree, run_benchmark, run_interleaved
+from ccsynth.bench.predict import Predictor, error_lines, error_table, load_predict_topology
 from ccsynth.bench.validate import DTYPES
 from ccsynth.errors import CCSynthError
 from ccsynth.limits import LIMITS, MAX_MESSAGE_BYTES
 from ccsynth.units import format_size, parse_size, parse_sizes
+
+__all__ = ["MAX_MESSAGE", "register", "run"]
 
 MAX_MESSAGE = MAX_MESSAGE_BYTES  # 4 GiB: beyond this a typo is likelier than a wish
 
@@ -131,6 +134,10 @@ def _add_common(p, b) -> None:
         p.add_argument("-W", "--window", type=_count(1, "MAX_BENCH_WINDOW"), default=WINDOW, metavar="N",
                        help=f"messages in flight per window (default {WINDOW})")
     if b.kind is not None:
+        p.add_argument("--predict", metavar="TOPOLOGY",
+                       help="print beside every row the simulator's prediction for the schedule that ran (on this "
+                            "topology file or catalog name, e.g. the output of ccsynth topo profile) and "
+                            "measured/predicted, then the prediction error per size band; mpi rows get none")
         p.add_argument("--interleave", action="store_true",
                        help="with several --algo: run every algorithm in turn within each iteration (fairer on a busy "
                             "machine); progress goes to stderr and the tables print at the end")
@@ -231,6 +238,10 @@ def _run(args, comm) -> int:
         chunks=getattr(args, "chunks", None),
         profile=getattr(args, "profile", False),
     )
+    topo = None
+    if getattr(args, "predict", None):
+        topo = agree(comm, lambda: load_predict_topology(args.predict, n))
+        options = dataclasses.replace(options, predict=topo.name)
     ctx = agree(comm, lambda: Context(comm, options))
     agree(comm, lambda: _check_outputs(args) if rank == 0 else None)
     algos = resolve_algorithms(args.algo, ctx, bench.kind)
@@ -245,7 +256,17 @@ def _run(args, comm) -> int:
     _check_memory(args, comm, bench, options, algos, ctx.itemsize if bench.kind is not None else 1)
 
     meta = _meta(args, comm, bench)
+    predictor = None
+    if topo is not None:
+        meta["predict"] = topo.name
+        meta["predict_topology"] = args.predict
+        if rank == 0:
+            predictor = Predictor(topo, bench.kind, ctx)
     say = report.emit if rank == 0 else (lambda line: None)
+
+    def predicted(algo, row):
+        return predictor.annotate(algo, row) if predictor is not None else row
+
     results: dict[str, list] = {}
     note = f"# skipped sizes below {unit} B: {', '.join(map(str, skipped))} (less than one element per block)" if skipped else ""
 
@@ -258,6 +279,7 @@ def _run(args, comm) -> int:
         if rows is None:
             rows = results.setdefault(algo.name, [])
             for row in run_benchmark(bench, ctx, algo):
+                row = predicted(algo, row)
                 rows.append(row)
                 say(report.format_row(bench, row, options, show_algo))
         else:
@@ -271,7 +293,7 @@ def _run(args, comm) -> int:
             # Iteration by iteration, every algorithm in turn: a change of machine load hits all alike.
             for done in run_interleaved(bench, ctx, algos):
                 for a, row in zip(algos, done):
-                    results.setdefault(a.name, []).append(row)
+                    results.setdefault(a.name, []).append(predicted(a, row))
                 if rank == 0:
                     cells = ", ".join(f"{a.name} {row.avg_us:.2f} us" for a, row in zip(algos, done))
                     print(f"# {bench.name} {done[0].size} B: {cells}", file=sys.stderr, flush=True)
@@ -287,6 +309,8 @@ def _run(args, comm) -> int:
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure mid-run must abort every rank
         _abort(comm, e)
     lines = report.comparison_lines(bench, results)
+    if predictor is not None:
+        lines += [""] + error_lines(results)
     if lines:
         say("")
         for line in lines:
@@ -294,7 +318,10 @@ def _run(args, comm) -> int:
     failed = any(r.valid is False for rows in results.values() for r in rows)
     if rank == 0:
         if args.json:
-            report.write_json(args.json, report.to_json(bench, meta, results))
+            doc = report.to_json(bench, meta, results)
+            if predictor is not None:
+                doc["prediction_error"] = [dataclasses.asdict(d) for d in error_table(results)]
+            report.write_json(args.json, doc)
         if args.plot:
             from ccsynth.bench.plot import plot_results
 

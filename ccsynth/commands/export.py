@@ -20,6 +20,8 @@ from ccsynth.limits import check as check_limit
 from ccsynth.reading import parse_json, read_text
 from ccsynth.units import format_size, parse_size
 
+__all__ = ["FORMATS", "register", "run"]
+
 FORMATS = ("msccl-xml", "json")
 
 

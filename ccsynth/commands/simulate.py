@@ -10,6 +10,8 @@ from ccsynth.commands._common import add_json_arg, add_size_args, human, print_j
 from ccsynth.errors import CCSynthError
 from ccsynth.limits import check_min as check_limit_min
 
+__all__ = ["register", "run"]
+
 
 def register(sub) -> None:
     p = sub.add_parser(

@@ -19,6 +19,8 @@ from ccsynth.commands._common import human, print_json, print_table, topology_fr
 from ccsynth.errors import CCSynthError, CollectiveError
 from ccsynth.limits import check as check_limit
 
+__all__ = ["FORMATS", "register", "run"]
+
 FORMATS = ("json", "msccl-xml")
 
 

@@ -1,10 +1,29 @@
-"""``ccsynth topo list|show|export``: the topology catalog."""
+"""``ccsynth topo list|show|export|profile``: the topology catalog, and the machine that is there.
+
+``mpiexec -n N ccsynth topo profile -o machine.json`` measures this
+machine's ranks (:mod:`ccsynth.bench.profile`: latency, per-message
+overhead and bandwidth between every pair, what ranks share, local
+reduction rate, the fixed cost of a call) and writes a topology file that
+``ccsynth synth -t machine.json`` and ``ccsynth bench --predict
+machine.json`` use. Only rank 0 prints (a ``[k/N]`` progress line per
+probe on stderr, quiet with ``-q``; the summary table on stdout) and
+writes the file.
+"""
 
 from __future__ import annotations
 
-from ccsynth.atomic import check_writable
+import sys
+
+from ccsynth.atomic import check_writable, write_text
+from ccsynth.bench.omb import agree
+from ccsynth.bench.profile import ProfileOptions, profile_machine
+from ccsynth.collectives.mpi_util import install_abort_handler
 from ccsynth.commands._common import add_json_arg, print_json, print_table
-from ccsynth.errors import TopologyError
+from ccsynth.errors import CCSynthError, TopologyError
+from ccsynth.topologies.io import topology_to_json
+from ccsynth.units import format_size, parse_sizes
+
+__all__ = ["register", "run"]
 
 
 def register(sub) -> None:
@@ -20,6 +39,23 @@ def register(sub) -> None:
     pe = tsub.add_parser("export", help="write a topology as ccsynth JSON")
     pe.add_argument("spec", help="catalog name or a topology file (TACCL files are converted)")
     pe.add_argument("-o", "--output", required=True, help="output file")
+    pp = tsub.add_parser(
+        "profile", help="measure this machine under mpiexec and write its topology file",
+        description="Run under mpiexec with the ranks to profile, e.g. mpiexec -n 4 ccsynth topo profile -o machine.json. "
+                    "Measures latency, per-message overhead and bandwidth between every pair of ranks (all ranks active "
+                    "at once, through ccsynth's executor), the local reduction rate, the fixed cost of a call and what "
+                    "ranks share; writes a ccsynth topology file.",
+    )
+    pp.add_argument("-o", "--output", required=True, help="topology file to write (ccsynth JSON)")
+    pp.add_argument("--sizes", metavar="LIST",
+                    help="message sizes of the bandwidth probes, a range MIN:MAX or a list (default 64K,256K,1M,4M,16M; "
+                         "with --quick 64K,1M)")
+    pp.add_argument("--iters", type=int, metavar="N",
+                    help="timed iterations per probe over all passes (default 120 small, 12 large)")
+    pp.add_argument("--passes", type=int, metavar="N",
+                    help="passes over all probes, each probe keeping its fastest (default 3; --quick 1)")
+    pp.add_argument("--quick", action="store_true", help="fewer probes and iterations: seconds, for tests and a first look")
+    pp.add_argument("-q", "--quiet", dest="profile_quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
 
@@ -27,6 +63,8 @@ def run(args) -> int:
     from ccsynth import topologies as T
     from ccsynth.formats.files import get_topology, list_topologies
 
+    if args.topo_cmd == "profile":
+        return _profile(args)
     if args.topo_cmd == "list":
         rows = list_topologies()
         if args.json:
@@ -49,9 +87,23 @@ def run(args) -> int:
           f"{sum(c.count for c in classes)} directed connections")
     if topo.description:
         print(topo.description)
+    extras = []
+    if topo.overhead_scope != "connection":
+        extras.append(f"overhead scope: {topo.overhead_scope}")
+    if topo.local_bw is not None:
+        extras.append(f"local copies/reductions {topo.local_bw:g} GB/s")
+    if topo.local_overhead:
+        extras.append(f"{topo.local_overhead:g} us per local copy/reduction")
+    if topo.call_overhead:
+        extras.append(f"{topo.call_overhead:g} us per call")
+    if topo.eager_limit is not None and topo.rendezvous_alpha:
+        extras.append(f"messages above {topo.eager_limit:g} B: {topo.rendezvous_alpha:g} us more latency")
+    if extras:
+        print("; ".join(extras))
     if topo.dims:
         print("dimensions: " + ", ".join(f"{d.name} size {d.size} {d.bw:g} GB/s {d.alpha:g} us" for d in topo.dims))
-    print_table(["via", "alpha (us)", "bw (GB/s)", "connections"], [(c.kind, c.alpha, c.bw, c.count) for c in classes])
+    print_table(["via", "alpha (us)", "bw (GB/s)", "overhead (us)", "connections"],
+                [(c.kind, c.alpha, c.bw, c.overhead, c.count) for c in classes])
     if topo.switches:
         print(f"switches: {len(topo.switches)} (" + ", ".join(f"{s.name}: {len(s.ranks)} ranks @ {s.bw:g} GB/s" for s in topo.switches[:6]) + (", ..." if len(topo.switches) > 6 else "") + ")")
     if topo.shared_ports:
@@ -66,3 +118,82 @@ def run(args) -> int:
     for s in topo.sources:
         print(f"source: {s}")
     return 0
+
+
+# ------------------------------------------------------------------ profile
+def _profile(args) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    install_abort_handler(comm)
+    try:
+        # agreed on every rank, so that a bad argument stops them all instead of leaving some waiting
+        options = agree(comm, lambda: _profile_options(args))
+        agree(comm, lambda: check_writable(args.output, "topology", TopologyError) if rank == 0 else None)
+    except CCSynthError:
+        if rank != 0:
+            return 2
+        raise
+    quiet = args.profile_quiet or getattr(args, "quiet", False)
+
+    def progress(k: int, total: int, what: str) -> None:
+        if rank == 0 and not quiet:
+            print(f"[{k}/{total}] {what}", file=sys.stderr, flush=True)
+
+    try:
+        prof = profile_machine(comm, options, progress)
+    except CCSynthError:
+        if rank != 0:
+            return 2
+        raise
+    if rank != 0:
+        return 0
+    write_text(args.output, topology_to_json(prof.topology), what="topology", error=TopologyError)
+    _summary(prof)
+    print(f"wrote {args.output}: {prof.topology.name}, {prof.topology.n_ranks} ranks ({prof.seconds:.1f} s); "
+          f"use it with ccsynth synth -t {args.output} and ccsynth bench ... --predict {args.output}")
+    return 0
+
+
+def _profile_options(args) -> ProfileOptions:
+    sizes = None
+    if args.sizes:
+        sizes = tuple(sorted(set(parse_sizes(args.sizes))))
+        if not sizes or sizes[0] < 1:
+            raise CCSynthError(f"--sizes {args.sizes!r}: sizes must be at least 1 byte")
+    for flag, value in (("--iters", args.iters), ("--passes", args.passes)):
+        if value is not None and value < 1:
+            raise CCSynthError(f"{flag} must be at least 1, got {value}")
+    return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick, passes=args.passes)
+
+
+def _summary(prof) -> None:
+    """The table at the end of a profile: pairs, shared ports, local rates, per-call cost."""
+    topo = prof.topology
+    print(topo.description)
+    fit_of = {pair: f for f in prof.fits for pair in f.pattern.pairs}
+    rows = []
+    for link in topo.links:
+        f = fit_of.get((link.src, link.dst))
+        rows.append((link.src, link.dst, f.pattern.name if f else "", link.alpha, link.alpha + 2 * link.overhead,
+                     link.overhead, link.bw, f"{100 * f.error:.0f}%" if f else ""))
+    print_table(["src", "dst", "pattern", "alpha (us)", "latency (us)", "overhead (us)", "bw (GB/s)", "fit error"], rows)
+    for p in topo.shared_ports:
+        print(f"shared port {p.name}: {p.bw:.3g} GB/s for all traffic among ranks {list(p.srcs)} "
+              f"(one pair alone: {prof.pair_bw.get(int(p.name[4:].split('.')[0]), 0):.3g} GB/s per direction)")
+    if not topo.shared_ports:
+        alone = ", ".join(f"node {k}: {v:.3g} GB/s" for k, v in sorted(prof.pair_bw.items()))
+        print("shared ports: none" + (f" (one pair alone gets no more than all at once: {alone})" if alone else
+                                      " (no node runs three ranks: nothing to compare)"))
+    if prof.protocol.eager_limit is not None:
+        print(f"protocol switch: messages above {format_size(int(prof.protocol.eager_limit))} bytes pay "
+              f"{prof.protocol.rendezvous_alpha:.3g} us more latency (rendezvous)")
+    else:
+        print("protocol switch: none found (every size pays the same latency)")
+    k = prof.kernels
+    print(f"local work {k.local_bw:.3g} GB/s (kernels, every rank at once, {format_size(k.nbytes)} buffers: "
+          f"receive-reduce-copy {k.fused:.3g}, sum {k.reduce:.3g}, copy {k.copy:.3g}) and {k.call_us:.3g} us per "
+          f"kernel call; fixed cost per collective call {prof.call_overhead:.3g} us")
+    print("latency = alpha + 2 x overhead: one small message alone; fit error: median |predicted / measured - 1| "
+          "over the pattern's probes")

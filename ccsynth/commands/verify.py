@@ -5,6 +5,8 @@ from __future__ import annotations
 from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import add_json_arg, print_json, topology_from
 
+__all__ = ["register", "run"]
+
 
 def register(sub) -> None:
     p = sub.add_parser("verify", help="verify a schedule file (ccsynth JSON or MSCCL XML)", description=__doc__)

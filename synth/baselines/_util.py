@@ -29,6 +29,35 @@ from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError
 from ccsynth.topologies.model import Topology
 
+__all__ = [
+    "RING_SEARCH_BUDGET",
+    "split",
+    "pow2_floor",
+    "is_pow2",
+    "lowbit",
+    "piece",
+    "check_sizes",
+    "missing_links",
+    "require_links",
+    "Places",
+    "runs",
+    "ring_allgather",
+    "ring_reduce_scatter",
+    "chain_broadcast",
+    "chain_reduce",
+    "own_block_home",
+    "put_own_pieces",
+    "ring_collective",
+    "is_ring",
+    "successors",
+    "gray_order",
+    "odd_torus_order",
+    "search_ring",
+    "find_ring",
+    "require_ring",
+    "rotate",
+]
+
 log = logging.getLogger(__name__)
 
 Loc = tuple[str, int]  # (buffer, chunk index) on one rank

@@ -45,6 +45,8 @@ from ccsynth.errors import CollectiveError
 from ccsynth.synth.baselines._util import check_sizes, split
 from ccsynth.topologies.model import Topology
 
+__all__ = ["NAME", "KINDS", "DESCRIPTION", "pairs", "check", "rounds", "Router", "build"]
+
 NAME = "direct"
 KINDS = ("alltoall", "allgather", "reduce_scatter", "allreduce", "gather", "scatter", "broadcast", "reduce")
 DESCRIPTION = ("every piece sent straight to its destination (relayed along shortest paths where no link exists): "

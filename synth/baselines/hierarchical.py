@@ -49,6 +49,8 @@ from ccsynth.synth.baselines._util import (
 )
 from ccsynth.topologies.model import Topology
 
+__all__ = ["NAME", "KINDS", "DESCRIPTION", "Layout", "check", "build"]
+
 NAME = "hierarchical"
 KINDS = ("allreduce", "allgather", "reduce_scatter")
 DESCRIPTION = "multi-node: rings inside each node and along each rail across nodes (allreduce RS/AR/AG, allgather, reduce-scatter)"

@@ -28,6 +28,8 @@ from ccsynth.synth.baselines import direct
 from ccsynth.synth.baselines._util import check_sizes
 from ccsynth.topologies.model import Topology
 
+__all__ = ["NAME", "KINDS", "DESCRIPTION", "check", "build"]
+
 NAME = "one_shot"
 KINDS = ("allreduce",)
 DESCRIPTION = "allreduce in one hop: every rank sends its buffer to every other and sums all n in rank order (small messages)"

@@ -41,6 +41,20 @@ from ccsynth.synth.baselines._util import (
 )
 from ccsynth.topologies.model import Topology
 
+__all__ = [
+    "DOUBLING",
+    "HALVING",
+    "DOUBLING_KINDS",
+    "HALVING_KINDS",
+    "DOUBLING_DESCRIPTION",
+    "HALVING_DESCRIPTION",
+    "pairs",
+    "check_doubling",
+    "check_halving",
+    "build_doubling",
+    "build_halving",
+]
+
 DOUBLING = "recursive_doubling"
 HALVING = "recursive_halving"
 DOUBLING_KINDS = ("allgather", "allreduce")

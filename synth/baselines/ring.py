@@ -35,6 +35,8 @@ from ccsynth.errors import CollectiveError
 from ccsynth.synth.baselines._util import check_sizes, require_ring, ring_collective
 from ccsynth.topologies.model import Topology
 
+__all__ = ["NAME", "KINDS", "DESCRIPTION", "check", "build"]
+
 NAME = "ring"
 KINDS = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce")
 DESCRIPTION = "one ring along the topology's links: allgather, reduce-scatter, allreduce (RS+AG), pipelined chain broadcast/reduce"

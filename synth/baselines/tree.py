@@ -41,6 +41,8 @@ from ccsynth.synth.baselines._util import (
 )
 from ccsynth.topologies.model import Topology
 
+__all__ = ["NAME", "KINDS", "DESCRIPTION", "check", "build"]
+
 NAME = "binomial_tree"
 KINDS = ("broadcast", "reduce", "gather", "scatter")
 DESCRIPTION = "binomial tree from/to the root (log n rounds): broadcast and reduce pipelined by chunk, gather, scatter"

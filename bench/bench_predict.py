@@ -1,0 +1,358 @@
+"""The prediction benchmark (issue 10): the cost model against the machine that is there.
+
+For every rank count (2 and 4 by default):
+
+1. profile the machine: ``mpiexec -n N ccsynth topo profile -o machine{N}.json``;
+2. synthesize a plan for the profiled topology, per collective:
+   ``ccsynth synth -t machine{N}.json -c C --sizes 8:16M -o plan_C{N}.json``;
+3. measure every applicable baseline, the default plan, the synthesized plan
+   and MPI's own collective side by side (``--interleave``), each row with
+   the simulator's prediction: ``mpiexec -n N ccsynth bench C -m 8:16M -c
+   --algo mpi,default,plan:plan_C{N}.json,<baselines> --predict machine{N}.json
+   --interleave --json bench_C{N}.json`` (the issue names 8 B to 64 MiB;
+   ``--sizes 8:64M`` runs that, several times longer on 2 shared cores).
+
+Then it prints, as Markdown (for ``bench/RESULTS.md``): the fitted figures
+of every profile; the prediction error per size band -- median and worst
+``|measured / predicted - 1|`` over every predicted row (measured: the
+median over iterations of the slowest rank) -- per rank count and
+collective and over all; and the synthesized plan against the default plan
+and MPI's collective, ratios of the same run, with the share of sizes at
+which the plan is at least as fast as the default plan, and whether it wins
+where the model predicts it wins (the predicted and the measured winner of
+plan against default agree).
+
+Run (prints the commands it runs on stderr; ``--out DIR`` keeps every file,
+``--report DIR`` prints the report of a run again)::
+
+    python -m ccsynth.bench.bench_predict --out /tmp/predict --max-load 3
+    python -m ccsynth.bench.bench_predict --ranks 2 --collectives allreduce --sizes 8:1M --quick
+
+The machine's load average is printed before and after each step: the
+2-core development machine is shared, and every figure depends on it.
+``--max-load L`` waits (up to ``--max-wait`` seconds) before each step until
+the one-minute load average is below ``L``; ``--interleave`` runs the
+algorithms of one size in turn, so load that comes and goes hits them alike
+and ratios of one run stay comparable; ``--repeats R`` runs every bench R
+times and keeps, per algorithm and size, the fastest median (load only
+slows a run down; the profile keeps its fastest pass the same way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from ccsynth.bench.predict import BAND_ANCHOR, band_of, error_table
+from ccsynth.collectives.spec import Collective
+from ccsynth.synth.baselines import applicable_baselines
+from ccsynth.topologies import fully_connected
+from ccsynth.units import format_size
+
+__all__ = ["RANKS", "COLLECTIVES", "SIZES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "markdown",
+           "main"]
+
+RANKS = (2, 4)
+COLLECTIVES = ("allreduce", "allgather")
+SIZES = "8:16M"  # the issue names 64 MiB; 16 MiB keeps a 2- and 4-rank run within minutes on 2 cores
+TARGET_LARGE, TARGET_SMALL = 0.25, 0.50  # median error from 64 KiB up, below
+TARGET_PLAN_SHARE = 0.90  # the plan at least as fast as the default plan at this share of sizes
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _wait_for_quiet(max_load: float | None, max_wait: float) -> None:
+    """Wait until the one-minute load average is below ``max_load`` (at most ``max_wait`` seconds)."""
+    if not max_load:
+        return
+    t0 = time.monotonic()
+    while os.getloadavg()[0] >= max_load and time.monotonic() - t0 < max_wait:
+        time.sleep(2.0)
+    waited = time.monotonic() - t0
+    if waited >= 2.0:
+        print(f"# waited {waited:.0f} s for load below {max_load:g} (now {_load()})", file=sys.stderr, flush=True)
+
+
+def _bin(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else name
+
+
+def _run(cmd: list[str], log: list[str], max_load: float | None = None, max_wait: float = 0.0) -> None:
+    _wait_for_quiet(max_load, max_wait)
+    text = " ".join(shlex.quote(c) for c in cmd)
+    log.append(text)
+    print(f"# [{time.strftime('%H:%M:%S')}, load {_load()}] {text}", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise SystemExit(f"command failed ({proc.returncode}): {text}")
+
+
+def baselines_for(kind: str, n: int) -> list[str]:
+    """The baselines ``ccsynth bench`` can run for ``kind`` on ``n`` ranks (at the chunk factor it uses)."""
+    cf = n if kind == "allreduce" else 1
+    return list(applicable_baselines(Collective(kind, n, cf), fully_connected(n)))
+
+
+def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], max_load: float | None = None,
+             max_wait: float = 0.0, repeats: int = 1) -> dict:
+    """Profile, synthesize and measure for ``n`` ranks; returns what the report needs."""
+    ccsynth = [_bin("ccsynth")]
+    mpiexec = [_bin("mpiexec"), "-n", str(n)]
+    machine = out / f"machine{n}.json"
+    loads = {"before": _load()}
+    _run(mpiexec + ccsynth + ["-q", "topo", "profile", "-o", str(machine)] + (["--quick"] if quick else []), log,
+         max_load, max_wait)
+    loads["after profile"] = _load()
+    result = {"n": n, "machine": str(machine), "topology": json.loads(machine.read_text()), "runs": {}, "loads": loads}
+    for kind in kinds:
+        plan = out / f"plan_{kind}{n}.json"
+        t0 = time.perf_counter()
+        _run(ccsynth + ["-q", "synth", "-t", str(machine), "-c", kind, "--sizes", sizes, "-o", str(plan)], log)
+        synth_s = time.perf_counter() - t0
+        algos = ["mpi", "default", f"plan:{plan}"] + baselines_for(kind, n)
+        docs = []
+        for rep in range(repeats):
+            js = out / (f"bench_{kind}{n}.json" if rep == 0 else f"bench_{kind}{n}.{rep}.json")
+            cmd = mpiexec + ccsynth + ["bench", kind, "-m", sizes, "-c", "--algo", ",".join(algos), "--predict",
+                                       str(machine), "--interleave", "--json", str(js)]
+            if quick:
+                cmd += ["-i", "5", "-x", "1"]
+            _run(cmd, log, max_load, max_wait)
+            loads[f"after {kind}" + (f" #{rep + 1}" if repeats > 1 else "")] = _load()
+            docs.append(json.loads(js.read_text()))
+        result["runs"][kind] = {"json": fastest_rows(docs), "plan": f"plan:{plan}", "synth_s": synth_s,
+                                "repeats": repeats}
+    return result
+
+
+def fastest_rows(docs: list[dict]) -> dict:
+    """One bench document from several runs of the same command: per algorithm and size, the run with the
+    smallest median (load from other processes only slows a run down, as the profile keeps its fastest pass)."""
+    merged = dict(docs[0])
+    results = {}
+    for name, rows in docs[0]["results"].items():
+        best = []
+        for i, row in enumerate(rows):
+            candidates = [d["results"][name][i] for d in docs if len(d["results"].get(name, ())) > i]
+            best.append(min(candidates, key=lambda r: r["median_us"]))
+        results[name] = best
+    merged["results"] = results
+    return merged
+
+
+# ------------------------------------------------------------------ report
+def _results(doc: dict, label: str = "") -> dict[str, list[SimpleNamespace]]:
+    """The rows of a ``--json`` bench document by algorithm (``plan:FILE`` shortened to ``plan``), as records."""
+    return {f"{label}{_short(name)}": [SimpleNamespace(**r) for r in rows] for name, rows in doc["results"].items()}
+
+
+def _sz(n: int) -> str:
+    t = format_size(n)
+    return f"{t} B" if t.isdigit() else t
+
+
+def _short(name: str) -> str:
+    return "plan" if name.startswith("plan:") else name
+
+
+def _error_table(results: dict[str, list], title: str) -> list[str]:
+    """The error bands of :func:`ccsynth.bench.predict.error_table` as Markdown, with the issue's targets."""
+    lines = [f"**{title}**", "", "| sizes | rows | median error | worst error | worst at | target (median) | met |",
+             "|---|---:|---:|---:|---|---:|---|"]
+    for d in error_table(results):
+        target = TARGET_LARGE if d.lo >= BAND_ANCHOR else TARGET_SMALL
+        lines.append(f"| {d.label} | {d.rows} | {100 * d.median:.0f}% | {100 * d.worst:.0f}% | {d.worst_at} | "
+                     f"{100 * target:.0f}% | {'yes' if d.median <= target else '**no**'} |")
+    return lines + [""]
+
+
+def _per_algorithm(results: dict[str, list]) -> list[str]:
+    """Median |meas/pred - 1| per algorithm, below and from 64 KiB, and its worst signed error."""
+    lines = ["| algorithm | median error < 64 KiB | median error >= 64 KiB | worst (meas/pred - 1) | at |",
+             "|---|---:|---:|---:|---|"]
+    for name, rows in results.items():
+        pts = [(r.size, r.median_us / r.predicted_us - 1) for r in rows if getattr(r, "predicted_us", None)]
+        if not pts:
+            continue
+        small = [abs(e) for size, e in pts if size < BAND_ANCHOR]
+        large = [abs(e) for size, e in pts if size >= BAND_ANCHOR]
+        worst = max(pts, key=lambda p: abs(p[1]))
+        lines.append(f"| {name} | {_pct(small)} | {_pct(large)} | {100 * worst[1]:+.0f}% | {_sz(worst[0])} |")
+    return lines + [""]
+
+
+def _pct(xs) -> str:
+    return f"{100 * float(np.median(xs)):.0f}%" if xs else "-"
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """The synthesized plan against the default plan over the sizes of one run."""
+
+    sizes: int
+    at_least_as_fast: float  # share of sizes: plan <= default (measured medians)
+    within_5pct: float  # share of sizes: plan <= 1.05 x default
+    predicted_sizes: int  # sizes where the model predicts a clear winner (>5% apart)
+    winner_agrees: float  # share of those where the measured winner is the predicted one
+
+
+def _plan_table(results: dict[str, list]) -> tuple[list[str], PlanSummary]:
+    """Per size: MPI, default, plan (measured medians), their ratios, what the plan ran, and both predictions."""
+    by = {name: {r.size: r for r in rows} for name, rows in results.items()}
+    lines = ["| size | mpi (us) | default (us) | plan (us) | plan / default | plan / mpi | default / mpi | "
+             "predicted plan / default | plan runs |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    wins = ties = called = agreed = 0
+    for r in results["mpi"]:
+        size = r.size
+        d, p = by["default"][size], by["plan"][size]
+        m = r.median_us
+        wins += p.median_us <= d.median_us
+        ties += p.median_us <= 1.05 * d.median_us
+        pd, pp = getattr(d, "predicted_us", None), getattr(p, "predicted_us", None)
+        pred = "-"
+        if pd and pp:
+            pred = f"{pp / pd:.2f}"
+            if abs(pp / pd - 1) > 0.05:  # the model calls a winner
+                called += 1
+                agreed += (pp < pd) == (p.median_us < d.median_us)
+        lines.append(f"| {_sz(size)} | {m:.1f} | {d.median_us:.1f} | {p.median_us:.1f} | {p.median_us / d.median_us:.2f} | "
+                     f"{p.median_us / m:.2f} | {d.median_us / m:.2f} | {pred} | {p.algorithm} |")
+    n = len(results["mpi"])
+    return lines + [""], PlanSummary(n, wins / n, ties / n, called, agreed / called if called else float("nan"))
+
+
+def _ratio_to_mpi(results: dict[str, list]) -> list[str]:
+    """Every algorithm's median latency / MPI's, per size band (the same run: load hits them alike)."""
+    mpi = {r.size: r.median_us for r in results["mpi"]}
+    bands = sorted({band_of(s) for s in mpi})
+    label = {}
+    for k in bands:
+        sizes = sorted(s for s in mpi if band_of(s) == k)
+        label[k] = _sz(sizes[0]) + (f"-{_sz(sizes[-1])}" if len(sizes) > 1 else "")
+    lines = ["| algorithm | " + " | ".join(label[k] for k in bands) + " |", "|---|" + "---:|" * len(bands)]
+    for name, rows in results.items():
+        if name == "mpi":
+            continue
+        cells = []
+        for k in bands:
+            ratios = [r.median_us / mpi[r.size] for r in rows if band_of(r.size) == k and mpi.get(r.size)]
+            cells.append(f"{float(np.median(ratios)):.2f}" if ratios else "-")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _profile_lines(case: dict) -> list[str]:
+    t = case["topology"]
+    ports = ", ".join(f"{p['name']} {p['bw_GBps']:.2f} GB/s" for p in t.get("shared_ports", [])) or "none"
+    extras = [f"per-call cost {t.get('call_overhead_us', 0):.2f} us",
+              f"local copies/reductions {t.get('local_bw_GBps', 0):.2f} GB/s",
+              f"{t.get('local_overhead_us', 0):.2f} us per local copy/reduction"]
+    if t.get("eager_limit_bytes") is not None:
+        extras.append(f"messages above {_sz(int(t['eager_limit_bytes']))} pay "
+                      f"{t.get('rendezvous_alpha_us', 0):.2f} us more latency")
+    lines = [f"*{t['n_ranks']} ranks* ({t.get('description', '')}): " + "; ".join(extras) + f"; shared ports: {ports}.",
+             "", "| pair | alpha (us) | overhead (us) | latency alpha+2o (us) | bw (GB/s) |", "|---|---:|---:|---:|---:|"]
+    for link in t["links"]:
+        o = link.get("overhead_us", 0.0)
+        lines.append(f"| {link['src']}->{link['dst']} | {link['alpha_us']:.2f} | {o:.2f} | "
+                     f"{link['alpha_us'] + 2 * o:.2f} | {link['bw_GBps']:.3f} |")
+    return lines + [""]
+
+
+def markdown(cases: list[dict], commands: list[str]) -> str:
+    """The report: commands, profiles, prediction error per band, plan against default and MPI."""
+    out = ["### Commands", "", "```"] + commands + ["```", ""]
+    out += ["### Profiles", ""]
+    for case in cases:
+        out += _profile_lines(case)
+        out.append("Load average (1, 5, 15 min): " + "; ".join(f"{k} {v}" for k, v in case["loads"].items()))
+        out.append("")
+    out += ["### Prediction error: |measured / predicted - 1| (measured: median over iterations of the slowest rank)",
+            ""]
+    together: dict[str, list] = {}
+    for case in cases:
+        for kind, run in case["runs"].items():
+            results = _results(run["json"])
+            together.update(_results(run["json"], f"{kind} {case['n']}r "))
+            out += _error_table(results, f"{kind}, {case['n']} ranks")
+            out += _per_algorithm(results)
+    out += _error_table(together, "All runs together")
+    out += ["### Synthesized plan against the default plan and MPI (medians of the same run)", ""]
+    for case in cases:
+        for kind, run in case["runs"].items():
+            results = _results(run["json"])
+            lines, ps = _plan_table(results)
+            repeats = run.get("repeats", 1)
+            runs_note = f"; every figure the fastest of {repeats} runs" if repeats > 1 else ""
+            agree = (f"where the model predicts a winner by more than 5% ({ps.predicted_sizes} of {ps.sizes} sizes), "
+                     f"the measured winner is the predicted one at {100 * ps.winner_agrees:.0f}%" if ps.predicted_sizes else
+                     "the model predicts plan and default within 5% at every size")
+            out += [f"**{kind}, {case['n']} ranks** (synthesis {run['synth_s']:.1f} s{runs_note}): plan at least as fast as the "
+                    f"default plan at {100 * ps.at_least_as_fast:.0f}% of {ps.sizes} sizes "
+                    f"({100 * ps.within_5pct:.0f}% within 5%; target {100 * TARGET_PLAN_SHARE:.0f}%); {agree}.", ""]
+            out += lines
+            out += ["Median latency / MPI's per size band:", ""] + _ratio_to_mpi(results)
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ccsynth.bench.bench_predict", description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", default=",".join(map(str, RANKS)), help="rank counts, comma separated (default 2,4)")
+    p.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma separated (default allreduce,allgather)")
+    p.add_argument("--sizes", default=SIZES, help=f"message sizes (default {SIZES})")
+    p.add_argument("--out", help="folder for the profiles, plans and JSON results (default: a temporary folder)")
+    p.add_argument("--quick", action="store_true", help="quick profiles and few iterations (a smoke test)")
+    p.add_argument("--markdown", metavar="FILE", help="also write the report here")
+    p.add_argument("--max-load", type=float, metavar="L",
+                   help="before each profile and bench, wait until the 1-minute load average is below L")
+    p.add_argument("--max-wait", type=float, default=120.0, metavar="S",
+                   help="wait at most S seconds for --max-load (default 120), then run anyway")
+    p.add_argument("--repeats", type=int, default=1, metavar="R",
+                   help="run every bench R times and keep, per algorithm and size, the fastest median (default 1)")
+    p.add_argument("--report", metavar="DIR",
+                   help="run nothing: print the report of an earlier run from DIR/cases.json and DIR/commands.txt")
+    args = p.parse_args(argv)
+    if args.report:
+        folder = Path(args.report)
+        text = markdown(json.loads((folder / "cases.json").read_text()),
+                        (folder / "commands.txt").read_text().splitlines())
+        print(text)
+        if args.markdown:
+            Path(args.markdown).write_text(text + "\n")
+        return 0
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="ccsynth-predict-"))
+    out.mkdir(parents=True, exist_ok=True)
+    commands: list[str] = []
+    cases = []
+    print(f"# load average before: {_load()} on {os.cpu_count()} cores; files in {out}", file=sys.stderr, flush=True)
+    for n in (int(x) for x in args.ranks.split(",")):
+        cases.append(run_case(n, [k.strip() for k in args.collectives.split(",")], out, args.sizes, args.quick, commands,
+                              args.max_load, args.max_wait, args.repeats))
+    (out / "cases.json").write_text(json.dumps(cases, indent=1))
+    (out / "commands.txt").write_text("\n".join(commands) + "\n")
+    text = markdown(cases, commands)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
+    print(f"# load average after: {_load()}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""``ccsynth bench ... --predict TOPOLOGY``: the simulator's prediction beside every measured row.
+
+For every algorithm that runs a schedule -- a baseline, ``default``,
+``plan:FILE`` -- and every size, :class:`Predictor` takes the schedule that
+actually ran at that size (the plan's entry for it, the baseline at the
+chunk factor the bench built it with; none where the communicator fell
+back to MPI's own collective) and predicts one call of it run by ccsynth's
+executor on the topology (:func:`ccsynth.synth.executor_model.simulate_run`:
+the schedule cut into the executor's pipeline slices, with its fusions and
+its pre-posted receives, then simulated). ``mpi`` rows get no prediction:
+there is no schedule to simulate.
+
+What is compared: the *measured* figure is ``Row.median_us``, the median
+over iterations of the slowest rank's time -- what the simulator's
+makespan, the time until the last rank is done, predicts -- and the ratio
+is ``measured / predicted`` (1.00 is a perfect prediction; above 1 the
+machine is slower than predicted). :func:`error_table` summarises the
+ratios as ``|measured / predicted - 1|`` per size decade (median and
+worst), the figure ``bench/RESULTS.md`` reports.
+
+Example:
+    >>> from ccsynth.bench.omb import Row
+    >>> rows = [Row(s, s, s // 4, 10, 2.0 * s, 1, 1, 0, 0, median_us=2.0 * s, predicted_us=s) for s in (8, 64, 1024)]
+    >>> [(d.label, round(d.median, 2)) for d in error_table({"ring": rows})]
+    [('8 B', 1.0), ('64 B', 1.0), ('1K', 1.0)]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ccsynth.errors import CCSynthError, ScheduleError
+from ccsynth.formats.files import get_topology
+from ccsynth.synth.executor_model import ExecutorSettings, simulate_run
+from ccsynth.topologies.model import Topology
+from ccsynth.units import format_size
+
+__all__ = ["Predictor", "load_predict_topology", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines"]
+
+log = logging.getLogger(__name__)
+
+
+def load_predict_topology(spec: str, n_ranks: int) -> Topology:
+    """The topology of ``--predict`` (a file or catalog name); CCSynthError if its rank count differs."""
+    topo = get_topology(spec)
+    if topo.n_ranks != n_ranks:
+        raise CCSynthError(
+            f"--predict {spec!r} describes {topo.n_ranks} ranks but the benchmark runs on {n_ranks}; "
+            f"profile this rank count (mpiexec -n {n_ranks} ccsynth topo profile -o machine.json) or start "
+            f"{topo.n_ranks} ranks"
+        )
+    return topo
+
+
+class Predictor:
+    """Predicted times of the rows of one benchmark run on ``topology`` (cached per schedule and size)."""
+
+    def __init__(self, topology: Topology, kind: str, ctx):
+        self.topology = topology
+        self.kind = kind
+        self.ctx = ctx
+        self.settings = ExecutorSettings(itemsize=ctx.itemsize)
+        self._cache: dict[tuple[int, int], float | None] = {}
+
+    def predict(self, algo, row) -> float | None:
+        """Predicted us of ``row`` of ``algo``; None for MPI's own collective (or a row that fell back to it)."""
+        if row.algorithm == "mpi" or row.algorithm.startswith("mpi "):
+            return None
+        schedule = algo.schedule_for(self.kind, self.ctx, row.nbytes)
+        if schedule is None:
+            return None
+        key = (id(schedule), row.nbytes)
+        if key not in self._cache:
+            try:
+                self._cache[key] = simulate_run(schedule, self.topology, row.nbytes, self.settings).time_us
+            except ScheduleError as e:  # a size this schedule cannot split: the row ran on MPI's own
+                log.info("no prediction for %s at %d bytes: %s", schedule.name, row.nbytes, e)
+                self._cache[key] = None
+        return self._cache[key]
+
+    def annotate(self, algo, row):
+        """``row`` with ``predicted_us`` set (unchanged for rows without a schedule)."""
+        pred = self.predict(algo, row)
+        return row if pred is None else replace(row, predicted_us=pred)
+
+
+#: size bands of the error table start at multiples of 8 of this (so that one starts at 64 KiB)
+BAND_ANCHOR = 64 << 10
+
+
+@dataclass(frozen=True)
+class DecadeError:
+    """``|measured / predicted - 1|`` over the rows of one size band (a factor of 8: three powers of two)."""
+
+    label: str
+    lo: int  # smallest size in the band
+    hi: int  # largest size in the band
+    rows: int
+    median: float
+    worst: float
+    worst_at: str
+
+
+def band_of(size: int) -> int:
+    """The band index of ``size``: band ``k`` holds ``[64 KiB * 8**k, 64 KiB * 8**(k+1))``."""
+    return math.floor(math.log(max(size, 1) / BAND_ANCHOR, 8) + 1e-9)
+
+
+def error_table(results: Mapping[str, Sequence]) -> list[DecadeError]:
+    """Median and worst ``|measured / predicted - 1|`` per size band over every predicted row of ``results``.
+
+    Bands are factors of 8 anchored at 64 KiB (..., 8-32 KiB, 64-256 KiB,
+    512 KiB-2 MiB, ...), so none straddles 64 KiB.
+    """
+    by_band: dict[int, list[tuple[float, str, int]]] = {}
+    for name, rows in results.items():
+        for r in rows:
+            if getattr(r, "predicted_us", None) and r.median_us:
+                by_band.setdefault(band_of(r.size), []).append((abs(r.median_us / r.predicted_us - 1), name, r.size))
+    out = []
+    for k in sorted(by_band):
+        errs = by_band[k]
+        sizes = sorted({e[2] for e in errs})
+        worst = max(errs)
+        label = _size(sizes[0]) + (f"-{_size(sizes[-1])}" if len(sizes) > 1 else "")
+        out.append(DecadeError(label, sizes[0], sizes[-1], len(errs), float(np.median([e[0] for e in errs])),
+                               worst[0], f"{worst[1]} at {_size(worst[2])}"))
+    return out
+
+
+def _size(nbytes: int) -> str:
+    text = format_size(nbytes)
+    return f"{text} B" if text.isdigit() else text
+
+
+def error_lines(results: Mapping[str, Sequence]) -> list[str]:
+    """The error table as lines for the end of the bench output."""
+    table = error_table(results)
+    if not table:
+        return []
+    lines = ["# Prediction error: |measured / predicted - 1| per size band, over every predicted row "
+             "(measured: median over iterations of the slowest rank)",
+             f"# {'sizes':<18}{'rows':>6}{'median':>9}{'worst':>9}  worst at"]
+    for d in table:
+        lines.append(f"  {d.label:<18}{d.rows:6d}{100 * d.median:8.0f}%{100 * d.worst:8.0f}%  {d.worst_at}")
+    return lines

@@ -1,0 +1,771 @@
+"""Profiling the machine that is there: the cost model's figures, measured with the runtime that will use them.
+
+``mpiexec -n N ccsynth topo profile -o machine.json`` calls
+:func:`profile_machine` on every rank; rank 0 writes the topology it
+returns (:func:`build_topology`), which ``ccsynth synth -t machine.json``
+synthesizes for and ``ccsynth bench --predict machine.json`` predicts with.
+
+What is measured, and how
+-------------------------
+The figures are those of :mod:`ccsynth.topologies.model`: per connection a
+latency ``alpha``, a bandwidth and a per-message ``overhead``, paid on one
+engine per rank (``overhead_scope="rank"``: ccsynth's executor is one
+Python thread per rank); per rank the rate of local reductions
+(``local_bw``); per call a fixed cost (``call_overhead``); the MPI
+library's switch from eager to rendezvous messages (``eager_limit``,
+``rendezvous_alpha``); and, where several pairs streaming at once get less
+than one pair alone, a shared port per node. Four choices make them fit
+what collectives will see:
+
+* **The runtime that will run the schedules.** Every probe is a small
+  :class:`~ccsynth.collectives.schedule.Schedule` run through
+  :class:`~ccsynth.collectives.executor.CompiledSchedule`, timed like
+  ``ccsynth bench`` times a collective (:func:`ccsynth.bench.omb.measure`:
+  a barrier, then one call; the figure is the median over iterations of
+  the slowest rank, :func:`~ccsynth.bench.omb.slowest_rank_median`). So
+  the executor's Python per message, its straight-line path below 64 KiB
+  and its dataflow loop with pipeline slices above, are in the figures.
+* **The fastest of several passes.** Every probe is measured in
+  :data:`PASSES` passes over all probes (a third of the iterations each),
+  and keeps its fastest pass: on a shared machine, load from other
+  processes comes and goes and can only make a probe slower.
+* **All ranks active at once.** A probe runs a *pattern*: every rank sends
+  to one peer and receives from another at the same time (a permutation,
+  :func:`patterns`), as in a step of a collective. On a machine whose
+  ranks outnumber its cores a pair timed while the others wait in a
+  barrier measures the scheduler (MPICH busy-polls; ~1 ms per message on
+  2 cores with 4 ranks), not what a collective meets. The ``n - 1``
+  patterns together cover every ordered pair of ranks once; ranks are
+  grouped into nodes by ``MPI.Get_processor_name()``, and a pattern moves
+  either only inside nodes or only across them (rank ``j`` of node ``a``
+  to rank ``j + t`` of node ``a + s``), so each pattern's figures belong
+  to one kind of pair.
+* **Fitted with the simulator that predicts.** A probe's time is not a
+  formula of alpha, overhead and bandwidth: the executor cuts large
+  messages into slices that pipeline, and overheads queue on the rank's
+  engine. So the figures are the ones for which
+  :func:`ccsynth.synth.executor_model.simulate_run` -- the very prediction
+  ``ccsynth bench --predict`` makes -- reproduces the measured probes
+  best (least squares on ``log(predicted / measured)``):
+
+  1. *chains* of ``R`` rounds of 8 B messages (each round forwards what the
+     last one received, a ping-pong around the pattern): a straight line in
+     ``R`` whose slope is ``alpha + 2 * overhead`` (one hop) and whose
+     intercept is the per-call cost, shared by all patterns (weighted
+     linear least squares);
+  2. *windows* of ``W`` independent 8 B messages in flight (OMB's streaming
+     window): how the time grows with ``W`` splits the hop into ``alpha``,
+     which overlaps, and ``overhead``, which queues on the engine
+     (a one-dimensional search for ``overhead``, ``alpha`` being the rest);
+  3. windows of large messages (``--sizes``, 64 KiB to 16 MiB by default,
+     with the executor's 1 MiB and 4 MiB slices): the bandwidth (a
+     one-dimensional search);
+  4. chains of two rounds of growing messages (1 KiB to 32 KiB): where a hop
+     costs more than its bytes explain is the MPI library's switch from
+     eager sends to a rendezvous (MPICH's shared memory: near 8 KiB), and
+     the step is its extra latency (``Topology.eager_limit``,
+     ``rendezvous_alpha``; the largest size still fast, and a search for
+     the step); then the bandwidth is fitted once more with it.
+
+Local reductions and copies are timed directly on the backend's kernels
+(:func:`measure_kernels`), on all ranks at once, on buffers larger than
+the caches: ``local_bw`` is the rate of the fused receive-reduce-copy
+(``dst = a + b``), which reducing collectives run most; copies and plain
+reductions run within about 25% of it. The same kernel called over and
+over on two floats gives the fixed cost of a kernel call
+(``local_overhead``; 1-5 us here, as much as a message's overhead).
+Where a node runs at least three ranks, one pair streaming alone is timed
+too (:func:`_pair_pattern`); if every pattern's ranks together get less
+than ``1 - PORT_MARGIN`` of what that pair alone gets per link, the node
+gets a :class:`~ccsynth.topologies.model.SharedPort` (its memory, seen as
+one port) with the aggregate the patterns reach, and its links that pair's
+bandwidth. How many ranks share how many cores (``os.sched_getaffinity``)
+goes into the description: oversubscription shows in every figure, since
+every figure is measured with all ranks running.
+
+Only rank 0's results matter; every rank takes part in every probe. All
+functions that communicate must be called on every rank.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ccsynth.bench.omb import Case, measure, slowest_rank_median
+from ccsynth.collectives.builder import ScheduleBuilder
+from ccsynth.collectives.executor import CompiledSchedule
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import Collective
+from ccsynth.errors import CCSynthError
+from ccsynth.kernels.base import get_backend
+from ccsynth.synth.executor_model import ExecutorSettings, lower_for_executor
+from ccsynth.synth.simulate import TaskGraph, simulate_graph
+from ccsynth.topologies.model import Link, SharedPort, Topology
+from ccsynth.units import format_size
+
+__all__ = [
+    "DEFAULT_SIZES", "QUICK_SIZES", "PORT_MARGIN", "ProfileOptions", "Pattern", "Probe", "Sample", "LinkFit",
+    "ProtocolFit", "FitResult", "KernelRates", "MachineProfile", "patterns", "plan_probes", "probe_schedule",
+    "measure_probe", "measure_kernels", "fit_hops", "fit_overhead", "fit_bandwidth", "fit_protocol", "fit_patterns",
+    "build_topology", "profile_machine",
+]
+
+log = logging.getLogger(__name__)
+
+SMALL = 8  # bytes per message of the latency and overhead probes
+DEFAULT_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+QUICK_SIZES = (64 << 10, 1 << 20)
+SLICES = (1 << 20, 4 << 20)  # the executor's slice sizes: reducing collectives, the others
+ROUNDS = (1, 2, 4, 8)
+WINDOWS = (1, 2, 4, 8, 16)
+#: message sizes of the protocol probes (chains of LADDER_ROUNDS rounds): where does a hop get dearer?
+LADDER = (1 << 10, 2 << 10, 4 << 10, 6 << 10, 8 << 10, 12 << 10, 16 << 10, 32 << 10)
+QUICK_LADDER = (2 << 10, 4 << 10, 8 << 10, 16 << 10)
+LADDER_ROUNDS = 2
+BW_WINDOW = 2  # messages per window of a bandwidth probe
+PORT_MARGIN = 0.15  # all pairs at once below (1 - this) x one pair alone: a shared port
+KERNEL_BYTES = 16 << 20  # local kernels are timed on buffers this large (beyond the caches)
+KERNEL_SECONDS = 0.25  # ... for this long each (quick: a fifth)
+ITERS_SMALL, WARMUP_SMALL = 120, 10
+ITERS_LARGE, WARMUP_LARGE = 12, 2
+PASSES = 3  # every probe is measured in this many passes over all of them; the fastest pass counts
+QUICK_ITERS_SMALL, QUICK_ITERS_LARGE = 15, 3
+
+
+# ------------------------------------------------------------------ records
+@dataclass(frozen=True)
+class ProfileOptions:
+    """What ``ccsynth topo profile`` was asked for."""
+
+    sizes: tuple[int, ...] | None = None  # message sizes of the bandwidth probes (None: DEFAULT_SIZES, QUICK_SIZES)
+    iters: int | None = None  # timed iterations per probe, over all passes (None: by size)
+    quick: bool = False  # fewer probes and iterations: seconds instead of a minute
+    passes: int | None = None  # passes over all probes (None: PASSES, quick 1); a probe keeps its fastest pass
+
+    @property
+    def bw_sizes(self) -> tuple[int, ...]:
+        if self.sizes:
+            return tuple(self.sizes)
+        return QUICK_SIZES if self.quick else DEFAULT_SIZES
+
+    @property
+    def n_passes(self) -> int:
+        return self.passes or (1 if self.quick else PASSES)
+
+    def iterations(self, nbytes: int) -> tuple[int, int]:
+        """(timed iterations, warm-up iterations) of one pass of a probe moving ``nbytes`` per message."""
+        large = nbytes > 64 << 10
+        if self.iters is not None:
+            iters, warmup = self.iters, max(1, self.iters // 10)
+        elif self.quick:
+            iters, warmup = (QUICK_ITERS_LARGE, 1) if large else (QUICK_ITERS_SMALL, 2)
+        else:
+            iters, warmup = (ITERS_LARGE, WARMUP_LARGE) if large else (ITERS_SMALL, WARMUP_SMALL)
+        return max(1, -(-iters // self.n_passes)), warmup
+
+    @property
+    def rounds(self) -> tuple[int, ...]:
+        return (1, 2, 4) if self.quick else ROUNDS
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        return (1, 4) if self.quick else WINDOWS
+
+    @property
+    def slices(self) -> tuple[int, ...]:
+        return SLICES[:1] if self.quick else SLICES
+
+    @property
+    def ladder(self) -> tuple[int, ...]:
+        return QUICK_LADDER if self.quick else LADDER
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A permutation of the ranks: rank ``r`` sends to ``dest[r]`` (-1: ``r`` stays idle).
+
+    ``kind`` is ``intra`` (pairs inside nodes) or ``inter`` (across nodes).
+    """
+
+    name: str
+    dest: tuple[int, ...]
+    kind: str = "intra"
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        return tuple((r, d) for r, d in enumerate(self.dest) if d >= 0)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One measurement schedule: ``messages`` messages of ``nbytes`` per active rank, on ``pattern``.
+
+    ``shape`` is ``chain`` (each round forwards the last one's message) or
+    ``window`` (all messages independent, in flight together);
+    ``slice_bytes`` is the executor's pipeline slice (None: its default).
+    """
+
+    pattern: Pattern
+    shape: str
+    messages: int
+    nbytes: int
+    slice_bytes: int | None = None
+
+    @property
+    def size_bytes(self) -> int:
+        """The schedule's message size (nccl-tests convention of its allgather spec)."""
+        return len(self.pattern.dest) * self.messages * self.nbytes
+
+    def describe(self) -> str:
+        sl = f", {self.slice_bytes >> 20} MiB slices" if self.slice_bytes and self.nbytes > SMALL else ""
+        return f"{self.pattern.name}: {self.shape} of {self.messages} x {format_size(self.nbytes)}{sl}"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A probe and its measured time (us: median over iterations of the slowest rank)."""
+
+    probe: Probe
+    measured_us: float
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """The fitted figures of one pattern (all its pairs): us, us, GB/s; ``error``: median |pred/meas - 1|."""
+
+    pattern: Pattern
+    alpha: float
+    overhead: float
+    bw: float
+    error: float = 0.0
+
+    @property
+    def hop_us(self) -> float:
+        """One small message alone: ``alpha + 2 * overhead`` (what a ping-pong's half round trip shows)."""
+        return self.alpha + 2.0 * self.overhead
+
+
+@dataclass(frozen=True)
+class ProtocolFit:
+    """The protocol switch: messages of more than ``eager_limit`` bytes pay ``rendezvous_alpha`` us more latency.
+
+    ``eager_limit`` None: no switch was found (one protocol for every size).
+    """
+
+    eager_limit: float | None = None
+    rendezvous_alpha: float = 0.0
+
+
+NO_SWITCH = ProtocolFit()
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What :func:`fit_patterns` found: the per-call cost, the figures per pattern, the protocol switch."""
+
+    call_overhead: float
+    fits: tuple[LinkFit, ...]
+    protocol: ProtocolFit = NO_SWITCH
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """GB/s of the backend's kernels on float32, every rank running at once.
+
+    ``copy`` (``dst = src``), ``reduce`` (``dst += src``) and ``fused``
+    (``dst = a + b``, the receive-reduce-copy that reducing collectives run
+    most); ``local_bw`` is the fused kernel's rate.
+    """
+
+    copy: float
+    reduce: float
+    fused: float
+    nbytes: int
+    call_us: float = 0.0  # one call of the fused kernel on 8 bytes: the fixed cost of a kernel call
+
+    @property
+    def local_bw(self) -> float:
+        return self.fused
+
+
+@dataclass(frozen=True)
+class MachineProfile:
+    """Everything :func:`profile_machine` found (rank 0's copy is the one to use)."""
+
+    topology: Topology
+    fits: tuple[LinkFit, ...]
+    call_overhead: float
+    kernels: KernelRates
+    samples: tuple[Sample, ...]
+    nodes: tuple[int, ...]
+    hosts: tuple[str, ...]
+    cores: tuple[int, ...]  # cores each rank may use
+    ports: tuple[SharedPort, ...] = ()
+    pair_bw: dict = field(default_factory=dict)  # node -> one pair's bandwidth alone (GB/s), where measured
+    protocol: ProtocolFit = NO_SWITCH
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "call_overhead_us": self.call_overhead,
+            "local_bw_GBps": self.kernels.local_bw,
+            "kernels_GBps": {"copy": self.kernels.copy, "reduce": self.kernels.reduce, "fused": self.kernels.fused},
+            "local_overhead_us": self.kernels.call_us,
+            "patterns": [
+                {"pattern": f.pattern.name, "kind": f.pattern.kind, "pairs": [list(p) for p in f.pattern.pairs],
+                 "alpha_us": f.alpha, "overhead_us": f.overhead, "bw_GBps": f.bw, "error": f.error}
+                for f in self.fits
+            ],
+            "shared_ports": [{"name": p.name, "bw_GBps": p.bw} for p in self.ports],
+            "eager_limit_bytes": self.protocol.eager_limit,
+            "rendezvous_alpha_us": self.protocol.rendezvous_alpha,
+            "pair_bw_GBps": {str(k): v for k, v in self.pair_bw.items()},
+            "samples": [{"probe": s.probe.describe(), "measured_us": s.measured_us} for s in self.samples],
+            "hosts": list(self.hosts),
+            "cores": list(self.cores),
+            "seconds": self.seconds,
+        }
+
+
+# ------------------------------------------------------------------ patterns
+def _node_ids(hosts: Sequence[str]) -> tuple[int, ...]:
+    """Node id of every rank, numbered in order of first appearance."""
+    ids: dict[str, int] = {}
+    return tuple(ids.setdefault(h, len(ids)) for h in hosts)
+
+
+def patterns(nodes: Sequence[int]) -> tuple[Pattern, ...]:
+    """``n - 1`` permutations, all ranks active, that together send once over every ordered pair.
+
+    With ``N`` nodes of ``p`` ranks each, pattern ``(s, t)`` sends from rank
+    ``j`` of node ``a`` to rank ``j + t`` of node ``a + s`` (mod ``p`` and
+    ``N``): ``s = 0`` keeps to nodes (``t = 1 .. p-1``), ``s > 0`` crosses
+    them (``t = 0 .. p-1``). Nodes of unequal sizes fall back to the shifts
+    ``r -> r + k`` of the whole world (a pattern may then mix pair kinds).
+    """
+    n = len(nodes)
+    members: dict[int, list[int]] = {}
+    for r, node in enumerate(nodes):
+        members.setdefault(node, []).append(r)
+    groups = [members[k] for k in sorted(members)]
+    p = len(groups[0])
+    if any(len(g) != p for g in groups):
+        out = []
+        for k in range(1, n):
+            dest = tuple((r + k) % n for r in range(n))
+            kinds = {"intra" if nodes[r] == nodes[d] else "inter" for r, d in enumerate(dest)}
+            out.append(Pattern(f"shift {k}", dest, kinds.pop() if len(kinds) == 1 else "mixed"))
+        return tuple(out)
+    where = {r: (a, j) for a, g in enumerate(groups) for j, r in enumerate(g)}
+    N = len(groups)
+    out = []
+    for s in range(N):
+        for t in range(1 if s == 0 else 0, p):
+            dest = tuple(groups[(where[r][0] + s) % N][(where[r][1] + t) % p] for r in range(n))
+            name = f"shift {t}" if N == 1 else (f"node shift 0, rank shift {t}" if s == 0 else f"node shift {s}, rank shift {t}")
+            out.append(Pattern(name, dest, "intra" if s == 0 else "inter"))
+    return tuple(out)
+
+
+def _pair_pattern(nodes: Sequence[int], node: int) -> Pattern | None:
+    """The first two ranks of ``node`` exchanging, every other rank idle (None if the node has < 3 ranks)."""
+    ranks = [r for r, x in enumerate(nodes) if x == node]
+    if len(ranks) < 3:
+        return None
+    a, b = ranks[0], ranks[1]
+    dest = [-1] * len(nodes)
+    dest[a], dest[b] = b, a
+    return Pattern(f"pair {a}<->{b} alone", tuple(dest))
+
+
+# ------------------------------------------------------------------ probes
+def probe_schedule(n: int, probe: Probe) -> Schedule:
+    """The schedule of ``probe`` on ``n`` ranks (an allgather spec: chunk ``j`` of ``o`` takes message ``j``).
+
+    Not a complete allgather (it is never verified as one): the executor
+    needs only a race-free schedule whose messages match.
+    """
+    m = probe.messages
+    b = ScheduleBuilder(Collective("allgather", n, m), f"{probe.shape}{m}", topology="profile")
+    for j in range(m):
+        for r, d in probe.pattern.pairs:
+            if probe.shape == "chain":
+                b.transfer(r, d, ("i", 0) if j == 0 else ("o", j - 1), ("o", j))
+            else:
+                b.transfer(r, d, ("i", j), ("o", j))
+    return b.build()
+
+
+def plan_probes(pats: Sequence[Pattern], options: ProfileOptions) -> list[Probe]:
+    """Every probe of a profile, in the order they run."""
+    out: list[Probe] = []
+    for pat in pats:
+        out += [Probe(pat, "chain", r, SMALL) for r in options.rounds]
+        out += [Probe(pat, "window", w, SMALL) for w in options.windows if w > 1]
+        out += [Probe(pat, "chain", LADDER_ROUNDS, s) for s in options.ladder]
+        for sl in options.slices:
+            # below 1 MiB every slice size cuts a message alike: one probe is enough
+            out += [Probe(pat, "window", BW_WINDOW, s, sl) for s in options.bw_sizes if sl == SLICES[0] or s >= SLICES[0]]
+    return out
+
+
+def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
+    """Time ``probe`` through the executor on every rank; the result is the same on all ranks."""
+    n = comm.Get_size()
+    schedule = probe_schedule(n, probe)
+    cs = CompiledSchedule(schedule, comm, slice_bytes=probe.slice_bytes)
+    m = probe.messages
+    send = np.zeros(m * probe.nbytes, np.uint8)
+    recv = np.zeros(n * m * probe.nbytes, np.uint8)
+    iters, warmup = options.iterations(probe.nbytes)
+    [local] = measure(comm, [Case(lambda: cs.run(send, recv), probe.size_bytes, probe.nbytes)], iters, warmup)
+    cs.free()
+    return Sample(probe, slowest_rank_median(comm.allgather(local)))
+
+
+def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SECONDS) -> KernelRates:
+    """The backend's copy and float32 sum rates (GB/s), all ranks at once; the median over ranks.
+
+    Each rank runs the kernel over and over for ``seconds`` of wall time
+    (long against the scheduler's time slices, so that ranks sharing a core
+    see their share of it, as they do inside a collective) and counts the
+    bytes it produced.
+    """
+    be = get_backend("numpy")
+    count = max(1, nbytes // 4)
+    a, b, c = (be.zeros(count, np.float32) for _ in range(3))
+    red, fused = be.reducer("sum"), be.fused_reducer("sum")
+    rates = []
+    for kernel in (lambda: be.copy(a, b), lambda: red(a, b), lambda: fused(a, b, c)):
+        kernel()  # touch the pages once
+        comm.Barrier()
+        done = 0
+        t0 = time.perf_counter()
+        while True:
+            kernel()
+            done += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= seconds:
+                break
+        rates.append(count * 4 * done / (elapsed * 1e9))
+    # the fixed cost of a call: the fused kernel on two floats, over and over
+    x, y, z = (be.zeros(2, np.float32) for _ in range(3))
+    comm.Barrier()
+    calls = 0
+    t0 = time.perf_counter()
+    while True:
+        for _ in range(100):
+            fused(x, y, z)
+        calls += 100
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds / 2:
+            break
+    rates.append(elapsed / calls * 1e6)
+    all_rates = np.array(comm.allgather(rates))
+    med = np.median(all_rates, axis=0)
+    return KernelRates(float(med[0]), float(med[1]), float(med[2]), count * 4, float(med[3]))
+
+
+# ------------------------------------------------------------------ fitting
+class _Predictor:
+    """Predicted probe times for candidate figures: each probe lowered once, simulated per candidate."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._graphs: dict[Probe, TaskGraph] = {}
+
+    def graph(self, probe: Probe) -> TaskGraph:
+        g = self._graphs.get(probe)
+        if g is None:
+            g = lower_for_executor(probe_schedule(self.n, probe), probe.size_bytes,
+                                   ExecutorSettings(slice_bytes=probe.slice_bytes))
+            self._graphs[probe] = g
+        return g
+
+    def time(self, probe: Probe, alpha: float, overhead: float, bw: float, call: float,
+             protocol: ProtocolFit = NO_SWITCH) -> float:
+        links = tuple(Link(r, d, max(alpha, 0.0), bw, overhead) for r, d in probe.pattern.pairs)
+        topo = Topology("candidate", self.n, links=links, overhead_scope="rank", call_overhead=call,
+                        eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha)
+        return simulate_graph(self.graph(probe), topo).time_us
+
+    def fitted(self, probe: Probe, f: "LinkFit", call: float, protocol: ProtocolFit) -> float:
+        """The predicted time of ``probe`` with the figures ``f`` of its pattern."""
+        return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol)
+
+
+def _log_error(pred: Callable[[Probe], float], samples: Sequence[Sample]) -> float:
+    return sum(math.log(pred(s.probe) / s.measured_us) ** 2 for s in samples)
+
+
+def _minimize(f: Callable[[float], float], lo: float, hi: float, steps: int = 24, rounds: int = 30) -> float:
+    """The x in [lo, hi] minimizing f: a grid, then golden-section search around the best point."""
+    xs = [lo + (hi - lo) * i / steps for i in range(steps + 1)]
+    vals = [f(x) for x in xs]
+    i = min(range(len(xs)), key=lambda k: vals[k])
+    a, b = xs[max(i - 1, 0)], xs[min(i + 1, steps)]
+    g = (math.sqrt(5) - 1) / 2
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(rounds):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    best = min(((vals[i], xs[i]), (fc, c), (fd, d)))
+    return best[1]
+
+
+def fit_hops(chains: Sequence[Sample]) -> tuple[float, dict[Pattern, float]]:
+    """Per-call cost and per-pattern hop time ``alpha + 2 * overhead`` from chain probes of small messages.
+
+    Weighted linear least squares (weights ``1 / measured``, i.e. relative
+    errors) of ``time = call + rounds * hop[pattern]``, one ``call`` for all
+    patterns; both clipped at 0.
+    """
+    pats = list(dict.fromkeys(s.probe.pattern for s in chains))
+    if not pats:
+        raise CCSynthError("no chain probes to fit latencies from")
+    A = np.zeros((len(chains), 1 + len(pats)))
+    y = np.zeros(len(chains))
+    for i, s in enumerate(chains):
+        w = 1.0 / s.measured_us
+        A[i, 0] = w
+        A[i, 1 + pats.index(s.probe.pattern)] = s.probe.messages * w
+        y[i] = s.measured_us * w
+    x, *_ = np.linalg.lstsq(A, y, rcond=None)
+    call = max(0.0, float(x[0]))
+    return call, {p: max(1e-3, float(x[1 + k])) for k, p in enumerate(pats)}
+
+
+def fit_overhead(predictor: _Predictor, windows: Sequence[Sample], hop: float, call: float, bw: float = 1e3) -> float:
+    """The overhead (us) in ``[0, hop / 2]`` whose windows of small messages fit best (``alpha = hop - 2 o``)."""
+    if not windows:
+        return hop / 4
+
+    def err(o: float) -> float:
+        return _log_error(lambda p: predictor.time(p, hop - 2 * o, o, bw, call), windows)
+
+    return _minimize(err, 0.0, hop / 2)
+
+
+def fit_bandwidth(predictor: _Predictor, large: Sequence[Sample], alpha: float, overhead: float, call: float,
+                  protocol: ProtocolFit = NO_SWITCH) -> float:
+    """The bandwidth (GB/s) whose windows of large messages fit best (a search on its logarithm)."""
+    if not large:
+        raise CCSynthError("no bandwidth probes to fit from")
+
+    def err(log_bw: float) -> float:
+        return _log_error(lambda p: predictor.time(p, alpha, overhead, math.exp(log_bw), call, protocol), large)
+
+    return math.exp(_minimize(err, math.log(0.01), math.log(1000.0)))
+
+
+def fit_protocol(predictor: _Predictor, ladder: Sequence[Sample], fits: dict[Pattern, "LinkFit"], call: float) -> ProtocolFit:
+    """The protocol switch that explains the chains of growing messages best (one for all patterns).
+
+    For every candidate limit (each size of the ladder: the largest one
+    still sent eagerly) the extra latency is searched; the best pair wins
+    if it explains the ladder clearly better (a third less squared error)
+    than no switch at all.
+    """
+    if not ladder:
+        return NO_SWITCH
+
+    def err(protocol: ProtocolFit) -> float:
+        return _log_error(lambda p: predictor.fitted(p, fits[p.pattern], call, protocol), ladder)
+
+    hop = float(np.median([f.hop_us for f in fits.values()]))
+    best, best_err = NO_SWITCH, err(NO_SWITCH)
+    none_err = best_err
+    for limit in sorted({s.probe.nbytes for s in ladder})[:-1]:
+        extra = _minimize(lambda a: err(ProtocolFit(float(limit), a)), 0.0, 20.0 * hop)
+        e = err(ProtocolFit(float(limit), extra))
+        if e < best_err:
+            best, best_err = ProtocolFit(float(limit), extra), e
+    if best.eager_limit is None or best_err > (2 / 3) * none_err or best.rendezvous_alpha < 0.05 * hop:
+        return NO_SWITCH
+    return best
+
+
+def _split(samples: Sequence[Sample]):
+    chains = [s for s in samples if s.probe.shape == "chain" and s.probe.nbytes <= SMALL]
+    windows = [s for s in samples if s.probe.shape == "window" and s.probe.nbytes <= SMALL]
+    ladder = [s for s in samples if s.probe.shape == "chain" and s.probe.nbytes > SMALL]
+    large = [s for s in samples if s.probe.shape == "window" and s.probe.nbytes > SMALL]
+    return chains, windows, ladder, large
+
+
+def fit_patterns(n: int, samples: Sequence[Sample], predictor: _Predictor | None = None) -> FitResult:
+    """Per-call cost, the figures of every pattern and the protocol switch, from the samples of :func:`plan_probes`.
+
+    The stages of the module docstring: hops and the per-call cost (linear),
+    then per pattern the overhead (small windows) and the bandwidth (large
+    windows); the protocol switch (the ladder of chains); the bandwidth and
+    the overhead once more with it.
+    """
+    predictor = predictor or _Predictor(n)
+    chains, windows, ladder, large = _split(samples)
+    call, hops = fit_hops(chains)
+
+    def figures(pat: Pattern, protocol: ProtocolFit, o: float | None = None) -> LinkFit:
+        hop = hops[pat]
+        w = [s for s in windows if s.probe.pattern == pat]
+        big = [s for s in large if s.probe.pattern == pat]
+        if o is None:
+            o = fit_overhead(predictor, w, hop, call)
+        bw = fit_bandwidth(predictor, big, max(hop - 2 * o, 0.0), o, call, protocol)
+        o = fit_overhead(predictor, w, hop, call, bw)
+        return LinkFit(pat, max(hop - 2 * o, 0.0), o, bw)
+
+    fits = {pat: figures(pat, NO_SWITCH) for pat in hops}
+    protocol = fit_protocol(predictor, ladder, fits, call)
+    if protocol != NO_SWITCH:
+        fits = {pat: figures(pat, protocol, f.overhead) for pat, f in fits.items()}
+        protocol = fit_protocol(predictor, ladder, fits, call)
+    out = []
+    for pat, f in fits.items():
+        mine = [s for s in samples if s.probe.pattern == pat]
+        errs = [abs(predictor.fitted(s.probe, f, call, protocol) / s.measured_us - 1) for s in mine]
+        out.append(LinkFit(pat, f.alpha, f.overhead, f.bw, float(np.median(errs)) if errs else 0.0))
+    return FitResult(call, tuple(out), protocol)
+
+
+# ------------------------------------------------------------------ topology
+def build_topology(
+    n: int, fits: Sequence[LinkFit], call: float, kernels: KernelRates, nodes: Sequence[int], *,
+    ports: dict[int, SharedPort] | None = None, pair_bw: dict[int, float] | None = None, name: str = "profiled",
+    description: str = "", sources: Sequence[str] = (), protocol: ProtocolFit = NO_SWITCH,
+) -> Topology:
+    """The ccsynth topology of the fitted figures: a link per ordered pair, with its pattern's figures.
+
+    ``ports`` maps a node to its shared port; the links inside such a node
+    get the bandwidth of one pair alone (``pair_bw[node]``) where that is
+    higher, and the port caps them all together.
+    """
+    ports = ports or {}
+    pair_bw = pair_bw or {}
+    links = []
+    for f in fits:
+        for r, d in f.pattern.pairs:
+            bw = f.bw
+            if nodes[r] == nodes[d] and nodes[r] in ports:
+                bw = max(bw, pair_bw[nodes[r]])
+            links.append(Link(r, d, f.alpha, bw, f.overhead))
+    links.sort(key=lambda l: (l.src, l.dst))
+    return Topology(name, n, links=tuple(links), shared_ports=tuple(ports.values()), nodes=tuple(nodes),
+                    description=description, sources=tuple(sources), local_bw=kernels.local_bw,
+                    local_overhead=kernels.call_us, overhead_scope="rank",
+                    call_overhead=call, eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha)
+
+
+def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int, float]) -> dict[int, SharedPort]:
+    """A port per node where all its pairs at once get less than one pair alone (see the module docstring)."""
+    ports = {}
+    for node, alone in sorted(pair_bw.items()):
+        ranks = tuple(r for r, x in enumerate(nodes) if x == node)
+        aggs, per_link = [], []
+        for f in fits:
+            inside = [(r, d) for r, d in f.pattern.pairs if nodes[r] == node and nodes[d] == node]
+            if f.pattern.kind == "intra" and inside:
+                aggs.append(f.bw * len(inside))
+                per_link.append(f.bw)
+        if per_link and max(per_link) < (1 - PORT_MARGIN) * alone:
+            ports[node] = SharedPort(f"node{node}.memory", ranks, ranks, float(np.median(aggs)))
+    return ports
+
+
+def _describe(n: int, hosts: Sequence[str], nodes: Sequence[int], cores: Sequence[int], mpi_library: str) -> str:
+    per_node = {}
+    for r, node in enumerate(nodes):
+        per_node.setdefault(node, []).append(r)
+    parts = []
+    for node, ranks in sorted(per_node.items()):
+        c = cores[ranks[0]]
+        over = f", oversubscribed {len(ranks) / c:.1f}x" if len(ranks) > c else ""
+        parts.append(f"{hosts[ranks[0]]}: {len(ranks)} ranks on {c} cores{over}")
+    return (f"profiled by ccsynth topo profile: {n} ranks on {len(per_node)} node(s) ({'; '.join(parts)}); "
+            f"{mpi_library}; figures measured with all ranks active, through ccsynth's executor")
+
+
+# ------------------------------------------------------------------ driver
+def profile_machine(
+    comm, options: ProfileOptions | None = None, progress: Callable[[int, int, str], None] | None = None,
+) -> MachineProfile:
+    """Measure every probe, fit, and return the profile (on every rank; call it on every rank).
+
+    ``progress(k, total, what)`` is called on every rank before step ``k``
+    (of ``total``) and once more with ``k == total`` at the end.
+    """
+    from mpi4py import MPI
+
+    options = options or ProfileOptions()
+    t_start = time.perf_counter()
+    n = comm.Get_size()
+    if n < 2:
+        raise CCSynthError("profiling needs at least 2 ranks (start it with mpiexec -n N, N >= 2)")
+    hosts = tuple(comm.allgather(MPI.Get_processor_name() or socket.gethostname()))
+    nodes = _node_ids(hosts)
+    try:
+        my_cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        my_cores = os.cpu_count() or 1
+    cores = tuple(comm.allgather(my_cores))
+    pats = patterns(nodes)
+    probes = plan_probes(pats, options)
+    pairs = [p for p in (_pair_pattern(nodes, node) for node in sorted(set(nodes))) if p is not None]
+    pair_probes = {p: [Probe(p, "window", BW_WINDOW, s, SLICES[0]) for s in options.bw_sizes if s >= SLICES[0]][-1:]
+                   for p in pairs}
+    every = probes + [p for ps in pair_probes.values() for p in ps]
+    passes = options.n_passes
+    total = passes * len(every) + 1
+    say = progress or (lambda k, t, what: None)
+    # Passes over all probes, each keeping its fastest pass: load from other processes comes and
+    # goes, and can only make a probe slower.
+    best: dict[Probe, float] = {}
+    k = 0
+    for pas in range(passes):
+        for probe in every:
+            say(k, total, probe.describe() + (f" (pass {pas + 1} of {passes})" if passes > 1 else ""))
+            t = measure_probe(comm, probe, options).measured_us
+            best[probe] = min(t, best.get(probe, math.inf))
+            k += 1
+    samples = [Sample(p, best[p]) for p in probes]
+    pair_samples = {pat: [Sample(p, best[p]) for p in ps] for pat, ps in pair_probes.items()}
+    say(k, total, "local copy and reduction kernels")
+    kernels = measure_kernels(comm, KERNEL_BYTES, KERNEL_SECONDS / 5 if options.quick else KERNEL_SECONDS)
+    say(total, total, "fitting")
+
+    predictor = _Predictor(n)
+    result = fit_patterns(n, samples, predictor)
+    call, fits, protocol = result.call_overhead, result.fits, result.protocol
+    pair_bw = {}
+    for pat, ps in pair_samples.items():
+        node = nodes[pat.pairs[0][0]]
+        same = [f for f in fits if f.pattern.kind == "intra"]
+        ref = same[0] if same else fits[0]
+        pair_bw[node] = fit_bandwidth(predictor, ps, ref.alpha, ref.overhead, call, protocol)
+    ports = _node_ports(fits, nodes, pair_bw)
+    lib = MPI.Get_library_version().strip().splitlines()[0].strip()
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    topo = build_topology(
+        n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}", protocol=protocol,
+        description=_describe(n, hosts, nodes, cores, lib),
+        sources=(f"ccsynth topo profile on {hosts[0]} at {when}, load average {load}, "
+                 f"{len(samples) + sum(len(v) for v in pair_samples.values())} probes",),
+    )
+    return MachineProfile(topo, fits, call, kernels, tuple(samples) + tuple(s for v in pair_samples.values() for s in v),
+                          nodes, hosts, cores, tuple(ports.values()), pair_bw, protocol, time.perf_counter() - t_start)

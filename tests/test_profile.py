@@ -1,0 +1,256 @@
+"""``ccsynth topo profile`` (bench/profile.py): patterns, probes, the fit on synthetic timings, and end to end under mpiexec."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ccsynth.bench.profile import (
+    NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports, _pair_pattern,
+    _Predictor,
+    build_topology, fit_patterns, patterns, plan_probes, probe_schedule,
+)
+from ccsynth.synth.executor_model import lower_for_executor
+from ccsynth.topologies.io import load_topology
+
+VENV_BIN = Path(sys.executable).parent
+MPIEXEC = VENV_BIN / "mpiexec"
+
+
+def _ordered_pairs(pats):
+    return sorted(p for pat in pats for p in pat.pairs)
+
+
+# ------------------------------------------------------------------ patterns
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_patterns_send_once_over_every_ordered_pair_with_every_rank_active(n):
+    pats = patterns([0] * n)
+    assert len(pats) == n - 1
+    assert _ordered_pairs(pats) == [(a, b) for a in range(n) for b in range(n) if a != b]
+    for pat in pats:  # a permutation: every rank sends once and receives once
+        assert sorted(pat.dest) == list(range(n)) and all(d != r for r, d in enumerate(pat.dest))
+        assert pat.kind == "intra"
+
+
+def test_patterns_on_two_nodes_keep_to_one_kind_of_pair():
+    nodes = [0, 0, 1, 1, 0, 1]  # ranks interleaved over two nodes of three
+    pats = patterns(nodes)
+    assert _ordered_pairs(pats) == [(a, b) for a in range(6) for b in range(6) if a != b]
+    for pat in pats:
+        same = {nodes[r] == nodes[d] for r, d in pat.pairs}
+        assert same == ({True} if pat.kind == "intra" else {False})
+    assert sum(p.kind == "intra" for p in pats) == 2 and sum(p.kind == "inter" for p in pats) == 3
+
+
+def test_unequal_nodes_fall_back_to_shifts():
+    pats = patterns([0, 0, 0, 1])
+    assert [p.name for p in pats] == ["shift 1", "shift 2", "shift 3"]
+    assert _ordered_pairs(pats) == [(a, b) for a in range(4) for b in range(4) if a != b]
+    assert {p.kind for p in pats} == {"mixed"}
+
+
+def test_a_pair_alone_needs_three_ranks_on_the_node():
+    assert _pair_pattern([0, 0], 0) is None
+    pat = _pair_pattern([0, 0, 0, 0], 0)
+    assert pat.dest == (1, 0, -1, -1) and pat.pairs == ((0, 1), (1, 0))
+
+
+# ------------------------------------------------------------------ probes
+def test_probe_schedules_compile_for_the_executor():
+    pat = patterns([0] * 4)[0]
+    chain = probe_schedule(4, Probe(pat, "chain", 3, 8))
+    # round j forwards what round j - 1 received: each send after the first waits for a receive
+    sends = [op for op in chain.ops if op.kind == "send"]
+    assert sum(1 for op in sends if op.deps) == 4 * 2
+    window = probe_schedule(4, Probe(pat, "window", 3, 8))
+    assert all(not op.deps for op in window.ops)
+    g = lower_for_executor(window, Probe(pat, "window", 3, 2 << 20).size_bytes)
+    assert "dataflow" in g.name
+    pair = probe_schedule(4, Probe(_pair_pattern([0] * 4, 0), "window", 2, 8))
+    assert {op.rank for op in pair.ops} == {0, 1}
+
+
+def test_the_plan_of_probes_covers_latency_overhead_and_bandwidth():
+    pats = patterns([0] * 4)
+    probes = plan_probes(pats, ProfileOptions())
+    for pat in pats:
+        mine = [p for p in probes if p.pattern == pat]
+        assert {p.messages for p in mine if p.shape == "chain" and p.nbytes == 8} == {1, 2, 4, 8}
+        assert {p.messages for p in mine if p.shape == "window" and p.nbytes == 8} == {2, 4, 8, 16}
+        ladder = [p.nbytes for p in mine if p.shape == "chain" and p.nbytes > 8]
+        assert ladder[0] == 1 << 10 and ladder[-1] == 32 << 10 and 8 << 10 in ladder
+        big = [p for p in mine if p.shape == "window" and p.nbytes > 8]
+        assert {p.slice_bytes for p in big} == {1 << 20, 4 << 20}
+        assert not [p for p in big if p.slice_bytes == 4 << 20 and p.nbytes < 1 << 20]
+    quick = plan_probes(pats, ProfileOptions(quick=True))
+    assert len(quick) < len(probes) / 2
+
+
+# ------------------------------------------------------------------ the fit
+@pytest.mark.parametrize(
+    "n, alpha, overhead, bw, call, protocol",
+    [
+        (2, 1.0, 0.6, 10.0, 2.7, ProtocolFit(6144.0, 4.0)),
+        (4, 20.0, 8.0, 2.5, 10.0, ProtocolFit(4096.0, 30.0)),
+        (4, 0.5, 3.0, 5.0, 0.0, NO_SWITCH),
+    ],
+)
+def test_fit_recovers_known_figures_from_synthetic_timings(n, alpha, overhead, bw, call, protocol):
+    """Timings made by the very prediction the fit inverts: known figures in, the same out."""
+    pats = patterns([0] * n)
+    opts = ProfileOptions(quick=n == 4)
+    pred = _Predictor(n)
+    samples = [Sample(p, pred.time(p, alpha, overhead, bw, call, protocol)) for p in plan_probes(pats, opts)]
+    result = fit_patterns(n, samples, pred)
+    assert result.call_overhead == pytest.approx(call, abs=0.02)
+    assert result.protocol.eager_limit == protocol.eager_limit
+    assert result.protocol.rendezvous_alpha == pytest.approx(protocol.rendezvous_alpha, rel=0.02)
+    fits = result.fits
+    assert len(fits) == n - 1
+    for f in fits:
+        assert f.alpha == pytest.approx(alpha, rel=0.02, abs=0.02)
+        assert f.overhead == pytest.approx(overhead, rel=0.02)
+        assert f.bw == pytest.approx(bw, rel=0.02)
+        assert f.error < 0.01
+
+
+def test_fit_of_noisy_timings_stays_close():
+    pats = patterns([0, 0])
+    pred = _Predictor(2)
+    probes = plan_probes(pats, ProfileOptions())
+    noise = [1.05, 0.95, 1.02, 0.98]
+    samples = [Sample(p, pred.time(p, 1.0, 0.6, 10.0, 2.7) * noise[i % 4]) for i, p in enumerate(probes)]
+    [f] = fit_patterns(2, samples, pred).fits
+    assert f.hop_us == pytest.approx(1.0 + 1.2, rel=0.15)
+    assert f.bw == pytest.approx(10.0, rel=0.1)
+
+
+# ------------------------------------------------------------------ topology
+def test_topology_has_a_link_per_ordered_pair_and_the_cpu_engine_model():
+    pats = patterns([0] * 3)
+    fits = [LinkFit(pats[0], 1.0, 0.5, 4.0), LinkFit(pats[1], 2.0, 0.25, 3.0)]
+    t = build_topology(3, fits, 2.0, KernelRates(8.0, 6.0, 5.0, 1 << 24), [0, 0, 0], name="m")
+    assert len(t.links) == 6 and t.overhead_scope == "rank" and t.local_bw == 5.0 and t.call_overhead == 2.0
+    c = t.connection(0, 1)
+    assert (c.alpha, c.overhead, c.bw) == (1.0, 0.5, 4.0)
+    assert t.connection(0, 2).bw == 3.0 and not t.shared_ports
+
+
+def test_a_node_whose_pairs_slow_each_other_down_gets_a_shared_port():
+    nodes = [0, 0, 0, 0]
+    pats = patterns(nodes)
+    fits = [LinkFit(p, 1.0, 0.5, 2.0) for p in pats]  # 4 links at 2 GB/s each: 8 GB/s together
+    ports = _node_ports(fits, nodes, {0: 5.0})  # one pair alone: 5 GB/s per direction
+    assert list(ports) == [0] and ports[0].bw == pytest.approx(8.0) and ports[0].srcs == (0, 1, 2, 3)
+    t = build_topology(4, fits, 0.0, KernelRates(8.0, 6.0, 5.0, 1), nodes, ports=ports, pair_bw={0: 5.0})
+    assert t.links[0].bw == 5.0 and t.connection(0, 1).bw == pytest.approx(5.0)  # alone: the pair's rate
+    assert not _node_ports(fits, nodes, {0: 2.1})  # within the margin: no port
+
+
+# ------------------------------------------------------------------ end to end
+def _run(cmd, timeout=300):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_profile_writes_a_topology_that_loads_and_synth_uses(ranks, tmp_path):
+    if not MPIEXEC.exists():
+        pytest.skip("mpiexec not installed in the virtual environment")
+    out = tmp_path / "machine.json"
+    proc = _run([str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "ccsynth", "topo", "profile", "-o", str(out),
+                 "--quick"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    # progress on stderr, [k/N] per step; the summary table on stdout, once (rank 0)
+    progress = [ln for ln in proc.stderr.splitlines() if ln.startswith("[")]
+    assert progress and progress[-1].startswith(f"[{len(progress) - 1}/{len(progress) - 1}]")
+    assert proc.stdout.count("fixed cost per collective call") == 1 and f"wrote {out}" in proc.stdout
+    topo = load_topology(out)
+    assert topo.n_ranks == ranks and len(topo.links) == ranks * (ranks - 1)
+    assert topo.overhead_scope == "rank" and topo.local_bw > 0 and topo.call_overhead >= 0
+    assert all(l.bw > 0 and l.alpha >= 0 and l.overhead >= 0 for l in topo.links)
+    assert f"{ranks} ranks" in topo.description and "cores" in topo.description
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "ccsynth.topology" and doc["overhead_scope"] == "rank"
+
+    show = _run([sys.executable, "-m", "ccsynth", "topo", "show", str(out)])
+    assert show.returncode == 0 and "overhead scope: rank" in show.stdout, show.stderr
+    sched = tmp_path / "s.json"
+    synth = _run([sys.executable, "-m", "ccsynth", "-q", "synth", "-t", str(out), "-c", "allreduce", "--size", "1M",
+                  "-o", str(sched)])
+    assert synth.returncode == 0, synth.stdout + synth.stderr
+    verify = _run([sys.executable, "-m", "ccsynth", "verify", str(sched), "-t", str(out)])
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.mpi
+def test_profile_quiet_and_errors(tmp_path):
+    if not MPIEXEC.exists():
+        pytest.skip("mpiexec not installed in the virtual environment")
+    base = [str(MPIEXEC), "-n", "2", sys.executable, "-m", "ccsynth", "topo", "profile"]
+    quiet = _run(base + ["-o", str(tmp_path / "m.json"), "--quick", "-q", "--sizes", "64K"])
+    assert quiet.returncode == 0 and not [ln for ln in quiet.stderr.splitlines() if ln.startswith("[")], quiet.stderr
+    missing = _run(base + ["-o", str(tmp_path / "no" / "m.json"), "--quick"])
+    assert missing.returncode == 2 and missing.stderr.count("does not exist") == 1, missing.stderr
+    one = _run([str(MPIEXEC), "-n", "1", sys.executable, "-m", "ccsynth", "topo", "profile", "-o",
+                str(tmp_path / "m1.json"), "--quick"])
+    assert one.returncode == 2 and "at least 2 ranks" in one.stderr
+
+
+# ------------------------------------------------------------------ the benchmark's report
+def test_bench_predict_report_from_results():
+    from ccsynth.bench.bench_predict import baselines_for, markdown
+
+    assert baselines_for("allreduce", 2) == ["ring", "recursive_doubling", "recursive_halving", "direct", "one_shot"]
+    assert "multi_ring" in baselines_for("allreduce", 4) and baselines_for("allgather", 4) == ["ring", "recursive_doubling", "direct"]
+
+    def row(size, med, pred=None, algo="x"):
+        r = {"size": size, "median_us": med, "algorithm": algo}
+        if pred:
+            r["predicted_us"] = pred
+        return r
+
+    sizes = [8, 64 << 10, 1 << 20]
+    doc = {"results": {
+        "mpi": [row(s, 10.0, algo="mpi") for s in sizes],
+        "default": [row(s, 12.0, 10.0) for s in sizes],
+        "plan:p.json": [row(s, 11.0, 9.0 if s == 1 << 20 else 10.0, "ring(c=4)") for s in sizes],
+        "ring": [row(s, 20.0, 10.0) for s in sizes],
+    }}
+    topo = {"n_ranks": 2, "description": "profiled", "sources": ["here"], "call_overhead_us": 2.0,
+            "local_bw_GBps": 5.0, "shared_ports": [], "links": [{"src": 0, "dst": 1, "alpha_us": 1.0, "bw_GBps": 9.0,
+                                                                 "overhead_us": 0.5}]}
+    case = {"n": 2, "topology": topo, "loads": {"before": "0.5 0.5 0.5"},
+            "runs": {"allreduce": {"json": doc, "plan": "plan:p.json", "synth_s": 1.0}}}
+    text = markdown([case], ["mpiexec -n 2 ccsynth topo profile -o machine2.json"])
+    assert "mpiexec -n 2 ccsynth topo profile" in text and "| 0->1 | 1.00 | 0.50 | 2.00 | 9.000 |" in text
+    # errors: default 20%, plan 10%, ring 100% at every size: median 20%, worst 100% (ring)
+    assert "| 8 B | 3 | 20% | 100% |" in text and "| 64K | 3 | 20% | 100% |" in text
+    assert "plan at least as fast as the default plan at 100% of 3 sizes" in text
+    # predicted plan / default: 1.00 (no winner called) but at 1 MiB 0.90, and the plan does win there
+    assert "by more than 5% (1 of 3 sizes), the measured winner is the predicted one at 100%" in text
+    assert "| 8 B | 10.0 | 12.0 | 11.0 | 0.92 | 1.10 | 1.20 | 1.00 | ring(c=4) |" in text
+    assert "| 1M | 10.0 | 12.0 | 11.0 | 0.92 | 1.10 | 1.20 | 0.90 | ring(c=4) |" in text
+    # latency / MPI's per band, the same run
+    assert "| ring | 2.00 | 2.00 | 2.00 |" in text
+
+
+def test_bench_predict_keeps_the_fastest_run_of_each_row():
+    from ccsynth.bench.bench_predict import fastest_rows
+
+    def doc(*meds):
+        return {"n_ranks": 2, "results": {"mpi": [{"size": 8 << i, "median_us": m} for i, m in enumerate(meds)],
+                                          "ring": [{"size": 8 << i, "median_us": 2 * m, "predicted_us": 1.0}
+                                                   for i, m in enumerate(meds)]}}
+
+    merged = fastest_rows([doc(5.0, 9.0), doc(7.0, 3.0)])
+    assert [r["median_us"] for r in merged["results"]["mpi"]] == [5.0, 3.0]
+    assert [r["median_us"] for r in merged["results"]["ring"]] == [10.0, 6.0]
+    assert merged["n_ranks"] == 2 and all(r["predicted_us"] == 1.0 for r in merged["results"]["ring"])
