@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from ccsynth.bench.omb import agree
 from ccsynth.collectives.communicator import Communicator

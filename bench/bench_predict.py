@@ -147,7 +147,7 @@ def fastest_rows(docs: list[dict]) -> dict:
     results = {}
     for name, rows in docs[0]["results"].items():
         best = []
-        for i, row in enumerate(rows):
+        for i in range(len(rows)):
             candidates = [d["results"][name][i] for d in docs if len(d["results"].get(name, ())) > i]
             best.append(min(candidates, key=lambda r: r["median_us"]))
         results[name] = best

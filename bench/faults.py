@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -216,7 +216,7 @@ def _large_fault(ctx: Ctx) -> None:
     c = ctx.comm()
     send = np.full(LARGE, ctx.rank + 1.0)
     recv = np.zeros(LARGE)
-    ref = np.full(LARGE, ctx.n * (ctx.n + 1) / 2)
+    ref: np.ndarray | None = np.full(LARGE, ctx.n * (ctx.n + 1) / 2)
     if ctx.rank == BAD:
         recv.flags.writeable = False
         ref = None
@@ -303,7 +303,7 @@ def _kill(kind: str, large: bool):
 def _uncaught(ctx: Ctx) -> None:
     """No abort handler, nobody catches: rank 1's error ends its process; the others must not hang."""
     c = ctx.comm()
-    send, recv, ref = _buffers("allreduce", ctx, COUNT)
+    send, recv, _ref = _buffers("allreduce", ctx, COUNT)
     if ctx.rank == BAD:
         send = np.repeat(send, 2)[::2]
     ctx.say("INJECT", time.time(), "uncaught error on rank 1")
@@ -317,9 +317,10 @@ def _mpi_fallback(ctx: Ctx) -> None:
     c = ctx.comm()
     send = np.arange(COUNT, dtype=np.int32) + ctx.rank
     recv = np.zeros(COUNT, np.int32)
-    ref = np.arange(COUNT, dtype=np.int32)
+    band = np.arange(COUNT, dtype=np.int32)
     for q in range(1, ctx.n):
-        ref &= np.arange(COUNT, dtype=np.int32) + q
+        band &= np.arange(COUNT, dtype=np.int32) + q
+    ref: np.ndarray | None = band
     if ctx.rank == BAD:
         recv.flags.writeable = False
         ref = None

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -188,7 +189,7 @@ class Benchmark:
 
     name: str
     title: str  # "# OMB Python MPI {title} Test"
-    prepare: Callable[["Context", Any, int], Case]
+    prepare: Callable[[Context, Any, int], Case]
     kind: str | None = None  # the collective; None: measures the MPI library only
     pt2pt: bool = False  # rank 0 <-> rank 1 only, whole loop timed
     sized: bool = True  # barrier has no message size
@@ -196,7 +197,7 @@ class Benchmark:
     default_sizes: str = "4:1M"
     size_doc: str = ""
     description: str = ""
-    unit: Callable[["Context"], int] = field(default=lambda ctx: ctx.itemsize)  # smallest usable size
+    unit: Callable[[Context], int] = field(default=lambda ctx: ctx.itemsize)  # smallest usable size
 
     @property
     def busbw_factor_kind(self) -> str:
@@ -392,8 +393,8 @@ def agree(comm, fn: Callable[[], Any]) -> Any:
     if bad:
         if len({e for _, e in bad}) == 1 and len(bad) == len(errors):
             raise CCSynthError(bad[0][1])
-        r, e = bad[0]
-        raise CCSynthError(f"rank {r}: {e}")
+        r, msg = bad[0]
+        raise CCSynthError(f"rank {r}: {msg}")
     return result
 
 

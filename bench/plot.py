@@ -10,7 +10,7 @@ before a long run rather than after it.
 from __future__ import annotations
 
 import os
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ccsynth.atomic import open_atomic
 from ccsynth.errors import CCSynthError

@@ -95,7 +95,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -497,7 +497,7 @@ class _Predictor:
                         eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha)
         return simulate_graph(self.graph(probe), topo).time_us
 
-    def fitted(self, probe: Probe, f: "LinkFit", call: float, protocol: ProtocolFit) -> float:
+    def fitted(self, probe: Probe, f: LinkFit, call: float, protocol: ProtocolFit) -> float:
         """The predicted time of ``probe`` with the figures ``f`` of its pattern."""
         return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol)
 
@@ -573,7 +573,7 @@ def fit_bandwidth(predictor: _Predictor, large: Sequence[Sample], alpha: float, 
     return math.exp(_minimize(err, math.log(0.01), math.log(1000.0)))
 
 
-def fit_protocol(predictor: _Predictor, ladder: Sequence[Sample], fits: dict[Pattern, "LinkFit"], call: float) -> ProtocolFit:
+def fit_protocol(predictor: _Predictor, ladder: Sequence[Sample], fits: dict[Pattern, LinkFit], call: float) -> ProtocolFit:
     """The protocol switch that explains the chains of growing messages best (one for all patterns).
 
     For every candidate limit (each size of the ladder: the largest one
@@ -591,7 +591,7 @@ def fit_protocol(predictor: _Predictor, ladder: Sequence[Sample], fits: dict[Pat
     best, best_err = NO_SWITCH, err(NO_SWITCH)
     none_err = best_err
     for limit in sorted({s.probe.nbytes for s in ladder})[:-1]:
-        extra = _minimize(lambda a: err(ProtocolFit(float(limit), a)), 0.0, 20.0 * hop)
+        extra = _minimize(lambda a: err(ProtocolFit(float(limit), a)), 0.0, 20.0 * hop)  # noqa: B023 (called now)
         e = err(ProtocolFit(float(limit), extra))
         if e < best_err:
             best, best_err = ProtocolFit(float(limit), extra), e
@@ -688,11 +688,11 @@ def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int
 
 
 def _describe(n: int, hosts: Sequence[str], nodes: Sequence[int], cores: Sequence[int], mpi_library: str) -> str:
-    per_node = {}
+    per_node: dict[int, list[int]] = {}
     for r, node in enumerate(nodes):
         per_node.setdefault(node, []).append(r)
     parts = []
-    for node, ranks in sorted(per_node.items()):
+    for _node, ranks in sorted(per_node.items()):
         c = cores[ranks[0]]
         over = f", oversubscribed {len(ranks) / c:.1f}x" if len(ranks) > c else ""
         parts.append(f"{hosts[ranks[0]]}: {len(ranks)} ranks on {c} cores{over}")

@@ -118,7 +118,8 @@ def plot_timeline(
         # outlines separate back-to-back transfers, while they are few enough to see
         edge = 0.15 if len(data) <= 40 * max(len(rows), 1) else 0
         ax.add_collection(PolyCollection(data, facecolors=data_c, edgecolors="black", linewidths=edge))
-    over, local = [], []
+    over: list = []
+    local: list = []
     for k, (_, spans) in enumerate(engine_rows):
         y = len(rows) + k
         for w in spans:

@@ -20,11 +20,11 @@ _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "topologies")) and _os.path.isfile(
     _os.path.join(_root, "topologies", "model.py")
 ):
-    __path__.append(_root)  # type: ignore[name-defined]
+    __path__.append(_root)
 
 __version__ = "0.1.0"
 
-from ccsynth.errors import *  # noqa: E402,F401,F403
+from ccsynth.errors import *  # noqa: E402, F403
 from ccsynth.errors import __all__ as _errors_all  # noqa: E402
 from ccsynth.collectives.spec import Collective  # noqa: E402
 from ccsynth.collectives.schedule import Chunks, Op, Schedule, save_schedule  # noqa: E402

@@ -46,7 +46,8 @@ import contextlib
 import errno
 import os
 import stat
-from typing import IO, Iterator
+from typing import IO, Any
+from collections.abc import Iterator
 
 from ccsynth.errors import CCSynthError
 
@@ -126,7 +127,7 @@ def open_atomic(
         raise ValueError(f"open_atomic writes with mode 'w' or 'wb', not {mode!r}")
     fail = _Failure(path, what, error)
     target = _target(path, fail)
-    kw = {"encoding": encoding} if mode == "w" else {}
+    kw: dict[str, Any] = {"encoding": encoding} if mode == "w" else {}
     try:
         st = os.stat(target)
     except FileNotFoundError:

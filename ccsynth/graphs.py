@@ -23,7 +23,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import networkx as nx
 
@@ -80,7 +81,7 @@ def _depth_first_order(preds: Preds) -> list | None:
     if isinstance(preds, Mapping):
         nodes = list(preds)
         index = {v: i for i, v in enumerate(nodes)}
-        plists = [[index[p] for p in preds[v]] for v in nodes]
+        plists: Sequence[Any] = [[index[p] for p in preds[v]] for v in nodes]
     else:
         nodes = None
         plists = preds if isinstance(preds, (list, tuple)) else list(preds)

@@ -33,6 +33,7 @@ import json
 import os
 import stat
 from typing import Any
+from collections.abc import Iterable
 
 from ccsynth.limits import MAX_FILE_BYTES, MAX_JSON_DEPTH
 
@@ -79,6 +80,7 @@ def check_depth(value: Any, what: str, error: type[Exception], limit: int = MAX_
     stack = [(value, 1)]
     while stack:
         v, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(v, dict):
             children = v.values()
         elif isinstance(v, (list, tuple)):

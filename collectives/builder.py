@@ -20,7 +20,7 @@ Example (a two-rank allgather):
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective

@@ -99,7 +99,7 @@ class PlanEntry:
         return d
 
     @classmethod
-    def from_dict(cls, d: Any, where: str = "entry") -> "PlanEntry":
+    def from_dict(cls, d: Any, where: str = "entry") -> PlanEntry:
         if not isinstance(d, dict):
             raise PlanError(f"plan {where} must be an object")
         try:
@@ -181,7 +181,7 @@ class Plan:
         }
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Plan":
+    def from_dict(cls, d: Any) -> Plan:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise PlanError(f"not a ccsynth plan (format must be {FORMAT!r})")
         version = d.get("version")

@@ -122,7 +122,7 @@ class Chunks:
         return [self.buf, self.index, self.count]
 
     @classmethod
-    def of(cls, value: "Chunks | tuple | list") -> "Chunks":
+    def of(cls, value: Chunks | tuple | list) -> Chunks:
         """Accept a Chunks, or ``(buf, index)`` / ``(buf, index, count)``."""
         if isinstance(value, Chunks):
             return value
@@ -216,7 +216,7 @@ class Op:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Op":
+    def from_dict(cls, d: dict) -> Op:
         if not isinstance(d, dict):
             raise ScheduleFormatError(f"an operation must be an object, got {d!r}")
         try:
@@ -399,7 +399,7 @@ class Schedule:
         }
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Schedule":
+    def from_dict(cls, d: Any) -> Schedule:
         if not isinstance(d, dict):
             raise ScheduleFormatError(f"a schedule file must hold a JSON object, got {type(d).__name__}")
         if d.get("format") != FORMAT:
@@ -441,7 +441,7 @@ class Schedule:
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, separators=(",", ":") if indent is None else None)
 
-    def with_meta(self, **kv) -> "Schedule":
+    def with_meta(self, **kv) -> Schedule:
         return replace(self, meta={**self.meta, **kv})
 
     def __repr__(self) -> str:

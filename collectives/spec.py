@@ -176,7 +176,7 @@ class Collective:
     def busbw_factor(self) -> float:
         return busbw_factor(self.kind, self.n_ranks)
 
-    def with_ranks(self, n_ranks: int) -> "Collective":
+    def with_ranks(self, n_ranks: int) -> Collective:
         return Collective(self.kind, n_ranks, self.chunk_factor, self.root if self.root < n_ranks else 0)
 
     def describe(self) -> str:
@@ -245,7 +245,7 @@ class Collective:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Collective":
+    def from_dict(cls, d: dict) -> Collective:
         if not isinstance(d, dict):
             raise CollectiveError(f"collective must be an object, got {type(d).__name__}")
         if not isinstance(d.get("kind"), str) and "kind" in d:

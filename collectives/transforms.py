@@ -44,7 +44,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ccsynth.collectives.schedule import Chunks, Op, Schedule, in_place_storage
 from ccsynth.collectives.spec import Collective

@@ -60,6 +60,7 @@ from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Contribution, Value
 from ccsynth.errors import ScheduleError
 from ccsynth.graphs import dependency_cycle, topological_order
+import itertools
 
 if TYPE_CHECKING:  # pragma: no cover
     from ccsynth.topologies.model import Topology
@@ -94,7 +95,7 @@ class VerifyReport:
         return asdict(self)
 
 
-def verify(schedule: Schedule, topology: "Topology | None" = None) -> VerifyReport:
+def verify(schedule: Schedule, topology: Topology | None = None) -> VerifyReport:
     """Prove that ``schedule`` implements ``schedule.collective``.
 
     With ``topology``, also check that it has the collective's rank count and
@@ -122,7 +123,7 @@ def verify(schedule: Schedule, topology: "Topology | None" = None) -> VerifyRepo
     return report
 
 
-def is_valid(schedule: Schedule, topology: "Topology | None" = None) -> bool:
+def is_valid(schedule: Schedule, topology: Topology | None = None) -> bool:
     """True if :func:`verify` accepts ``schedule`` (on ``topology``)."""
     try:
         verify(schedule, topology)
@@ -133,7 +134,7 @@ def is_valid(schedule: Schedule, topology: "Topology | None" = None) -> bool:
 
 
 # --------------------------------------------------------------- 2. links
-def _check_topology(schedule: Schedule, topology: "Topology") -> None:
+def _check_topology(schedule: Schedule, topology: Topology) -> None:
     coll = schedule.collective
     if topology.n_ranks != coll.n_ranks:
         raise ScheduleError(
@@ -222,7 +223,8 @@ def _check_races(
 
         def before(a: int) -> bool:
             # Direct dependencies are by far the common case (the builder adds them).
-            return a in px or (anc >> pos[a]) & 1 == 1
+            # Called only within this iteration of the loop, so binding px and anc late is right.
+            return a in px or (anc >> pos[a]) & 1 == 1  # noqa: B023
 
         reads, writes = _accesses(schedule, op)
         written = {(c.buf, i) for c in writes for i in c.indices()}
@@ -325,7 +327,7 @@ def _stored(schedule: Schedule, key: tuple[int, str, int]) -> tuple[int, str, in
 
 def _merge(op: Op, buf: str, idx: int, a: Value, b: Value) -> Value:
     merged = tuple(sorted(a + b))
-    for u, v in zip(merged, merged[1:]):
+    for u, v in itertools.pairwise(merged):
         if u == v:
             raise ScheduleError(
                 f"{op.describe()} reduces contribution (rank {u[0]}, chunk {u[1]}) into {buf}[{idx}] "

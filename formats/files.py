@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from ccsynth.collectives.schedule import Schedule, check_writes_cover_outputs, read_schedule_text, schedule_from_json
 from ccsynth.collectives.verify import verify as _verify

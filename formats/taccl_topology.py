@@ -80,7 +80,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from ccsynth.errors import SizeError, TopologyError
 from ccsynth.limits import check as check_limit

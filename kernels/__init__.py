@@ -5,8 +5,8 @@
 'numpy'
 """
 
-from ccsynth.errors import OpError  # noqa: F401  (defined with every other error; re-exported as before)
-from ccsynth.kernels.base import (  # noqa: F401
+from ccsynth.errors import OpError  # defined with every other error; re-exported as before
+from ccsynth.kernels.base import (
     DTYPES,
     FLOAT_DTYPES,
     KERNEL_OPS,

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -199,7 +200,7 @@ class Backend(ABC):
         self.copy(tile, src_flat[:k].reshape(tile.shape))
         return k
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 (a deliberate no-op default; device backends override it)
         """Wait until queued kernels finished (no-op on the host)."""
 
     @abstractmethod

@@ -15,7 +15,8 @@ buffers to MPI needs a CUDA-aware MPI library.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ccsynth.errors import CCSynthError, OpError
 from ccsynth.kernels.base import Backend

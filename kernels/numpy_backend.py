@@ -12,7 +12,8 @@ Example:
 from __future__ import annotations
 
 import mmap
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -79,12 +80,14 @@ class NumpyBackend(Backend):
         f = self._red.get(op)
         if f is None:
             _ufunc(op)  # raises OpError naming the op
+            raise OpError(f"no reducer for op {op!r}")
         return f
 
     def fused_reducer(self, op: str) -> Callable:
         f = self._fused.get(op)
         if f is None:
-            _ufunc(op)
+            _ufunc(op)  # raises OpError naming the op
+            raise OpError(f"no fused reducer for op {op!r}")
         return f
 
     def divide(self, dst, n: int) -> None:

@@ -171,7 +171,7 @@ def route_alltoall(
             flows[(s, d)] = {map_edge(g, e): k for e, k in rep_flows[key].items()}
             edges_all[(s, d)] = [map_edge(g, e) for e in cand[key]]
     loads: dict[str, float] = {}
-    for (s, d), fl in flows.items():
+    for fl in flows.values():
         for e, k in fl.items():
             for r in conn[e].resources:
                 loads[r] = loads.get(r, 0.0) + k * chunk_bytes / (res_bw[r] * BYTES_PER_US_PER_GBPS)

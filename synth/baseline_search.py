@@ -37,7 +37,8 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Sequence
 
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective

@@ -125,7 +125,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -626,8 +626,8 @@ def _latency(kind: str, n: int, root: int, net: _Net) -> tuple[float, str]:
         dist = {root: net.distances("message", [root])[root]}
     elif kind in ("reduce", "gather"):
         d = net.distances("message", [root], reverse=True)[root]
-        best = int(np.argmax(d))
-        return float(d[best]), f"latency: message path {best}->{root}"
+        far = int(np.argmax(d))
+        return float(d[far]), f"latency: message path {far}->{root}"
     else:
         dist = net.distances("message")
     best, desc = 0.0, "latency: none"

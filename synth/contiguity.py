@@ -312,7 +312,7 @@ def schedule_waves(plan: TransferPlan, options: SolverOptions | None = None, *, 
         if m.parent >= 0:
             prob += (S[m.id] >= F[m.parent], f"ready_{m.id}")
         prob += (F[m.id] >= C[m.id], f"arrive_{m.id}")
-        prob += (T >= F[m.id], f"makespan_{m.id}")
+        prob += (F[m.id] <= T, f"makespan_{m.id}")
     pp_of = {}
     for e, seq in sorted(plan.links.items()):
         alpha = topo.connection(*e).message_us

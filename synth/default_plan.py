@@ -42,7 +42,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from collections.abc import Iterable
 
 from ccsynth.collectives.plan import Plan, PlanEntry
 from ccsynth.collectives.schedule import Schedule

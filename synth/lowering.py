@@ -59,7 +59,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Schedule
@@ -216,7 +216,7 @@ def _emit_forward(b: ScheduleBuilder, waves: Waves, c: int, chain: _Chain, *, bu
     With ``own_from_input`` a rank sends its own pieces from its input
     buffer (chunk ``j``), otherwise from ``buf`` too.
     """
-    for (edge, wi), group in _waves_in_order(_actual_moves(waves)):
+    for (edge, _wi), group in _waves_in_order(_actual_moves(waves)):
         u, v = edge
         deps = chain.deps(edge)
         sends = []
@@ -282,7 +282,7 @@ def _emit_reverse(b: ScheduleBuilder, actual: list[_Actual], c: int, acc: dict[t
         waves.setdefault(a.wave, []).append(
             _Actual(a.comm, a.j, a.v, a.u, T - a.end, T - a.start, a.wave, -a.depth))
     order = sorted(waves.items(), key=lambda kv: (min(x.start for x in kv[1]), min(x.depth for x in kv[1]), kv[0]))
-    for (edge, wi), group in order:
+    for (edge, _wi), group in order:
         u, v = edge[1], edge[0]  # the allgather receiver sends its partial sum back to its parent
         deps = chain.deps((u, v))
         items = []
@@ -371,7 +371,7 @@ def lower_alltoall(waves: Waves, collective: Collective, topology, sk: Sketch, w
         elif (a.v, a.comm, a.j) not in slot:
             slot[(a.v, a.comm, a.j)] = ("s", scratch.take())
     chain = _Chain(window)
-    for (edge, wi), group in _waves_in_order(actual):
+    for (edge, _wi), group in _waves_in_order(actual):
         u, v = edge
         deps = chain.deps(edge)
         sends = []

@@ -213,7 +213,7 @@ def order_moves(routing: Routing, *, overlap_alpha: bool = False) -> TransferPla
             arrive(key, j, origin_of[key], 0.0)
             holder_move[(key, j, origin_of[key])] = -1
             incoming.add((key, j, origin_of[key]))
-    free_at: dict[Edge, float] = {e: 0.0 for e in streams_on}
+    free_at: dict[Edge, float] = dict.fromkeys(streams_on, 0.0)
     moves: list[Move] = []
     seq: dict[Edge, list[tuple[int, int]]] = {e: [] for e in streams_on}
 
@@ -292,7 +292,7 @@ def order_moves(routing: Routing, *, overlap_alpha: bool = False) -> TransferPla
     # links whose candidates may change when a piece arrives at / is claimed for rank x (per chunk key)
     links_from: dict[tuple, list[Edge]] = {}
     for rep_e, lst in streams_on.items():
-        for key, e, hi in lst:
+        for key, e, _hi in lst:
             links_from.setdefault((key, e[0]), []).append(rep_e)
     while heap:
         cand, rep_e = heapq.heappop(heap)

@@ -41,7 +41,7 @@ Example (a 3-rank line ``0 - 1 - 2`` with alpha 1 us per connection and no overh
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import networkx as nx
 

@@ -286,7 +286,7 @@ def route_allgather(
     # bandwidth relaxation, one row per orbit of bandwidth constraints
     load_terms: dict[str, dict[tuple, float]] = {r: {} for r in rep_res}
     orbit_size: dict[str, int] = {}
-    for name, rep in orbit_rep.items():
+    for rep in orbit_rep.values():
         orbit_size[rep] = orbit_size.get(rep, 0) + 1
     for (rho, k), edges in rep_edges.items():
         for e in edges:
@@ -392,9 +392,9 @@ def _policy_terms(prob, lt: LogicalTopology, y, rep_edges, classes, scale: float
                 bw = topo.connection(*e).bw
                 expr = pulp.lpSum(ys) * (1.0 / bw)
                 if lt.sketch.intranode == "minmax":
-                    prob += (U >= expr, f"umax_{e[0]}_{e[1]}")
+                    prob += (expr <= U, f"umax_{e[0]}_{e[1]}")
                 else:
-                    prob += (U <= expr, f"umin_{e[0]}_{e[1]}")
+                    prob += (expr >= U, f"umin_{e[0]}_{e[1]}")
             slowest = max(EVENT_REL, max(1.0 / topo.connection(*e).bw for e in conn_loads))  # us per byte, never 0
             unit = scale / slowest / max(1, len(classes[0]))
             sign = 1.0 if lt.sketch.intranode == "minmax" else -1.0
@@ -427,7 +427,7 @@ def _check_flows(r: Routing) -> None:
     """Every rank receives every class in full (guards against solver tolerance surprises)."""
     for (s, k), flow in r.flows.items():
         got: dict[int, int] = {}
-        for (u, v), cnt in flow.items():
+        for (_u, v), cnt in flow.items():
             got[v] = got.get(v, 0) + cnt
         for v in range(r.lt.n):
             if v != s and got.get(v, 0) != len(r.classes[k]):

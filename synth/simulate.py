@@ -139,7 +139,7 @@ import logging
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -189,7 +189,7 @@ class SimResult:
     def utilisation(self) -> dict[str, float]:
         """Fraction of the makespan each resource was busy (at full bandwidth)."""
         if self.time_us <= 0:
-            return {k: 0.0 for k in self.busy_us}
+            return dict.fromkeys(self.busy_us, 0.0)
         return {k: v / self.time_us for k, v in self.busy_us.items()}
 
     def to_dict(self, *, resources: bool = False) -> dict:

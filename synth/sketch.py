@@ -81,7 +81,8 @@ import os
 from collections import deque
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from ccsynth.atomic import write_text
 from ccsynth.errors import SizeError, SketchError
@@ -241,7 +242,7 @@ class Sketch:
             check_limit(f"sketch {self.name!r}: symmetry size", size, "MAX_RANKS", SketchError)
 
     # ------------------------------------------------------------------ helpers
-    def with_chunk_factor(self, c: int) -> "Sketch":
+    def with_chunk_factor(self, c: int) -> Sketch:
         return replace(self, chunk_factor=c)
 
     # ------------------------------------------------------------------ JSON
@@ -266,7 +267,7 @@ class Sketch:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
-    def bind(self, topology) -> "LogicalTopology":
+    def bind(self, topology) -> LogicalTopology:
         """Check this sketch against ``topology`` and build the logical topology.
 
         Raises :class:`SketchError` naming the rule that fails.
@@ -477,12 +478,12 @@ class SymmetryGroup:
         return len(self.elements)
 
     @classmethod
-    def trivial(cls, n: int) -> "SymmetryGroup":
+    def trivial(cls, n: int) -> SymmetryGroup:
         ident = tuple(range(n))
         return cls(n, (ident,), tuple(range(n)), tuple(range(n)), (ident,) * n)
 
     @classmethod
-    def generate(cls, n: int, generators: Iterable[Perm], what: str = "symmetry") -> "SymmetryGroup":
+    def generate(cls, n: int, generators: Iterable[Perm], what: str = "symmetry") -> SymmetryGroup:
         ident = tuple(range(n))
         gens = [g for g in generators if g != ident]
         elements = {ident: None}
@@ -540,7 +541,7 @@ class LogicalTopology:
         for node in sorted(set(self.node_of)):
             self.node_ranks[node] = topology.node_ranks(node)
         self.local = [0] * n
-        for node, ranks in self.node_ranks.items():
+        for ranks in self.node_ranks.values():
             for i, r in enumerate(ranks):
                 self.local[r] = i
         for a, b in sketch.exclude:
@@ -610,7 +611,7 @@ class LogicalTopology:
                 for x in (s, *vals):
                     if not 0 <= x < g:
                         raise SketchError(f"{self.where}: {what} names GPU {x}, but nodes have GPUs 0..{g - 1}")
-        for j, senders in (inter.relay_map or {}).items():
+        for senders in (inter.relay_map or {}).values():
             for x in senders:
                 if not 0 <= x < g:
                     raise SketchError(f"{self.where}: chunk_to_relay_map names GPU {x}, but nodes have GPUs 0..{g - 1}")
@@ -645,7 +646,7 @@ class LogicalTopology:
         inside its node (modulo their number). Pieces of one chunk class
         (:meth:`chunk_classes`) enter at the same GPU.
         """
-        if not self.spreads:
+        if not self.spreads or self.inter is None:  # spreads only with relay rules (self.inter)
             return None
         k = self.local[src]
         rm = self.inter.relay_map
@@ -683,9 +684,7 @@ class LogicalTopology:
         if sm is not None and self.local[src] not in sm.get(self.local[u], ()):
             return False
         rm = inter.relay_map
-        if rm is not None and j in rm and self.local[u] not in rm[j]:
-            return False
-        return True
+        return not (rm is not None and j in rm and self.local[u] not in rm[j])
 
     def edge_ok(self, src: int, j: int, u: int, v: int) -> bool:
         """May chunk ``(src, j)`` travel over connection ``u -> v``?"""

@@ -87,7 +87,7 @@ class SolverOptions:
                 raise SolverError(f"threads must be a positive integer, got {self.threads!r}")
             check_limit("solver threads", self.threads, "MAX_SOLVER_THREADS", SolverError)
 
-    def with_time_limit(self, seconds: float | None) -> "SolverOptions":
+    def with_time_limit(self, seconds: float | None) -> SolverOptions:
         return replace(self, time_limit=seconds)
 
     def to_dict(self) -> dict:

@@ -67,7 +67,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from collections.abc import Callable
 
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective

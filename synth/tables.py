@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ccsynth.collectives.plan import Plan, PlanEntry
 from ccsynth.collectives.schedule import Schedule

@@ -119,7 +119,7 @@ class Recorder:
     :meth:`trace` turns them into records.
     """
 
-    __slots__ = ("posted", "data_ready", "data_start", "data_end", "done", "work")
+    __slots__ = ("data_end", "data_ready", "data_start", "done", "posted", "work")
 
     def __init__(self, n_ops: int):
         nan = math.nan

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from ccsynth.atomic import AtomicWriteError, check_writable, open_atomic, write_bytes, write_text
-from ccsynth.collectives.schedule import read_schedule, save_schedule
+from ccsynth.collectives.schedule import save_schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, TopologyError
 from ccsynth.synth.baselines import make_baseline
@@ -81,10 +81,9 @@ def test_symlink_is_followed(tmp_path):
 def test_exception_inside_the_block_keeps_the_old_file(tmp_path, exc):
     p = tmp_path / "s.json"
     p.write_text("previous\n")
-    with pytest.raises(exc):
-        with open_atomic(p) as f:
-            f.write("half of the new conte")
-            raise exc()
+    with pytest.raises(exc), open_atomic(p) as f:
+        f.write("half of the new conte")
+        raise exc()
     assert p.read_text() == "previous\n"
     assert _only(tmp_path) == ["s.json"]
 

@@ -455,7 +455,7 @@ def test_multi_ring_finds_the_nvlink_rings_of_dgx1():
     for op in sends(s):  # ring k's transfers are on channel k and go to the successor on ring k
         o = s.meta["rings"][op.channel]
         assert o[(o.index(op.rank) + 1) % 8] == op.peer
-    assert Counter(op.channel for op in sends(s)) == {k: 8 * 7 * 2 for k in range(6)}  # 2 of 12 chunks per ring
+    assert Counter(op.channel for op in sends(s)) == dict.fromkeys(range(6), 8 * 7 * 2)  # 2 of 12 chunks per ring
 
 
 def test_min_chunk_factor():

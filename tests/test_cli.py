@@ -98,9 +98,9 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, args, words):
 
 
 def test_argparse_errors_exit_2():
-    code, out, err = run_cli("simulate")
+    code, _out, err = run_cli("simulate")
     assert code == 2 and "usage" in err
-    code, out, err = run_cli("frobnicate")
+    code, _out, err = run_cli("frobnicate")
     assert code == 2 and "invalid choice" in err
 
 
@@ -115,7 +115,7 @@ def test_every_listed_command_registers_in_order():
     from ccsynth.cli import COMMANDS, build_parser
 
     assert _subcommands(build_parser()) == list(COMMANDS)
-    code, out, err = run_cli("--help")
+    code, out, _err = run_cli("--help")
     assert code == 0 and all(name in out for name in COMMANDS), out
 
 

@@ -248,7 +248,7 @@ def test_ranks_with_different_counts_abort_with_the_sizes(k, case):
     out = run.out
     assert run.returncode != 0, out[-3000:]
     assert "aborting the MPI job" in out and "unreachable" not in out, out[-3000:]
-    hits = [m for m in MISMATCH.finditer(out)]
+    hits = list(MISMATCH.finditer(out))
     assert hits, f"no BufferMismatchError naming the sizes:\n{out[-3000:]}"
     for m in hits:
         rank, expected, peer = int(m.group(1)), int(m.group(2)), int(m.group(3))

@@ -7,6 +7,7 @@ import pytest
 
 from ccsynth import graphs
 from ccsynth.graphs import dependency_cycle, topological_order
+import itertools
 
 
 def _is_topological(order, preds) -> bool:
@@ -51,7 +52,7 @@ def test_random_dags_give_a_depth_first_topological_order(seed):
     assert _is_topological(order, preds)
     # depth-first: whenever a node readies others, the next node is one of them
     seen = set()
-    for x, nxt in zip(order, order[1:]):
+    for x, nxt in itertools.pairwise(order):
         seen.add(x)
         readied = [v for v in range(n) if x in preds[v] and set(preds[v]) <= seen]
         if readied:

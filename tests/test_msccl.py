@@ -117,7 +117,8 @@ def check_msccl_xml(text: str) -> ET.Element:
         for a in GPU_ATTRS:
             assert a in g.attrib
         gid = int(g.get("id"))
-        sizes = {b: int(g.get(f"{b}_chunks")) for b in "ios"}
+        for b in "ios":
+            int(g.get(f"{b}_chunks"))  # raises unless every *_chunks attribute is an integer
         tbs = g.findall("tb")
         assert sorted(int(t.get("id")) for t in tbs) == list(range(len(tbs)))
         seen_send, seen_recv = set(), set()
@@ -149,7 +150,7 @@ def check_msccl_xml(text: str) -> ET.Element:
                 if ty != "nop":
                     cnt = int(st.get("cnt"))
                     assert 1 <= cnt < 72
-                    for b, off in ((st.get("srcbuf"), st.get("srcoff")), (st.get("dstbuf"), st.get("dstoff"))):
+                    for b, _off in ((st.get("srcbuf"), st.get("srcoff")), (st.get("dstbuf"), st.get("dstoff"))):
                         assert b in "ios"
         for t in tbs:
             prev_nop = False
@@ -195,7 +196,9 @@ def test_round_trip_verifies_and_is_stable(sched):
     assert back.collective == sched.collective
     verify(back)
     # the same transfers, however they were fused or split
-    moved = lambda s: sorted(op.count for op in s.ops if op.kind == "send")
+    def moved(s):
+        return sorted(op.count for op in s.ops if op.kind == "send")
+
     assert moved(back) == moved(sched)
     assert schedule_to_msccl_xml(back) == text
 

@@ -96,14 +96,14 @@ def test_unmatched_send_is_named():
     ops = (Op(0, 0, "send", Chunks("i", 0), peer=1), Op(1, 0, "copy", Chunks("i", 0), Chunks("o", 0)))
     s = Schedule("x", col, ops)
     with pytest.raises(ScheduleError, match="unmatched send op 0"):
-        s.matches
+        _ = s.matches
 
 
 def test_count_mismatch_between_send_and_recv():
     col = Collective("allgather", 2, 2)
     ops = (Op(0, 0, "send", Chunks("i", 0, 2), peer=1), Op(1, 1, "recv", dst=Chunks("o", 0, 1), peer=0))
     with pytest.raises(ScheduleError, match="sends 2 chunk"):
-        Schedule("x", col, ops).matches
+        _ = Schedule("x", col, ops).matches
 
 
 def test_local_op_shape_errors():

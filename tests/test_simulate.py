@@ -17,6 +17,7 @@ from ccsynth.synth.executor_model import ExecutorSettings, lower_for_executor
 from ccsynth.synth.simulate import SimResult, Task, TaskGraph, simulate, simulate_graph, simulate_sizes
 from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
+import itertools
 
 GB = 1e3  # bytes per us per GB/s
 
@@ -232,7 +233,7 @@ def test_deterministic_and_sizes_and_json():
     rs = simulate_sizes(s, t, [1024, 1 << 20, 1 << 24])
     assert [r.size_bytes for r in rs] == [1024, 1 << 20, 1 << 24]
     assert rs[1] == r1
-    assert all(a.time_us < b.time_us for a, b in zip(rs, rs[1:]))
+    assert all(a.time_us < b.time_us for a, b in itertools.pairwise(rs))
     assert all(r.time_us >= r.lower_bound_us * (1 - 1e-9) and r.gap >= 1 - 1e-9 for r in rs)
     d = json.loads(json.dumps(r1.to_dict(resources=True)))
     assert d["time_us"] == r1.time_us and d["lower_bound_us"] == r1.lower_bound_us
@@ -336,7 +337,7 @@ def _reference(ops, match, chunk, topology, local_bw=None):
             for ev in sorted(e for e in timers if e[0] <= now * (1 + 1e-12)):
                 timers.remove(ev)
                 changed = True
-                t, i, what = ev
+                _t, i, what = ev
                 if what in ("local", "received"):
                     done[i] = now
                 elif what == "posted":

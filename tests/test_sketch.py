@@ -23,7 +23,6 @@ from ccsynth.synth.sketch import (
     sketch_from_dict,
 )
 from ccsynth.topologies import catalog
-from ccsynth.topologies.model import Link, SharedPort, Topology
 from toys import toy_two_nodes
 
 DATA = os.path.join(os.path.dirname(__file__), "data")

@@ -22,7 +22,7 @@ from ccsynth.synth.solver import SolverOptions, solve
 from ccsynth.synth.lowering import lower_allgather
 from ccsynth.synth.synthesize import synthesize
 from ccsynth.topologies import catalog
-from ccsynth.topologies.model import Link, SharedPort, Topology
+from ccsynth.topologies.model import Link, Topology
 from toys import toy_two_nodes
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -60,7 +60,7 @@ def test_routing_dgx1_symmetry_factor_and_bandwidth_optimum():
 def test_routing_flows_are_spanning_arborescences():
     t = catalog.dgx1()
     r = route_allgather(Sketch(symmetry=((4, 8),), detours=1).bind(t), 2, 1000.0)
-    for (s, k), flow in r.flows.items():
+    for (s, _k), flow in r.flows.items():
         into = {}
         for (u, v), cnt in flow.items():
             assert t.has_connection(u, v) and v != s
@@ -104,7 +104,7 @@ def test_alltoall_milp_and_lp():
     assert m.method == "milp" and l.method == "lp"
     for r in (m, l):
         assert len(r.flows) == 56
-        for (s, d), fl in r.flows.items():
+        for (s, _d), fl in r.flows.items():
             out = sum(k for (u, v), k in fl.items() if u == s)
             assert out == 2
     assert l.t_bw_us >= m.t_bw_us * 0.999
@@ -285,17 +285,17 @@ def test_cli_synth_json_and_files(tmp_path):
 
 
 def test_cli_synth_bad_input(tmp_path):
-    code, out, err = run_cli("synth", "-t", "toy", "-c", "allgather", cwd=tmp_path)
+    code, _out, err = run_cli("synth", "-t", "toy", "-c", "allgather", cwd=tmp_path)
     assert code == 2 and "Traceback" not in err
-    code, out, err = run_cli("synth", "-t", "dgx2", "-c", "allgather", "--sketch",
-                             os.path.join(DATA, "taccl_sketch_bad_policy.json"), cwd=tmp_path)
+    code, _out, err = run_cli("synth", "-t", "dgx2", "-c", "allgather", "--sketch",
+                              os.path.join(DATA, "taccl_sketch_bad_policy.json"), cwd=tmp_path)
     assert code == 2 and "uc-mid" in err and "Traceback" not in err
-    code, out, err = run_cli("synth", "-t", "ndv2x2", "-c", "allgather", "--sketch",
-                             os.path.join(DATA, "taccl_sketch_relay_unreachable.json"), cwd=tmp_path)
+    code, _out, err = run_cli("synth", "-t", "ndv2x2", "-c", "allgather", "--sketch",
+                              os.path.join(DATA, "taccl_sketch_relay_unreachable.json"), cwd=tmp_path)
     assert code == 2 and "cannot reach" in err and "routing" not in err  # detected before any solver ran
-    code, out, err = run_cli("synth", "-t", "ring:4", "-c", "broadcast", cwd=tmp_path)
+    code, _out, err = run_cli("synth", "-t", "ring:4", "-c", "broadcast", cwd=tmp_path)
     assert code == 2 and "broadcast" in err
-    code, out, err = run_cli("synth", "-t", "ring:4", "-c", "allgather", "--solver", "gurobi", cwd=tmp_path)
+    code, _out, err = run_cli("synth", "-t", "ring:4", "-c", "allgather", "--solver", "gurobi", cwd=tmp_path)
     assert code == 2
     assert os.listdir(tmp_path) == []
 

@@ -17,6 +17,7 @@ from ccsynth.synth.baselines import make_baseline
 from ccsynth.synth.simulate import simulate
 from ccsynth.topologies import get_topology
 from ccsynth.topologies.model import Link, Topology
+import itertools
 
 
 def pair(alpha=1.0, bw=10.0, overhead=0.0, scope="connection", local_bw=None):
@@ -126,7 +127,7 @@ def test_trace_changes_nothing_and_is_complete():
         by_stream.setdefault((x.src, x.dst, x.channel), []).append((x.data_start, x.data_end))
     for spans in by_stream.values():
         spans.sort()
-        assert all(a[1] <= b[0] * (1 + 1e-12) for a, b in zip(spans, spans[1:]))
+        assert all(a[1] <= b[0] * (1 + 1e-12) for a, b in itertools.pairwise(spans))
     d = json.loads(json.dumps(tr.to_dict()))
     assert len(d["transfers"]) == len(tr.transfers) and "data_start_us" in d["transfers"][0]
 

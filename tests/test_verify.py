@@ -154,7 +154,7 @@ FAMILIES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def family(name: str, n: int, c: int) -> Schedule:
     return FAMILIES[name](n, c)
 
@@ -168,7 +168,7 @@ def remove_ops(sched: Schedule, drop: set[int]) -> Schedule:
     """
     ops = sched.ops
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def resolved(i: int) -> frozenset[int]:
         if i not in drop:
             return frozenset((i,))
@@ -548,7 +548,7 @@ def mutated_schedules(draw):
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(mutated_schedules())
 def test_mutations_are_caught(case):
-    kind, deps, sched = case
+    _kind, _deps, sched = case
     with pytest.raises(ScheduleError):
         verify(sched)
     assert not is_valid(sched)

@@ -81,7 +81,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
+from typing import cast
 
 from ccsynth import limits
 from ccsynth.errors import TopologyError
@@ -214,7 +215,8 @@ def _spec_suffix(bws: Sequence[float], alphas: Sequence[float], bw_default, alph
     if not parts:
         return ""
     defaults = [bw_default, alpha_default, overhead_default]
-    filled = [p if p is not None else _fmt_list([defaults[i]]) for i, p in enumerate(parts)]
+    # _fmt_list without a default never returns None
+    filled = [p if p is not None else cast(str, _fmt_list([defaults[i]])) for i, p in enumerate(parts)]
     return "@" + "/".join(filled)
 
 

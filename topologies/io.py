@@ -59,7 +59,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from ccsynth.atomic import write_text
 from ccsynth.errors import TopologyError

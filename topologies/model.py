@@ -84,7 +84,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Iterator
+from collections.abc import Iterator
 
 import networkx as nx
 
@@ -291,7 +291,7 @@ class _LeafSeat:
 class _Index:
     """Per-rank lookups that answer connection queries without listing every pair."""
 
-    def __init__(self, t: "Topology"):
+    def __init__(self, t: Topology):
         n = t.n_ranks
         self.link_of: dict[tuple[int, int], Link] = {(l.src, l.dst): l for l in t.links}
         self.links_from: list[list[Link]] = [[] for _ in range(n)]
@@ -317,7 +317,7 @@ class _Index:
             for s in set(p.srcs):
                 self.ports_from[s].append(i)
 
-    def spine_targets(self, t: "Topology", src: int) -> list[int]:
+    def spine_targets(self, t: Topology, src: int) -> list[int]:
         """The ranks ``src`` reaches through its spine (other leaves, other nodes)."""
         seat = self.seat[src]
         if seat is None:
@@ -534,10 +534,10 @@ class Topology:
             return self.spines[sa[0]]
 
         for link in self.links:
-            sp = through_spine(link.src, link.dst)
-            if sp is not None:
+            hit = through_spine(link.src, link.dst)
+            if hit is not None:
                 raise TopologyError(f"topology {self.name!r}: two connections {link.src}->{link.dst} ({link.name} and "
-                                    f"spine {sp.name})")
+                                    f"spine {hit.name})")
         leaves = {name for sp in self.spines for name in sp.leaves}
         for sw in self.switches:
             if sw.name in leaves:
@@ -545,10 +545,10 @@ class Topology:
             seated_members = [r for r in sw.ranks if r in seat]
             for a in seated_members:
                 for b in seated_members:
-                    sp = through_spine(a, b)
-                    if sp is not None:
+                    hit = through_spine(a, b)
+                    if hit is not None:
                         raise TopologyError(f"topology {self.name!r}: two connections {a}->{b} (switch {sw.name} and "
-                                            f"spine {sp.name})")
+                                            f"spine {hit.name})")
 
     def _check_dims(self) -> None:
         if not self.dims:
@@ -596,12 +596,12 @@ class Topology:
             return None
         sp = self.spines[sa.spine]
         la, lb = self.switches[sa.switch], self.switches[sb.switch]
-        res = [f"{la.name}:tx{src}", f"{lb.name}:rx{dst}"]
+        via = [f"{la.name}:tx{src}", f"{lb.name}:rx{dst}"]
         bws = [la.bw, lb.bw, *caps]
         if sp.uplink_bw is not None:
-            res += [sp.up(la.name), sp.down(lb.name)]
+            via += [sp.up(la.name), sp.down(lb.name)]
             bws.append(sp.uplink_bw)
-        return Connection(src, dst, sp.alpha, min(bws), sp.name, (*res, *extra), sp.overhead)
+        return Connection(src, dst, sp.alpha, min(bws), sp.name, (*via, *extra), sp.overhead)
 
     def connection(self, src: int, dst: int) -> Connection | None:
         """The connection ``src -> dst``, or None if the ranks are not adjacent (computed once, then remembered)."""
@@ -613,6 +613,13 @@ class Topology:
 
     def has_connection(self, src: int, dst: int) -> bool:
         return self.connection(src, dst) is not None
+
+    def _adjacent(self, src: int, dst: int) -> Connection:
+        """The connection ``src -> dst`` of two ranks the topology's own structure says are adjacent."""
+        c = self.connection(src, dst)
+        if c is None:
+            raise TopologyError(f"topology {self.name!r}: ranks {src} and {dst} are not adjacent")
+        return c
 
     def neighbors_out(self, rank: int) -> tuple[int, ...]:
         """The ranks ``rank`` has a connection to, ascending."""
@@ -626,7 +633,7 @@ class Topology:
 
     def connections_from(self, rank: int) -> tuple[Connection, ...]:
         """Every connection out of ``rank``, by destination."""
-        return tuple(self.connection(rank, d) for d in self.neighbors_out(rank))
+        return tuple(self._adjacent(rank, d) for d in self.neighbors_out(rank))
 
     @cached_property
     def _all_connections(self) -> tuple[Connection, ...]:
@@ -651,7 +658,7 @@ class Topology:
         idx = self._index
         capped = {s for p in self.shared_ports for s in p.srcs}
         for link in self.links:
-            c = self.connection(link.src, link.dst)
+            c = self._adjacent(link.src, link.dst)
             counts[("link", c.alpha, c.bw, c.overhead)] += 1
         for sw in self.switches:
             plain = [r for r in sw.ranks if r not in capped]
@@ -661,7 +668,7 @@ class Topology:
                 if a in capped:
                     for b in sw.ranks:
                         if a != b:
-                            c = self.connection(a, b)
+                            c = self._adjacent(a, b)
                             counts[("switch", c.alpha, c.bw, c.overhead)] += 1
         for si, sp in enumerate(self.spines):
             leaves = [self.switches[w] for w in idx.spine_leaves[si]]
@@ -681,7 +688,7 @@ class Topology:
                 for a in self.switches[w].ranks:
                     if a in capped:
                         for b in idx.spine_targets(self, a):
-                            c = self.connection(a, b)
+                            c = self._adjacent(a, b)
                             counts[("spine", c.alpha, c.bw, c.overhead)] += 1
         return tuple(ConnectionClass(kind, alpha, bw, o, cnt)
                      for (kind, alpha, bw, o), cnt in sorted(counts.items()) if cnt)
@@ -712,8 +719,8 @@ class Topology:
                 mine = frozenset(leaf.ranks)
                 yield BandwidthConstraint(sp.up(leaf.name), mine, everyone - mine, sp.uplink_bw)
                 yield BandwidthConstraint(sp.down(leaf.name), everyone - mine, mine, sp.uplink_bw)
-        for sp in self.shared_ports:
-            yield BandwidthConstraint(sp.name, frozenset(sp.srcs), frozenset(sp.dsts), sp.bw)
+        for port in self.shared_ports:
+            yield BandwidthConstraint(port.name, frozenset(port.srcs), frozenset(port.dsts), port.bw)
 
     @cached_property
     def resource_bw(self) -> dict[str, float]:
@@ -781,7 +788,7 @@ class Topology:
         )
 
     # ---------------------------------------------------------- transformers
-    def reversed(self) -> "Topology":
+    def reversed(self) -> Topology:
         """The same network with every direction flipped (a new object).
 
         Switches and spines are symmetric and stay as they are.
@@ -793,11 +800,11 @@ class Topology:
             shared_ports=tuple(SharedPort(s.name, s.dsts, s.srcs, s.bw) for s in self.shared_ports),
         )
 
-    def with_name(self, name: str) -> "Topology":
+    def with_name(self, name: str) -> Topology:
         return replace(self, name=name)
 
     @classmethod
-    def from_networkx(cls, g: nx.DiGraph, name: str | None = None) -> "Topology":
+    def from_networkx(cls, g: nx.DiGraph, name: str | None = None) -> Topology:
         """Build from a DiGraph whose edges carry ``alpha`` (us) and ``bw`` (GB/s).
 
         Nodes must be the integers ``0..n-1``; an optional node attribute

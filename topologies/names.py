@@ -55,7 +55,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from ccsynth.errors import TopologyError
 from ccsynth.topologies import catalog
@@ -151,7 +151,7 @@ def _parse_fat_tree(rest: str, spec: str) -> Topology:
         leaf = int(tiers[0])
     if len(tiers) == 2:
         got = _numbers(tiers[1], "the oversubscription ratio after the second ':'", spec)
-        if len(got) != 1:
+        if got is None or len(got) != 1:
             raise TopologyError(f"topology {spec!r}: one oversubscription ratio, e.g. ':2' for 2:1")
         ratio = got[0]
     return catalog.fat_tree(sizes[0], sizes[1], leaf_nodes=leaf, oversubscription=ratio, **values)

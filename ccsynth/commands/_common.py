@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from ccsynth.collectives.spec import KINDS, Collective
 from ccsynth.errors import CCSynthError
@@ -94,7 +95,10 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], out=None)
         for i, v in enumerate(row):
             widths[i] = max(widths[i], len(v))
     numeric = [all(_is_num(r[i]) for r in rows) if rows else False for i in range(len(headers))]
-    fmt = lambda vals: "  ".join(v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))
+
+    def fmt(vals: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))
+
     out.write(fmt(list(headers)).rstrip() + "\n")
     for row in rows:
         out.write(fmt(row).rstrip() + "\n")
@@ -120,7 +124,7 @@ def _is_num(s: str) -> bool:
         return False
 
 
-def human(nbytes: int) -> str:
+def human(nbytes: float) -> str:
     return format_size(nbytes)
 
 

@@ -24,7 +24,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ccsynth.synth.baselines import BASELINES, applicable_baselines, make_baseline  # noqa: F401
+    from ccsynth.synth.baselines import BASELINES, applicable_baselines, make_baseline
 
     if args.algo == "list":
         rows = [(b.name, ", ".join(b.kinds), b.description) for b in BASELINES.values()]

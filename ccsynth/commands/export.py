@@ -141,9 +141,10 @@ def run(args) -> int:
         for fname, text in files:
             _write(os.path.join(args.output, fname), text)
         print(f"wrote {len(files)} MSCCL XML file(s) to {args.output}:")
-        for (fname, _), e in zip(files, obj.entries):
-            hi = "inf" if e.max_bytes is None else format_size(e.max_bytes)
-            print(f"  {fname}  ({e.kind} on {e.n_ranks} ranks, {format_size(e.min_bytes)}..{hi}, {e.algorithm})")
+        for (fname, _), entry in zip(files, obj.entries):
+            hi = "inf" if entry.max_bytes is None else format_size(entry.max_bytes)
+            print(f"  {fname}  ({entry.kind} on {entry.n_ranks} ranks, {format_size(entry.min_bytes)}..{hi},"
+                  f" {entry.algorithm})")
         return 0
 
     sched = obj

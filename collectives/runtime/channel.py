@@ -84,7 +84,8 @@ import logging
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from ccsynth import errors
 from ccsynth.collectives.runtime import shutdown
@@ -120,7 +121,7 @@ class TagSpace:
     sig_bits: int = 0
 
     @classmethod
-    def for_tag_ub(cls, tag_ub: int) -> "TagSpace":
+    def for_tag_ub(cls, tag_ub: int) -> TagSpace:
         bits = (int(tag_ub) + 1).bit_length() - 1  # every tag below 2**bits is valid
         sig_bits = 6 if bits >= 24 else 3
         slice_bits = max(6, min(MAX_SLICE_BITS, bits - sig_bits - MIN_SEQ_BITS))
@@ -201,7 +202,7 @@ class Channel:
 
     @classmethod
     def build(cls, comm, MPI, *, private: bool = True, cache_bytes: int | None = None,
-              tags: TagSpace | None = None) -> "Channel":
+              tags: TagSpace | None = None) -> Channel:
         """A channel for ``comm`` (collective): its messages go on a ``Dup`` of it if ``private``, else on
         ``comm`` itself; the control line always gets a ``Dup`` of its own. ``tags`` overrides the split of
         the tag (tests use a small window)."""
@@ -418,7 +419,7 @@ def _barrier(comm, MPI, seconds: float) -> bool:
     return True
 
 
-_BY_COMM: "weakref.WeakValueDictionary[int, Channel]" = weakref.WeakValueDictionary()
+_BY_COMM: weakref.WeakValueDictionary[int, Channel] = weakref.WeakValueDictionary()
 
 
 def channel_for(comm, MPI, cache_bytes: int | None = None) -> Channel:

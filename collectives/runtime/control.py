@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import zlib
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -60,7 +60,7 @@ class Notice:
         return text.encode("utf-8", errors="replace")[:NOTICE_BYTES]
 
     @classmethod
-    def decode(cls, data: bytes) -> "Notice":
+    def decode(cls, data: bytes) -> Notice:
         parts = data.decode("utf-8", errors="replace").split(_SEP, 4)
         parts += [""] * (5 - len(parts))
         try:
@@ -105,7 +105,7 @@ class ControlLine:
             return self.take(self._status)
         return None
 
-    def agreement(self, key: str, values: Sequence[int]) -> "Agreement":
+    def agreement(self, key: str, values: Sequence[int]) -> Agreement:
         """Start the exchange of ``values`` (every rank's, for the compiled schedule named by ``key``)."""
         tag_ub = self.comm.Get_attr(self.MPI.TAG_UB) or 32767
         tag = 2 + zlib.crc32(key.encode()) % (int(tag_ub) - 2)

@@ -92,7 +92,7 @@ def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, fai
         while ready:
             v = pop()
             k = kind[v]
-            if k == K_SEND or k == K_RECV:
+            if k in (K_SEND, K_RECV):
                 if k == K_SEND:
                     if work[v] is not None:
                         for _, d, s, _ in work[v]:

@@ -80,10 +80,10 @@ class RunFailures:
         error (a peer that died) is reported as such.
         """
         MPI = self.MPI
-        if e.Get_error_class() not in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS):
-            return self.mpi_failure(lay, e)
+        if e.Get_error_class() not in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS) or self.statuses is None:
+            return self.mpi_failure(lay, e)  # (without statuses there is nothing to explain it from)
         completed = set()
-        broken = {}
+        broken: dict[int, str] = {}
         for status in self.statuses[:len(active)]:
             src = status.Get_source()
             if src >= 0:
@@ -110,7 +110,7 @@ class RunFailures:
             )
         return self.mpi_failure(lay, e)
 
-    def single_wait_failed(self, lay: Layout, e, v: int) -> BufferMismatchError:
+    def single_wait_failed(self, lay: Layout, e, v: int) -> CCSynthError:
         """Waiting for receive node ``v`` raised: MPI truncated it (sent more than it holds), or worse."""
         if e.Get_error_class() == self.MPI.ERR_TRUNCATE:
             return self.count_mismatch(lay, v, None)

@@ -51,7 +51,8 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -132,7 +133,7 @@ class ChunkGeometry:
     slot_size: tuple[int, ...]
 
     @classmethod
-    def build(cls, m: int, c: int, scratch_chunks: int, slot_cols: dict[int, frozenset]) -> "ChunkGeometry":
+    def build(cls, m: int, c: int, scratch_chunks: int, slot_cols: dict[int, frozenset]) -> ChunkGeometry:
         sizes, starts = chunk_sizes(m, c)
         uniform = m % c == 0
         csize = sizes[0]

@@ -55,7 +55,7 @@ time otherwise). Ancestor sets are Python-int bitsets over local op indices.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ccsynth.collectives.schedule import Chunks, Schedule
 from ccsynth.errors import ScheduleError
@@ -110,7 +110,7 @@ class LocalOp:
     def touches(self) -> list[Chunks]:
         return self.reads() + self.writes()
 
-    def renumbered(self, idx: int, deps: frozenset[int]) -> "LocalOp":
+    def renumbered(self, idx: int, deps: frozenset[int]) -> LocalOp:
         """This op at index ``idx`` with dependencies ``deps`` (what the rewrites make most)."""
         return LocalOp(idx, self.kind, self.src, self.dst, self.peer, deps, self.seq, self.sched_ids,
                        self.src_cols, self.dst_cols)
@@ -502,7 +502,7 @@ def fuse(ops: list[LocalOp], what: str) -> list[LocalOp]:
         pairs = _fusable_pairs(ops, order, one_at_a_time)
         if not pairs:
             return ops
-        redirect = {c: r for c, r in pairs}  # dependents of a dropped copy now wait for its fused op
+        redirect = dict(pairs)  # dependents of a dropped copy now wait for its fused op
         replace_by: dict[int, list[LocalOp]] = {}
         for c, r in pairs:
             C, R = ops[c], ops[r]

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from ccsynth.errors import CCSynthError
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ccsynth.errors import ScheduleError
 
@@ -139,13 +140,14 @@ def mpi_calls(MPI, wait_mode: str, spin: int = 1, timeout: float | None = None) 
 class _Patience:
     """Polling between yields; with a timeout, :class:`WaitTimedOut` once nothing completed for that long."""
 
-    __slots__ = ("spin", "timeout", "polls", "end")
+    __slots__ = ("end", "polls", "spin", "timeout")
+    end: float | None  # the deadline (time.monotonic()), set at the first yield
 
     def __init__(self, spin: int, timeout: float | None) -> None:
         self.spin, self.timeout = spin, timeout
         self.polls, self.end = 0, None
 
-    def start(self) -> "_Patience":
+    def start(self) -> _Patience:
         self.polls, self.end = 0, None
         return self
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from collections.abc import Callable
 
 from ccsynth.collectives.runtime.primitives import Kernels, MpiCalls
 

@@ -188,7 +188,7 @@ def _options(schedule: Schedule, info: dict, proto, min_bytes, max_bytes, coll, 
         raise ScheduleError(f"maxBytes must be an integer >= minBytes ({min_bytes}), got {max_bytes!r}")
     kind = schedule.collective.kind
     if coll is None:  # the file's own spelling for a schedule read from MSCCL XML
-        coll = info.get("coll") if COLL_READ.get(info.get("coll")) == kind else COLL_NAMES[kind]
+        coll = info.get("coll") if COLL_READ.get(info.get("coll", "")) == kind else COLL_NAMES[kind]
     if COLL_READ.get(coll) != kind:
         raise ScheduleError(f"coll={coll!r} does not name a {kind}")
     algo_name = name if name is not None else (info.get("name") or schedule.name or "ccsynth")

@@ -189,7 +189,7 @@ def fit_layouts(schedule: Schedule, limits: MscclLimits, *, channel_budget: int 
     return _fit(schedule, limits, channel_budget, _MergeLadder(schedule))
 
 
-def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: "_MergeLadder") -> Fit:
+def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _MergeLadder) -> Fit:
     """:func:`fit_layouts`, taking its merged schedules from ``ladder`` (shared by the candidates)."""
     static = _buffer_violations(schedule, limits)
     if static:
@@ -312,7 +312,7 @@ def _refine(
     for v in found:
         key = layout.tbs[v.gpu][v.tb]
         c = key.chan % C
-        targets = []
+        targets: list[tuple[dict, tuple[int, ...]]] = []
         if key.send >= 0:
             targets.append((parts, (v.gpu, key.send, c)))
         if key.recv >= 0:

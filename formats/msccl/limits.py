@@ -119,7 +119,7 @@ class MscclLimits:
     max_offset: int = MAX_OFFSET
     max_elements: int = MAX_ELEMENTS
 
-    def with_max_steps(self, steps: int) -> "MscclLimits":
+    def with_max_steps(self, steps: int) -> MscclLimits:
         """These limits for a build with ``MSCCL_MAX_NUM_STEPS=steps`` (1 to :data:`MAX_OFFSET`:
         a step index is an ``int16_t`` where a dependency names it)."""
         if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_OFFSET:

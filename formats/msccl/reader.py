@@ -64,6 +64,7 @@ from ccsynth.formats.msccl.limits import RUNTIME_MAX_COUNT, UNBOUNDED
 from ccsynth.formats.msccl.schema import BUFFERS, COLL_READ, PIECED, PROTOCOLS, RECVS, SENDS, STEP_TYPES, USES, WRITES
 from ccsynth.graphs import dependency_cycle, topological_order
 from ccsynth.limits import check as check_limit
+import itertools
 
 log = logging.getLogger(__name__)
 
@@ -357,7 +358,7 @@ def _check_tb_ids(tbs: list[_XTb], where_g: str) -> list[_XTb]:
     """Threadblock ids are 0..n-1; returns the threadblocks sorted by id."""
     ids = sorted(t.id for t in tbs)
     if ids != list(range(len(tbs))):
-        dup = next((a for a, b in zip(ids, ids[1:]) if a == b), None)
+        dup = next((a for a, b in itertools.pairwise(ids) if a == b), None)
         if dup is not None:
             raise ScheduleFormatError(f"{where_g}: threadblock id {dup} appears twice")
         missing = next(i for i in range(len(tbs) + 1) if i not in set(ids))
@@ -458,7 +459,8 @@ def _waits_in_gpu(gpus: dict[int, _XGpu], key: StepKey) -> list[StepKey]:
 
 def _check_deadlock(gpus: dict[int, _XGpu], streams: dict[tuple[int, int, int], _Stream]) -> None:
     """Every step runs: no cycle of threadblock order, ``depid``/``deps`` and receive-after-send."""
-    waits = {key: _waits_in_gpu(gpus, key) for gid in sorted(gpus) for key in gpus[gid].keys()}
+    # _XGpu.keys() lists a GPU's steps (it is not a mapping, so it has no __iter__)
+    waits = {key: _waits_in_gpu(gpus, key) for gid in sorted(gpus) for key in gpus[gid].keys()}  # noqa: SIM118
     for stream in streams.values():
         for (_, _, ks), (_, _, kr) in zip(stream.sends, stream.recvs):
             waits[kr].append(ks)
@@ -544,7 +546,7 @@ class _OpBuilder:
             for t in self.gpus[gid].tbs:
                 for k, x in enumerate(t.steps):
                     ids = self._step_ops(gid, t, x, (gid, t.chan, t.id, k))
-                    for a, b in zip(ids, ids[1:]):
+                    for a, b in itertools.pairwise(ids):
                         self.drafts[b].deps.add(a)
                     self.step_ops[(gid, t.id, k)] = ids
 
@@ -592,7 +594,7 @@ class _OpBuilder:
     def order(self, gid: int) -> list[StepKey]:
         """The steps of gpu ``gid`` in an order the file allows (threadblock order and depid/deps)."""
         if gid not in self._orders:
-            self._orders[gid] = topological_order({key: _waits_in_gpu(self.gpus, key) for key in self.gpus[gid].keys()})
+            self._orders[gid] = topological_order({key: _waits_in_gpu(self.gpus, key) for key in self.gpus[gid].keys()})  # noqa: SIM118
         return self._orders[gid]
 
     def wait_for_file_order(self) -> dict[StepKey, frozenset[int]]:
@@ -653,7 +655,7 @@ class _OpBuilder:
 
             def before(acc: tuple[int, int, int]) -> bool:
                 _, atb, ak = acc
-                return atb < 0 or seen[atb] >= ak
+                return atb < 0 or seen[atb] >= ak  # noqa: B023 (called only within this iteration)
 
             for i in self.step_ops[key]:
                 f = drafts[i]

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError
 from ccsynth.topologies.model import Topology
+import itertools
 
 __all__ = [
     "RING_SEARCH_BUDGET",
@@ -228,14 +229,14 @@ def ring_reduce_scatter(places: Places, order: Sequence[int], pieces: Sequence[S
 def chain_broadcast(places: Places, chain: Sequence[int], keys: Sequence[int]) -> None:
     """Pipelined broadcast down ``chain`` (``chain[0]`` holds ``keys``), chunk by chunk."""
     for k in keys:
-        for a, b in zip(chain, chain[1:]):
+        for a, b in itertools.pairwise(chain):
             places.send(a, b, [k])
 
 
 def chain_reduce(places: Places, chain: Sequence[int], keys: Sequence[int]) -> None:
     """Pipelined reduction along ``chain``: ``chain[-1]`` ends with the sum."""
     for k in keys:
-        for a, b in zip(chain, chain[1:]):
+        for a, b in itertools.pairwise(chain):
             places.send(a, b, [k], reduce=True)
 
 
@@ -248,7 +249,7 @@ def own_block_home(c: int) -> Home:
     return home
 
 
-def put_own_pieces(p: "Places", n: int, c: int) -> None:
+def put_own_pieces(p: Places, n: int, c: int) -> None:
     """Allgather's start: rank ``r`` holds piece ``r`` (chunks ``r*c ..``) in its input."""
     for r in range(n):
         for j in range(c):
@@ -392,7 +393,7 @@ def odd_torus_order(sizes: Sequence[int]) -> tuple[int, ...] | None:
     for i, row in enumerate(rows):
         cols = range(1, c) if i % 2 == 0 else range(c - 1, 0, -1)
         order += [row + k for k in cols]
-    order += [row for row in reversed(rows)]
+    order += list(reversed(rows))
     return tuple(order)
 
 
@@ -493,7 +494,7 @@ def _strongly_connected(succ: dict[int, list[int]]) -> bool:
     return True
 
 
-def search_ring(succ: dict[int, list[int]], node_of: Sequence[int], budget_steps: "int | _Budget") -> tuple[int, ...] | None:
+def search_ring(succ: dict[int, list[int]], node_of: Sequence[int], budget_steps: int | _Budget) -> tuple[int, ...] | None:
     """A Hamiltonian cycle of the directed graph ``succ`` (vertex -> sorted successors).
 
     ``node_of[v]`` is the node (host) of vertex ``v``. Tries the natural

@@ -33,8 +33,8 @@ Example:
 
 from __future__ import annotations
 
-from itertools import islice
-from typing import Iterator
+from itertools import islice, pairwise
+from collections.abc import Iterator
 
 import networkx as nx
 
@@ -120,12 +120,12 @@ class Router:
             path = [a, d]
         else:
             def cost(p: list[int]):
-                hops = list(zip(p, p[1:]))
+                hops = list(pairwise(p))
                 worst = max((self.load.get(h, 0.0) + count) / self.g.edges[h]["bw"] for h in hops)
                 return worst, sum(self.load.get(h, 0.0) for h in hops)
 
             path = min(islice(self._paths(a, d), _PATHS_PER_PAIR), key=cost)
-        for h in zip(path, path[1:]):
+        for h in pairwise(path):
             self.load[h] = self.load.get(h, 0.0) + count
         return path
 
@@ -144,7 +144,7 @@ class Router:
             locs.append([("s", base + j) for j in range(count)])
         locs.append([(dst[0], dst[1] + j) for j in range(count)])
         for j in range(count):  # chunk by chunk, so the hops pipeline
-            for h, (u, v) in enumerate(zip(path, path[1:])):
+            for h, (u, v) in enumerate(pairwise(path)):
                 s_buf, s_idx = locs[h][j]
                 d_buf, d_idx = locs[h + 1][j]
                 self.b.transfer(u, v, (s_buf, s_idx, 1), (d_buf, d_idx, 1))
@@ -180,17 +180,17 @@ def build(collective: Collective, topology: Topology) -> Schedule:
         for r in range(n):
             b.copy(r, ("i", 0, c), ("o", 0, c))
         for k, r, d in rounds(n):
-            if blocks[d]:
-                start, cnt = blocks[d]
+            if blk := blocks[d]:
+                start, cnt = blk
                 net.deliver(r, d, ("i", start, cnt), ("s", (k - 1) * c + start, cnt))
         for d in range(n):
-            if blocks[d]:
-                start, cnt = blocks[d]
+            if blk := blocks[d]:
+                start, cnt = blk
                 for k in range(1, n):
                     b.reduce(d, ("s", (k - 1) * c + start, cnt), ("o", start, cnt))
         for _, r, d in rounds(n):
-            if blocks[r]:
-                start, cnt = blocks[r]
+            if blk := blocks[r]:
+                start, cnt = blk
                 net.deliver(r, d, ("o", start, cnt), ("o", start, cnt))
     elif kind == "gather":
         b.copy(root, ("i", 0, c), ("o", root * c, c))

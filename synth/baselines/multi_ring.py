@@ -81,7 +81,11 @@ def _uses(topology: Topology, order) -> Counter:
     out: Counter = Counter()
     m = len(order)
     for i in range(m):
-        out.update(topology.connection(order[i], order[(i + 1) % m]).resources)
+        a, b = order[i], order[(i + 1) % m]
+        c = topology.connection(a, b)
+        if c is None:
+            raise CollectiveError(f"multi_ring: ranks {a} and {b}, neighbours on a ring, are not adjacent")
+        out.update(c.resources)
     return out
 
 

@@ -23,7 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.schedule import Schedule
@@ -73,7 +73,7 @@ def check(collective: Collective, topology: Topology) -> tuple[str, Mapping]:
         raise CollectiveError(f"{NAME} does not implement {collective.kind}; it implements {', '.join(KINDS)}")
     n, root = collective.n_ranks, collective.root
     down = collective.kind in ("broadcast", "scatter")
-    first_missing = None
+    first_missing: list[tuple[int, int]] = []
     for name, f in _mappings(n, root):
         pairs = [(f(p), f(c)) if down else (f(c), f(p)) for _, p, c in _edges(n)]
         miss = missing_links(topology, pairs)
@@ -87,7 +87,7 @@ def check(collective: Collective, topology: Topology) -> tuple[str, Mapping]:
 
 
 def _subtree(v: int, n: int) -> range:
-    return range(0, n) if v == 0 else range(v, min(v + lowbit(v), n))
+    return range(n) if v == 0 else range(v, min(v + lowbit(v), n))
 
 
 def build(collective: Collective, topology: Topology) -> Schedule:

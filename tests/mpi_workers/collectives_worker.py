@@ -24,10 +24,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
-from mpi4py import MPI  # noqa: E402
+import numpy as np
+from mpi4py import MPI
 
-from ccsynth.collectives.mpi_util import install_abort_handler  # noqa: E402
+from ccsynth.collectives.mpi_util import install_abort_handler
 
 install_abort_handler()
 
@@ -109,7 +109,7 @@ def sizes(kind: str, m: int) -> tuple[int, int]:
 
 
 def mpi_reference(kind: str, send, m: int, op, root: int):
-    s_len, r_len = sizes(kind, m)
+    _s_len, r_len = sizes(kind, m)
     ref = np.zeros(r_len, send.dtype)
     if kind == "allreduce":
         WORLD.Allreduce(send, ref, op)
@@ -129,7 +129,7 @@ def mpi_reference(kind: str, send, m: int, op, root: int):
 
 def ours(c: Communicator, kind: str, send, m: int, op, root: int, in_place: bool):
     """Run ``kind`` on ``c``; returns the array to compare (None where nothing is defined)."""
-    s_len, r_len = sizes(kind, m)
+    _s_len, r_len = sizes(kind, m)
     IP = MPI.IN_PLACE
     if kind == "allreduce":
         recv = send.copy() if in_place else np.full(r_len, 77, send.dtype)
@@ -154,11 +154,11 @@ def ours(c: Communicator, kind: str, send, m: int, op, root: int, in_place: bool
         c.Alltoall(IP if in_place else send, recv)
         return recv
     if kind == "broadcast":
-        buf = send.copy() if RANK == root else np.full(m, 77, send.dtype)
+        buf = send.copy() if root == RANK else np.full(m, 77, send.dtype)
         c.Bcast(buf, root)
         return buf
     if kind == "reduce":
-        if RANK == root:
+        if root == RANK:
             recv = send.copy() if in_place else np.full(r_len, 77, send.dtype)
             c.Reduce(IP if in_place else send, recv, op, root)
             return recv
