@@ -127,7 +127,7 @@ def main(argv=None) -> int:
 
     def torch_tensors():
         try:
-            import torch
+            import torch  # type: ignore[import-not-found]
         except ImportError:
             report("torch", True, "torch not installed: skipped")
             return

@@ -94,7 +94,7 @@ def worker(args) -> None:
 
         comp_t = _median([timed(compute) for _ in range(args.iters)])
 
-        def both():
+        def both(compute=compute):
             req = start()
             compute()
             req.Wait()
@@ -129,16 +129,16 @@ def main(argv=None) -> int:
     cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "ccsynth.bench.overlap", "--worker",
            "--size", args.size, "--collective", args.collective, "--compute", args.compute, "--iters", str(args.iters)]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    rows = [json.loads(line[7:]) for line in p.stdout.splitlines() if line.startswith("RESULT ")]
-    if p.returncode != 0 or not rows:
-        print(p.stdout[-2000:] + p.stderr[-2000:], file=sys.stderr)
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    rows = [json.loads(line[7:]) for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    if run.returncode != 0 or not rows:
+        print(run.stdout[-2000:] + run.stderr[-2000:], file=sys.stderr)
         return 1
     rows = rows[0]
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"| ranks | collective | size | compute | comm ms | compute ms | both ms | sum ms | overlap | algorithm |")
+    print("| ranks | collective | size | compute | comm ms | compute ms | both ms | sum ms | overlap | algorithm |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['ranks']} | {r['collective']} | {r['size']} | {r['compute']} | {r['comm_ms']:.2f} | "

@@ -27,7 +27,7 @@ This is the same computation as ``ccsynth synth`` (``--size`` /
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ccsynth.collectives.plan import Plan
 from ccsynth.collectives.schedule import Schedule

@@ -336,7 +336,7 @@ class Communicator:
         self._call: tuple = ()  # (kind, sendbuf, recvbuf, op, root) of the call in progress
         self._hit: tuple | None = None  # the last scheduled call and how to replay it (see _replay)
         self._progress: ProgressThread | None = None  # runs the non-blocking calls (started by the first)
-        self._nb_comm = None  # where the progress thread runs the MPI library's collectives
+        self._nb_comm: Any = None  # where the progress thread runs the MPI library's collectives
 
     # ----------------------------------------------------------- plumbing
     @property

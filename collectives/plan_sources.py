@@ -49,7 +49,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from ccsynth.collectives.plan import FORMAT as PLAN_FORMAT, Plan, PlanEntry
 from ccsynth.collectives.schedule import FORMAT as SCHEDULE_FORMAT, Schedule, check_writes_cover_outputs

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = ["Request", "ProgressThread", "waitall", "completed"]
 

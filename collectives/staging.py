@@ -52,7 +52,8 @@ Example (host arrays standing in for device ones):
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 

@@ -43,7 +43,8 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -64,7 +65,7 @@ class Padding:
     waste: int
 
     @classmethod
-    def of(cls, counts: Sequence[int], quantum: int = 1, largest: int | None = None) -> "Padding":
+    def of(cls, counts: Sequence[int], quantum: int = 1, largest: int | None = None) -> Padding:
         big = int(max(counts, default=0)) if largest is None else int(largest)
         q = max(1, int(quantum))
         block = -(-big // q) * q

@@ -50,7 +50,8 @@ import ctypes
 import importlib
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from ccsynth.errors import CCSynthError
 

@@ -20,7 +20,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ccsynth.collectives.plan import Plan
 from ccsynth.collectives.schedule import Schedule

@@ -12,14 +12,13 @@ import gc
 import logging
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
-from mpi4py import MPI  # noqa: E402
+import numpy as np
+from mpi4py import MPI
 
-from ccsynth.collectives.mpi_util import install_abort_handler  # noqa: E402
+from ccsynth.collectives.mpi_util import install_abort_handler
 
 install_abort_handler()
 
@@ -265,7 +264,7 @@ def case_nonblocking() -> str:
     ran = []
     for m in (5, 3000, 70000):
         x = rng.random(m)
-        ar, rs, ag, a2a, bc = np.empty(m), np.empty(m // N or 1), np.empty(N * m), np.empty(N * m), np.empty(m)
+        ar, rs, ag, a2a = np.empty(m), np.empty(m // N or 1), np.empty(N * m), np.empty(N * m)
         xs = rng.random(N * (m // N or 1))
         xa = rng.random(N * m)
         b = x.copy() if RANK == 1 % N else np.zeros(m)
