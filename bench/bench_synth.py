@@ -1,24 +1,44 @@
-"""The synthesis benchmark (issue 3): synthesis time and simulated quality on the catalog machines.
+"""The synthesis benchmark (issues 3 and 11): synthesis time and simulated quality on the catalog machines.
 
 For every topology, collective and message size: synthesize with the
-default settings (default sketches, HiGHS, no time limit given), then
-simulate the schedule and every applicable baseline (each at chunk factors
-1, the synthesized schedule's, and for allreduce ``n``) at that size, and
-compute the lower bound. One row per case:
+default settings (default sketches and packed trees, HiGHS, no time limit
+given), then simulate the schedule and every applicable baseline at its
+own best chunk factor at that size, and compute the lower bound. One row
+per case:
 
-``topology, collective, size, synthesis seconds, simulated us, best baseline (us, name), speedup over it,
-lower bound (us), gap (time / bound), ops, sketch``
+``topology, collective, size, synthesis seconds, simulated us, best baseline (us, name, chunk factor),
+speedup over it, lower bound (us), gap (time / bound), ops, sketch``
+
+``--suite trees`` (issue 11) runs the tree-packing machines instead:
+dgx_a100x16, dgx_a100x32, dgx_a100x128, dgx_h100x32, a rail-optimized
+two-tier fat tree with 2:1 oversubscription (the catalog's
+``fat_tree:16x8:4:2``: 16 nodes of 8 GPUs, leaves per 4 nodes), the 5-rank
+star and the two clusters joined by one slow link pair (:func:`star`,
+:func:`two_clusters`), at 64 MiB and 1 GiB. There the
+synthesis time excludes the baseline comparison (timed separately: a
+1,024-rank baseline search alone runs for many minutes; ``--no-baselines``
+skips it) and is given as wall and CPU seconds (the CPU time is what the
+synthesis costs on an otherwise idle core of a shared machine), the bound's
+``exact`` flag is shown, and on up to 14 ranks the cut bound is compared
+with brute force (:mod:`ccsynth.synth.cut_enumeration`). Above
+:data:`FULL_BASELINE_MAX_RANKS` ranks each baseline is simulated at its
+smallest chunk factor only (marked ``c=min``): larger factors make
+multi-million-op schedules.
 
 Run (prints a Markdown table; ``--json FILE`` also saves the rows)::
 
     python -m ccsynth.bench.bench_synth
     python -m ccsynth.bench.bench_synth --topologies dgx1,ndv2x2 --collectives allgather --sizes 1K,64M
+    python -m ccsynth.bench.bench_synth --suite trees
+    python -m ccsynth.bench.bench_synth --suite trees --topologies dgx_a100x128 --collectives allgather
 
 The machine's load average is printed before and after (the 2-core
 development machine is shared), since synthesis time depends on it.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import argparse
 import json
@@ -29,21 +49,58 @@ import time
 
 from ccsynth.atomic import write_text
 from ccsynth.collectives.spec import Collective
+from ccsynth.errors import CCSynthError, ExportLimitError
+from ccsynth.formats.msccl.export import schedule_to_msccl_xml
 from ccsynth.formats.files import get_topology
+from ccsynth.synth.baseline_search import chunk_factor_ladder
+from ccsynth.synth.baselines import applicable_baselines, make_baseline, min_chunk_factor
+from ccsynth.synth.bounds import lower_bound
+from ccsynth.synth.cut_enumeration import MAX_RANKS as BRUTE_FORCE_MAX_RANKS
+from ccsynth.synth.cut_enumeration import brute_force_cut
+from ccsynth.synth.simulate import simulate
+from ccsynth.synth.synthesize import SynthReport, synthesize
+from ccsynth.tolerance import is_close, is_less
+from ccsynth.topologies.model import Link, Topology
 from ccsynth.units import format_size, parse_sizes
 
-__all__ = ["TOPOLOGIES", "COLLECTIVES", "SIZES", "bench_case", "markdown", "main"]
+__all__ = ["TOPOLOGIES", "COLLECTIVES", "SIZES", "TREE_TOPOLOGIES", "star", "two_clusters", "bench_case", "tree_case",
+           "markdown", "tree_markdown", "main"]
 
 TOPOLOGIES = ("dgx1", "dgx2", "ndv2x2", "dgx_a100x4", "ndv2x10")
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "alltoall")
 SIZES = "1K,1M,64M"
+#: issue 11's machines (the star and the two clusters are built here: the catalog has no such shapes)
+TREE_TOPOLOGIES = ("star5", "two_clusters18", "fat_tree:16x8:4:2", "dgx_a100x16", "dgx_a100x32", "dgx_h100x32",
+                   "dgx_a100x128")
+TREE_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
+TREE_SIZES = "64M,1G"
+#: above this many ranks the baselines are simulated at their smallest chunk factor only
+FULL_BASELINE_MAX_RANKS = 64
+
+
+def star(leaves: int = 4, bw: float = 25.0, alpha: float = 0.7) -> Topology:
+    """A hub (rank 0) with ``leaves`` leaves, a link each way per leaf (issue 11's allreduce example)."""
+    links = [Link(0, v, alpha, bw) for v in range(1, leaves + 1)] + [Link(v, 0, alpha, bw) for v in range(1, leaves + 1)]
+    return Topology(f"star{leaves + 1}", leaves + 1, links=tuple(links))
+
+
+def two_clusters(k: int = 9, fast: float = 25.0, slow: float = 3.75) -> Topology:
+    """Two fully connected clusters of ``k`` ranks joined by one slow link pair (issue 11's bound example)."""
+    links = [Link(a, b, 0.7, fast) for base in (0, k) for a in range(base, base + k) for b in range(base, base + k)
+             if a != b]
+    links += [Link(0, k, 2.6, slow), Link(k, 0, 2.6, slow)]
+    return Topology(f"two_clusters{2 * k}", 2 * k, links=tuple(links))
+
+
+_BUILT = {"star5": star, "two_clusters18": two_clusters}
+
+
+def _topology(name: str) -> Topology:
+    return _BUILT[name]() if name in _BUILT else get_topology(name)
 
 
 def bench_case(topology, kind: str, size: int, options=None) -> dict:
     """Synthesize one case and measure it; returns a row (dict)."""
-    from ccsynth.synth.simulate import simulate
-    from ccsynth.synth.synthesize import SynthReport, synthesize
-
     t0 = time.perf_counter()
     report = SynthReport()
     sched = synthesize(topology, Collective(kind, topology.n_ranks), options=options, size_bytes=size, report=report)
@@ -51,6 +108,11 @@ def bench_case(topology, kind: str, size: int, options=None) -> dict:
     r = simulate(sched, topology, size)
     base = report.baselines[0] if report.baselines else None
     sk = sched.meta.get("sketch") or {}
+    try:  # export keeps the MSCCL runtimes' limits or refuses (tests/test_msccl_limits.py checks the files)
+        schedule_to_msccl_xml(sched, topology=topology)
+        msccl = "ok"
+    except ExportLimitError as e:
+        msccl = f"refused: {e}"
     return {
         "topology": topology.name,
         "n_ranks": topology.n_ranks,
@@ -71,40 +133,121 @@ def bench_case(topology, kind: str, size: int, options=None) -> dict:
         "sketch": f"{sk.get('name', '?')} c={sk.get('chunk_factor')} detours={sk.get('detours')}"
                   + (" ring" if (sk.get("internode") or {}).get("ring") else ""),
         "strategy": sched.name,
+        "msccl_xml": msccl,
     }
 
 
 def markdown(rows: list[dict]) -> str:
     head = ("| topology | collective | size | synth (s) | simulated (us) | best baseline (us) | speedup | "
-            "lower bound (us) | gap | ops |")
-    lines = [head, "|" + "---|" * 10]
+            "lower bound (us) | gap | ops | MSCCL XML |")
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         base = "-" if r["baseline_us"] is None else f"{r['baseline_us']:.2f} ({r['baseline']}, c={r['baseline_chunk_factor']})"
         sp = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
         lines.append(f"| {r['topology']} | {r['collective']} | {format_size(r['size_bytes'])} | {r['synthesis_s']:.1f} | "
-                     f"{r['time_us']:.2f} | {base} | {sp} | {r['lower_bound_us']:.2f} | {r['gap']:.3f} | {r['ops']} |")
+                     f"{r['time_us']:.2f} | {base} | {sp} | {r['lower_bound_us']:.2f} | {r['gap']:.3f} | {r['ops']} | "
+                     f"{r.get('msccl_xml', '-')} |")
+    return "\n".join(lines)
+
+
+def _baselines(coll: Collective, topology: Topology, size: int) -> tuple[dict | None, float, str]:
+    """The fastest baseline at its best chunk factor (at its smallest above FULL_BASELINE_MAX_RANKS ranks).
+
+    Returns (name, chunk factor, time) as a dict or None, the seconds spent, and a note.
+    """
+    t0 = time.perf_counter()
+    full = topology.n_ranks <= FULL_BASELINE_MAX_RANKS
+    best: dict[str, Any] | None = None
+    for name in applicable_baselines(Collective(coll.kind, coll.n_ranks, 1), topology):
+        c0 = min_chunk_factor(name, coll.kind, topology)
+        ladder = chunk_factor_ladder(name, coll.kind, topology, size) if full else (c0,)
+        mine = None
+        for c in ladder:
+            try:
+                sched = make_baseline(name, Collective(coll.kind, coll.n_ranks, c), topology)
+            except CCSynthError:
+                continue
+            t = simulate(sched, topology, size).time_us
+            if mine is None or is_less(t, mine[1]):
+                mine = (c, t)
+            elif len(ladder) > 1:
+                break
+        if mine is not None and (best is None or is_less(mine[1], best["time_us"])):
+            best = {"name": name, "chunk_factor": mine[0], "time_us": mine[1]}
+    return best, time.perf_counter() - t0, "" if full else "c=min"
+
+
+def tree_case(topology: Topology, kind: str, size: int, baselines: bool = True) -> dict:
+    """One row of the trees suite (see the module docstring); ``baselines=False`` skips the comparison."""
+    n = topology.n_ranks
+    coll = Collective(kind, n)
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = SynthReport()
+    sched = synthesize(topology, coll, size_bytes=size, report=report, compare_baselines=False)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    time_us = sched.meta["predicted_us"]  # simulated at this size by synthesize
+    bound = lower_bound(coll, topology, size)
+    brute = None
+    if n <= BRUTE_FORCE_MAX_RANKS and kind in ("allgather", "reduce_scatter", "allreduce"):
+        ref = brute_force_cut(kind, topology).us_per_byte * size
+        brute = is_close(ref, bound.details["cut"])
+    base, base_s, note = _baselines(coll, topology, size) if baselines else (None, 0.0, "skipped")
+    return {
+        "topology": topology.name, "n_ranks": n, "collective": kind, "size_bytes": size,
+        "synthesis_s": seconds, "synthesis_cpu_s": cpu, "path": "trees" if sched.name == "packed_trees" else "milp",
+        "time_us": time_us, "lower_bound_us": bound.time_us, "gap": time_us / bound.time_us,
+        "bound_exact": bool(bound.details.get("cut_exact")), "bound_which": bound.which, "brute_force_equal": brute,
+        "lp_time_us": sched.meta.get("lp_time_us"), "chunk_factor": sched.collective.chunk_factor,
+        "ops": len(sched.ops), "baseline": None if base is None else base["name"],
+        "baseline_chunk_factor": None if base is None else base["chunk_factor"],
+        "baseline_us": None if base is None else base["time_us"], "baseline_note": note, "baseline_s": base_s,
+        "speedup": None if base is None else base["time_us"] / time_us,
+    }
+
+
+def tree_markdown(rows: list[dict]) -> str:
+    head = ("| topology | ranks | collective | size | synth (s, wall / CPU) | path | simulated (us) | exact bound (us) | gap | "
+            "bound = brute force | best baseline (us) | speedup | chunk factor | ops |")
+    lines = [head, "|" + "---|" * 14]
+    for r in rows:
+        base = "-" if r["baseline_us"] is None else (
+            f"{r['baseline_us']:.1f} ({r['baseline']}, c={r['baseline_chunk_factor']}"
+            + (f", {r['baseline_note']}" if r["baseline_note"] else "") + ")")
+        sp = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        bf = "-" if r["brute_force_equal"] is None else ("yes" if r["brute_force_equal"] else "NO")
+        exact = "" if r["bound_exact"] else " (not exact)"
+        lines.append(f"| {r['topology']} | {r['n_ranks']} | {r['collective']} | {format_size(r['size_bytes'])} | "
+                     f"{r['synthesis_s']:.1f} / {r['synthesis_cpu_s']:.1f} | {r['path']} | {r['time_us']:.1f} | {r['lower_bound_us']:.1f}{exact} | "
+                     f"{r['gap']:.3f} | {bf} | {base} | {sp} | {r['chunk_factor']} | {r['ops']} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ccsynth.bench.bench_synth", description=__doc__.split("\n\n")[0])
-    p.add_argument("--topologies", default=",".join(TOPOLOGIES), help=f"comma-separated (default {','.join(TOPOLOGIES)})")
-    p.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma-separated")
-    p.add_argument("--sizes", default=SIZES, help=f"sizes (default {SIZES})")
+    p.add_argument("--suite", choices=("milp", "trees"), default="milp",
+                   help="milp: the issue-3 machines (default); trees: issue 11's large machines")
+    p.add_argument("--topologies", default=None, help="comma-separated (default: the suite's)")
+    p.add_argument("--collectives", default=None, help="comma-separated (default: the suite's)")
+    p.add_argument("--sizes", default=None, help=f"sizes (default {SIZES}; trees suite {TREE_SIZES})")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    p.add_argument("--no-baselines", action="store_true", help="trees suite: skip the baseline comparison")
     p.add_argument("-v", "--verbose", action="store_true", help="log synthesis progress to stderr")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
-    sizes = parse_sizes(args.sizes)
+    trees = args.suite == "trees"
+    topologies = args.topologies or ",".join(TREE_TOPOLOGIES if trees else TOPOLOGIES)
+    collectives = args.collectives or ",".join(TREE_COLLECTIVES if trees else COLLECTIVES)
+    sizes = parse_sizes(args.sizes or (TREE_SIZES if trees else SIZES))
     load0 = os.getloadavg()
     print(f"# load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} cores", flush=True)
     rows = []
-    for tname in args.topologies.split(","):
-        topo = get_topology(tname.strip())
-        for kind in args.collectives.split(","):
+    for tname in topologies.split(","):
+        topo = _topology(tname.strip())
+        for kind in collectives.split(","):
             for size in sizes:
-                row = bench_case(topo, kind.strip(), size)
+                row = (tree_case(topo, kind.strip(), size, not args.no_baselines) if trees
+                       else bench_case(topo, kind.strip(), size))
                 row["load_1min"] = os.getloadavg()[0]
                 rows.append(row)
                 print(f"{row['topology']:11s} {row['collective']:14s} {format_size(size):>4s} synth {row['synthesis_s']:7.1f}s "
@@ -114,7 +257,7 @@ def main(argv=None) -> int:
                 if args.json:
                     write_text(args.json, json.dumps(rows, indent=1))
     load1 = os.getloadavg()
-    print(markdown(rows))
+    print(tree_markdown(rows) if trees else markdown(rows))
     print(f"# load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     return 0
 

@@ -37,12 +37,46 @@ the total rate (GB/s) at which bytes can cross *into* / *out of* ``S``.
    ============== ======================== ========================
 
    The single-rank cuts ``S = {r}`` are the per-rank ingress/egress bounds.
-   Cuts searched: every subset when ``n <= 8``; every subset with a cheaper
-   capacity estimate when ``n <= 16`` (the best few re-checked with the
-   greedy cover, keeping the smaller capacity);
-   for any ``n`` single ranks, nodes, unions of nodes, blocks of the
-   network dimensions, halves and prefixes. Any cut gives a valid bound, so
-   a heuristic family only costs tightness, never correctness.
+
+   **Exact, by max flow** (every kind but alltoall). The best cut is not
+   searched for: it is computed. The topology becomes a flow network
+   (:mod:`ccsynth.synth.trees.network`: ranks, a hub per switch whose arcs
+   are the members' ports, a node per shared port) in which, for every
+   ``S``, the least cut into ``S`` equals the LP capacity ``in(S)`` of the
+   connections crossing into ``S`` (the network's docstring proves when; it
+   says so in :attr:`FlowNetwork.exact`, true for links, switches and NICs
+   shared by a node's GPUs). Then (:mod:`ccsynth.synth.trees.throughput`):
+
+   * allgather: ``max over S of ((n-k)/n) Z / in(S)`` is ForestColl's
+     ``T* = (Z/n) / lam*`` with ``lam* = min over S of in(S) / (n-k)``, the
+     largest ``lam`` for which a source feeding ``lam`` into every rank
+     sends ``n lam`` to every rank (one max flow per sink, Dinkelbach on the
+     ratio, one sink per orbit of the topology's translation symmetries);
+     the ``out of`` side is the same family (the complement's ``into``);
+   * reduce_scatter: the allgather bound of the reversed network;
+   * broadcast: ``Z / min over t of maxflow(root, t)``; reduce: reversed;
+   * gather: the allgather test with the root as the only sink; scatter:
+     reversed;
+   * allreduce: ``Z / min over S of in(S)``, the minimum pairwise cut
+     (max flows from and to one rank).
+
+   The result names the cut that attains it. Where the network is only a
+   relaxation (a shared port over an arbitrary set of connections: the cut
+   capacity is then an LP whose optimal cover may be fractional), the
+   max-flow value is still a valid bound (every feasible flow routes in the
+   relaxation), and the best of it and of the searched family below is
+   used, labelled ``relaxed`` / ``searched cuts`` in ``which`` and
+   ``details["cut_exact"] = False``. Reference:
+   :mod:`ccsynth.synth.cut_enumeration` enumerates every cut with its exact
+   LP capacity (tests compare both up to 14 ranks).
+
+   **Searched** (alltoall, and the fallback above): every subset when
+   ``n <= 8``; every subset with a cheaper capacity estimate when
+   ``n <= 16`` (the best few re-checked with the greedy cover, keeping the
+   smaller capacity); for any ``n`` single ranks, nodes, unions of nodes,
+   blocks of the network dimensions, halves and prefixes. Any cut gives a
+   valid bound, so a heuristic family only costs tightness, never
+   correctness.
 
 2. **Aggregate bound.** Count the chunk transfers every schedule needs and
    divide their bytes by the total capacity of the whole network (an upper
@@ -100,10 +134,12 @@ The result is ``max(latency, bandwidth)``: both hold, their sum need not
 
 Capacities: ``in(S)`` is the maximum total rate of the connections crossing
 into ``S`` subject to every resource (links, switch ports, shared NIC
-ports). By LP duality any set of resources that covers every crossing
+ports): exactly a network cut for the max-flow bounds above. For the
+searched cuts: by LP duality any set of resources that covers every crossing
 connection bounds it from above by the sum of their bandwidths; we use a
-greedy cover (a resource is taken when it is cheaper than paying for the
-connections it covers one by one), and, for the exhaustive search, also
+greedy cover (:func:`~ccsynth.synth.capacity.cover_capacity`: a resource
+is taken when it is cheaper than paying for the connections it covers one
+by one), and, for the exhaustive search, also
 ``sum over b in S of min(sum of link bandwidths into b from outside S,
 ingress(b))`` (and the same from the sender side). An over-estimate of a
 capacity only weakens a bound, so approximation never breaks validity.
@@ -119,7 +155,6 @@ Example:
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import math
@@ -131,7 +166,11 @@ import numpy as np
 
 from ccsynth.collectives.spec import Collective, canonical_kind
 from ccsynth.errors import SizeError, TopologyError
-from ccsynth.tolerance import EVENT_REL, is_close, is_greater
+from ccsynth.synth.capacity import cover_capacity
+from ccsynth.synth.trees.network import flow_network
+from ccsynth.synth.trees.symmetry import translations
+from ccsynth.synth.trees.throughput import RateCut, allgather_rate, gather_rate, min_pair_cut, rooted_rate
+from ccsynth.tolerance import is_close
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Connection, Topology
 
 log = logging.getLogger(__name__)
@@ -231,54 +270,6 @@ def _json_float(x: float):
 
 
 # ------------------------------------------------------------ capacities
-def cover_capacity(conns: Sequence[Connection], resource_bw: dict[str, float]) -> float:
-    """An upper bound (GB/s) on the total rate of ``conns`` running at once.
-
-    The exact value is the packing LP ``max sum x_c`` subject to every
-    resource's bandwidth; by weak duality any set of resources covering every
-    connection bounds it. Greedy (lazy, since savings only shrink): take the
-    resource that saves most over paying each connection it covers at its own
-    bandwidth (``Connection.bw``, itself one of its resources' bandwidths);
-    stop when nothing saves. Exact for links, switch cuts and shared NICs.
-
-    >>> from ccsynth.topologies.model import Switch, Topology
-    >>> t = Topology("sw", 4, switches=(Switch("sw", (0, 1, 2, 3), 10.0, 0.5),))
-    >>> cover_capacity([t.connection(a, 3) for a in range(3)], t.resource_bw)
-    10.0
-    """
-    if not conns:
-        return 0.0
-    bw = [c.bw for c in conns]
-    groups: dict[str, list[int]] = {}
-    for i, c in enumerate(conns):
-        for r in c.resources:
-            groups.setdefault(r, []).append(i)
-    heap = []
-    for r, idx in groups.items():
-        if len(idx) >= 2:
-            saving = sum(bw[i] for i in idx) - resource_bw[r]
-            if saving > 0:
-                heap.append((-saving, r))
-    heapq.heapify(heap)
-    covered = bytearray(len(conns))
-    total = 0.0
-    while heap:
-        _, r = heapq.heappop(heap)
-        idx = groups[r]
-        uncovered = sum(bw[i] for i in idx if not covered[i])
-        if not is_greater(uncovered, resource_bw[r], EVENT_REL):
-            continue
-        saving = uncovered - resource_bw[r]
-        if heap and saving < -heap[0][0]:
-            heapq.heappush(heap, (-saving, r))
-            continue
-        total += resource_bw[r]
-        for i in idx:
-            covered[i] = 1
-    total += sum(b for b, cov in zip(bw, covered) if not cov)
-    return total
-
-
 class _Net:
     """Per-topology data the bounds share (connections by rank, caps, distances)."""
 
@@ -448,6 +439,7 @@ class _Coefficients:
 
     cut_us_per_byte: float
     cut_desc: str
+    cut_exact: bool
     agg_us_per_byte: float
     agg_desc: str
     latency_us: float
@@ -461,7 +453,62 @@ def _mask_desc(mask: int, n: int) -> str:
     return f"{{{ranks[0]},{ranks[1]},...,{ranks[-1]}}} ({len(ranks)} ranks)"
 
 
-def _cut_coefficient(kind: str, n: int, root: int, net: _Net) -> tuple[float, str]:
+def _cut_coefficient(kind: str, n: int, root: int, net: _Net) -> tuple[float, str, bool]:
+    """The cut bound (us per byte), its description, and whether it is exact (see the module docstring)."""
+    exact = _exact_cut(kind, n, root, net.topology)
+    if exact is not None and exact[2]:
+        return exact
+    coef, desc = _searched_cut_coefficient(kind, n, root, net)
+    if exact is not None and exact[0] >= coef:
+        return exact
+    if exact is not None:
+        desc += " [best of searched cuts: the flow network only relaxes this topology]"
+    return coef, desc, False
+
+
+def _exact_cut(kind: str, n: int, root: int, topology: Topology) -> tuple[float, str, bool] | None:
+    """The cut bound by max flow on the flow network (None for alltoall, which has no max-flow form).
+
+    Exact when the network is (:attr:`FlowNetwork.exact`); otherwise a valid
+    bound from a relaxation, labelled so.
+    """
+    if kind == "alltoall":
+        return None
+    net = flow_network(topology)
+    reverse = kind in ("reduce_scatter", "reduce", "scatter")
+    fnet = net.reversed() if reverse else net
+    if kind in ("allgather", "reduce_scatter"):
+        rc = allgather_rate(fnet, translations(topology))
+        demand = 1.0 / n
+    elif kind in ("broadcast", "reduce"):
+        rc = rooted_rate(fnet, root)
+        demand = 1.0
+    elif kind in ("gather", "scatter"):
+        rc = gather_rate(fnet, root)
+        demand = 1.0 / n
+    elif kind == "allreduce":
+        rc = min_pair_cut(net, translations(topology))
+        demand = 1.0
+    else:  # pragma: no cover
+        raise ValueError(f"no cut bound for collective kind {kind!r}")
+    coef = demand / (rc.rate * BYTES_PER_US_PER_GBPS) if rc.rate > 0 else math.inf
+    desc = _rate_cut_desc(rc, demand, n, "out of" if reverse else "into", net.exact)
+    if not net.exact:
+        desc += f" [max flow on a relaxed network: {net.note}]"
+    return coef, desc, net.exact
+
+
+def _rate_cut_desc(rc: RateCut, demand: float, n: int, direction: str, exact: bool) -> str:
+    if not math.isfinite(rc.rate) or not rc.inside:
+        return "cut: nothing must cross"
+    frac = demand * rc.outside
+    mask = sum(1 << r for r in rc.inside)
+    word = "cut" if exact else "cut (relaxed)"
+    return f"{word}: {_fmt_frac(frac)}*Z {direction} ranks {_mask_desc(mask, n)} at <= {rc.capacity:g} GB/s"
+
+
+def _searched_cut_coefficient(kind: str, n: int, root: int, net: _Net) -> tuple[float, str]:
+    """The cut bound over a searched family of cuts with cover capacities (valid, not always exact)."""
     best, best_desc = 0.0, "no cut"
     candidates = _structured_cuts(net.topology)
     hints: dict[int, tuple[float, float]] = {}
@@ -646,11 +693,11 @@ def _net(topology: Topology) -> _Net:
 @lru_cache(maxsize=64)
 def _coefficients(kind: str, n: int, root: int, topology: Topology) -> _Coefficients:
     net = _net(topology)
-    cut, cut_desc = _cut_coefficient(kind, n, root, net)
+    cut, cut_desc, cut_exact = _cut_coefficient(kind, n, root, net)
     agg, agg_desc = _aggregate_coefficient(kind, n, root, net)
     lat, lat_desc = _latency(kind, n, root, net)
     log.debug("bounds for %s on %s: %s; %s; %s", kind, topology.name, cut_desc, agg_desc, lat_desc)
-    return _Coefficients(cut, cut_desc, agg, agg_desc, lat, lat_desc)
+    return _Coefficients(cut, cut_desc, cut_exact, agg, agg_desc, lat, lat_desc)
 
 
 def lower_bound(collective: Collective, topology: Topology, size_bytes: float) -> Bound:
@@ -684,6 +731,7 @@ def lower_bound(collective: Collective, topology: Topology, size_bytes: float) -
     details = {
         "cut": cut_us,
         "cut_which": co.cut_desc,
+        "cut_exact": co.cut_exact,
         "aggregate": agg_us,
         "aggregate_which": co.agg_desc,
         "latency": co.latency_us,
@@ -696,6 +744,9 @@ def clear_cache() -> None:
     """Forget cached per-topology bound coefficients."""
     _coefficients.cache_clear()
     _net.cache_clear()
+    flow_network.cache_clear()
+    translations.cache_clear()
 
 
 __all__ = ["Bound", "lower_bound", "per_collective_bound", "FORMULAS", "cover_capacity", "cut_needs", "clear_cache"]
+# cover_capacity moved to ccsynth.synth.capacity (the flow network needs it below the bounds); re-exported here

@@ -18,7 +18,22 @@ Pipeline (TACCL's stages, with ccsynth's own models; see each module):
    ``k - 1``; 2: for wave ``k - 2``; 0: only for its data), and pieces of a
    wave that are adjacent in both buffers travel as one transfer.
 
-Without a sketch :func:`synthesize` tries the default sketches of
+Two synthesis paths, each tried where it applies, the faster schedule in
+simulation kept:
+
+* **Packed trees** (:mod:`ccsynth.synth.trees`; allgather, reduce-scatter,
+  allreduce, broadcast, reduce): spanning trees packed to the optimal
+  throughput by an LP (ForestColl's optimum, in ccsynth's cost model),
+  lowered to a pipelined schedule at the chunk factor the simulator
+  prefers. Seconds to minutes even at 1,024 ranks. Not tried when the
+  caller pins the MILP path with a sketch or a chunk factor.
+* **The MILP stages** below (TACCL's). They run for alltoall, for a user's
+  sketch or chunk factor, and otherwise only on machines of at most
+  :data:`MILP_MAX_RANKS` ranks: above that the routing MILP takes minutes
+  (100-284 s at 32 ranks on two cores) while the packing already meets the
+  bandwidth bound, so the MILPs could only win on latency.
+
+Without a sketch the MILP path tries the default sketches of
 :func:`candidate_sketches` (chunk factors around the size-based default,
 with and without sideways detours, and for several nodes relay variants).
 Either way it then runs three stages, one function each:
@@ -44,6 +59,10 @@ Combining collectives:
   sums accumulating in the output buffer; for latency-bound sizes also an
   allgather of whole buffers followed by local reductions (one tree depth
   instead of two), whichever simulates faster;
+* **allreduce over packed trees** = every chunk reduced up an in-tree to
+  a root and broadcast down an out-tree from it, the two phases pipelined,
+  with the roots' shares chosen by the packing LP: reduce-scatter +
+  allgather where that is best, reduce-to-hub + broadcast on a star;
 * **alltoall** = a multi-commodity flow of every (source, destination)
   chunk over shortest paths (:mod:`~ccsynth.synth.alltoall`), relays holding
   pieces in scratch.
@@ -88,10 +107,14 @@ from ccsynth.synth.routing import Routing, route_allgather
 from ccsynth.synth.simulate import simulate
 from ccsynth.synth.sketch import Sketch, default_sketch, find_symmetries
 from ccsynth.synth.solver import SolverOptions
+from ccsynth.synth.trees.search import KINDS as TREE_KINDS
+from ccsynth.synth.trees.search import TreeChoice, best_tree_schedule
 from ccsynth.tolerance import is_less
 
 __all__ = [
     "SUPPORTED",
+    "MILP_KINDS",
+    "MILP_MAX_RANKS",
     "DEFAULT_SIZE",
     "CONTIGUITY_TIME_LIMIT",
     "ROUTING_TIME_LIMIT",
@@ -110,7 +133,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SUPPORTED = ("allgather", "reduce_scatter", "allreduce", "alltoall")
+SUPPORTED = ("allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast", "reduce")
+#: the collectives the MILP stages synthesize (broadcast and reduce come from the tree packing alone)
+MILP_KINDS = ("allgather", "reduce_scatter", "allreduce", "alltoall")
+#: above this many ranks the MILPs are not run for a collective the tree packing serves (issue 11: the routing
+#: MILPs took 100-284 s at 32 ranks, the packing seconds; the packing meets the bandwidth bound, the MILPs can
+#: only win on latency, which matters on small machines)
+MILP_MAX_RANKS = 16
 #: default message size when the caller gives none (bytes)
 DEFAULT_SIZE = 1 << 20
 #: default time limit (s) of one contiguity MILP when the caller sets none (it is warm-started from a
@@ -275,21 +304,67 @@ def synthesize(
     report = report if report is not None else SynthReport()
     prog = _Progress(progress, report)
     size_bytes = _check_request(topology, collective, sketch, size_bytes)
-    candidates = _candidates(topology, collective, sketch, size_bytes)
-    prog("sketches", f"{len(candidates)} candidate(s): " + ", ".join(c.describe() for c in candidates))
-    scored = _plan_candidates(topology, collective, candidates, options, size_bytes, prog,
-                              user_sketch=sketch is not None)
-    results = _simulate_candidates(topology, collective, scored[:SIMULATED_CANDIDATES], size_bytes, prog, report)
-    best = results[0]
-    best_t, best_sched = best.time_us, best.schedule
-    if contiguity:
-        best_t, best_sched = _refine_contiguity(topology, collective, best, options, size_bytes, prog)
+    trees = _tree_candidate(topology, collective, sketch, size_bytes, prog, report)
+    best_t, best_sched = math.inf, None
+    if _use_milps(topology, collective, sketch, trees):
+        best_t, best_sched = _milp_stages(topology, collective, sketch, options, size_bytes, prog, report,
+                                          contiguity)
+    if trees is not None and (best_sched is None or is_less(trees.time_us, best_t)):
+        best_t, best_sched = trees.time_us, trees.schedule
+        prog("chosen", f"packed trees (chunk factor {trees.chunk_factor}): {best_t:.3f} us")
+    if best_sched is None:  # _use_milps holds whenever trees do not serve the request
+        raise InfeasibleError(f"no schedule for {collective.kind} on {topology.name}: "
+                              "neither the MILPs nor packed trees apply")
     best_sched = best_sched.with_meta(predicted_us=best_t, size_bytes=size_bytes, candidates=report.candidates)
     best_sched = _finish(best_sched, topology, prog)
     report.synthesized_us = best_t
     if not compare_baselines:
         return best_sched
     return _against_baselines(best_sched, best_t, topology, collective, size_bytes, prog, report)
+
+
+def _milp_stages(topology, collective: Collective, sketch: Sketch | None, options: SolverOptions, size_bytes: int,
+                 prog: _Progress, report: SynthReport, contiguity: bool) -> tuple[float, Schedule]:
+    """Stages A, B and C: the sketches' candidates routed, ordered, lowered, simulated; the winner refined."""
+    candidates = _candidates(topology, collective, sketch, size_bytes)
+    prog("sketches", f"{len(candidates)} candidate(s): " + ", ".join(c.describe() for c in candidates))
+    scored = _plan_candidates(topology, collective, candidates, options, size_bytes, prog,
+                              user_sketch=sketch is not None)
+    results = _simulate_candidates(topology, collective, scored[:SIMULATED_CANDIDATES], size_bytes, prog, report)
+    best = results[0]
+    if contiguity:
+        return _refine_contiguity(topology, collective, best, options, size_bytes, prog)
+    return best.time_us, best.schedule
+
+
+def _tree_candidate(topology, collective: Collective, sketch: Sketch | None, size_bytes: int, prog: _Progress,
+                    report: SynthReport) -> TreeChoice | None:
+    """The packed-tree schedule (:mod:`ccsynth.synth.trees`), unless a sketch or chunk factor pins the MILP path."""
+    if collective.kind not in TREE_KINDS or sketch is not None or collective.chunk_factor > 1:
+        return None
+    try:
+        choice = best_tree_schedule(topology, collective, size_bytes)
+    except InfeasibleError as e:
+        prog("trees", f"tree packing failed: {e}")
+        return None
+    p = choice.packing
+    prog("trees", f"{len(p.trees)} trees in {p.iterations} LP round(s), {p.columns} columns, "
+                  f"{p.seconds:.2f} s; packing time {choice.predicted_us(size_bytes):.3f} us "
+                  f"({p.gap:.4f}x its bound)")
+    prog("simulated", f"packed trees: {choice.time_us:.3f} us at {size_bytes} bytes, chunk factor "
+                      f"{choice.chunk_factor} (tried {', '.join(f'{c}: {t:.1f}' for c, t in choice.tried)})")
+    report.candidates.append({"sketch": "packed trees", "estimated_us": choice.predicted_us(size_bytes),
+                              "time_us": choice.time_us, "waves": "trees", "window": 0,
+                              "chunk_factor": choice.chunk_factor})
+    return choice
+
+
+def _use_milps(topology, collective: Collective, sketch: Sketch | None, trees: TreeChoice | None) -> bool:
+    """Whether stages A-C run: for what the packing does not serve, for a user's sketch or chunk factor, and on
+    machines of at most :data:`MILP_MAX_RANKS` ranks."""
+    if collective.kind not in MILP_KINDS:
+        return False
+    return trees is None or sketch is not None or topology.n_ranks <= MILP_MAX_RANKS
 
 
 def _against_baselines(sched: Schedule, time_us: float, topology, collective: Collective, size_bytes: int,

@@ -205,8 +205,8 @@ def test_synthesize_with_taccl_sketch_and_cbc():
 
 def test_synthesize_bad_input():
     t = catalog.dgx1()
-    with pytest.raises(CollectiveError, match="broadcast"):
-        synthesize(t, Collective("broadcast", 8))
+    with pytest.raises(CollectiveError, match="gather"):
+        synthesize(t, Collective("gather", 8))
     with pytest.raises(SketchError, match="does not map"):
         synthesize(t, Collective("allgather", 8), Sketch(symmetry=((1, 8),)))
 
@@ -293,8 +293,8 @@ def test_cli_synth_bad_input(tmp_path):
     code, _out, err = run_cli("synth", "-t", "ndv2x2", "-c", "allgather", "--sketch",
                               os.path.join(DATA, "taccl_sketch_relay_unreachable.json"), cwd=tmp_path)
     assert code == 2 and "cannot reach" in err and "routing" not in err  # detected before any solver ran
-    code, _out, err = run_cli("synth", "-t", "ring:4", "-c", "broadcast", cwd=tmp_path)
-    assert code == 2 and "broadcast" in err
+    code, _out, err = run_cli("synth", "-t", "ring:4", "-c", "gather", cwd=tmp_path)  # broadcast: packed trees now
+    assert code == 2 and "gather" in err
     code, _out, err = run_cli("synth", "-t", "ring:4", "-c", "allgather", "--solver", "gurobi", cwd=tmp_path)
     assert code == 2
     assert os.listdir(tmp_path) == []

@@ -33,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("-t", "--topology", required=True, metavar="T",
                    help="catalog name (dgx1, ndv2x2, dgx_a100x4, ring:8, ...) or a topology JSON file")
     p.add_argument("-c", "--collective", required=True, metavar="C",
-                   help="allgather, reduce_scatter, allreduce or alltoall")
+                   help="allgather, reduce_scatter, allreduce, alltoall, broadcast or reduce")
     p.add_argument("--sketch", metavar="FILE",
                    help="communication sketch (ccsynth or TACCL JSON); default: try ccsynth's default sketches")
     g = p.add_mutually_exclusive_group()

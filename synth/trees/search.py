@@ -1,0 +1,204 @@
+"""The tree-packing synthesis path: pack, lower at several chunk factors, simulate, keep the fastest.
+
+For a collective and a topology (:data:`KINDS`):
+
+1. **Pack** (:mod:`~ccsynth.synth.trees.packing`, cached per topology and
+   collective): out-trees for allgather and broadcast, in-trees for
+   reduce-scatter and reduce, reduce-then-broadcast trees with free root
+   weights for allreduce. The LP value is the packing's time at full
+   pipelining; for allgather and reduce-scatter it meets the exact bound
+   (ForestColl's optimality, checked against :mod:`~ccsynth.synth.bounds`).
+2. **Chunk factor** (:func:`chunk_factor_ladder`): pipelining needs chunks;
+   every chunk pays the per-message cost on every tree arc. As for the
+   baselines (:mod:`~ccsynth.synth.baseline_search`) the factor is chosen by
+   simulation: the smallest useful factor (1; for allreduce one chunk per
+   root that carries data) times 1, 2, 4, ... while a chunk keeps at least
+   :data:`~ccsynth.synth.baseline_search.MIN_CHUNK_BYTES` and the schedule
+   at most :data:`MAX_OPS` ops. Simulating is what costs (a 1,024-rank
+   allgather has two million ops at factor 1), so the walk starts near
+   :data:`START_OPS` ops -- many chunks on a few ranks, one on a thousand --
+   and chunks of :data:`START_CHUNK_BYTES` (where the per-message cost
+   stops mattering on the machines of the catalog), goes up while each step gains at least :data:`MIN_GAIN`, else down,
+   and stops once a schedule is within :data:`GOOD_ENOUGH` of the
+   packing's own time (more chunks cannot gain more than that).
+3. The fastest schedule is returned with its simulated time; the caller
+   verifies it (:func:`ccsynth.synth.synthesize.synthesize` does).
+
+Example:
+    >>> from ccsynth.collectives.spec import Collective
+    >>> from ccsynth.topologies.catalog import ring
+    >>> choice = best_tree_schedule(ring(4), Collective("allgather", 4), 1 << 24)
+    >>> choice.schedule.collective.kind, choice.time_us > 0
+    ('allgather', True)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import Collective
+from ccsynth.errors import CollectiveError
+from ccsynth.synth.baseline_search import MIN_CHUNK_BYTES
+from ccsynth.synth.bounds import lower_bound
+from ccsynth.synth.simulate import simulate
+from ccsynth.synth.trees.lowering import lower_allreduce, lower_in_trees, lower_out_trees
+from ccsynth.synth.trees.packing import Packing, pack_allreduce, pack_trees
+from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
+
+__all__ = ["KINDS", "MAX_OPS", "GOOD_ENOUGH", "TreeChoice", "packing_for", "chunk_factor_ladder",
+           "lower", "best_tree_schedule"]
+
+log = logging.getLogger(__name__)
+
+KINDS = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce")
+#: schedules above this many ops are not built in the chunk-factor search (simulation time grows with them)
+MAX_OPS = 3_000_000
+#: the search stops once a schedule simulates within this factor of the packing's LP time
+GOOD_ENOUGH = 1.02
+#: a factor must beat the best so far by this fraction to count as better (the search walks on)
+MIN_GAIN = 0.01
+#: the search starts at the largest factor whose schedule has at most this many ops ...
+START_OPS = 200_000
+#: ... and whose chunks keep at least this many bytes
+START_CHUNK_BYTES = 128 << 10
+#: factors slower than the best so far, in a row, that end the walk in one direction
+WORSE_IN_A_ROW = 1
+
+
+@dataclass(frozen=True)
+class TreeChoice:
+    """The fastest tree schedule found: its simulated time at the size asked, its chunk factor, the packing,
+    and every factor tried with its time."""
+
+    schedule: Schedule
+    time_us: float
+    chunk_factor: int
+    packing: Packing
+    tried: tuple[tuple[int, float], ...]
+    seconds: float
+
+    def predicted_us(self, size_bytes: float) -> float:
+        """The packing's LP time at ``size_bytes`` (full pipelining, no message costs)."""
+        n = self.schedule.n_ranks
+        demand = size_bytes / n if self.schedule.collective.kind in ("allgather", "reduce_scatter") else size_bytes
+        return self.packing.tau * demand / BYTES_PER_US_PER_GBPS
+
+
+@lru_cache(maxsize=32)
+def packing_for(topology: Topology, kind: str, root: int = 0) -> Packing:
+    """The packing of collective ``kind`` on ``topology`` (cached)."""
+    n = topology.n_ranks
+    if kind == "allgather":
+        return pack_trees(topology, range(n))
+    if kind == "reduce_scatter":
+        return pack_trees(topology, range(n), inward=True)
+    if kind == "broadcast":
+        return pack_trees(topology, (root,))
+    if kind == "reduce":
+        return pack_trees(topology, (root,), inward=True)
+    if kind == "allreduce":
+        probe = 1e6
+        bound = lower_bound(Collective("allreduce", n), topology, probe).bandwidth_us
+        return pack_allreduce(topology, bound_tau=bound * BYTES_PER_US_PER_GBPS / probe)
+    raise CollectiveError(f"the tree packing builds {', '.join(KINDS)}; not {kind}")
+
+
+def _ops_per_chunk(kind: str, n: int) -> float:
+    """Ops per unit of chunk factor: 2 per transfer, plus a reduction per arc of an in-tree."""
+    per_arc = {"allgather": 2.0, "broadcast": 2.0, "reduce_scatter": 3.0, "reduce": 3.0, "allreduce": 5.0}[kind]
+    roots = n if kind in ("allgather", "reduce_scatter") else 1
+    return per_arc * roots * (n - 1)
+
+
+def chunk_factor_ladder(kind: str, topology: Topology, size_bytes: float, packing: Packing) -> tuple[int, ...]:
+    """The chunk factors :func:`best_tree_schedule` may try, smallest first (see the module docstring)."""
+    n = topology.n_ranks
+    base = sum(1 for w in packing.root_weight if w > 0) if kind == "allreduce" else 1
+    base = max(base, 1)
+    out = [base]
+    c = base
+    while True:
+        c *= 2
+        try:
+            coll = Collective(kind, n, c)
+        except CollectiveError:  # beyond ccsynth.limits (chunk factor, chunks per buffer): no candidate
+            break
+        if size_bytes / coll.size_chunks < MIN_CHUNK_BYTES or c * _ops_per_chunk(kind, n) > MAX_OPS:
+            break
+        out.append(c)
+    return tuple(out)
+
+
+def _start(ladder: tuple[int, ...], kind: str, n: int, size_bytes: float) -> int:
+    """Where the search starts on the ladder (see :data:`START_OPS` and :data:`START_CHUNK_BYTES`)."""
+    i = 0
+    while i + 1 < len(ladder):
+        c = ladder[i + 1]
+        if c * _ops_per_chunk(kind, n) > START_OPS or size_bytes / Collective(kind, n, c).size_chunks < START_CHUNK_BYTES:
+            break
+        i += 1
+    return i
+
+
+def lower(packing: Packing, collective: Collective, topology: Topology) -> Schedule:
+    """The packing as a schedule of ``collective`` (its chunk factor; unverified)."""
+    kind = collective.kind
+    if kind in ("allgather", "broadcast"):
+        return lower_out_trees(packing.trees, collective, topology)
+    if kind in ("reduce_scatter", "reduce"):
+        return lower_in_trees(packing.trees, collective, topology)
+    if kind == "allreduce":
+        return lower_allreduce(packing.trees, packing.root_weight, collective, topology)
+    raise CollectiveError(f"the tree packing builds {', '.join(KINDS)}; not {kind}")
+
+
+def best_tree_schedule(topology: Topology, collective: Collective, size_bytes: float, *,
+                       chunk_factors: tuple[int, ...] | None = None) -> TreeChoice:
+    """The fastest packed-tree schedule of ``collective`` at ``size_bytes`` (unverified; module docstring).
+
+    ``chunk_factors``: the factors to try (default: :func:`chunk_factor_ladder`).
+    """
+    t0 = time.perf_counter()
+    kind, n = collective.kind, collective.n_ranks
+    packing = packing_for(topology, kind, collective.root)
+    ladder = chunk_factors or chunk_factor_ladder(kind, topology, size_bytes, packing)
+    demand = size_bytes / n if kind in ("allgather", "reduce_scatter") else size_bytes
+    ideal = packing.tau * demand / BYTES_PER_US_PER_GBPS
+    times: dict[int, tuple[float, Schedule]] = {}
+
+    def run(i: int) -> float:
+        c = ladder[i]
+        if c not in times:
+            sched = lower(packing, Collective(kind, n, c, collective.root), topology)
+            times[c] = (simulate(sched, topology, size_bytes).time_us, sched)
+            log.info("packed trees, %s, chunk factor %d: %.3f us (packing %.3f us)", kind, c, times[c][0], ideal)
+        return times[c][0]
+
+    def good(t: float) -> bool:
+        return t <= ideal * GOOD_ENOUGH
+
+    i = _start(ladder, kind, n, size_bytes)
+    best_i = i
+    if not good(run(i)):
+        # walk up while it pays, then down from the start if going up did not
+        for step in (1, -1):
+            j, worse = i + step, 0
+            while 0 <= j < len(ladder) and worse < WORSE_IN_A_ROW:
+                t = run(j)
+                if t < times[ladder[best_i]][0] * (1 - MIN_GAIN):
+                    best_i, worse = j, 0
+                    if good(t):
+                        break
+                else:
+                    worse += 1
+                j += step
+            if best_i != i:
+                break
+    c, (t, sched) = min(times.items(), key=lambda kv: (kv[1][0], kv[0]))
+    tried = sorted((f, ft) for f, (ft, _) in times.items())
+    sched = sched.with_meta(lp_time_us=ideal, packing_gap=packing.gap, chunk_factor=c)
+    return TreeChoice(sched, t, c, packing, tuple(tried), time.perf_counter() - t0)

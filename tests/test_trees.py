@@ -1,0 +1,244 @@
+"""Tree packing: max flow, arborescences, the packing LP at the exact bound, lowered schedules that verify."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ccsynth.collectives.spec import Collective
+from ccsynth.collectives.verify import verify
+from ccsynth.synth.baselines import make_baseline
+from ccsynth.synth.bounds import lower_bound
+from ccsynth.synth.simulate import simulate
+from ccsynth.synth.synthesize import SynthReport, synthesize
+from ccsynth.synth.trees.arborescence import min_arborescence, tree_cost
+from ccsynth.synth.trees.maxflow import MaxFlow
+from ccsynth.synth.trees.network import flow_network
+from ccsynth.synth.trees.packing import pack_allreduce, pack_trees
+from ccsynth.synth.trees.search import best_tree_schedule, lower, packing_for
+from ccsynth.topologies import catalog
+from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
+from test_exact_bounds import exact_topology, two_clusters
+
+MODULES = ["network", "maxflow", "symmetry", "throughput", "arborescence", "packing", "lowering", "search"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name):
+    result = doctest.testmod(importlib.import_module(f"ccsynth.synth.trees.{name}"))
+    assert result.failed == 0 and result.attempted > 0
+
+
+def star(leaves=4, bw=25.0, alpha=0.7):
+    """A hub (rank 0) and ``leaves`` leaves, one link each way per leaf (issue 11's allreduce example)."""
+    links = [Link(0, v, alpha, bw) for v in range(1, leaves + 1)] + [Link(v, 0, alpha, bw) for v in range(1, leaves + 1)]
+    return Topology("star5", leaves + 1, links=tuple(links))
+
+
+# ------------------------------------------------------------------ max flow and arborescences
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 9), st.data())
+def test_maxflow_matches_networkx(n, data):
+    arcs = [(a, b, float(data.draw(st.sampled_from([1, 2, 5, 12.5]))))
+            for a in range(n) for b in range(n) if a != b and data.draw(st.booleans())]
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    for a, b, c in arcs:
+        g.add_edge(a, b, capacity=c)
+    mf = MaxFlow(n, [a for a, _, _ in arcs], [b for _, b, _ in arcs], [c for _, _, c in arcs])
+    res = mf.run(0, n - 1)
+    assert res.value == pytest.approx(nx.maximum_flow_value(g, 0, n - 1))
+    cut = sum(c for a, b, c in arcs if res.source_side[a] and not res.source_side[b])
+    assert cut == pytest.approx(res.value)  # the reported side is a minimum cut
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(2, 10), st.booleans(), st.data())
+def test_min_arborescence_matches_networkx(m, symmetric, data):
+    W = np.full((m, m), np.inf)
+    for a in range(m):
+        for b in range(m):
+            if a != b and data.draw(st.integers(0, 2)) > 0:
+                W[a, b] = float(data.draw(st.integers(1, 5)))
+    if symmetric:
+        W = np.minimum(W, W.T)
+    root = data.draw(st.integers(0, m - 1))
+    g = nx.DiGraph()
+    g.add_nodes_from(range(m))
+    for a in range(m):
+        for b in range(m):
+            if np.isfinite(W[a, b]) and b != root:
+                g.add_edge(a, b, weight=W[a, b])
+    try:
+        ref = sum(d["weight"] for _, _, d in nx.minimum_spanning_arborescence(g).edges(data=True))
+    except nx.NetworkXException:
+        return  # no spanning arborescence (networkx cannot fix the root; some are skipped)
+    parent = min_arborescence(W, root)
+    assert parent[root] == -1
+    for v in range(m):  # every node reaches the root through parents
+        seen, u = set(), v
+        while u != root:
+            assert u not in seen
+            seen.add(u)
+            u = parent[u]
+    assert tree_cost(W, parent) == pytest.approx(ref)
+
+
+# ------------------------------------------------------------------ the packing meets the exact bound
+MACHINES = [catalog.ring(5), catalog.dgx1(), catalog.ndv2(2), catalog.dgx_a100(2), two_clusters(), star(),
+            catalog.torus((2, 3)), catalog.hierarchical([(4, 100, 0.5), (2, 25, 2.0)])]
+
+
+@pytest.mark.parametrize("topo", MACHINES, ids=[t.name for t in MACHINES])
+@pytest.mark.parametrize("kind", ["allgather", "reduce_scatter"])
+def test_packing_meets_the_exact_bound(topo, kind):
+    n = topo.n_ranks
+    p = packing_for(topo, kind)
+    Z = 1 << 30
+    bound = lower_bound(Collective(kind, n), topo, Z)
+    assert p.tau * (Z / n) / 1e3 == pytest.approx(bound.bandwidth_us, rel=1e-6)
+    assert bound.details["cut_exact"]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(exact_topology(max_n=7), st.sampled_from(["allgather", "reduce_scatter"]))
+def test_packed_trees_verify_and_meet_their_bound_on_random_machines(topo, kind):
+    if not topo.is_strongly_connected():
+        return
+    n = topo.n_ranks
+    p = pack_trees(topo, range(n), inward=kind == "reduce_scatter")
+    # the packing never beats the lower bound; it meets it on graphs and balanced NICs (the catalog machines, see
+    # test_packing_meets_the_exact_bound) but not always where a NIC's two sides differ: no splitting of its node
+    # keeps the cuts there, and random machines with such NICs have packings 1.1-2x above the cut bound
+    Z = 1 << 30
+    bound = lower_bound(Collective(kind, n), topo, Z)
+    assert p.gap >= 1 - 1e-5
+    assert p.tau * (Z / n) / 1e3 >= bound.bandwidth_us * (1 - 1e-6)
+    s = lower(p, Collective(kind, n, 4), topo)
+    verify(s, topo)
+    r = simulate(s, topo, 1 << 26)
+    assert r.time_us >= r.lower_bound_us * (1 - 1e-9)
+
+
+def test_symmetry_packs_one_tree_per_orbit():
+    t = catalog.dgx_a100(4)
+    p = pack_trees(t, range(32))
+    assert p.columns == 1 and len(p.trees) == 32 and p.gap == pytest.approx(1.0)
+    # one rail crossing per remote node: the minimum
+    tree = p.trees[0]
+    rails = sum(1 for par, v in tree.arcs() if t.nodes[par] != t.nodes[v])
+    assert rails == 3
+
+
+@pytest.mark.parametrize("kind", ["allgather", "reduce_scatter", "broadcast", "reduce", "allreduce"])
+@pytest.mark.parametrize("topo", [catalog.dgx1(), catalog.ndv2(2), star()], ids=["dgx1", "ndv2x2", "star"])
+def test_lowered_schedules_verify(kind, topo):
+    n = topo.n_ranks
+    p = packing_for(topo, kind, n - 1 if kind in ("broadcast", "reduce") else 0)
+    c = 3 * n if kind == "allreduce" else 3
+    s = lower(p, Collective(kind, n, c, n - 1 if kind in ("broadcast", "reduce") else 0), topo)
+    rep = verify(s, topo)
+    assert rep.n_transfers > 0
+    r = simulate(s, topo, 1 << 24)
+    assert r.time_us >= r.lower_bound_us * (1 - 1e-9)
+
+
+def test_allgather_on_a_rail_machine_is_near_the_bound_at_1GiB():
+    t = catalog.dgx_a100(4)
+    choice = best_tree_schedule(t, Collective("allgather", 32), 1 << 30)
+    verify(choice.schedule, t)
+    r = simulate(choice.schedule, t, 1 << 30)
+    assert r.time_us == pytest.approx(choice.time_us)
+    assert r.gap < 1.05, choice.tried
+
+
+# ------------------------------------------------------------------ allreduce beyond reduce-scatter + allgather
+def test_star_allreduce_reduces_to_the_hub_and_meets_its_bound():
+    t = star()
+    Z = 64 << 20
+    bound = lower_bound(Collective("allreduce", 5), t, Z)
+    assert bound.time_us == pytest.approx(Z / 25e3)  # a leaf's link carries the whole buffer each way: 2,684 us
+    p = pack_allreduce(t)
+    assert p.tau * Z / 1e3 == pytest.approx(bound.time_us)
+    choice = best_tree_schedule(t, Collective("allreduce", 5), Z)
+    verify(choice.schedule, t)
+    r = simulate(choice.schedule, t, Z)
+    assert r.gap < 1.1, (r, choice.tried)
+    # reduce-scatter + allgather is far slower: the best baseline (direct, at its best chunk factor 2560) takes
+    # 4,300 us (issue 11 reported 3,776 us for the best RS+AG synthesized); a few of its factors here
+    direct = min(simulate(make_baseline("direct", Collective("allreduce", 5, c), t), t, Z).time_us
+                 for c in (5, 80, 640))
+    assert direct > 1.3 * r.time_us, (direct, r.time_us)
+
+
+# A minute of MILPs (5 ranks: synthesize runs them beside the trees). Covered by python -m ccsynth.bench.bench_synth,
+# whose star5 rows synthesize this case (bench/RESULTS.md, issue 11).
+@pytest.mark.slow
+def test_synthesized_star_allreduce_is_within_1_1_of_its_bound():
+    t = star()
+    Z = 64 << 20
+    s = synthesize(t, Collective("allreduce", 5), size_bytes=Z)
+    assert simulate(s, t, Z).gap < 1.1
+
+
+def test_allreduce_packing_reaches_the_group_bound_across_nodes():
+    t = catalog.dgx_a100(4)
+    p = packing_for(t, "allreduce")
+    Z = 1 << 30
+    assert p.tau * Z / 1e3 == pytest.approx(lower_bound(Collective("allreduce", 32), t, Z).bandwidth_us, rel=1e-6)
+
+
+# ------------------------------------------------------------------ synthesis uses the trees
+def test_synthesize_uses_trees_alone_above_the_milp_threshold():
+    t = catalog.ring(18)
+    report = SynthReport()
+    s = synthesize(t, Collective("allgather", 18), size_bytes=1 << 26, report=report, compare_baselines=False)
+    assert s.name == "packed_trees" and s.meta["verified"]
+    assert not any(st_.name == "routing" for st_ in report.stages)
+    assert simulate(s, t, 1 << 26).gap < 1.05
+
+
+def test_synthesize_broadcast_by_trees():
+    t = catalog.ring(6)
+    s = synthesize(t, Collective("broadcast", 6, root=3), size_bytes=1 << 24)
+    verify(s, t)
+    assert s.meta["verified"]
+
+
+def test_network_of_a_mixed_switch_is_exact():
+    # one switch over all ranks, leaves of 3 behind shared uplinks (a 2:1 oversubscribed fat-tree)
+
+    n, k = 9, 3
+    leaves = [tuple(range(s, s + k)) for s in range(0, n, k)]
+    ports = []
+    for i, leaf in enumerate(leaves):
+        rest = tuple(r for r in range(n) if r not in leaf)
+        ports += [SharedPort(f"up{i}", leaf, rest, 1.5 * 10.0), SharedPort(f"down{i}", rest, leaf, 1.5 * 10.0)]
+    t = Topology("fat9", n, switches=(Switch("fabric", tuple(range(n)), 10.0, 1.0),), shared_ports=tuple(ports),
+                 nodes=tuple(r // k for r in range(n)))
+    assert flow_network(t).exact, flow_network(t).note
+
+
+def test_packing_of_unbalanced_nics_meets_the_total_capacity_bound():
+    """NICs slower out than in: the cut bound (one shard out of a rank) is not reachable, the total-capacity one is."""
+    links = tuple(Link(a, b, 2.0, 10.0) for a in range(3) for b in range(3) if a != b)
+    ports = []
+    for r in range(3):
+        others = tuple(x for x in range(3) if x != r)
+        ports += [SharedPort(f"nic{r}.tx", (r,), others, 5.0), SharedPort(f"nic{r}.rx", others, (r,), 10.0)]
+    topo = Topology("unbalanced_nics", 3, links=links, shared_ports=tuple(ports), nodes=(0, 1, 2))
+    p = pack_trees(topo, range(3))
+    assert p.gap == pytest.approx(2.0)  # against the cut bound
+    Z = 1 << 30
+    assert p.tau * (Z / 3) / 1e3 == pytest.approx(lower_bound(Collective("allgather", 3), topo, Z).bandwidth_us)
+    # a link and a slower NIC of the same extent keep their own rows under the swap symmetry of two ranks
+    two = Topology("two", 2, links=(Link(0, 1, 2.0, 10.0), Link(1, 0, 2.0, 10.0)),
+                   shared_ports=(SharedPort("a", (0,), (1,), 5.0), SharedPort("b", (1,), (0,), 5.0),
+                                 SharedPort("c", (1,), (0,), 10.0), SharedPort("d", (0,), (1,), 10.0)), nodes=(0, 1))
+    assert pack_trees(two, range(2)).gap == pytest.approx(1.0)
