@@ -35,7 +35,7 @@ def test_synthesize_at_the_package_root_returns_a_schedule_or_a_plan():
     with pytest.raises(PlanError, match="not both"):
         ccsynth.synthesize("ring:4", "allgather", size=1, sizes=[1])
     with pytest.raises(ccsynth.CollectiveError, match="synthesizes"):
-        ccsynth.synthesize("ring:4", "broadcast")
+        ccsynth.synthesize("ring:4", "gather")
 
 
 def test_as_plan_takes_schedules_files_and_lists(tmp_path):
