@@ -46,6 +46,7 @@ def __getattr__(name):
         "save_plan": ("ccsynth.collectives.plan", "save_plan"),
         "Plan": ("ccsynth.collectives.plan", "Plan"),
         "waitall": ("ccsynth.collectives.requests", "waitall"),
+        "reshard": ("ccsynth.synth.reshard.api", "reshard"),  # cross-mesh resharding over MPI
     }
     if name in lazy:
         import importlib
@@ -78,5 +79,6 @@ __all__ = [
     "save_plan",
     "Plan",
     "waitall",
+    "reshard",
     *_errors_all,
 ]

@@ -6,7 +6,8 @@ import math
 import os
 
 from ccsynth.collectives.schedule import check_writes_cover_outputs
-from ccsynth.commands._common import add_json_arg, add_size_args, human, print_json, print_table, sizes_from, topology_from
+from ccsynth.commands._common import (add_json_arg, add_size_args, human, json_doc, print_json, print_table, renamed,
+                                      sizes_from, topology_from)
 from ccsynth.errors import CCSynthError
 from ccsynth.limits import check_min as check_limit_min
 
@@ -61,6 +62,8 @@ def run(args) -> int:
             raise CCSynthError(f"{args.file} names no topology; pass --topology")
         spec = sched.topology
     topo = topology_from(spec)
+    if args.size is None and args.sizes is None and isinstance(sched.meta.get("size_bytes"), int):
+        sizes = [sched.meta["size_bytes"]]  # a resharding plan: the tensor's size unless told otherwise
     from ccsynth.collectives.verify import verify
 
     check_writes_cover_outputs(sched)
@@ -72,9 +75,10 @@ def run(args) -> int:
 
         wrote = f"wrote timeline {timeline}: {write_timeline(results[0], sched, timeline)}"
     if args.json:
-        print_json({"file": args.file, "schedule": sched.name, "topology": topo.name,
-                    "collective": sched.collective.to_dict(), "results": [r.to_dict() for r in results],
-                    **({"timeline": timeline} if timeline else {})})
+        print_json(json_doc("simulate", {"file": args.file, "schedule": sched.name, "topology": topo.name,
+                                         "collective": sched.collective.to_dict(),
+                                         "results": [renamed(r.to_dict()) for r in results],
+                                         **({"timeline": timeline} if timeline else {})}))
         return 0
     print(f"# {sched.name}: {sched.collective.describe()} on {topo.name}")
     print_table(
