@@ -48,6 +48,7 @@ import numpy as np
 from ccsynth.bench import validate as V
 from ccsynth.collectives.spec import busbw_factor
 from ccsynth.errors import CCSynthError
+from ccsynth.kernels.devices import select_device
 
 __all__ = [
     "LARGE_MESSAGE",
@@ -284,7 +285,10 @@ def _backend(name: str):
     except ImportError:
         from ccsynth.kernels.base import get_backend
     try:
-        return get_backend(name)
+        backend = get_backend(name)
+        if backend.is_device:
+            select_device()  # each rank on the GPU of its local rank, not all on GPU 0
+        return backend
     except CCSynthError:
         raise
     except Exception as e:  # ImportError of cupy, or CUDA without a device

@@ -41,6 +41,11 @@ def __getattr__(name):
         "verify": ("ccsynth.collectives.verify", "verify"),
         "simulate": ("ccsynth.synth.simulate", "simulate"),
         "Communicator": ("ccsynth.communicator", "Communicator"),  # with the built-in default plan
+        "synthesize": ("ccsynth.synthesis", "synthesize"),  # topology -> Schedule or Plan
+        "load_plan": ("ccsynth.collectives.plan", "load_plan"),
+        "save_plan": ("ccsynth.collectives.plan", "save_plan"),
+        "Plan": ("ccsynth.collectives.plan", "Plan"),
+        "waitall": ("ccsynth.collectives.requests", "waitall"),
         "reshard": ("ccsynth.synth.reshard.api", "reshard"),  # cross-mesh resharding over MPI
     }
     if name in lazy:
@@ -69,6 +74,11 @@ __all__ = [
     "verify",
     "simulate",
     "Communicator",
+    "synthesize",
+    "load_plan",
+    "save_plan",
+    "Plan",
+    "waitall",
     "reshard",
     *_errors_all,
 ]

@@ -12,13 +12,18 @@ buffer-based collectives with the same signatures and conventions::
     comm.Barrier()                       # anything else goes to the wrapped comm
 
 Covered: ``Allreduce``, ``Allgather``, ``Reduce_scatter_block``,
-``Alltoall``, ``Bcast`` and ``Reduce``, with ``MPI.IN_PLACE`` where MPI
+``Alltoall``, ``Bcast`` and ``Reduce``, their non-blocking forms
+(``Iallreduce``, ...: :mod:`~ccsynth.collectives.requests`), ``Alltoallv``,
+``Allgatherv`` and ``Reduce_scatter`` with counts (padded blocks:
+:mod:`~ccsynth.collectives.vcounts`), with ``MPI.IN_PLACE`` where MPI
 allows it (not for ``Bcast``; for ``Reduce`` only at the root), buffer specs
 ``buf``, ``[buf, MPI.FLOAT]``, ``[buf, count, MPI.FLOAT]``,
-``[buf, (count, displ), MPI.FLOAT]`` (lists or tuples), NumPy arrays and
-GPU arrays (anything with ``__cuda_array_interface__``, run on the CuPy
-backend; that needs a CUDA-aware MPI). As in mpi4py, an explicit count of a
-buffer cut into one block per rank (the receive buffer of ``Allgather``, both
+``[buf, (count, displ), MPI.FLOAT]`` (lists or tuples), NumPy arrays, GPU
+arrays and other array-likes (:mod:`~ccsynth.collectives.arraylike`; GPU
+buffers run on the CuPy backend, staged through host memory when the MPI
+library is not CUDA-aware: :mod:`~ccsynth.collectives.staging`; ``stream=``
+on every call waits for that stream's work first). As in mpi4py, an explicit
+count of a buffer cut into one block per rank (the receive buffer of ``Allgather``, both
 buffers of ``Alltoall``, the send buffer of ``Reduce_scatter_block``) counts
 the elements of one block. Ops: ``MPI.SUM``, ``MPI.PROD``, ``MPI.MIN``,
 ``MPI.MAX`` or ccsynth's names ``"sum"``, ``"prod"``, ``"min"``, ``"max"``,
@@ -27,9 +32,11 @@ the elements of one block. Ops: ``MPI.SUM``, ``MPI.PROD``, ``MPI.MIN``,
 Which algorithm: on each call the message size (nccl-tests convention: the
 larger per-rank buffer in bytes) selects a schedule from the plan
 (``plan.entry_for(kind, n_ranks, nbytes)``, or ``plan.select``). ``plan`` is
-a :class:`~ccsynth.collectives.plan.Plan`, a path to a plan file, or None for
-the default plan, which the caller passes in as ``default_plan`` (any object
-with ``select``/``entry_for``/``kinds`` like a Plan). Which baseline to run at
+a :class:`~ccsynth.collectives.plan.Plan`, a Schedule, a plan or schedule
+file path, a list of them (merged: :mod:`~ccsynth.collectives.plan_sources`),
+or None for the default plan; the user's plan decides for the collectives it
+covers, the default plan for the others. The default plan is what the
+caller passes in as ``default_plan`` (any object with ``select``/``entry_for``/``kinds`` like a Plan). Which baseline to run at
 which size is policy, built from the synthesizer's baselines, a layer above
 this one: this module never imports :mod:`ccsynth.synth`. The public
 ``ccsynth.Communicator`` (:mod:`ccsynth.communicator`) is this class with the
@@ -43,17 +50,20 @@ Compiled programs are cached per schedule (and inside per dtype and count),
 so a call costs the run and a few dictionary look-ups. Whatever no schedule
 covers -- a size outside the plan, an op or dtype without a ccsynth kernel
 (``MPI.BAND``, complex), derived datatypes -- goes to the MPI library's own
-collective with the original arguments, logged at INFO once per collective
-and size range (``fallback=False`` raises :class:`~ccsynth.errors.PlanError`
-instead).
+collective with the original arguments, said once per collective and
+reason at WARNING on rank 0 (INFO elsewhere), and ``last_algorithm`` is
+``"mpi"``; so are the collectives ccsynth never schedules (``Gather``,
+``Scan``, ...). ``fallback=False`` raises :class:`~ccsynth.errors.PlanError`
+instead.
 
 Errors: mismatched counts or dtypes between the buffers of a call,
 non-contiguous or read-only arrays, unknown ops and ``avg`` on integers are
 found on the rank that makes them, before any communication:
 :class:`~ccsynth.errors.BufferMismatchError` naming the argument and the
-size it should have, :class:`~ccsynth.errors.OpError`. A plan or schedule
-for another rank count raises :class:`~ccsynth.errors.ScheduleError` on
-every rank. An error that only one rank sees is raised on *every* rank of
+size it should have, :class:`~ccsynth.errors.OpError`. A plan with no
+entry for the communicator's rank count (or with collectives it does not
+run), or plans that differ between the ranks (compared by fingerprint),
+raise :class:`~ccsynth.errors.PlanError` on every rank in the constructor. An error that only one rank sees is raised on *every* rank of
 the call: the rank tells the others on a control line of its own
 (:mod:`~ccsynth.collectives.runtime.control`), and they raise the same
 error class, naming the rank and the reason ("rank 1 failed in allreduce
@@ -86,7 +96,8 @@ Memory: the buffers kept between calls (in-place copies, staging areas,
 stand-ins) stay within a byte budget (``cache_bytes``; default
 ``max(32 MiB, 2 x the largest message)``; see
 :mod:`~ccsynth.collectives.runtime.memory`), and the caller's arrays are
-never kept alive by a cache (only by the replay of the last call).
+never kept alive: the replay of the last call holds views that own no
+memory and weak references to the arrays.
 
 The communicator sends its point-to-point traffic on a duplicate of the
 wrapped communicator (``comm.Dup()`` in the constructor, a collective call),
@@ -106,15 +117,21 @@ from typing import Any
 
 import numpy as np
 
+from ccsynth.collectives.arraylike import as_array
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
 from ccsynth.collectives.phased_calls import PhasedCalls
-from ccsynth.collectives.plan import Plan, load_plan
+from ccsynth.collectives.plan import Plan
+from ccsynth.collectives.requests import ProgressThread, Request, completed
+from ccsynth.collectives.plan_sources import LayeredPlan, as_plan, check_usable, plan_fingerprint
 from ccsynth.collectives.runtime.channel import Channel, mark_shared
 from ccsynth.collectives.runtime.memory import Entry, cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import WaitTimedOut, mpi_calls, resolve_wait_mode
+from ccsynth.collectives.staging import STAGING_MODES, Stager, decide
 from ccsynth.collectives.static_program import STATIC_MAX_BYTES
+from ccsynth.collectives.vcounts import MAX_PADDING, Padding, VBuf, check_counts, pack, unpack
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError
+from ccsynth.kernels.devices import cuda_awareness, select_device
 from ccsynth.kernels.base import (
     DTYPES,
     canonical_op,
@@ -135,6 +152,18 @@ _REDUCING = frozenset(("allreduce", "reduce_scatter", "reduce"))
 _KERNEL_DTYPES = frozenset(DTYPES)
 
 
+def _ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    out, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            out.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ", ".join(out)
+
+
 class _Fallback(Exception):
     """Internal: this call goes to the MPI library (reason in args[0])."""
 
@@ -147,6 +176,28 @@ class _Buf:
 
 
 _UNCACHED = object()
+
+def _is_device_spec(spec) -> bool:
+    """Whether a buffer spec's buffer is device memory."""
+    if isinstance(spec, (list, tuple)):
+        return bool(spec) and is_device_array(spec[0])
+    return is_device_array(spec)
+
+
+def _weak(obj):
+    """A callable returning ``obj``: a weak reference where possible (arrays), else ``obj`` itself (None, IN_PLACE)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+# Collectives of mpi4py's Comm that ccsynth never schedules: they go to the wrapped comm, visibly.
+_MPI_ONLY = frozenset((
+    "Gather", "Gatherv", "Scatter", "Scatterv", "Scan", "Exscan", "Alltoallw", "Reduce_scatter_init",
+    "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iscan", "Iexscan", "Ialltoallw",
+    "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv", "Neighbor_alltoallw",
+))
 
 
 def _spec_sig(spec):
@@ -179,8 +230,8 @@ class Communicator:
 
     Parameters:
         comm: the mpi4py intracommunicator to wrap (default ``MPI.COMM_WORLD``).
-        plan: a :class:`~ccsynth.collectives.plan.Plan`, a plan file path, or
-            None for ``default_plan``.
+        plan: a :class:`~ccsynth.collectives.plan.Plan`, a Schedule, a plan or
+            schedule file path, a list of them, or None for ``default_plan``.
         default_plan: the plan used while ``plan`` is None: a Plan or any
             object with its ``select``/``entry_for``/``kinds`` methods
             (default :data:`NO_PLAN`: every call goes to the MPI library;
@@ -206,6 +257,12 @@ class Communicator:
             sub-communicator per dimension group
             (:mod:`~ccsynth.collectives.phased_calls`); ``phase_threads``
             runs each dimension on a thread of its own (``"auto"``: when MPI allows it).
+        device: the GPU of this rank: ``"auto"`` (by local rank, if CuPy is in
+            use and still on device 0: :mod:`ccsynth.kernels.devices`), an
+            index, or False (leave it).
+        staging: device buffers through pinned host memory: ``"auto"`` (when
+            the MPI library is not CUDA-aware), ``"always"`` or ``"never"``
+            (raise instead): :mod:`~ccsynth.collectives.staging`.
 
     Example (any number of ranks; a one-rank plan has nothing to schedule)::
 
@@ -233,17 +290,33 @@ class Communicator:
         cache_bytes: int | None = None,
         phases=None,
         phase_threads: bool | str = "auto",
+        device="auto",
+        staging: str = "auto",
     ):
         from mpi4py import MPI
 
         self._MPI = MPI
+        self._options = dict(backend=backend, fallback=fallback, slice_bytes=slice_bytes, debug=debug,
+                             static_max_bytes=static_max_bytes, timeout=timeout, cache_bytes=cache_bytes,
+                             device=device, staging=staging)
+        if staging not in STAGING_MODES:
+            raise CCSynthError(f"staging must be one of {', '.join(STAGING_MODES)}, got {staging!r}")
+        self.staging = staging
+        self._awareness = None  # the MPI library's CUDA-awareness, asked when the first device buffer arrives
+        self._stager = Stager()
+        self.device = self._pick_device(device)
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         if self.comm.Is_inter():
             raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
         self._size = self.comm.Get_size()
         self._rank = self.comm.Get_rank()
         self._default_plan = default_plan if default_plan is not None else NO_PLAN
-        self._plan = self._resolve_plan(plan)
+        try:
+            self._plan = self._resolve_plan(plan)
+            plan_error = None
+        except PlanError as e:  # told to every rank in _agree_on_setup, then raised everywhere
+            self._plan, plan_error = self._default_plan, e
+        self._lookup = self._layered(self._plan)
         if backend not in ("auto", "numpy", "cupy"):
             raise CCSynthError(f"unknown buffer backend {backend!r}; choose auto, numpy or cupy")
         self.backend = backend
@@ -256,7 +329,11 @@ class Communicator:
         self._channel = Channel.build(self.comm, MPI, private=True, cache_bytes=cache_bytes_from_env(cache_bytes))
         self._mpi = mpi_calls(MPI, resolve_wait_mode("auto"), 1, self.timeout)
         self._agreed = 0  # debug: the call whose signature the ranks agreed on
-        self._check_same_settings()
+        try:
+            self._agree_on_setup(plan_error)
+        except CCSynthError:
+            self._channel.close(free=True)  # every rank raises here: release the private communicator
+            raise
         self._compiled: dict[tuple, tuple[Schedule, CompiledSchedule]] = {}
         self._logged: set = set()
         self._scratch: dict[tuple, tuple[Any, Entry]] = {}
@@ -269,6 +346,8 @@ class Communicator:
         self._phases = None if phases is None else PhasedCalls(
             phases, self.comm, self._channel, self._mpi, slice_bytes=slice_bytes, timeout=self.timeout,
             threads=phase_threads, cache_bytes=cache_bytes)
+        self._progress: ProgressThread | None = None  # runs the non-blocking calls (started by the first)
+        self._nb_comm: Any = None  # where the progress thread runs the MPI library's collectives
 
     # ----------------------------------------------------------- plumbing
     @property
@@ -278,32 +357,56 @@ class Communicator:
 
     @plan.setter
     def plan(self, plan) -> None:
+        self.drain()
         self._plan = self._resolve_plan(plan)
+        self._lookup = self._layered(self._plan)
         self._selected.clear()
         self._hit = None
 
+    @property
+    def plan_fingerprint(self) -> str:
+        """The hash of the plan that the ranks compared in the constructor (``"default"`` for the built-in one)."""
+        return plan_fingerprint(self._plan if self._plan is not self._default_plan else None)
+
     def _resolve_plan(self, plan):
+        """The user's plan as a Plan (see :mod:`~ccsynth.collectives.plan_sources`), checked; None: the default."""
         if plan is None:
-            plan = self._default_plan
-        if isinstance(plan, (str, os.PathLike)):
-            plan = load_plan(plan)
-        if not hasattr(plan, "select"):
-            raise PlanError(f"plan must be a Plan, a plan file path or None, got {type(plan).__name__}")
-        for entry in getattr(plan, "entries", ()):
-            if entry.n_ranks == self._size:
-                break
-        else:
-            if getattr(plan, "entries", None):
-                sizes = sorted({e.n_ranks for e in plan.entries})
-                log.info("plan has no entries for %d ranks (it covers %s); every call will use the MPI library",
-                         self._size, sizes)
+            return self._default_plan
+        plan = as_plan(plan)
+        if self._size > 1:
+            check_usable(plan, self._size)
+        elif getattr(plan, "entries", None) and not any(e.n_ranks == 1 for e in plan.entries):
+            log.info("a one-rank communicator: the plan (for %s ranks) is not used; MPI copies locally",
+                     sorted({e.n_ranks for e in plan.entries}))
         return plan
+
+    def _layered(self, plan):
+        """What selects a schedule per call: the user's plan over the default plan (per collective)."""
+        if plan is self._default_plan:
+            return plan
+        return LayeredPlan(plan, self._default_plan, self._size)
 
     def __getattr__(self, name: str):
         # Everything not overridden (Get_rank, Barrier, Send, allreduce...) is the wrapped comm's.
         if name.startswith("__") or name in ("comm", "_MPI"):
             raise AttributeError(name)
-        return getattr(self.comm, name)
+        attr = getattr(self.comm, name)
+        if name in _MPI_ONLY:
+            return self._mpi_only(name, attr)
+        return attr
+
+    def _mpi_only(self, name: str, method):
+        """A collective ccsynth does not run: the wrapped comm's, with ``last_algorithm = "mpi"`` and a notice."""
+
+        def call(*args, **kwargs):
+            self._went_to_mpi((name, "not covered"), "%s has no ccsynth schedule; the MPI library runs it", name)
+            result = method(*args, **kwargs)
+            self.last_algorithm = "mpi"
+            return result
+
+        call.__name__ = name
+        call.__doc__ = getattr(method, "__doc__", None)
+        return call
 
     def __repr__(self) -> str:
         return f"<ccsynth.Communicator rank {self._rank} of {self._size}>"
@@ -323,7 +426,15 @@ class Communicator:
         return self._rank
 
     def Free(self) -> None:
-        """Release the compiled programs, the cached buffers and the private communicators (not the wrapped comm)."""
+        """Release the compiled programs, the cached buffers and the private communicators (not the wrapped comm).
+
+        Waits for the non-blocking calls still running first, and stops the progress thread.
+        """
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+            self._nb_comm.Free()
+            self._nb_comm = None
         self._hit = None
         if self._phases is not None:
             self._phases.free()
@@ -331,6 +442,7 @@ class Communicator:
             cs.free()
         self._compiled.clear()
         self._scratch.clear()
+        self._stager.clear()
         self._channel.memory.clear()
         self._channel.close(free=True)
 
@@ -344,25 +456,49 @@ class Communicator:
         """Bytes of the buffers kept between calls (within the budget, see ``cache_bytes``)."""
         return self._channel.memory.total
 
-    def _check_same_settings(self) -> None:
-        """Every rank must cut messages alike: compare slice_bytes and static_max_bytes (one small Allreduce)."""
-        if self._size < 2:
-            return
-        mine = [int(self.slice_bytes or 0), int(self.static_max_bytes)]
-        v = np.array([x for a in mine for x in (a, -a)], dtype=np.int64)
-        out = np.empty_like(v)
-        self._channel.comm.Allreduce(v, out, op=self._MPI.MAX)
-        if any(out[2 * i] != -out[2 * i + 1] for i in range(len(mine))):
+    def _agree_on_setup(self, plan_error: PlanError | None) -> None:
+        """Every rank must cut messages alike and run the same plan: compare them (one small allgather).
+
+        A rank whose plan could not be used (``plan_error``) takes part
+        with its error, so that every rank raises, naming it.
+        """
+        fp = "error" if plan_error is not None else self.plan_fingerprint
+        mine = (int(self.slice_bytes or 0), int(self.static_max_bytes), fp, str(plan_error or ""))
+        everyone = self._channel.comm.allgather(mine) if self._size > 1 else [mine]
+        if any(o[:2] != mine[:2] for o in everyone):
             raise CCSynthError(
                 f"the ranks built their Communicator with different settings (rank {self._rank}: "
                 f"slice_bytes={self.slice_bytes}, static_max_bytes={self.static_max_bytes}); "
                 f"every rank must pass the same values"
             )
+        failed = [(r, o[3]) for r, o in enumerate(everyone) if o[2] == "error"]
+        if failed:
+            if plan_error is not None and len(failed) == len(everyone):
+                raise plan_error
+            what = "; ".join(f"rank {r}: {msg}" for r, msg in failed)
+            raise PlanError(f"the plan given to the Communicator cannot be used on rank(s) "
+                            f"{', '.join(str(r) for r, _ in failed)}: {what}")
+        groups: dict[str, list[int]] = {}
+        for r, o in enumerate(everyone):
+            groups.setdefault(o[2], []).append(r)
+        if len(groups) > 1:
+            parts = "; ".join(
+                f"rank{'s' if len(rs) > 1 else ''} {_ranges(rs)}: "
+                f"{'the default plan' if key == 'default' else 'plan ' + key}"
+                for key, rs in sorted(groups.items(), key=lambda kv: kv[1][0])
+            )
+            raise PlanError(f"the ranks passed different plans to the Communicator ({parts}); every rank must "
+                            f"load the same plan (rank {self._rank} has {fp})")
 
     def _note(self, key, level, msg, *args) -> None:
         if key not in self._logged:
             self._logged.add(key)
             log.log(level, msg, *args)
+
+    def _went_to_mpi(self, key, msg, *args) -> None:
+        """A call that the MPI library runs instead of ccsynth: say so once, at WARNING on rank 0 (INFO elsewhere)."""
+        level = logging.WARNING if self._rank == 0 and self._size > 1 else logging.INFO
+        self._note(key, level, "ccsynth: " + msg, *args)
 
     # ---------------------------------------------------------- buffers
     def _array(self, obj, what: str):
@@ -587,11 +723,11 @@ class Communicator:
         return sched
 
     def _schedule_for_uncached(self, kind: str, nbytes: int):
-        entry_for = getattr(self._plan, "entry_for", None)
+        entry_for = getattr(self._lookup, "entry_for", None)
         if entry_for is not None:
             entry = entry_for(kind, self._size, nbytes)
             return entry.schedule if entry is not None else None
-        return self._plan.select(kind, self._size, nbytes)
+        return self._lookup.select(kind, self._size, nbytes)
 
     def _compiled_for(self, schedule: Schedule, backend, root: int) -> CompiledSchedule:
         key = (id(schedule), backend.name, root)
@@ -617,8 +753,8 @@ class Communicator:
         hit = self._hit
         if (
             hit[0] == kind
-            and hit[1] is sendbuf
-            and hit[2] is recvbuf
+            and hit[1]() is sendbuf
+            and hit[2]() is recvbuf
             and hit[3] is op
             and hit[4] == root
             and _spec_sig(sendbuf) == hit[5]
@@ -672,9 +808,16 @@ class Communicator:
             unit = m if cs._reducing else m * np.dtype(dtype).itemsize
             if cs.supports_count(unit):
                 pre = None
+                # the replay below is kept between calls: it must not keep the caller's arrays alive, so it
+                # holds views that own nothing (valid while the same arrays are passed: see _replay)
+                alias = backend.alias
+                if recvarr is not None:
+                    recvarr = alias(recvarr)
                 if copy_of is not None:
                     sendarr, entry = self._private("in", like, copy_of.size)
-                    pre = self._copier(sendarr, copy_of, entry)
+                    pre = self._copier(sendarr, alias(copy_of), entry)
+                elif sendarr is not None:
+                    sendarr = alias(sendarr)
                 run, device = cs.execute, backend.is_device
                 sync, op_run = backend.synchronize, opname or "sum"
                 count = m if (sendarr is None and recvarr is None) else None
@@ -692,13 +835,13 @@ class Communicator:
                 if not self.debug and call and call[0] == kind:
                     sig_s, sig_r = _spec_sig(call[1]), _spec_sig(call[2])
                     if sig_s is not _UNCACHED and sig_r is not _UNCACHED:
-                        self._hit = call + (sig_s, sig_r, replay, schedule.name)
+                        self._hit = (kind, _weak(call[1]), _weak(call[2]), *call[3:], sig_s, sig_r, replay,
+                                     schedule.name)
                 return
             reason = f"schedule {schedule.name!r} cannot split {m} elements into its chunks"
         if not self.fallback:
             raise PlanError(f"no ccsynth schedule for {kind} of {nbytes} bytes on {self._size} ranks ({reason})")
-        bucket = max(nbytes, 1).bit_length()
-        self._note((kind, reason, bucket), logging.INFO,
+        self._went_to_mpi((kind, reason),
                    "%s of %d bytes on %d ranks: %s; using the MPI library's own %s", kind, nbytes, self._size, reason, kind)
         if is_device_array(like):
             get_backend("cupy").synchronize()
@@ -743,17 +886,175 @@ class Communicator:
         self.comm.Abort(1)
 
     # -------------------------------------------------------- collectives
-    def Allreduce(self, sendbuf, recvbuf, op=None) -> None:
-        """``recvbuf = op over ranks of sendbuf`` (``MPI.IN_PLACE`` as sendbuf: recvbuf is the input)."""
-        self._channel.open_call()  # every rank numbers every call, first
+    def _collective(self, kind: str, impl, sendbuf, recvbuf, op, root, stream) -> None:
+        """One blocking call: number it, take array-likes as arrays, replay or run ``impl``; errors reach every rank."""
+        self._enter()
         try:
-            if self._hit is None or not self._replay("allreduce", sendbuf, recvbuf, op, 0):
-                self._allreduce(sendbuf, recvbuf, op)
+            if sendbuf is not None and type(sendbuf) is not np.ndarray:
+                sendbuf = self._front(sendbuf, kind == "broadcast" and self._rank != root)
+            if recvbuf is not None and type(recvbuf) is not np.ndarray:
+                recvbuf = self._front(recvbuf, True)
+            if stream is not None:
+                self._wait_stream(stream)
+            if type(recvbuf) is not np.ndarray and (_is_device_spec(sendbuf) or _is_device_spec(recvbuf)) \
+                    and self._must_stage(kind):
+                return self._run_staged(kind, impl, sendbuf, recvbuf, op, root)
+            if self._hit is None or not self._replay(kind, sendbuf, recvbuf, op, root):
+                impl(sendbuf, recvbuf, op, root)
         except BaseException as e:
-            self._failed(e, "allreduce")
+            self._failed(e, kind)
             raise
+        finally:
+            self._call = ()  # holds the caller's buffers while the call runs, never after
 
-    def _allreduce(self, sendbuf, recvbuf, op=None) -> None:
+    def _enter(self) -> None:
+        """Every rank numbers every call, first (after the non-blocking calls started before it)."""
+        prog = self._progress
+        if prog is not None and not prog.in_thread():
+            prog.drain()
+        self._channel.open_call()
+
+    def _coll_comm(self):
+        """Where the MPI library's own collectives run: the wrapped comm, or in the progress thread a Dup of it."""
+        prog = self._progress
+        if prog is not None and prog.in_thread():
+            return self._nb_comm
+        return self.comm
+
+    def _start(self, kind: str, impl, sendbuf, recvbuf, op, root, stream) -> Request:
+        """A non-blocking call: queued on the progress thread (see :mod:`~ccsynth.collectives.requests`)."""
+        if stream is not None:
+            self._wait_stream(stream)  # the work queued before the call, now
+        if self._progress is None:
+            if self._size > 1 and self._MPI.Query_thread() < self._MPI.THREAD_MULTIPLE:
+                self._went_to_mpi(("nonblocking", "threads"), "the MPI library was initialized without "
+                                  "MPI_THREAD_MULTIPLE: non-blocking calls run inside the call (no overlap)")
+                try:
+                    self._collective(kind, impl, sendbuf, recvbuf, op, root, None)
+                except CCSynthError as e:
+                    return completed(kind, e)
+                return completed(kind)
+            self._nb_comm = self.comm.Dup()  # collective: every rank makes its first non-blocking call here
+            self._progress = ProgressThread(f"ccsynth-progress-{self._rank}", init=self._thread_device)
+        return self._progress.submit(lambda: self._collective(kind, impl, sendbuf, recvbuf, op, root, None), kind)
+
+    def Iallreduce(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:
+        """Non-blocking :meth:`Allreduce`: returns a :class:`~ccsynth.collectives.requests.Request`."""
+        return self._start("allreduce", self._allreduce, sendbuf, recvbuf, op, 0, stream)
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:
+        """Non-blocking :meth:`Reduce_scatter_block`."""
+        return self._start("reduce_scatter", self._reduce_scatter_block, sendbuf, recvbuf, op, 0, stream)
+
+    def Iallgather(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Non-blocking :meth:`Allgather`."""
+        return self._start("allgather", self._allgather, sendbuf, recvbuf, None, 0, stream)
+
+    def Ialltoall(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Non-blocking :meth:`Alltoall`."""
+        return self._start("alltoall", self._alltoall, sendbuf, recvbuf, None, 0, stream)
+
+    def Ibcast(self, buf, root: int = 0, *, stream=None) -> Request:
+        """Non-blocking :meth:`Bcast`."""
+        return self._start("broadcast", self._bcast, buf, None, None, root, stream)
+
+    def Ireduce(self, sendbuf, recvbuf, op=None, root: int = 0, *, stream=None) -> Request:
+        """Non-blocking :meth:`Reduce`."""
+        return self._start("reduce", self._reduce, sendbuf, recvbuf, op, root, stream)
+
+    def drain(self) -> None:
+        """Wait until every non-blocking call started on this communicator has completed (errors stay with their requests)."""
+        if self._progress is not None:
+            self._progress.drain()
+
+    def _front(self, spec, writable: bool = False):
+        """A buffer spec with its array-like (see :mod:`~ccsynth.collectives.arraylike`) as an array."""
+        if self._is_in_place(spec):
+            return spec
+        if isinstance(spec, (list, tuple)):
+            if spec and not isinstance(spec[0], np.ndarray):
+                arr = as_array(spec[0], writable=writable)
+                if arr is not None:
+                    return type(spec)((arr, *spec[1:]))
+            return spec
+        arr = as_array(spec, writable=writable)
+        return spec if arr is None else arr
+
+    # ------------------------------------------------------------- GPUs
+    def _pick_device(self, device):
+        """``device=``: "auto" picks by local rank if CuPy is in use and still on device 0; an index; False: leave it."""
+        if device is False or device is None:
+            return None
+        if device == "auto":
+            cp = sys.modules.get("cupy")
+            if cp is None:
+                return None
+            try:
+                if cp.cuda.runtime.getDeviceCount() < 1 or cp.cuda.Device().id != 0:
+                    return cp.cuda.Device().id if cp.cuda.runtime.getDeviceCount() else None
+            except Exception:  # no driver, no device: a host-only program that imported CuPy
+                return None
+            device = None
+        choice = select_device(device)
+        log.info("rank %d uses GPU %d (%s)", self._rank, choice.index, choice.source)
+        return choice.index
+
+    def _thread_device(self) -> None:
+        """The progress thread works on the communicator's device (CuPy's current device is per thread)."""
+        if self.device is not None:
+            sys.modules["cupy"].cuda.Device(self.device).use()
+
+    @property
+    def cuda_aware(self):
+        """The MPI library's CUDA-awareness (:func:`~ccsynth.kernels.devices.cuda_awareness`), asked once."""
+        if self._awareness is None:
+            self._awareness = cuda_awareness(self._MPI)
+        return self._awareness
+
+    def _must_stage(self, kind: str) -> bool:
+        stage = decide(self.staging, self.cuda_aware, kind)
+        if stage:
+            self._went_to_mpi(("staging",), "device buffers are staged through pinned host memory (MPI library "
+                              "CUDA-aware: %s, from %s; staging=%r)", self.cuda_aware.aware, self.cuda_aware.source,
+                              self.staging)
+        return stage
+
+    def _run_staged(self, kind: str, impl, sendbuf, recvbuf, op, root) -> None:
+        """Run the call on host stand-ins of its device buffers (see :mod:`~ccsynth.collectives.staging`)."""
+        in_place = self._is_in_place(sendbuf)
+        at_root = self._rank == root
+        backs = []
+
+        def host(spec, role, copy_in, copy_back):
+            if not _is_device_spec(spec):
+                return spec
+            arr = spec[0] if isinstance(spec, (list, tuple)) else spec
+            h, back = self._stager.stage(arr, role, copy_in=copy_in, copy_back=copy_back)
+            if back is not None:
+                backs.append(back)
+            return type(spec)((h, *spec[1:])) if isinstance(spec, (list, tuple)) else h
+
+        if kind == "broadcast":
+            sendbuf = host(sendbuf, "buf", at_root, not at_root)
+        else:
+            sendbuf = host(sendbuf, "send", True, False)
+            recvbuf = host(recvbuf, "recv", in_place, True)
+        impl(sendbuf, recvbuf, op, root)
+        for back in backs:
+            back()
+
+    def _wait_stream(self, stream) -> None:
+        """``stream=``: the caller's GPU work on that stream finishes before the call reads its buffers."""
+        sync = getattr(stream, "synchronize", None)
+        if sync is None:
+            raise CCSynthError(f"stream= takes a stream object with synchronize() (cupy/torch), got {type(stream).__name__}")
+        sync()
+
+    def Allreduce(self, sendbuf, recvbuf, op=None, *, stream=None) -> None:
+        """``recvbuf = op over ranks of sendbuf`` (``MPI.IN_PLACE`` as sendbuf: recvbuf is the input)."""
+        self._collective("allreduce", self._allreduce, sendbuf, recvbuf, op, 0, stream)
+
+    def _allreduce(self, sendbuf, recvbuf, op, root) -> None:
         self._call = ("allreduce", sendbuf, recvbuf, op, 0)
         MPI = self._MPI
         op = MPI.SUM if op is None else op
@@ -763,7 +1064,7 @@ class Communicator:
             in_place = self._is_in_place(sendbuf)
             s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
         except _Fallback as f:
-            return self._plain("Allreduce", str(f), lambda: self.comm.Iallreduce(sendbuf, recvbuf, op))
+            return self._plain("Allreduce", str(f), lambda: self._coll_comm().Iallreduce(sendbuf, recvbuf, op))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m)
@@ -775,22 +1076,16 @@ class Communicator:
             inp = s.array
 
         def fb():
-            self._mpi_collective("Allreduce", lambda: self.comm.Iallreduce(sendbuf, recvbuf, mpi_op))
+            self._mpi_collective("Allreduce", lambda: self._coll_comm().Iallreduce(sendbuf, recvbuf, mpi_op))
             self._finish_avg(opname, r.array)
 
         self._run("allreduce", m * dt.itemsize, m, dt, opname, 0, r.array, inp, r.array, fb, copy_of)
 
-    def Reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=None, *, stream=None) -> None:
         """Rank ``r`` gets block ``r`` of the reduction of everyone's sendbuf (n blocks)."""
-        self._channel.open_call()  # every rank numbers every call, first
-        try:
-            if self._hit is None or not self._replay("reduce_scatter", sendbuf, recvbuf, op, 0):
-                self._reduce_scatter_block(sendbuf, recvbuf, op)
-        except BaseException as e:
-            self._failed(e, "reduce_scatter")
-            raise
+        self._collective("reduce_scatter", self._reduce_scatter_block, sendbuf, recvbuf, op, 0, stream)
 
-    def _reduce_scatter_block(self, sendbuf, recvbuf, op=None) -> None:
+    def _reduce_scatter_block(self, sendbuf, recvbuf, op, root) -> None:
         self._call = ("reduce_scatter", sendbuf, recvbuf, op, 0)
         MPI = self._MPI
         op = MPI.SUM if op is None else op
@@ -806,7 +1101,7 @@ class Communicator:
                 s = self._parse(sendbuf, "sendbuf", n)
         except _Fallback as f:
             return self._plain("Reduce_scatter_block", str(f),
-                               lambda: self.comm.Ireduce_scatter_block(sendbuf, recvbuf, op))
+                               lambda: self._coll_comm().Ireduce_scatter_block(sendbuf, recvbuf, op))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, what_count=f"{n} x {m} (one block per rank)")
@@ -820,22 +1115,16 @@ class Communicator:
 
         def fb():
             self._mpi_collective("Reduce_scatter_block",
-                                 lambda: self.comm.Ireduce_scatter_block(sendbuf, recvbuf, mpi_op))
+                                 lambda: self._coll_comm().Ireduce_scatter_block(sendbuf, recvbuf, mpi_op))
             self._finish_avg(opname, out)
 
         self._run("reduce_scatter", n * m * dt.itemsize, m, dt, opname, 0, r.array, inp, out, fb, copy_of)
 
-    def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
+    def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0, *, stream=None) -> None:
         """``recvbuf`` on ``root`` = op over ranks of sendbuf; recvbuf is ignored elsewhere."""
-        self._channel.open_call()  # every rank numbers every call, first
-        try:
-            if self._hit is None or not self._replay("reduce", sendbuf, recvbuf, op, root):
-                self._reduce(sendbuf, recvbuf, op, root)
-        except BaseException as e:
-            self._failed(e, "reduce")
-            raise
+        self._collective("reduce", self._reduce, sendbuf, recvbuf, op, root, stream)
 
-    def _reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
+    def _reduce(self, sendbuf, recvbuf, op, root) -> None:
         MPI = self._MPI
         op = MPI.SUM if op is None else op
         self._check_root(root)
@@ -849,7 +1138,7 @@ class Communicator:
             r = self._parse(recvbuf, "recvbuf", 1, writable=True) if at_root else None
             s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
         except _Fallback as f:
-            return self._plain("Reduce", str(f), lambda: self.comm.Ireduce(sendbuf, recvbuf, op, root))
+            return self._plain("Reduce", str(f), lambda: self._coll_comm().Ireduce(sendbuf, recvbuf, op, root))
         ref = r if r is not None else s
         m, dt = ref.count, ref.array.dtype
         if r is not None and s is not None:
@@ -863,23 +1152,17 @@ class Communicator:
         out = r.array if r is not None else None
 
         def fb():
-            self._mpi_collective("Reduce", lambda: self.comm.Ireduce(sendbuf, recvbuf, mpi_op, root))
+            self._mpi_collective("Reduce", lambda: self._coll_comm().Ireduce(sendbuf, recvbuf, mpi_op, root))
             if out is not None:
                 self._finish_avg(opname, out)
 
         self._run("reduce", m * dt.itemsize, m, dt, opname, root, ref.array, inp, out, fb, copy_of)
 
-    def Allgather(self, sendbuf, recvbuf) -> None:
+    def Allgather(self, sendbuf, recvbuf, *, stream=None) -> None:
         """recvbuf block ``q`` = sendbuf of rank ``q`` (``MPI.IN_PLACE``: this rank's block is the input)."""
-        self._channel.open_call()  # every rank numbers every call, first
-        try:
-            if self._hit is None or not self._replay("allgather", sendbuf, recvbuf, None, 0):
-                self._allgather(sendbuf, recvbuf)
-        except BaseException as e:
-            self._failed(e, "allgather")
-            raise
+        self._collective("allgather", self._allgather, sendbuf, recvbuf, None, 0, stream)
 
-    def _allgather(self, sendbuf, recvbuf) -> None:
+    def _allgather(self, sendbuf, recvbuf, op, root) -> None:
         self._call = ("allgather", sendbuf, recvbuf, None, 0)
         n = self._size
         try:
@@ -887,7 +1170,7 @@ class Communicator:
             in_place = self._is_in_place(sendbuf)
             s = None if in_place else self._parse(sendbuf, "sendbuf", 1)
         except _Fallback as f:
-            return self._plain("Allgather", str(f), lambda: self.comm.Iallgather(sendbuf, recvbuf))
+            return self._plain("Allgather", str(f), lambda: self._coll_comm().Iallgather(sendbuf, recvbuf))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, recv_blocks=n)
@@ -897,19 +1180,13 @@ class Communicator:
         else:
             inp = s.array
         self._run("allgather", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
-                  lambda: self._mpi_collective("Allgather", lambda: self.comm.Iallgather(sendbuf, recvbuf)), copy_of)
+                  lambda: self._mpi_collective("Allgather", lambda: self._coll_comm().Iallgather(sendbuf, recvbuf)), copy_of)
 
-    def Alltoall(self, sendbuf, recvbuf) -> None:
+    def Alltoall(self, sendbuf, recvbuf, *, stream=None) -> None:
         """recvbuf block ``q`` = block ``rank`` of rank ``q``'s sendbuf."""
-        self._channel.open_call()  # every rank numbers every call, first
-        try:
-            if self._hit is None or not self._replay("alltoall", sendbuf, recvbuf, None, 0):
-                self._alltoall(sendbuf, recvbuf)
-        except BaseException as e:
-            self._failed(e, "alltoall")
-            raise
+        self._collective("alltoall", self._alltoall, sendbuf, recvbuf, None, 0, stream)
 
-    def _alltoall(self, sendbuf, recvbuf) -> None:
+    def _alltoall(self, sendbuf, recvbuf, op, root) -> None:
         self._call = ("alltoall", sendbuf, recvbuf, None, 0)
         n = self._size
         try:
@@ -917,7 +1194,7 @@ class Communicator:
             in_place = self._is_in_place(sendbuf)
             s = None if in_place else self._parse(sendbuf, "sendbuf", n)
         except _Fallback as f:
-            return self._plain("Alltoall", str(f), lambda: self.comm.Ialltoall(sendbuf, recvbuf))
+            return self._plain("Alltoall", str(f), lambda: self._coll_comm().Ialltoall(sendbuf, recvbuf))
         m, dt = r.count, r.array.dtype
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, recv_blocks=n, what_count=f"{n} x {m} (one block per rank)")
@@ -927,19 +1204,13 @@ class Communicator:
         else:
             inp = s.array
         self._run("alltoall", n * m * dt.itemsize, m, dt, "sum", 0, r.array, inp, r.array,
-                  lambda: self._mpi_collective("Alltoall", lambda: self.comm.Ialltoall(sendbuf, recvbuf)), copy_of)
+                  lambda: self._mpi_collective("Alltoall", lambda: self._coll_comm().Ialltoall(sendbuf, recvbuf)), copy_of)
 
-    def Bcast(self, buf, root: int = 0) -> None:
+    def Bcast(self, buf, root: int = 0, *, stream=None) -> None:
         """Every rank's ``buf`` = the root's."""
-        self._channel.open_call()  # every rank numbers every call, first
-        try:
-            if self._hit is None or not self._replay("broadcast", buf, None, None, root):
-                self._bcast(buf, root)
-        except BaseException as e:
-            self._failed(e, "broadcast")
-            raise
+        self._collective("broadcast", self._bcast, buf, None, None, root, stream)
 
-    def _bcast(self, buf, root: int = 0) -> None:
+    def _bcast(self, buf, _none, op, root) -> None:
         self._check_root(root)
         self._call = ("broadcast", buf, None, None, root)
         if self._is_in_place(buf):
@@ -948,11 +1219,219 @@ class Communicator:
         try:
             b = self._parse(buf, "buf", 1, writable=not at_root)
         except _Fallback as f:
-            return self._plain("Bcast", str(f), lambda: self.comm.Ibcast(buf, root))
+            return self._plain("Bcast", str(f), lambda: self._coll_comm().Ibcast(buf, root))
         m, dt = b.count, b.array.dtype
         self._run("broadcast", m * dt.itemsize, m, dt, "sum", root, b.array,
                   b.array if at_root else None, None if at_root else b.array,
-                  lambda: self._mpi_collective("Bcast", lambda: self.comm.Ibcast(buf, root)))
+                  lambda: self._mpi_collective("Bcast", lambda: self._coll_comm().Ibcast(buf, root)))
+
+    # ------------------------------------------------- variable counts
+    def Alltoallv(self, sendbuf, recvbuf, *, stream=None) -> None:
+        """Block ``q`` of recvbuf (``recvcounts[q]`` elements at ``recvdispls[q]``) = rank ``q``'s block for this rank.
+
+        Buffer specs as in mpi4py: ``[buf, counts]``, ``[buf, (counts, displs)]``,
+        ``[buf, counts, displs, datatype]``, ... Runs on the plan's alltoall
+        schedule over padded blocks (:mod:`~ccsynth.collectives.vcounts`).
+        """
+        self._collective("alltoallv", self._alltoallv, sendbuf, recvbuf, None, 0, stream)
+
+    def Allgatherv(self, sendbuf, recvbuf, *, stream=None) -> None:
+        """recvbuf block ``q`` (``counts[q]`` elements at ``displs[q]``) = rank ``q``'s sendbuf."""
+        self._collective("allgatherv", self._allgatherv, sendbuf, recvbuf, None, 0, stream)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=None, *, stream=None) -> None:
+        """Rank ``r`` gets block ``r`` (``recvcounts[r]`` elements) of the reduction of everyone's sendbuf."""
+        self._collective("reduce_scatterv", self._reduce_scatterv, sendbuf, recvbuf, (recvcounts, op), 0, stream)
+
+    def Ialltoallv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Non-blocking :meth:`Alltoallv`."""
+        return self._start("alltoallv", self._alltoallv, sendbuf, recvbuf, None, 0, stream)
+
+    def Iallgatherv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Non-blocking :meth:`Allgatherv`."""
+        return self._start("allgatherv", self._allgatherv, sendbuf, recvbuf, None, 0, stream)
+
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=None, *, stream=None) -> Request:
+        """Non-blocking :meth:`Reduce_scatter`."""
+        return self._start("reduce_scatterv", self._reduce_scatterv, sendbuf, recvbuf, (recvcounts, op), 0, stream)
+
+    def _parse_v(self, spec, what: str, writable: bool = False) -> VBuf:
+        """A v-collective buffer spec -> flat array, counts and displacements (mpi4py's forms)."""
+        MPI = self._MPI
+        if not isinstance(spec, (list, tuple)) or len(spec) < 2:
+            raise _Fallback(f"{what} gives no per-rank counts")
+        buf, rest = spec[0], list(spec[1:])
+        datatype = None
+        if rest and isinstance(rest[-1], (MPI.Datatype, str)):
+            datatype = rest.pop()
+        if len(rest) == 2:
+            counts, displs = rest
+        elif len(rest) == 1:
+            counts, displs = rest[0], None
+            if isinstance(counts, tuple) and len(counts) == 2 and all(
+                    isinstance(x, (list, tuple, np.ndarray)) or x is None for x in counts):
+                counts, displs = counts
+        else:
+            raise BufferMismatchError(f"{what}: a v-collective buffer spec is [buf, counts, displs, datatype], got {len(spec)} items")
+        if isinstance(counts, (int, np.integer)):
+            raise _Fallback(f"{what} gives one count, not one per rank")
+        arr = self._array(buf, what)
+        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+            raise BufferMismatchError(f"{what} is not contiguous (shape {arr.shape}, strides {arr.strides})")
+        if writable and not getattr(arr.flags, "writeable", True):
+            raise BufferMismatchError(f"{what} is read-only; the collective writes into it: pass a writable array")
+        flat = arr.reshape(-1, order="A") if arr.ndim != 1 else arr
+        if isinstance(datatype, str):
+            datatype = MPI.Datatype.fromcode(datatype)
+        if datatype is not None:
+            dt = _dtype_of(datatype)
+            if dt != flat.dtype:
+                if flat.nbytes % dt.itemsize:
+                    raise BufferMismatchError(f"{what} has {flat.nbytes} bytes, not a whole number of {dt.name}")
+                flat = flat.view(np.uint8).view(dt)
+        c, d = check_counts(what, counts, displs, self._size, flat.size)
+        return VBuf(flat, c, d)
+
+    def _padding(self, kind: str, largest: int, real: int, dtype, name: str, fallback) -> Padding | None:
+        """The padded block for a v-call (None: too much padding, the MPI library ran it)."""
+        n = self._size
+        sched = self._schedule_for(kind, n * max(largest, 1) * np.dtype(dtype).itemsize)
+        quantum = sched.collective.chunk_factor if sched is not None else 1
+        blocks = n * n if kind == "alltoall" else n
+        pad = Padding.of([0] * blocks, quantum, largest)
+        padded = blocks * pad.block
+        if real and padded > MAX_PADDING * real:
+            self._plain(name, f"counts this uneven (largest {largest}, {real} elements in all) would pad the "
+                        f"messages to {padded / real:.1f}x their size", fallback)
+            return None
+        return pad
+
+    def _alltoallv(self, sendbuf, recvbuf, op, root) -> None:
+        n, me = self._size, self._rank
+        try:
+            if self._is_in_place(sendbuf):
+                raise _Fallback("MPI.IN_PLACE")
+            r = self._parse_v(recvbuf, "recvbuf", writable=True)
+            s = self._parse_v(sendbuf, "sendbuf")
+        except _Fallback as f:
+            return self._plain("Alltoallv", str(f), lambda: self._coll_comm().Ialltoallv(sendbuf, recvbuf))
+        if s.array.dtype != r.array.dtype:
+            raise BufferMismatchError(f"sendbuf has dtype {s.array.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
+        rows = np.empty((n, n), np.int64)  # every rank's send counts: the padding and the checks need them all
+        self._mpi_collective("Alltoallv", lambda: self._coll_comm().Iallgather(s.counts, rows))
+        if not np.array_equal(rows[:, me], r.counts):
+            q = int(np.flatnonzero(rows[:, me] != r.counts)[0])
+            raise BufferMismatchError(f"rank {me} expects {int(r.counts[q])} element(s) from rank {q}, which sends "
+                                      f"{int(rows[q, me])}: the ranks passed different counts")
+        pad = self._padding("alltoall", int(rows.max(initial=0)), int(rows.sum()), r.array.dtype, "Alltoallv",
+                            lambda: self._coll_comm().Ialltoallv(sendbuf, recvbuf))
+        if pad is None:
+            return
+        if pad.block == 0:
+            self.last_algorithm = "(empty)"
+            return
+        sp, _ = self._private("vsend", s.array, n * pad.block)
+        rp, _ = self._private("vrecv", r.array, n * pad.block)
+        pack(sp, s.array, s.counts, s.displs, pad.block)
+        self._alltoall(sp, rp, None, 0)
+        unpack(r.array, rp, r.counts, r.displs, pad.block)
+
+    def _allgatherv(self, sendbuf, recvbuf, op, root) -> None:
+        n, me = self._size, self._rank
+        try:
+            r = self._parse_v(recvbuf, "recvbuf", writable=True)
+            if self._is_in_place(sendbuf):
+                mine = r.array[int(r.displs[me]):int(r.displs[me] + r.counts[me])]
+            else:
+                mine = self._parse(sendbuf, "sendbuf", 1).array
+        except _Fallback as f:
+            return self._plain("Allgatherv", str(f), lambda: self._coll_comm().Iallgatherv(sendbuf, recvbuf))
+        if mine.dtype != r.array.dtype:
+            raise BufferMismatchError(f"sendbuf has dtype {mine.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
+        if mine.size != r.counts[me]:
+            raise BufferMismatchError(f"sendbuf has {mine.size} element(s) but recvbuf's counts give rank {me} "
+                                      f"{int(r.counts[me])}")
+        pad = self._padding("allgather", int(r.counts.max(initial=0)), r.total, r.array.dtype, "Allgatherv",
+                            lambda: self._coll_comm().Iallgatherv(sendbuf, recvbuf))
+        if pad is None:
+            return
+        if pad.block == 0:
+            self.last_algorithm = "(empty)"
+            return
+        sp, _ = self._private("vsend", mine, pad.block)
+        rp, _ = self._private("vrecv", r.array, n * pad.block)
+        sp[:mine.size] = mine
+        self._allgather(sp, rp, None, 0)
+        unpack(r.array, rp, r.counts, r.displs, pad.block)
+
+    def _reduce_scatterv(self, sendbuf, recvbuf, counts_op, root) -> None:
+        n, me = self._size, self._rank
+        recvcounts, op = counts_op
+        op = self._MPI.SUM if op is None else op
+        in_place = self._is_in_place(sendbuf)
+        try:
+            opname, mpi_op = self._op(op)
+            r = self._parse(recvbuf, "recvbuf", 1, writable=True)
+            if recvcounts is None:  # as mpi4py: every rank's receive count
+                recvcounts = np.empty(n, np.int64)
+                mine = np.array([r.count], np.int64)
+                self._mpi_collective("Reduce_scatter", lambda: self._coll_comm().Iallgather(mine, recvcounts))
+            c, d = check_counts("recvcounts", recvcounts, None, n, 1 << 62)
+            total = int(c.sum())
+            s = r.array[:total] if in_place else self._parse(sendbuf, "sendbuf", 1).array
+        except _Fallback as f:
+            return self._plain("Reduce_scatter", str(f),
+                               lambda: self._coll_comm().Ireduce_scatter(sendbuf, recvbuf, recvcounts, op))
+        if s.size != total:
+            raise BufferMismatchError(f"sendbuf has {s.size} element(s); recvcounts {c.tolist()} add up to {total}")
+        if not in_place and s.dtype != r.array.dtype:
+            raise BufferMismatchError(f"sendbuf has dtype {s.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
+        if r.count < c[me]:
+            raise BufferMismatchError(f"recvbuf has {r.count} element(s); recvcounts gives rank {me} {int(c[me])}")
+        self._check_op_dtype(opname, s.dtype)
+        out = r.array[:int(c[me])]
+        pad = self._padding("reduce_scatter", int(c.max(initial=0)), total, s.dtype, "Reduce_scatter",
+                            lambda: self._coll_comm().Ireduce_scatter(sendbuf, recvbuf, recvcounts, mpi_op))
+        if pad is None:
+            self._finish_avg(opname, out)
+            return
+        if pad.block == 0:
+            self.last_algorithm = "(empty)"
+            return
+        sp, _ = self._private("vsend", s, n * pad.block)
+        rp, _ = self._private("vrecv", s, pad.block)
+        pack(sp, s, c, d, pad.block, zero=True)
+        self._reduce_scatter_block(sp, rp, op, 0)
+        out[...] = rp[:out.size]
+
+    # ------------------------------------------------------ new communicators
+    def _like(self, comm):
+        """A communicator of this class on ``comm`` (a Split or Dup of ours), with our options and plan where it fits."""
+        if comm is None or comm == self._MPI.COMM_NULL:
+            return None
+        plan = self._plan if self._plan is not self._default_plan else None
+        size = comm.Get_size()
+        if plan is not None and not any(e.n_ranks == size for e in getattr(plan, "entries", ())):
+            log.info("the plan has no entries for %d ranks: the new communicator uses the default plan", size)
+            plan = None
+        return type(self)(comm, plan, default_plan=self._default_plan, **self._options)
+
+    def Dup(self, info=None):
+        """A ccsynth communicator on a duplicate of the wrapped comm (``.comm`` is mpi4py's)."""
+        return self._like(self.comm.Dup() if info is None else self.comm.Dup(info))
+
+    def Split(self, color: int = 0, key: int = 0):
+        """``comm.Split`` as a ccsynth communicator (None where the rank gets ``MPI.COMM_NULL``)."""
+        return self._like(self.comm.Split(color, key))
+
+    def Split_type(self, split_type, key: int = 0, info=None):
+        """``comm.Split_type`` (e.g. ``MPI.COMM_TYPE_SHARED``: the ranks of a node) as a ccsynth communicator."""
+        MPI = self._MPI
+        return self._like(self.comm.Split_type(split_type, key, MPI.INFO_NULL if info is None else info))
+
+    def Create(self, group):
+        """``comm.Create(group)`` as a ccsynth communicator (None outside the group)."""
+        return self._like(self.comm.Create(group))
 
     # ---------------------------------------------------------- helpers
     def _copier(self, dst, src, entry: Entry):
@@ -972,7 +1451,7 @@ class Communicator:
             self._agree(f"{name.lower()} (call {self._channel.seq}) handed to the MPI library: {reason}")
         if not self.fallback:
             raise PlanError(f"{name}: {reason}, and fallback to the MPI library is off")
-        self._note((name, reason), logging.INFO, "%s: %s; using the MPI library's own %s", name, reason, name)
+        self._went_to_mpi((name, reason), "%s: %s; using the MPI library's own %s", name, reason, name)
         self._mpi_collective(name, start)
         self.last_algorithm = "mpi"
 

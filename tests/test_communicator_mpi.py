@@ -184,7 +184,7 @@ def test_eight_ranks(k, case, batches):
 
 ERRORS = [
     ("err_world", "ScheduleError", "is for 4 ranks"),
-    ("err_plan_world", "PlanError", "no ccsynth schedule"),
+    ("err_plan_world", "PlanError", "none on the communicator's 3 ranks"),
     ("err_mismatch", "BufferMismatchError", "sendbuf has 5 element"),
     ("err_dtype", "BufferMismatchError", "dtype float32 but recvbuf has dtype float64"),
     ("err_noncontig", "BufferMismatchError", "not contiguous"),

@@ -522,10 +522,10 @@ def case_err_slices() -> str:
 
 
 def case_err_plan_world() -> str:
-    """The same through a Communicator whose plan holds only schedules for another size: MPI takes over;
-    a Plan that claims our size but holds a schedule for another must raise on every rank."""
-    c = Communicator(WORLD, plan=single_plan(hand.ring_allreduce(N + 1)), fallback=False)
-    return expect_error("err_plan_world", PlanError, lambda: c.Allreduce(np.ones(4), np.zeros(4)))
+    """The same through a Communicator whose plan holds only schedules for another size: an unusable
+    plan is a PlanError on every rank, in the constructor (not a silent fallback to MPI)."""
+    return expect_error("err_plan_world", PlanError,
+                        lambda: Communicator(WORLD, plan=single_plan(hand.ring_allreduce(N + 1)), fallback=False))
 
 
 def case_err_mismatch() -> str:

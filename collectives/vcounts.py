@@ -1,0 +1,129 @@
+"""Variable counts on equal-block schedules: ``Alltoallv``, ``Allgatherv``, ``Reduce_scatter`` by padding.
+
+ccsynth's schedules (the IR) cut every rank's buffer into blocks of one
+size. A v-collective's blocks differ in size, so the communicator runs it on
+the plan's schedule for the equal-block collective (alltoall, allgather,
+reduce-scatter) over *padded* blocks:
+
+1. every block is given the same length ``P``: the largest count of the
+   call (over all ranks) rounded up to the schedule's chunk quantum (a
+   multiple of its chunk factor, so that its chunks are equal);
+2. each rank copies its blocks into a private buffer of ``n x P`` elements
+   (block ``q`` at ``q * P``; for reductions the padding is zeroed),
+3. runs the equal-block schedule on the padded buffers, and
+4. copies the first ``count`` elements of each received block to where
+   the caller's counts and displacements say.
+
+What it costs: two local copies, and messages that carry ``P - count``
+elements of padding per block; the padding is at most one quantum per
+block when the counts are equal and grows with their spread (it is
+``max - count``). Calls whose padded size exceeds :data:`MAX_PADDING`
+times their real size (a very skewed Alltoallv) go to the MPI library's own
+v-collective instead, visibly. Per-block extents in the IR (another
+generalization) would remove the padding; this module is the bridge until
+then.
+
+The largest count is known to every rank in ``Allgatherv`` and
+``Reduce_scatter`` (the counts are arguments on every rank); for
+``Alltoallv`` each rank knows only its own row, so the ranks exchange
+``(largest count, total)`` first (one small allgather).
+
+Example:
+    >>> import numpy as np
+    >>> pad = Padding.of([3, 0, 5], quantum=4)
+    >>> pad.block, pad.waste
+    (8, 16)
+    >>> src = np.arange(8.0)
+    >>> dst = np.full(3 * pad.block, -1.0)
+    >>> pack(dst, src, [3, 0, 5], [0, 3, 3], pad.block, zero=True)
+    >>> dst.reshape(3, 8)[:, :5].tolist()
+    [[0.0, 1.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0], [3.0, 4.0, 5.0, 6.0, 7.0]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from collections.abc import Sequence
+
+import numpy as np
+
+from ccsynth.errors import BufferMismatchError
+
+__all__ = ["MAX_PADDING", "Padding", "VBuf", "displacements", "check_counts", "pack", "unpack"]
+
+#: a v-call whose padded messages would be more than this many times its real size goes to the MPI library
+MAX_PADDING = 4.0
+
+
+@dataclass(frozen=True)
+class Padding:
+    """Blocks of ``block`` elements for counts whose largest is ``largest``; ``waste``: padding elements."""
+
+    largest: int
+    block: int
+    waste: int
+
+    @classmethod
+    def of(cls, counts: Sequence[int], quantum: int = 1, largest: int | None = None) -> Padding:
+        big = int(max(counts, default=0)) if largest is None else int(largest)
+        q = max(1, int(quantum))
+        block = -(-big // q) * q
+        return cls(big, block, block * len(counts) - int(sum(counts)))
+
+
+@dataclass(frozen=True)
+class VBuf:
+    """A v-collective buffer spec: the flat array, per-rank counts and displacements (elements)."""
+
+    array: Any
+    counts: np.ndarray
+    displs: np.ndarray
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+
+def displacements(counts: np.ndarray) -> np.ndarray:
+    """MPI's default displacements: the blocks one after the other."""
+    d = np.zeros(len(counts), np.int64)
+    np.cumsum(counts[:-1], out=d[1:])
+    return d
+
+
+def check_counts(what: str, counts, displs, n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Counts and displacements as int64 arrays of ``n``, checked against a buffer of ``size`` elements."""
+    c = np.asarray(counts, dtype=np.int64).reshape(-1)
+    if c.size != n:
+        raise BufferMismatchError(f"{what} gives {c.size} counts; one per rank ({n}) is needed")
+    if (c < 0).any():
+        raise BufferMismatchError(f"{what} has a negative count: {c.tolist()}")
+    d = displacements(c) if displs is None else np.asarray(displs, dtype=np.int64).reshape(-1)
+    if d.size != n:
+        raise BufferMismatchError(f"{what} gives {d.size} displacements; one per rank ({n}) is needed")
+    ends = d + c
+    if (d < 0).any() or (c.size and int(ends.max(initial=0)) > size):
+        raise BufferMismatchError(
+            f"{what}: blocks (counts {c.tolist()}, displacements {d.tolist()}) run past its {size} elements"
+        )
+    return c, d
+
+
+def pack(dst, src, counts, displs, block: int, *, zero: bool = False) -> None:
+    """Block ``q`` of ``src`` (``counts[q]`` elements at ``displs[q]``) to ``dst[q * block:]``; ``zero``: clear the padding."""
+    for q, (c, d) in enumerate(zip(counts, displs)):
+        c, d = int(c), int(d)
+        base = q * block
+        if c:
+            dst[base:base + c] = src[d:d + c]
+        if zero and c < block:
+            dst[base + c:base + block] = 0
+
+
+def unpack(dst, src, counts, displs, block: int) -> None:
+    """The inverse of :func:`pack`: the first ``counts[q]`` elements of padded block ``q`` to ``dst[displs[q]:]``."""
+    for q, (c, d) in enumerate(zip(counts, displs)):
+        c, d = int(c), int(d)
+        if c:
+            dst[d:d + c] = src[q * block:q * block + c]
