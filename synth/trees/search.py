@@ -49,7 +49,7 @@ from ccsynth.synth.trees.lowering import lower_allreduce, lower_in_trees, lower_
 from ccsynth.synth.trees.packing import Packing, pack_allreduce, pack_trees
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
-__all__ = ["KINDS", "MAX_OPS", "GOOD_ENOUGH", "TreeChoice", "packing_for", "chunk_factor_ladder",
+__all__ = ["KINDS", "MAX_OPS", "MAX_OPS_PER_RANK", "GOOD_ENOUGH", "TreeChoice", "packing_for", "chunk_factor_ladder",
            "lower", "best_tree_schedule"]
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 KINDS = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce")
 #: schedules above this many ops are not built in the chunk-factor search (simulation time grows with them)
 MAX_OPS = 3_000_000
+#: ... nor above this many ops per rank: a GPU's steps must stay within what the MSCCL runtimes load
+#: (msccl-executor-nccl's parser takes at most 4,095 XML elements per gpu, MAX_NODES; see
+#: ccsynth.formats.msccl.limits), so every packed-tree schedule exports (the base factor is always tried)
+MAX_OPS_PER_RANK = 2_048
 #: the search stops once a schedule simulates within this factor of the packing's LP time
 GOOD_ENOUGH = 1.02
 #: a factor must beat the best so far by this fraction to count as better (the search walks on)
@@ -127,7 +131,8 @@ def chunk_factor_ladder(kind: str, topology: Topology, size_bytes: float, packin
             coll = Collective(kind, n, c)
         except CollectiveError:  # beyond ccsynth.limits (chunk factor, chunks per buffer): no candidate
             break
-        if size_bytes / coll.size_chunks < MIN_CHUNK_BYTES or c * _ops_per_chunk(kind, n) > MAX_OPS:
+        ops = c * _ops_per_chunk(kind, n)
+        if size_bytes / coll.size_chunks < MIN_CHUNK_BYTES or ops > MAX_OPS or ops / n > MAX_OPS_PER_RANK:
             break
         out.append(c)
     return tuple(out)
