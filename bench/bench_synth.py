@@ -49,7 +49,8 @@ import time
 
 from ccsynth.atomic import write_text
 from ccsynth.collectives.spec import Collective
-from ccsynth.errors import CCSynthError
+from ccsynth.errors import CCSynthError, ExportLimitError
+from ccsynth.formats.msccl.export import schedule_to_msccl_xml
 from ccsynth.formats.files import get_topology
 from ccsynth.synth.baseline_search import chunk_factor_ladder
 from ccsynth.synth.baselines import applicable_baselines, make_baseline, min_chunk_factor
@@ -107,6 +108,11 @@ def bench_case(topology, kind: str, size: int, options=None) -> dict:
     r = simulate(sched, topology, size)
     base = report.baselines[0] if report.baselines else None
     sk = sched.meta.get("sketch") or {}
+    try:  # export keeps the MSCCL runtimes' limits or refuses (tests/test_msccl_limits.py checks the files)
+        schedule_to_msccl_xml(sched, topology=topology)
+        msccl = "ok"
+    except ExportLimitError as e:
+        msccl = f"refused: {e}"
     return {
         "topology": topology.name,
         "n_ranks": topology.n_ranks,
@@ -127,18 +133,20 @@ def bench_case(topology, kind: str, size: int, options=None) -> dict:
         "sketch": f"{sk.get('name', '?')} c={sk.get('chunk_factor')} detours={sk.get('detours')}"
                   + (" ring" if (sk.get("internode") or {}).get("ring") else ""),
         "strategy": sched.name,
+        "msccl_xml": msccl,
     }
 
 
 def markdown(rows: list[dict]) -> str:
     head = ("| topology | collective | size | synth (s) | simulated (us) | best baseline (us) | speedup | "
-            "lower bound (us) | gap | ops |")
-    lines = [head, "|" + "---|" * 10]
+            "lower bound (us) | gap | ops | MSCCL XML |")
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         base = "-" if r["baseline_us"] is None else f"{r['baseline_us']:.2f} ({r['baseline']}, c={r['baseline_chunk_factor']})"
         sp = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
         lines.append(f"| {r['topology']} | {r['collective']} | {format_size(r['size_bytes'])} | {r['synthesis_s']:.1f} | "
-                     f"{r['time_us']:.2f} | {base} | {sp} | {r['lower_bound_us']:.2f} | {r['gap']:.3f} | {r['ops']} |")
+                     f"{r['time_us']:.2f} | {base} | {sp} | {r['lower_bound_us']:.2f} | {r['gap']:.3f} | {r['ops']} | "
+                     f"{r.get('msccl_xml', '-')} |")
     return "\n".join(lines)
 
 

@@ -158,7 +158,9 @@ def test_synthesized_dgx1_64m_fits(kind):
     _check_synthesized("dgx1", kind, 1 << 26)
 
 
-BENCH_TOPOLOGIES = ("dgx1", "dgx2", "ndv2x2", "dgx_a100x4", "ndv2x10")
+# CI's slow step: the benchmark's machines that synthesize in seconds; `python -m ccsynth.bench.bench_synth`
+# exports every case of every machine (its "MSCCL XML" column: ok, or refused with the limit named)
+BENCH_TOPOLOGIES = ("dgx1", "ndv2x2")
 BENCH_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "alltoall")
 BENCH_SIZES = (1 << 10, 1 << 20, 1 << 26)
 
