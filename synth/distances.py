@@ -22,7 +22,7 @@ Example:
     >>> from ccsynth.topologies.catalog import ring
     >>> d = class_distances(ring(4, alpha=1.0), [0], "hops")
     >>> d[0].tolist()
-    [0.0, 1.0, 2.0, 3.0]
+    [0.0, 1.0, 2.0, 1.0]
 """
 
 from __future__ import annotations
