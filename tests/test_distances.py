@@ -7,7 +7,6 @@ import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from ccsynth.synth.bounds import _message_us
 from ccsynth.synth.distances import class_distances, classes_disjoint

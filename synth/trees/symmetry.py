@@ -205,9 +205,8 @@ def translations(topology: Topology) -> Translations:
             probe = Translations(n, sizes, (d,))
             shift = tuple(1 if i == d else 0 for i in range(len(sizes)))
             perm = probe.permutation(shift)
-            if structure is not None and _structural_automorphism(topology, perm, structure):
-                active.append(d)
-            elif listable and is_automorphism(topology, perm, index):
+            structural = structure is not None and _structural_automorphism(topology, perm, structure)
+            if structural or (listable and is_automorphism(topology, perm, index)):
                 active.append(d)
         cand = Translations(n, sizes, tuple(active))
         if cand.order > best.order:
