@@ -86,8 +86,9 @@ def classes_disjoint(topology: Topology) -> bool:
         # a switch whose members sit on different leaves of one spine, in different nodes
         by_spine: dict[int, set[tuple[int, int]]] = {}
         for r in sw.ranks:
-            if seat[r] is not None:
-                by_spine.setdefault(seat[r][0], set()).add((seat[r][1], nodes[r]))
+            st = seat[r]
+            if st is not None:
+                by_spine.setdefault(st[0], set()).add((st[1], nodes[r]))
         for seats in by_spine.values():
             items = list(seats)
             for x in range(len(items)):
