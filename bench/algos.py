@@ -13,7 +13,15 @@
 
 Every algorithm returns, per collective, a callable with the benchmark's
 buffer convention: ``fn(send, recv)``, or ``fn(buf)`` for broadcast (root
-``Options.root``), ``fn()`` for barrier; reductions use SUM.
+``Options.root``), ``fn()`` for barrier; reductions use SUM. The in-place
+form (nccl-tests' in-place rows, ``MPI.IN_PLACE``: ``fn(buf)``), the
+non-blocking calls (``Iallreduce`` ..., returning a request) and the
+variable-count ones (``Alltoallv``, ``Allgatherv``) go through
+:meth:`Algorithm.comm`, an object with mpi4py's methods: MPI's communicator
+for ``mpi``, ccsynth's :class:`~ccsynth.collectives.communicator.Communicator`
+for the plans, and for a baseline a Communicator whose plan is that one
+schedule (so that whatever ccsynth's communicator accelerates, a baseline is
+measured through it too).
 
 Example:
     >>> [a.name for a in parse_algorithms("mpi,ring")]
@@ -29,7 +37,7 @@ from collections.abc import Callable
 from ccsynth.bench.omb import agree
 from ccsynth.collectives.communicator import Communicator
 from ccsynth.collectives.executor import CompiledSchedule, RunStats
-from ccsynth.collectives.plan import load_plan
+from ccsynth.collectives.plan import Plan, PlanEntry, load_plan
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError
@@ -43,6 +51,8 @@ __all__ = [
     "MpiAlgorithm",
     "ScheduleAlgorithm",
     "PlanAlgorithm",
+    "NONBLOCKING_CALLS",
+    "VARIABLE_CALLS",
     "baseline_names",
     "valid_names",
     "parse_algorithms",
@@ -82,6 +92,26 @@ class Algorithm:
         """With ``--profile``: (read, reset) of the executor's time breakdown per run."""
         return None
 
+    def comm(self, ctx):
+        """The object with mpi4py's methods that the in-place, non-blocking and variable-count calls use."""
+        return ctx.comm
+
+    def ran(self, ctx) -> str:
+        """What ran the last call made through :meth:`comm`: ccsynth's ``last_algorithm``, else ``"mpi"``."""
+        return getattr(self.comm(ctx), "last_algorithm", "") or "mpi"
+
+    def in_place(self, kind: str, ctx) -> Callable:
+        """``fn(buf)``: ``kind`` with ``MPI.IN_PLACE`` (nccl-tests' in-place layout, see :func:`_in_place_calls`)."""
+        return _in_place_calls(self.comm(ctx), ctx.options.root, ctx.rank)[kind]
+
+    def nonblocking(self, kind: str, ctx) -> Callable:
+        """``fn(send, recv) -> request`` (``fn(buf)`` for broadcast): the ``I`` form of ``kind``."""
+        return _nonblocking_calls(self.comm(ctx), ctx.options.root)[kind]
+
+    def variable(self, name: str, ctx) -> Callable:
+        """``fn(send_spec, recv_spec)``: ``Alltoallv`` or ``Allgatherv`` (:data:`VARIABLE_CALLS`) with buffer specs."""
+        return getattr(self.comm(ctx), VARIABLE_CALLS[name])
+
     def schedule_for(self, kind: str, ctx, nbytes: int) -> Schedule | None:
         """The schedule that runs ``kind`` at ``nbytes`` (nccl-tests size), as set up; None if none does (MPI's own)."""
         return None
@@ -100,6 +130,57 @@ def _buffer_calls(c, root: int) -> dict[str, Callable]:
         "reduce": lambda s, r: c.Reduce(s, r, SUM, root),
         "broadcast": lambda b: c.Bcast(b, root),
     }
+
+
+def _in_place_calls(c, root: int, rank: int) -> dict[str, Callable]:
+    """The collectives with ``MPI.IN_PLACE``, one buffer each, as MPI defines them.
+
+    allreduce, alltoall: ``buf`` is input and output; allgather: this rank's
+    block of ``buf`` is its input; reduce_scatter: ``buf`` holds all ``n``
+    blocks of input and block 0 receives the result; reduce: IN_PLACE at the
+    root, an ordinary send elsewhere; broadcast is in place anyway.
+    """
+    from mpi4py import MPI
+
+    SUM, IN_PLACE = MPI.SUM, MPI.IN_PLACE
+    return {
+        "allreduce": lambda b: c.Allreduce(IN_PLACE, b, SUM),
+        "allgather": lambda b: c.Allgather(IN_PLACE, b),
+        "reduce_scatter": lambda b: c.Reduce_scatter_block(IN_PLACE, b, SUM),
+        "alltoall": lambda b: c.Alltoall(IN_PLACE, b),
+        "reduce": (lambda b: c.Reduce(IN_PLACE, b, SUM, root)) if rank == root else (lambda b: c.Reduce(b, None, SUM, root)),
+        "broadcast": lambda b: c.Bcast(b, root),
+    }
+
+
+#: the non-blocking benchmarks' calls (OMB's osu_i* names without the i)
+NONBLOCKING_CALLS = {
+    "allreduce": "Iallreduce",
+    "allgather": "Iallgather",
+    "reduce_scatter": "Ireduce_scatter_block",
+    "alltoall": "Ialltoall",
+    "broadcast": "Ibcast",
+}
+#: the variable-count benchmarks' calls
+VARIABLE_CALLS = {"alltoallv": "Alltoallv", "allgatherv": "Allgatherv"}
+
+
+def _nonblocking_calls(c, root: int) -> dict[str, Callable]:
+    from mpi4py import MPI
+
+    SUM = MPI.SUM
+    return {
+        "allreduce": lambda s, r: c.Iallreduce(s, r, SUM),
+        "allgather": lambda s, r: c.Iallgather(s, r),
+        "reduce_scatter": lambda s, r: c.Ireduce_scatter_block(s, r, SUM),
+        "alltoall": lambda s, r: c.Ialltoall(s, r),
+        "broadcast": lambda b: c.Ibcast(b, root),
+    }
+
+
+def _communicator(ctx, plan):
+    """ccsynth's drop-in communicator on ``ctx.comm`` with ``plan`` (None: the default plan only)."""
+    return Communicator(ctx.comm, plan=plan, default_plan=LazyDefaultPlan(), backend=ctx.options.buffer, fallback=True)
 
 
 class MpiAlgorithm(Algorithm):
@@ -126,6 +207,8 @@ class ScheduleAlgorithm(Algorithm):
     def __init__(self, name: str):
         self.name = name
         self._compiled: dict[str, object] = {}
+        self._schedules: dict[str, object] = {}
+        self._comm = None
 
     def setup(self, kind: str | None, ctx) -> None:
         if kind is None:
@@ -135,7 +218,16 @@ class ScheduleAlgorithm(Algorithm):
         coll = Collective(kind, ctx.n, _chunk_factor(kind, ctx), ctx.options.root)
         schedule = make_baseline(self.name, coll, fully_connected(ctx.n))
         self._compiled[kind] = CompiledSchedule(schedule, ctx.comm, backend=ctx.options.buffer, profile=ctx.options.profile)
+        self._schedules[kind] = schedule
+        self._comm = None  # rebuilt with every schedule set up so far (see comm)
         log.debug("compiled %s for %s", schedule, kind)
+
+    def comm(self, ctx):
+        """ccsynth's communicator whose plan holds this baseline's schedules, for every message size."""
+        if self._comm is None:
+            plan = Plan(tuple(PlanEntry(kind, ctx.n, 0, None, s, algorithm=self.name) for kind, s in self._schedules.items()))
+            self._comm = _communicator(ctx, plan)
+        return self._comm
 
     def collective(self, kind: str, ctx) -> Callable:
         from mpi4py import MPI
@@ -184,13 +276,15 @@ class PlanAlgorithm(Algorithm):
                 covered = ", ".join(f"{k} on {n} ranks" for k, n in have) or "nothing"
                 raise CCSynthError(f"plan {self.path!r} has no {kind} schedule for {ctx.n} ranks (it covers: {covered})")
         if self._comm is None:
-            self._comm = Communicator(ctx.comm, plan=self._plan, default_plan=LazyDefaultPlan(),
-                                      backend=ctx.options.buffer, fallback=True)
+            self._comm = _communicator(ctx, self._plan)
             if self._plan is None:
                 self._plan = getattr(self._comm, "plan", None)
 
     def collective(self, kind: str, ctx) -> Callable:
         return _buffer_calls(self._comm, ctx.options.root)[kind]
+
+    def comm(self, ctx):
+        return self._comm
 
     def schedule_for(self, kind: str, ctx, nbytes: int) -> Schedule | None:
         plan = self._plan if self._plan is not None else getattr(self._comm, "plan", None)

@@ -60,6 +60,7 @@ __all__ = [
     "benchmark",
     "Context",
     "measure",
+    "fresh_run",
     "run_benchmark",
     "run_interleaved",
     "agree",
@@ -69,6 +70,8 @@ __all__ = [
     "allgather",
     "alltoall",
     "reduce_scatter",
+    "alltoallv",
+    "allgatherv",
     "barrier",
     "latency",
     "bw",
@@ -141,11 +144,12 @@ class Row:
         return self.size / self.avg_us if self.avg_us > 0 else 0.0
 
     def to_dict(self) -> dict:
+        """JSON-ready, with the units in the keys (the README's ``ccsynth.bench`` table)."""
         return {
-            "size": self.size,
-            "nbytes": self.nbytes,
-            "count": self.count,
-            "iterations": self.iterations,
+            "size_bytes": self.size,
+            "nccl_size_bytes": self.nbytes,
+            "count_elements": self.count,
+            "n_iterations": self.iterations,
             "avg_us": self.avg_us,
             "min_us": self.min_us,
             "max_us": self.max_us,
@@ -180,6 +184,7 @@ class Case:
     algorithm: str | Callable[[], str] = ""  # a callable is asked after the timed runs
     stats: Callable[[], dict | None] | None = None  # executor breakdown per run since stats_reset (--profile)
     stats_reset: Callable[[], None] | None = None  # called when the warm-up is over
+    wrong: Callable[[], int] | None = None  # how many elements ``check`` finds wrong (nccl-tests' #wrong)
 
 
 @dataclass(frozen=True)
@@ -261,6 +266,16 @@ class Context:
         self.sync()
         return bool(np.array_equal(self.to_host(buf), ref))
 
+    def wrong(self, buf, ref: np.ndarray | None) -> int:
+        """How many elements of ``buf`` differ from ``ref`` (0 without a reference)."""
+        if ref is None:
+            return 0
+        self.sync()
+        host = self.to_host(buf)
+        if host.shape != ref.shape:
+            return int(max(host.size, ref.size))
+        return int(np.count_nonzero(host != ref))
+
 
 def _backend(name: str):
     """The kernels backend called ``name`` (numpy or cupy); CCSynthError if unavailable."""
@@ -273,6 +288,9 @@ def _backend(name: str):
     except CCSynthError:
         raise
     except Exception as e:  # ImportError of cupy, or CUDA without a device
+        if name == "cupy":
+            raise CCSynthError(f"device buffers (-d cuda, --buffer cupy) need CuPy and a CUDA GPU, not available here: "
+                               f"{e}") from None
         raise CCSynthError(f"--buffer {name} is not available here: {e}") from None
 
 
@@ -320,6 +338,15 @@ def measure(comm, cases: Sequence[Case], iters: int, warmup: int, *, pt2pt: bool
     return [t * (1e6 / c.per_step) for c, t in zip(cases, out)]
 
 
+def fresh_run(ctx: Context, case: Case) -> None:
+    """One more run of ``case`` into sentinel-filled outputs (before a check), so that stale results of the timed
+    iterations cannot pass for a correct one."""
+    if case.reset is not None:
+        case.reset()
+    ctx.sync()
+    case.step()
+
+
 def slowest_rank_median(per_rank: Sequence[np.ndarray]) -> float:
     """Per iteration the slowest rank's time, then the median over iterations.
 
@@ -348,12 +375,7 @@ def run_interleaved(bench: Benchmark, ctx: Context, algos: Sequence) -> Iterator
             prof = case.stats() if case.stats is not None else None  # before the check's extra run
             ok = None
             if opts.validate and case.check is not None:
-                # A fresh run into sentinel-filled outputs, so that stale results of the timed
-                # iterations cannot pass for a correct one.
-                if case.reset is not None:
-                    case.reset()
-                ctx.sync()
-                case.step()
+                fresh_run(ctx, case)
                 ok = bool(case.check())
             samples = comm.allgather((local, ok, prof))
             per_rank = [float(t.mean()) for t, _, _ in samples]
@@ -410,7 +432,7 @@ def _collective(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
             buf[...] = ctx.to_device(ref) if rank == root else V.sentinel(ctx.dtype)
 
         return Case(lambda: fn(buf), nbytes, count, reset, lambda: ctx.equal(buf, ref),
-                    algorithm=chosen, stats=stats, stats_reset=stats_reset)
+                    algorithm=chosen, stats=stats, stats_reset=stats_reset, wrong=lambda: ctx.wrong(buf, ref))
     send, recv = ctx.input(sc), ctx.output(rc)
     send_ref = V.pattern(rank, sc, ctx.dtype, n_ranks=n)
 
@@ -421,7 +443,12 @@ def _collective(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
         want = V.expected(kind, rank, n, count, ctx.dtype, root)
         return ctx.equal(recv, want) and ctx.equal(send, send_ref)
 
-    return Case(lambda: fn(send, recv), nbytes, count, reset, check, algorithm=chosen, stats=stats, stats_reset=stats_reset)
+    def wrong():
+        want = V.expected(kind, rank, n, count, ctx.dtype, root)
+        return ctx.wrong(recv, want) + ctx.wrong(send, send_ref)
+
+    return Case(lambda: fn(send, recv), nbytes, count, reset, check, algorithm=chosen, stats=stats, stats_reset=stats_reset,
+                wrong=wrong)
 
 
 def _whole_buffer(ctx: Context, algo, kind: str, size: int) -> Case:
@@ -483,6 +510,50 @@ def reduce_scatter(ctx: Context, algo, size: int) -> Case:
     """osu_reduce_scatter: MPI_Reduce_scatter_block (SUM) of Size bytes."""
     count = size // (ctx.itemsize * ctx.n)  # elements each rank receives
     return _collective(ctx, algo, "reduce_scatter", count, ctx.n * count * ctx.itemsize)
+
+
+def _variable(ctx: Context, algo, name: str, kind: str, count: int, nbytes: int) -> Case:
+    """``Alltoallv``/``Allgatherv`` with every count equal (as OMB's osu_alltoallv/osu_allgatherv): ``kind``'s buffers,
+    passed with explicit counts and displacements, checked against ``kind``'s reference."""
+    n, rank = ctx.n, ctx.rank
+    call = algo.variable(name, ctx)
+    counts, displs = [count] * n, [q * count for q in range(n)]
+    send, recv = ctx.input(V.send_count(kind, n, count)), ctx.output(V.recv_count(kind, n, count))
+    send_ref = V.pattern(rank, V.send_count(kind, n, count), ctx.dtype, n_ranks=n)
+    send_spec = [send, (counts, displs)] if name == "alltoallv" else send
+    recv_spec = [recv, (counts, displs)]
+    want = lambda: V.expected(kind, rank, n, count, ctx.dtype)  # noqa: E731
+
+    def reset():
+        recv[...] = V.sentinel(ctx.dtype)
+
+    return Case(lambda: call(send_spec, recv_spec), nbytes, count, reset,
+                lambda: ctx.equal(recv, want()) and ctx.equal(send, send_ref),
+                algorithm=lambda: algo.ran(ctx), wrong=lambda: ctx.wrong(recv, want()) + ctx.wrong(send, send_ref))
+
+
+@benchmark(
+    "alltoallv",
+    "All-to-Allv",
+    kind="alltoall",
+    size_doc="bytes each rank sends to each peer, every count equal (OMB); nccl-tests size = ranks x Size",
+)
+def alltoallv(ctx: Context, algo, size: int) -> Case:
+    """osu_alltoallv: MPI_Alltoallv with Size bytes per pair of ranks (the mixture-of-experts exchange)."""
+    count = size // ctx.itemsize
+    return _variable(ctx, algo, "alltoallv", "alltoall", count, ctx.n * count * ctx.itemsize)
+
+
+@benchmark(
+    "allgatherv",
+    "Allgatherv",
+    kind="allgather",
+    size_doc="bytes each rank sends, every count equal (OMB); nccl-tests size = ranks x Size",
+)
+def allgatherv(ctx: Context, algo, size: int) -> Case:
+    """osu_allgatherv: MPI_Allgatherv of Size bytes from every rank."""
+    count = size // ctx.itemsize
+    return _variable(ctx, algo, "allgatherv", "allgather", count, ctx.n * count * ctx.itemsize)
 
 
 @benchmark("barrier", "Barrier", sized=False, default_sizes="0", unit=lambda ctx: 0, size_doc="no message")

@@ -26,8 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from ccsynth.atomic import write_text
 
 __all__ = [
-    "FORMAT",
-    "VERSION",
+    "SCHEMA",
     "BW_W",
     "title_lines",
     "header_line",
@@ -43,8 +42,7 @@ __all__ = [
     "emit",
 ]
 
-FORMAT = "ccsynth.bench"
-VERSION = 1
+SCHEMA = "ccsynth.bench/1"
 SIZE_W, NUM_W = 10, 18  # OMB prints "%-10d" then "%*.2f" columns
 BW_W = 16
 
@@ -203,11 +201,10 @@ def comparison_lines(bench, results: Mapping[str, Sequence]) -> list[str]:
 
 
 def to_json(bench, meta: Mapping, results: Mapping[str, Sequence]) -> dict:
-    """Everything measured, as one JSON-ready dict (``format: ccsynth.bench``)."""
+    """Everything measured, as one JSON-ready dict (``"schema": "ccsynth.bench/1"``)."""
     names = list(results)
     doc = {
-        "format": FORMAT,
-        "version": VERSION,
+        "schema": SCHEMA,
         "benchmark": bench.name,
         "title": f"OMB Python MPI {bench.title} Test",
         "collective": bench.kind,
@@ -222,7 +219,7 @@ def to_json(bench, meta: Mapping, results: Mapping[str, Sequence]) -> dict:
             r.median_us is not None for rows in results.values() for r in rows) else {}
         doc["comparison"] = {
             "base": base,
-            "rows": [{"size": s, "base_avg_us": b, "ratio": rel, "median_ratio": med.get(s)} for s, b, rel in ratios(results, base)],
+            "rows": [{"size_bytes": s, "base_avg_us": b, "ratio": rel, "median_ratio": med.get(s)} for s, b, rel in ratios(results, base)],
         }
     return doc
 

@@ -41,6 +41,7 @@ def __getattr__(name):
         "verify": ("ccsynth.collectives.verify", "verify"),
         "simulate": ("ccsynth.synth.simulate", "simulate"),
         "Communicator": ("ccsynth.communicator", "Communicator"),  # with the built-in default plan
+        "reshard": ("ccsynth.synth.reshard.api", "reshard"),  # cross-mesh resharding over MPI
     }
     if name in lazy:
         import importlib
@@ -68,5 +69,6 @@ __all__ = [
     "verify",
     "simulate",
     "Communicator",
+    "reshard",
     *_errors_all,
 ]

@@ -10,32 +10,54 @@ mistakes. SIGTERM unwinds like Ctrl-C (:class:`Terminated`, exit status
 :mod:`ccsynth.atomic`); commands run under mpiexec (:data:`MPI_COMMANDS`)
 keep SIGTERM's default action. A name in :data:`COMMANDS` without its module is a bug, so it fails
 loudly (``ModuleNotFoundError``) instead of vanishing from ``--help``.
+
+``-v``/``-q`` are accepted anywhere on the command line: every parser
+(sub-commands and their actions included) gets them through
+:class:`_Parser`, each under a destination of its own, since argparse parses
+a sub-command into a fresh namespace and would otherwise let ``ccsynth -v
+synth -v`` count one ``-v``; :func:`verbosity` adds them up. What the user
+sees of long work is :mod:`ccsynth.commands._progress`'s business; logging
+shows warnings by default, INFO with ``-v``, DEBUG with ``-vv``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import logging
 import signal
 import sys
 import threading
 
-from ccsynth import __version__
+from ccsynth.commands._versions import version_lines
 from ccsynth.errors import CCSynthError
 
-__all__ = ["COMMANDS", "MPI_COMMANDS", "PROGRESS_LOGGERS", "Terminated", "build_parser", "setup_logging", "main"]
+__all__ = ["COMMANDS", "MPI_COMMANDS", "Terminated", "build_parser", "verbosity", "setup_logging", "main"]
 
 # Order here is the order in ``ccsynth --help``.
-COMMANDS = ("topo", "baseline", "synth", "verify", "simulate", "export", "bench")
+COMMANDS = ("topo", "baseline", "synth", "reshard", "verify", "simulate", "export", "bench")
 #: Commands that run under mpiexec: SIGTERM keeps its default action there.
 MPI_COMMANDS = ("bench",)
 
 log = logging.getLogger("ccsynth")
 
 
+_VERBOSE, _QUIET = "_verbose_", "_quiet_"
+_parser_ids = itertools.count()
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with exit status 2 and the program name on every error."""
+    """argparse with exit status 2 and the program name on every error, and ``-v``/``-q`` on every parser."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        n = next(_parser_ids)
+        g = self.add_argument_group("output")
+        g.add_argument("-v", "--verbose", action="count", dest=f"{_VERBOSE}{n}", default=argparse.SUPPRESS,
+                       help="more output: every stage of long work (-vv: debug log)")
+        g.add_argument("-q", "--quiet", action="store_true", dest=f"{_QUIET}{n}", default=argparse.SUPPRESS,
+                       help="no progress, only errors")
 
     def error(self, message: str):  # noqa: D401 - argparse API
         self.print_usage(sys.stderr)
@@ -47,14 +69,34 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ccsynth",
         description="Synthesize, verify, simulate and run collective-communication schedules.",
     )
-    parser.add_argument("--version", action="version", version=f"ccsynth {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only errors")
+    parser.add_argument("--version", action=_VersionAction, help="versions of ccsynth, Python, MPI, CuPy and the solvers")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
         importlib.import_module(f"ccsynth.commands.{name}").register(sub)
     return parser
+
+
+def verbosity(args: argparse.Namespace) -> tuple[int, bool]:
+    """(number of ``-v``, whether ``-q``) wherever they were given; also stored as ``args.verbose``/``args.quiet``."""
+    found = vars(args)
+    verbose = sum(v for k, v in found.items() if k.startswith(_VERBOSE))
+    quiet = any(v for k, v in found.items() if k.startswith(_QUIET))
+    for k in [k for k in found if k.startswith((_VERBOSE, _QUIET))]:
+        delattr(args, k)
+    args.verbose, args.quiet = verbose, quiet
+    return verbose, quiet
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: one line per component (see :mod:`ccsynth.commands._versions`), then exit 0."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write("\n".join(version_lines()) + "\n")
+        parser.exit(0)
 
 
 class _Formatter(logging.Formatter):
@@ -71,15 +113,9 @@ class _Formatter(logging.Formatter):
         return msg if record.levelno == logging.INFO else f"{record.levelname.lower()}: {msg}"
 
 
-# Loggers whose INFO records are progress of long work (solver stages), shown by default.
-PROGRESS_LOGGERS = ("ccsynth.synth.synthesize", "ccsynth.synth.tables")
-
-
 def setup_logging(verbose: int, quiet: bool) -> None:
-    """Warnings by default, plus progress of long work; ``-v`` INFO, ``-vv`` DEBUG, ``-q`` errors only."""
+    """Warnings by default; ``-v`` INFO (every stage of long work), ``-vv`` DEBUG, ``-q`` errors only."""
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
-    for name in PROGRESS_LOGGERS:
-        logging.getLogger(name).setLevel(logging.NOTSET if (quiet or verbose) else logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter(verbose >= 2))
     root = logging.getLogger("ccsynth")
@@ -99,7 +135,7 @@ def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    setup_logging(args.verbose, args.quiet)
+    setup_logging(*verbosity(args))
     # SIGTERM (kill, a batch system's time limit) unwinds the stack like Ctrl-C does, so that an
     # interrupted write removes its temporary file and leaves the previous output in place.
     # Not for MPI runs (bench): one rank unwinding while the others wait in a collective would hang

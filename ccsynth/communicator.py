@@ -10,6 +10,20 @@ layers, is where the two meet: :class:`Communicator` is the runtime class
 with :class:`~ccsynth.synth.default_plan.LazyDefaultPlan` passed in. That is
 the class ``ccsynth.Communicator`` names; users never see the difference.
 
+Multi-dimension networks. With ``topology=`` (a spec such as
+``"hierarchical:2x2x2@200,100,50"`` or a :class:`~ccsynth.topologies.model.Topology`
+with dimensions) the ranks take coordinates in rank order, dimension 0
+fastest, and ``Allreduce``, ``Reduce_scatter_block`` and ``Allgather`` run
+as per-dimension phases on one sub-communicator per dimension group
+(:class:`~ccsynth.collectives.multidim.PhasedRunner`), chunked and
+pipelined, in the dimension orders that ``scheduler`` (``fixed``,
+``themis``, ``themis-flex``, ``lp`` or ``auto``; :mod:`ccsynth.synth.multidim`)
+picks for the message size. The plan is computed on every rank from the
+same inputs and compared once (a checksum) before it first runs; a
+mismatch raises :class:`~ccsynth.errors.PlanError` on every rank. Calls the
+phases cannot run (other collectives, ops without a ccsynth kernel, GPU
+buffers) take the usual path.
+
 Example (any number of ranks)::
 
     >>> from mpi4py import MPI
@@ -19,25 +33,61 @@ Example (any number of ranks)::
     >>> c.Allreduce(np.arange(3.0), out, op=MPI.SUM)
     >>> out.tolist(), c.plan.meta
     ([0.0, 1.0, 2.0], {'default': True})
+
+Under ``mpiexec -n 8``::
+
+    c = Communicator(MPI.COMM_WORLD, topology="hierarchical:2x2x2@200,100,50", scheduler="themis")
+    c.Allreduce(sendbuf, recvbuf, op=MPI.SUM)   # c.last_algorithm == "multidim:themis"
 """
 
 from __future__ import annotations
 
 from ccsynth.collectives import communicator as _runtime
+from ccsynth.errors import TopologyError
+from ccsynth.formats.files import get_topology
 from ccsynth.synth.default_plan import LazyDefaultPlan
+from ccsynth.synth.multidim.phases import PhasePlanner
 
 __all__ = ["Communicator"]
 
 
 class Communicator(_runtime.Communicator):
-    """mpi4py's buffer collectives, run by ccsynth schedules; without a plan, the built-in one.
+    """:class:`ccsynth.collectives.communicator.Communicator` with the built-in default plan.
 
-    Takes the arguments of :class:`ccsynth.collectives.communicator.Communicator`;
     ``default_plan`` (the plan used while ``plan`` is None) defaults to
     :class:`~ccsynth.synth.default_plan.LazyDefaultPlan`, the classic
     algorithms per message size described in :mod:`ccsynth.synth.default_plan`.
+    ``topology`` (a spec or a Topology with dimensions, of the communicator's
+    size) and ``scheduler`` run allreduce, reduce-scatter and allgather as
+    multi-dimension phases (see the module docstring); ``threads`` lets each
+    dimension run on its own thread (``"auto"``: when MPI allows it).
+    Raises :class:`~ccsynth.errors.TopologyError` (a topology without
+    dimensions, or of another rank count) and
+    :class:`~ccsynth.errors.CollectiveError` (an unknown scheduler) on every
+    rank, before any communication.
     """
 
-    def __init__(self, comm=None, plan=None, *, default_plan=None, **options) -> None:
+    def __init__(self, comm=None, plan=None, *, default_plan=None, topology=None, scheduler: str = "auto",
+                 threads="auto", **options) -> None:
+        planner = None
+        if topology is not None:
+            topo = get_topology(topology) if isinstance(topology, str) else topology
+            size = (comm if comm is not None else _world()).Get_size()
+            planner = PhasePlanner(topo, scheduler, n_ranks=size)  # bad input fails before any communication
+        elif scheduler != "auto":
+            raise TopologyError("scheduler= needs topology= (a topology with dimensions, e.g. "
+                                "'hierarchical:2x2x2@200,100,50')")
         super().__init__(comm, plan, default_plan=default_plan if default_plan is not None else LazyDefaultPlan(),
-                         **options)
+                         phases=planner, phase_threads=threads, **options)
+        self._planner = planner
+
+    @property
+    def scheduler(self) -> str | None:
+        """The multi-dimension scheduler in use, or None without ``topology``."""
+        return None if self._planner is None else self._planner.scheduler
+
+
+def _world():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD

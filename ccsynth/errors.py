@@ -59,6 +59,10 @@ class SizeError(CCSynthError, ValueError):
     """A size or size range could not be parsed."""
 
 
+class LayoutError(CCSynthError, ValueError):
+    """A device mesh, sharding spec or tensor shape of a resharding is malformed."""
+
+
 class PeerError(CCSynthError, RuntimeError):
     """Another rank failed in the same collective call, or went away.
 
@@ -88,6 +92,7 @@ __all__ = [
     "PlanError",
     "OpError",
     "SizeError",
+    "LayoutError",
     "PeerError",
     "CallTimeoutError",
 ]

@@ -107,6 +107,7 @@ from typing import Any
 import numpy as np
 
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
+from ccsynth.collectives.phased_calls import PhasedCalls
 from ccsynth.collectives.plan import Plan, load_plan
 from ccsynth.collectives.runtime.channel import Channel, mark_shared
 from ccsynth.collectives.runtime.memory import Entry, cache_bytes_from_env
@@ -200,6 +201,11 @@ class Communicator:
             (default ``CCSYNTH_CACHE_BYTES``, else automatic:
             ``max(32 MiB, 2 x the largest message seen)``; 0 keeps nothing;
             see :mod:`~ccsynth.collectives.runtime.memory`).
+        phases: a phase source (multi-dimension networks): allreduce,
+            reduce-scatter and allgather run as its phase plans on one
+            sub-communicator per dimension group
+            (:mod:`~ccsynth.collectives.phased_calls`); ``phase_threads``
+            runs each dimension on a thread of its own (``"auto"``: when MPI allows it).
 
     Example (any number of ranks; a one-rank plan has nothing to schedule)::
 
@@ -225,6 +231,8 @@ class Communicator:
         static_max_bytes: int = STATIC_MAX_BYTES,
         timeout: float | None = None,
         cache_bytes: int | None = None,
+        phases=None,
+        phase_threads: bool | str = "auto",
     ):
         from mpi4py import MPI
 
@@ -258,6 +266,9 @@ class Communicator:
         self._selected: dict[tuple[str, int], Any] = {}  # (kind, nbytes) -> schedule or None
         self._call: tuple = ()  # (kind, sendbuf, recvbuf, op, root) of the call in progress
         self._hit: tuple | None = None  # the last scheduled call and how to replay it (see _replay)
+        self._phases = None if phases is None else PhasedCalls(
+            phases, self.comm, self._channel, self._mpi, slice_bytes=slice_bytes, timeout=self.timeout,
+            threads=phase_threads, cache_bytes=cache_bytes)
 
     # ----------------------------------------------------------- plumbing
     @property
@@ -314,6 +325,8 @@ class Communicator:
     def Free(self) -> None:
         """Release the compiled programs, the cached buffers and the private communicators (not the wrapped comm)."""
         self._hit = None
+        if self._phases is not None:
+            self._phases.free()
         for _, cs in self._compiled.values():
             cs.free()
         self._compiled.clear()
@@ -557,6 +570,8 @@ class Communicator:
         ch = self._channel
         if self.debug and self._agreed != ch.seq and isinstance(e, Exception):
             self._agree(f"error in {kind} (call {ch.seq}): {type(e).__name__}: {e}", error=e)
+        if self._phases is not None:
+            self._phases.failed(e, kind)
         ch.call_failed(e, kind)
 
     def _schedule_for(self, kind: str, nbytes: int):
@@ -631,6 +646,11 @@ class Communicator:
         if self.debug:
             self._agree(self._signature(kind, m, dtype, opname, root))
         self._channel.memory.note_message(nbytes)
+        if self._phases is not None:
+            name = self._phases.run(kind, nbytes, dtype, opname, like, sendarr, recvarr, copy_of)
+            if name is not None:
+                self.last_algorithm = name
+                return
         reason = None
         schedule = None
         if opname is None:

@@ -263,6 +263,9 @@ class CompiledSchedule:
     ):
         if not isinstance(schedule, Schedule):
             raise ScheduleError(f"CompiledSchedule needs a Schedule, got {type(schedule).__name__}")
+        if not schedule.collective.uniform:
+            raise ScheduleError(f"schedule {schedule.name!r} is of {schedule.collective.describe()}, whose chunks are "
+                                "uneven tensor slices: run resharding plans with ccsynth.reshard")
         size = comm.Get_size()
         if size != schedule.n_ranks:
             raise ScheduleError(

@@ -45,6 +45,15 @@ addresses. Out of place (``in_place=False``) is the default and what the
 executor runs; :func:`ccsynth.collectives.transforms.alias_in_place` turns an
 out-of-place schedule into its in-place form.
 
+Chunk extents. The built-in collectives cut every buffer into equal chunks
+(one *unit* each). An :class:`~ccsynth.collectives.explicit.ExplicitCollective`
+(cross-mesh resharding) gives every chunk its own extent in units;
+:meth:`Schedule.op_units` is what an op moves (its chunk count for the
+built-in kinds), a send and its receive and a copy's two sides must move as
+many units as chunks, and the simulator charges units, not chunks. Such
+schedules are not in place, and their scratch chunks are the relay slots
+the explicit collective declares (with their extents).
+
 The JSON form (``format: ccsynth.schedule``, ``version: 1``) round-trips
 exactly: ``Schedule.from_dict(s.to_dict()) == s``. ``"in_place": true`` is
 written only for in-place schedules; a file without it is out of place, so
@@ -57,9 +66,10 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 from ccsynth.atomic import write_text
+from ccsynth.collectives.explicit import EXPLICIT_KIND, ExplicitCollective
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, ScheduleError, ScheduleFormatError
 from ccsynth.limits import LIMITS
@@ -93,6 +103,7 @@ __all__ = [
     "Op",
     "Schedule",
     "in_place_storage",
+    "collective_from_dict",
     "check_writes_cover_outputs",
     "schedule_from_json",
     "read_schedule_text",
@@ -265,7 +276,7 @@ class Schedule:
     """
 
     name: str
-    collective: Collective
+    collective: Collective  # or an ExplicitCollective (the same interface; see the module docstring)
     ops: tuple[Op, ...]
     scratch_chunks: int = 0
     topology: str = ""
@@ -283,6 +294,18 @@ class Schedule:
     def storage(self, rank: int, chunks: Chunks) -> Chunks:
         """Where ``chunks`` of ``rank`` live: themselves, or their in-place alias."""
         return in_place_storage(self.collective, rank, chunks) if self.in_place else chunks
+
+    def units(self, rank: int, chunks: Chunks) -> int:
+        """Extent of ``chunks`` of ``rank`` in units (their count when chunks are uniform)."""
+        c = self.collective
+        if c.uniform:
+            return chunks.count
+        return sum(c.chunk_units(rank, chunks.buf, i) for i in chunks.indices())
+
+    def op_units(self, op: Op) -> int:
+        """Units ``op`` moves (see the module docstring)."""
+        c = op.src if op.src is not None else op.dst
+        return self.units(op.rank, c) if c is not None else 0
 
     def buffer_chunks(self, buf: str) -> int:
         return {"i": self.collective.in_chunks, "o": self.collective.out_chunks, "s": self.scratch_chunks}[buf]
@@ -318,6 +341,9 @@ class Schedule:
             for a, b in zip(s, r):
                 if a.count != b.count:
                     raise ScheduleError(f"{a.describe()} sends {a.count} chunk(s) but the matching {b.describe()} expects {b.count}")
+                if not self.collective.uniform and self.op_units(a) != self.op_units(b):
+                    raise ScheduleError(f"{a.describe()} sends {self.op_units(a)} unit(s) but the matching "
+                                        f"{b.describe()} expects {self.op_units(b)}")
                 out[a.id] = b.id
                 out[b.id] = a.id
             if len(s) != len(r):
@@ -340,6 +366,9 @@ class Schedule:
                     n * (c.in_chunks + c.out_chunks + self.scratch_chunks), "MAX_SCHEDULE_CHUNKS", ScheduleError)
         if not isinstance(self.in_place, bool):
             raise ScheduleError(f"in_place must be true or false, got {self.in_place!r}")
+        if isinstance(c, ExplicitCollective) and (self.in_place or self.scratch_chunks > c.relay_chunks):
+            raise ScheduleError(f"a schedule of {c.describe()} (explicit chunks) is never in place, and its scratch "
+                                f"is the {c.relay_chunks} relay slot(s) its collective declares")
         ranks_of = [op.rank for op in self.ops]
         max_channels = LIMITS["MAX_CHANNELS"]
         sizes = {"i": c.in_chunks, "o": c.out_chunks, "s": self.scratch_chunks}
@@ -375,6 +404,10 @@ class Schedule:
                     raise ScheduleError(
                         f"{op.describe()} touches {c}, past the end of buffer {c.buf!r} ({self.buffer_chunks(c.buf)} chunks)"
                     )
+            if not self.collective.uniform and op.src is not None and op.dst is not None and \
+                    self.units(op.rank, op.src) != self.units(op.rank, op.dst):
+                raise ScheduleError(f"{op.describe()} moves {self.units(op.rank, op.src)} unit(s) into "
+                                    f"{self.units(op.rank, op.dst)}")
             if op.kind in ("copy", "reduce"):
                 src, dst = (self.storage(op.rank, op.src), self.storage(op.rank, op.dst)) if self.in_place else (op.src, op.dst)
                 if _overlap(src, dst):
@@ -430,7 +463,7 @@ class Schedule:
         try:
             return cls(
                 name=d.get("name") or "",
-                collective=Collective.from_dict(d.get("collective")),
+                collective=collective_from_dict(d.get("collective")),
                 ops=tuple(Op.from_dict(o) for o in ops),
                 scratch_chunks=d.get("scratch_chunks", 0),
                 topology=d.get("topology") or "",
@@ -451,6 +484,13 @@ class Schedule:
     def __repr__(self) -> str:
         where = ", in place" if self.in_place else ""
         return f"Schedule({self.name!r}, {self.collective.describe()}, {len(self.ops)} ops{where})"
+
+
+def collective_from_dict(d: Any) -> Collective:
+    """A built-in collective, or an explicit one (``kind: explicit``), from its JSON object."""
+    if isinstance(d, dict) and d.get("kind") == EXPLICIT_KIND:
+        return cast(Collective, ExplicitCollective.from_dict(d))  # the same interface (see the module docstring)
+    return Collective.from_dict(d)
 
 
 def check_writes_cover_outputs(schedule: Schedule) -> None:

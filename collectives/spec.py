@@ -173,6 +173,19 @@ class Collective:
         """Bytes per chunk for a message of ``size_bytes`` (nccl-tests size)."""
         return size_bytes / self.size_chunks
 
+    #: every chunk is one unit (explicit collectives have chunks of their own sizes:
+    #: :mod:`ccsynth.collectives.explicit`)
+    uniform = True
+
+    @property
+    def total_units(self) -> int:
+        """Units of a message: its chunks (:meth:`chunk_bytes` is bytes per unit)."""
+        return self.size_chunks
+
+    def chunk_units(self, rank: int, buf: str, index: int) -> int:
+        """Extent of one chunk in units: always 1 here."""
+        return 1
+
     def busbw_factor(self) -> float:
         return busbw_factor(self.kind, self.n_ranks)
 

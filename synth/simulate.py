@@ -4,7 +4,9 @@ Model
 -----
 * **Sizes.** A message of ``size_bytes`` (nccl-tests size) cuts into chunks
   of ``size_bytes / collective.size_chunks`` bytes; an op on ``count`` chunks
-  moves ``count`` chunk sizes.
+  moves ``count`` chunk sizes. Explicit collectives (resharding) give every
+  chunk its own extent: an op moves ``Schedule.op_units(op)`` units of
+  ``size_bytes / collective.total_units`` bytes.
 * **Readiness.** An op is *ready* once all its dependencies (ops of the same
   rank) have completed.
 * **Transfers (rendezvous).** Each matched send/recv pair is one transfer on
@@ -147,6 +149,7 @@ from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
 from ccsynth.synth.bounds import Bound, lower_bound
+from ccsynth.synth.explicit_bound import explicit_lower_bound
 from ccsynth.synth.trace import Recorder, Trace
 from ccsynth.tolerance import EVENT_REL, is_greater
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
@@ -319,7 +322,7 @@ class _Prepared:
         rbw = topology.resource_bw
         for op in ops:
             i = op.id
-            self.count[i] = op.count
+            self.count[i] = schedule.op_units(op) if isinstance(schedule, Schedule) else op.count
             deps = set(op.deps)
             self.ndeps[i] = len(deps)
             for d in deps:
@@ -708,7 +711,7 @@ def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool 
     if p.n_ops:
         time_us += topology.call_overhead
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)
-    bound: Bound = lower_bound(coll, topology, size)
+    bound: Bound = lower_bound(coll, topology, size) if coll.uniform else explicit_lower_bound(coll, topology, size)
     algbw = size / (time_us * BYTES_PER_US_PER_GBPS) if time_us > 0 else (math.inf if size > 0 else 0.0)
     if bound.time_us > 0:
         gap = time_us / bound.time_us

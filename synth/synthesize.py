@@ -48,6 +48,12 @@ C. :func:`_refine_contiguity` -- the contiguity MILP refines the winner.
 The fastest schedule in simulation is returned, after
 :func:`~ccsynth.collectives.verify.verify` on the topology.
 
+Multi-dimension networks: on a topology with dimensions (up to 128 ranks),
+the best multi-dimension schedule (per-dimension phases in per-chunk
+dimension orders, :mod:`ccsynth.synth.multidim.candidates`) is a candidate
+too, beside the packed trees; like them it lets the MILPs be skipped above
+:data:`MILP_MAX_RANKS` ranks.
+
 Combining collectives:
 
 * **reduce-scatter** = allgather synthesized on ``topology.reversed()`` with
@@ -95,6 +101,8 @@ from ccsynth.errors import CollectiveError, InfeasibleError, SketchError
 from ccsynth.synth.alltoall import route_alltoall
 from ccsynth.synth.baseline_search import baseline_choices
 from ccsynth.synth.contiguity import Waves, chain_waves, dp_waves, schedule_waves, single_waves
+from ccsynth.synth.multidim.candidates import MultiDimCandidate, best_multidim
+from ccsynth.synth.multidim.candidates import applies as multidim_applies
 from ccsynth.synth.lowering import (
     lower_allgather,
     lower_allreduce,
@@ -176,9 +184,12 @@ class SynthReport:
     warnings: list[str] = field(default_factory=list)
     #: every applicable baseline at its own best chunk factor, fastest first: name, chunk_factor, time_us
     baselines: list[dict] = field(default_factory=list)
-    #: the best synthesized schedule's simulated time, and what was returned: "synthesized" or "baseline"
+    #: the best synthesized schedule's simulated time, and what was returned: "synthesized", "multidim" or "baseline"
     synthesized_us: float | None = None
     chosen: str = "synthesized"
+    #: on topologies with dimensions: the best multi-dimension schedule (scheduler, time_us) and every
+    #: scheduler's time in the dimension-level model (:mod:`ccsynth.synth.multidim.candidates`)
+    multidim: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -304,15 +315,20 @@ def synthesize(
     report = report if report is not None else SynthReport()
     prog = _Progress(progress, report)
     size_bytes = _check_request(topology, collective, sketch, size_bytes)
+    multidim = _multidim_candidate(topology, collective, size_bytes, options, prog, report)
     trees = _tree_candidate(topology, collective, sketch, size_bytes, prog, report)
     best_t, best_sched = math.inf, None
-    if _use_milps(topology, collective, sketch, trees):
+    if _use_milps(topology, collective, sketch, trees, multidim):
         best_t, best_sched = _milp_stages(topology, collective, sketch, options, size_bytes, prog, report,
                                           contiguity)
     if trees is not None and (best_sched is None or is_less(trees.time_us, best_t)):
         best_t, best_sched = trees.time_us, trees.schedule
         prog("chosen", f"packed trees (chunk factor {trees.chunk_factor}): {best_t:.3f} us")
-    if best_sched is None:  # _use_milps holds whenever trees do not serve the request
+    if multidim is not None and (best_sched is None or is_less(multidim.time_us, best_t)):
+        best_t, best_sched = multidim.time_us, multidim.schedule
+        report.chosen = "multidim"
+        prog("chosen", f"multi-dimension {multidim.scheduler} ({multidim.model.n_chunks} chunks): {best_t:.3f} us")
+    if best_sched is None:  # _use_milps holds whenever trees and multi-dimension schedules do not serve the request
         raise InfeasibleError(f"no schedule for {collective.kind} on {topology.name}: "
                               "neither the MILPs nor packed trees apply")
     best_sched = best_sched.with_meta(predicted_us=best_t, size_bytes=size_bytes, candidates=report.candidates)
@@ -359,12 +375,14 @@ def _tree_candidate(topology, collective: Collective, sketch: Sketch | None, siz
     return choice
 
 
-def _use_milps(topology, collective: Collective, sketch: Sketch | None, trees: TreeChoice | None) -> bool:
-    """Whether stages A-C run: for what the packing does not serve, for a user's sketch or chunk factor, and on
-    machines of at most :data:`MILP_MAX_RANKS` ranks."""
+def _use_milps(topology, collective: Collective, sketch: Sketch | None, trees: TreeChoice | None,
+               multidim: MultiDimCandidate | None = None) -> bool:
+    """Whether stages A-C run: for what the packing and the multi-dimension schedulers do not serve, for a
+    user's sketch or chunk factor, and on machines of at most :data:`MILP_MAX_RANKS` ranks."""
     if collective.kind not in MILP_KINDS:
         return False
-    return trees is None or sketch is not None or topology.n_ranks <= MILP_MAX_RANKS
+    served = trees is not None or multidim is not None
+    return not served or sketch is not None or topology.n_ranks <= MILP_MAX_RANKS
 
 
 def _against_baselines(sched: Schedule, time_us: float, topology, collective: Collective, size_bytes: int,
@@ -387,7 +405,22 @@ def _against_baselines(sched: Schedule, time_us: float, topology, collective: Co
             report.chosen = "baseline"
             return best.schedule.with_meta(predicted_us=best.result.time_us, size_bytes=size_bytes, chosen="baseline",
                                            synthesized_us=time_us, chunk_factor=best.chunk_factor, verified=True)
-    return sched.with_meta(chosen="synthesized")
+    return sched.with_meta(chosen=report.chosen)
+
+
+def _multidim_candidate(topology, collective: Collective, size_bytes: int, options: SolverOptions, prog: _Progress,
+                        report: SynthReport) -> MultiDimCandidate | None:
+    """The best multi-dimension schedule on a topology with dimensions (:mod:`ccsynth.synth.multidim.candidates`)."""
+    if not multidim_applies(topology, collective):
+        return None
+    got = best_multidim(topology, collective, size_bytes, options)
+    if got is None:
+        return None
+    report.multidim = {"scheduler": got.scheduler, "chunks": got.model.n_chunks, "time_us": got.time_us,
+                       "model_us": dict(got.model_us)}
+    prog("multidim", f"best multi-dimension schedule: {got.scheduler}, {got.model.n_chunks} chunks, "
+                     f"{got.time_us:.3f} us (model: " + ", ".join(f"{k} {v:.3f}" for k, v in got.model_us.items()) + ")")
+    return got
 
 
 def candidate_sketches(topology, collective: Collective, size_bytes: int) -> list[Sketch]:

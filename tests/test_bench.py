@@ -98,8 +98,8 @@ def test_allreduce_mpi_and_ring_side_by_side(ranks, tmp_path):
     assert doc["algorithms"] == ["mpi", "ring"]
     for algo in ("mpi", "ring"):
         rows = doc["results"][algo]
-        assert [r["size"] for r in rows] == sizes
-        assert all(r["valid"] is True and r["nbytes"] == r["size"] and r["iterations"] == 5 for r in rows)
+        assert [r["size_bytes"] for r in rows] == sizes
+        assert all(r["valid"] is True and r["nccl_size_bytes"] == r["size_bytes"] and r["n_iterations"] == 5 for r in rows)
         # busbw = algbw * 2(n-1)/n for allreduce (nccl-tests)
         assert all(r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * (ranks - 1) / ranks) for r in rows)
     # --profile: the executor's breakdown per size for the ccsynth schedule (not for MPI's own)
@@ -131,7 +131,7 @@ def test_allgather_default_plan_four_ranks(tmp_path):
             assert lo <= avg <= hi and iters == 4
     doc = json.loads(out.read_text())
     # allgather's OMB size is what one rank sends; nccl-tests' is the whole receive buffer
-    assert all(r["nbytes"] == 4 * r["size"] for r in doc["results"]["mpi"])
+    assert all(r["nccl_size_bytes"] == 4 * r["size_bytes"] for r in doc["results"]["mpi"])
     # the default plan (recursive doubling, then ring on 4 ranks) runs every size, never MPI's own
     assert all(r["algorithm"] and r["algorithm"] != "mpi" for r in doc["results"]["default"])
 
@@ -317,7 +317,7 @@ def test_report_tables_comparison_and_json():
     assert "relative to mpi" in comp[0]
     assert [ln.split() for ln in comp[2:]] == [["8", "10.08", "2.00"], ["1024", "20.24", "2.00"]]
     doc = json.loads(json.dumps(report.to_json(bench, {"n_ranks": 4}, results)))
-    assert doc["format"] == "ccsynth.bench" and doc["results"]["ring"][1]["avg_us"] == pytest.approx(40.48)
+    assert doc["schema"] == "ccsynth.bench/1" and doc["results"]["ring"][1]["avg_us"] == pytest.approx(40.48)
     assert doc["comparison"]["rows"][0]["ratio"] == {"ring": pytest.approx(2.0)}
 
 

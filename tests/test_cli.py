@@ -32,7 +32,7 @@ def test_topo_list_and_show(capsys):
     assert "16 ranks on 2 node(s)" in out
     assert main(["topo", "show", "dgx1", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["n_ranks"] == 8
+    assert d["schema"] == "ccsynth.topo.show/1" and d["n_ranks"] == 8 and d["topology"]["n_ranks"] == 8
 
 
 def test_topo_export_round_trips(tmp_path, capsys):
@@ -57,7 +57,7 @@ def test_baseline_verify_simulate_pipeline(tmp_path, capsys):
     assert main(["simulate", str(f), "--size", "64M", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)["results"][0]
     assert res["time_us"] >= res["lower_bound_us"] > 0
-    assert res["busbw"] == pytest.approx(res["algbw"] * 2 * 7 / 8)
+    assert res["busbw_GBps"] == pytest.approx(res["algbw_GBps"] * 2 * 7 / 8)
 
 
 def test_ring_allreduce_on_dgx1_reaches_its_bound_at_1g(tmp_path, capsys):
@@ -67,7 +67,7 @@ def test_ring_allreduce_on_dgx1_reaches_its_bound_at_1g(tmp_path, capsys):
     main(["simulate", str(f), "--size", "1G", "--json"])
     r = json.loads(capsys.readouterr().out)["results"][0]
     # one ring of 25 GB/s NVLinks moves 2(n-1)/n of the buffer through each rank
-    assert r["busbw"] == pytest.approx(25.0, rel=0.05)
+    assert r["busbw_GBps"] == pytest.approx(25.0, rel=0.05)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,12 @@
-"""Pieces shared by the CLI sub-commands: argument types, tables, JSON output."""
+"""Pieces shared by the CLI sub-commands: argument types, tables, JSON output.
+
+Every ``--json`` document is a JSON object whose first key is ``schema``,
+``"ccsynth.<command>/<version>"`` (:func:`json_doc`); a new version means a
+key was renamed or removed (adding keys keeps the version). One quantity has
+one key in every command, with its unit in the name (:data:`KEYS`, the
+README's "JSON output" tables): ``size_bytes``, ``time_us``, ``algbw_GBps``,
+``busbw_GBps``, ``n_ops``, ...
+"""
 
 from __future__ import annotations
 
@@ -19,6 +27,9 @@ __all__ = [
     "sizes_from",
     "topology_from",
     "collective_from",
+    "KEYS",
+    "json_doc",
+    "renamed",
     "print_json",
     "print_table",
     "human",
@@ -71,6 +82,24 @@ def topology_from(spec: str, default_nodes: int | None = None):
 def collective_from(args, n_ranks: int, default_chunks: int = 1) -> Collective:
     chunks = args.chunks if args.chunks is not None else default_chunks
     return Collective(args.collective, n_ranks, chunks, args.root)
+
+
+#: library field name -> the CLI's JSON key (units in the key), where the two differ
+KEYS = {
+    "algbw": "algbw_GBps",
+    "busbw": "busbw_GBps",
+    "ranks": "n_ranks",
+}
+
+
+def json_doc(command: str, body: dict, version: int = 1) -> dict:
+    """``body`` with ``"schema": "ccsynth.<command>/<version>"`` first."""
+    return {"schema": f"ccsynth.{command}/{version}", **body}
+
+
+def renamed(d: dict) -> dict:
+    """``d`` with library field names replaced by the CLI's JSON keys (:data:`KEYS`)."""
+    return {KEYS.get(k, k): v for k, v in d.items()}
 
 
 def print_json(obj: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ccsynth.atomic import check_writable
 from ccsynth.collectives.schedule import save_schedule
-from ccsynth.commands._common import add_collective_args, add_json_arg, add_topology_arg, collective_from, print_json, print_table, topology_from
+from ccsynth.commands._common import add_collective_args, add_json_arg, add_topology_arg, collective_from, json_doc, print_json, print_table, topology_from
 
 __all__ = ["register", "run"]
 
@@ -33,7 +33,8 @@ def run(args) -> int:
             ok = set(applicable_baselines(collective_from(args, topo.n_ranks), topo))
             rows = [r for r in rows if r[0] in ok]
         if args.json:
-            print_json([{"name": n, "collectives": k.split(", "), "description": d} for n, k, d in rows])
+            print_json(json_doc("baseline.list", {"algorithms": [
+                {"name": n, "collectives": k.split(", "), "description": d} for n, k, d in rows]}))
         else:
             print_table(["algorithm", "collectives", "description"], rows)
         return 0
@@ -56,16 +57,16 @@ def run(args) -> int:
         "algorithm": args.algo,
         "topology": topo.name,
         "collective": sched.collective.to_dict(),
-        "ops": len(sched.ops),
-        "sends": sum(1 for o in sched.ops if o.kind == "send"),
+        "n_ops": len(sched.ops),
+        "n_transfers": sum(1 for o in sched.ops if o.kind == "send"),
         "scratch_chunks": sched.scratch_chunks,
         "verified": True,
         "output": args.output,
     }
     if args.json:
-        print_json(info)
+        print_json(json_doc("baseline", info))
     else:
-        print(f"{args.algo} {sched.collective.describe()} on {topo.name}: {info['ops']} ops, {info['sends']} transfers, verified")
+        print(f"{args.algo} {sched.collective.describe()} on {topo.name}: {info['n_ops']} ops, {info['n_transfers']} transfers, verified")
         if args.output is not None:
             print(f"wrote {args.output}")
     return 0

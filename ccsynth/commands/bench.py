@@ -1,9 +1,20 @@
 """``ccsynth bench NAME``: OSU-style microbenchmarks, run under ``mpiexec``.
 
-Prints the OMB table (Size, latency, ``-f`` min/max, ``-c`` Pass/Fail) with
-nccl-tests' algbw/busbw columns, one table per ``--algo``, then each
-algorithm's latency relative to MPI's. Only rank 0 prints; every row appears
-as soon as it is measured.
+Three families of NAME, each a parser of its own (their flags clash: OMB's
+``-f`` is "full statistics", nccl-tests' is the size factor):
+
+* OMB names (``allreduce``, ``latency``, ``alltoallv``, ...): the OMB table
+  (Size, latency, ``-f`` min/max, ``-c`` Pass/Fail) with nccl-tests'
+  algbw/busbw columns, one table per ``--algo``, then each algorithm's
+  latency relative to MPI's; OMB's flags ``-m -i -x -c -f -d cuda|cpu -T``;
+* OMB's non-blocking names (``iallreduce``, ...): overall, compute, pure
+  communication time and overlap (:mod:`ccsynth.bench.nonblocking`);
+* nccl-tests' names (``all_reduce_perf``, ...): nccl-tests' table, flags
+  and footer (:mod:`ccsynth.bench.nccl`).
+
+Only rank 0 prints; every row appears as soon as it is measured. Rank 0
+warns when the ranks on its node outnumber its cores (the figures then
+measure the scheduler as much as the library).
 
 Example: ``mpiexec -n 4 ccsynth bench allreduce -m 8:64M -c --algo mpi,ring,default``
 """
@@ -13,14 +24,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 import traceback
 
 from ccsynth.atomic import check_writable
+from ccsynth.bench import nccl as N
+from ccsynth.bench import nonblocking as NB
 from ccsynth.bench.memory import check_memory
 from ccsynth.bench.omb import BENCHMARKS, LARGE_MESSAGE, WINDOW, Options, agree, run_benchmark, run_interleaved
 from ccsynth.bench.predict import Predictor, error_lines, error_table, load_predict_topology
 from ccsynth.bench.validate import DTYPES
+from ccsynth.commands._progress import Progress
+from ccsynth.commands.reshard import register_bench as register_reshard_bench
 from ccsynth.errors import CCSynthError
 from ccsynth.limits import LIMITS, MAX_MESSAGE_BYTES
 from ccsynth.units import format_size, parse_size, parse_sizes
@@ -28,6 +44,43 @@ from ccsynth.units import format_size, parse_size, parse_sizes
 __all__ = ["MAX_MESSAGE", "register", "run"]
 
 MAX_MESSAGE = MAX_MESSAGE_BYTES  # 4 GiB: beyond this a typo is likelier than a wish
+log = logging.getLogger("ccsynth.bench")
+
+#: OMB's -d: where the buffers live -> the kernels backend
+DEVICES = {"cuda": "cupy", "cpu": "numpy", "host": "numpy"}
+#: OMB's -T type names (and NumPy's) -> the element type
+OMB_TYPES = {"mpi_char": "uint8", "mpi_int": "int32", "mpi_float": "float32", "mpi_double": "float64",
+             **{d: d for d in DTYPES}}
+#: nccl-tests' -d type names (and NumPy's) -> the element type
+NCCL_TYPES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "int32": "int32",
+              "int64": "int64", "uint8": "uint8", **{d: d for d in DTYPES}}
+
+
+def _choice(table: dict, what: str):
+    """argparse type: a name of ``table`` (case-insensitive) -> its value; the error lists the names."""
+
+    def parse(text: str) -> str:
+        key = text.strip().lower()
+        if key not in table:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}; choose one of: {', '.join(table)}")
+        return table[key]
+
+    parse.__name__ = what
+    return parse
+
+
+def _bytes(text: str) -> int:
+    """argparse type for one size (nccl-tests' -b/-e/-i: 8, 1K, 128M)."""
+    try:
+        v = parse_size(text)
+    except CCSynthError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if v > MAX_MESSAGE:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most {format_size(MAX_MESSAGE)} per message (MAX_MESSAGE_BYTES)")
+    return v
+
+
+_bytes.__name__ = "size"
 
 
 def _sizes(default: str):
@@ -95,11 +148,57 @@ def register(sub) -> None:
     for name, b in BENCHMARKS.items():
         bp = names.add_parser(name, help=b.description, description=f"{b.description}\nSize: {b.size_doc}.")
         _add_common(bp, b)
-        bp.set_defaults(func=run)
+        bp.set_defaults(func=run, mode="omb")
+    for name, blocking in NB.NONBLOCKING.items():
+        b = BENCHMARKS[blocking]
+        what = f"OMB osu_{name}: overlap of non-blocking {b.title} with compute"
+        bp = names.add_parser(name, help=what, description=f"{what}\nSize: {b.size_doc}.\n{NB.__doc__.split(chr(10))[0]}")
+        _add_common(bp, b, nonblocking=True)
+        bp.set_defaults(func=run, mode="nonblocking")
+    for name, omb_name in N.NCCL_TESTS.items():
+        b = BENCHMARKS[omb_name]
+        what = f"nccl-tests {name}: {b.title}, out-of-place and in-place rows"
+        bp = names.add_parser(name, help=what, description=f"{what}.\nSize: the nccl-tests size (whole buffer).")
+        _add_nccl(bp)
+        bp.set_defaults(func=run, mode="nccl", bench=omb_name, nccl_test=name)
+    register_reshard_bench(names)
     p.set_defaults(func=run)
 
 
-def _add_common(p, b) -> None:
+def _add_buffer(p) -> None:
+    p.add_argument("--buffer", choices=("numpy", "cupy"), default="numpy",
+                   help="where buffers live (default numpy); cupy needs CuPy and a GPU")
+
+
+def _add_algo(p) -> None:
+    p.add_argument("--algo", default="mpi", metavar="A[,B...]",
+                   help="algorithms to compare, comma separated: mpi (the MPI library's own), default (ccsynth's "
+                        "default plan), plan:FILE, or a baseline: ring, multi_ring, recursive_doubling, recursive_halving, "
+                        "direct, one_shot, binomial_tree, hierarchical (default mpi)")
+
+
+def _add_nccl(p) -> None:
+    """nccl-tests' flags (``all_reduce_perf -b 8 -e 128M -f 2 -n 20 -w 5 -c 1 -d float``)."""
+    p.add_argument("-b", "--minbytes", type=_bytes, default=32 << 20, metavar="S", help="first size (default 32M)")
+    p.add_argument("-e", "--maxbytes", type=_bytes, default=32 << 20, metavar="S", help="last size (default 32M)")
+    p.add_argument("-f", "--stepfactor", type=_count(1), default=1, metavar="F",
+                   help="multiply the size by F each step (default 1: add -i bytes)")
+    p.add_argument("-i", "--stepbytes", type=_bytes, default=1 << 20, metavar="S",
+                   help="add S bytes each step when the factor is 1 (default 1M)")
+    p.add_argument("-n", "--iters", type=_count(1, "MAX_BENCH_ITERATIONS"), default=20, metavar="N",
+                   help="timed iterations per size (default 20)")
+    p.add_argument("-w", "--warmup_iters", type=_count(0, "MAX_BENCH_ITERATIONS"), default=5, metavar="N",
+                   help="untimed warm-up iterations per size (default 5)")
+    p.add_argument("-c", "--check", type=_count(0), default=1, metavar="0|1",
+                   help="check every result (default 1; 0: #wrong reads N/A)")
+    p.add_argument("-d", "--datatype", dest="dtype", type=_choice(NCCL_TYPES, "datatype"), default="float32",
+                   metavar="TYPE", help="element type: float (default), half, double, int32, int64, uint8")
+    _add_buffer(p)
+    _add_algo(p)
+    p.add_argument("--json", metavar="FILE", help="also write every row as JSON (schema ccsynth.bench.nccl/1)")
+
+
+def _add_common(p, b, nonblocking: bool = False) -> None:
     if b.sized:
         p.add_argument(
             "-m",
@@ -116,24 +215,26 @@ def _add_common(p, b) -> None:
                    help=f"untimed warm-up iterations per size (default 20, or 2 above {format_size(LARGE_MESSAGE)})")
     p.add_argument("-c", "--validation", action="store_true", help="check every result against a local NumPy reference (Pass/Fail column)")
     p.add_argument("-f", "--full", action="store_true", help="also print min/max latency over ranks and the iteration count")
-    p.add_argument("--buffer", choices=("numpy", "cupy"), default="numpy", help="where buffers live (default numpy)")
+    p.add_argument("-d", "--accelerator", dest="buffer", type=_choice(DEVICES, "device"), metavar="cuda|cpu", default="cpu",
+                   help="OMB's -d: cuda puts the buffers on the GPU (CuPy, as --buffer cupy), cpu in host memory")
+    _add_buffer(p)
     if b.kind is not None:
-        p.add_argument("--algo", default="mpi", metavar="A[,B...]",
-                       help="algorithms to compare, comma separated: mpi (the MPI library's own), default (ccsynth's "
-                            "default plan), plan:FILE, or a baseline: ring, multi_ring, recursive_doubling, recursive_halving, "
-                            "direct, one_shot, binomial_tree, hierarchical (default mpi)")
-        p.add_argument("--dtype", choices=DTYPES, default="float32", help="element type (default float32, as OMB)")
+        _add_algo(p)
+        p.add_argument("-T", "--type", "--dtype", dest="dtype", type=_choice(OMB_TYPES, "type"), default="float32",
+                       metavar="TYPE", help=f"element type: {', '.join(DTYPES)}, or OMB's mpi_char, mpi_int, mpi_float, "
+                                            "mpi_double (default float32, as OMB)")
         p.add_argument("--chunks", type=_count(1, "MAX_CHUNK_FACTOR"), metavar="K",
                        help="chunk factor of baseline schedules (default: ranks for allreduce, 1 otherwise)")
+    if b.kind is not None and not nonblocking:
         p.add_argument("--profile", action="store_true",
                        help="time the executor's parts (MPI waits, kernels, starts, Python) for baseline algorithms; "
                             "printed after each table and kept in --json (adds timer calls)")
-    else:
+    if b.kind is None:
         p.add_argument("--algo", default="mpi", metavar="mpi", help="only mpi: this benchmark measures the MPI library")
     if b.metric == "bandwidth":
         p.add_argument("-W", "--window", type=_count(1, "MAX_BENCH_WINDOW"), default=WINDOW, metavar="N",
                        help=f"messages in flight per window (default {WINDOW})")
-    if b.kind is not None:
+    if b.kind is not None and not nonblocking:
         p.add_argument("--predict", metavar="TOPOLOGY",
                        help="print beside every row the simulator's prediction for the schedule that ran (on this "
                             "topology file or catalog name, e.g. the output of ccsynth topo profile) and "
@@ -141,8 +242,10 @@ def _add_common(p, b) -> None:
         p.add_argument("--interleave", action="store_true",
                        help="with several --algo: run every algorithm in turn within each iteration (fairer on a busy "
                             "machine); progress goes to stderr and the tables print at the end")
-    p.add_argument("--json", metavar="FILE", help="also write every row as JSON")
-    p.add_argument("--plot", metavar="FILE.png", help="also plot latency and busbw against size (needs matplotlib)")
+    p.add_argument("--json", metavar="FILE", help="also write every row as JSON (schema ccsynth.bench/1, "
+                                                  "ccsynth.bench.nonblocking/1 for the i* benchmarks)")
+    if not nonblocking:
+        p.add_argument("--plot", metavar="FILE.png", help="also plot latency and busbw against size (needs matplotlib)")
 
 
 def run(args) -> int:
@@ -155,7 +258,8 @@ def run(args) -> int:
         root_log = logging.getLogger("ccsynth")
         root_log.setLevel(max(root_log.getEffectiveLevel(), logging.WARNING))
     try:
-        return _run(args, comm)
+        mode = getattr(args, "mode", "omb")
+        return {"omb": _run, "nonblocking": _run_nonblocking, "nccl": _run_nccl}[mode](args, comm)
     except CCSynthError:
         # Setup errors are agreed on every rank (omb.agree); one copy of the message is enough.
         if comm.Get_rank() != 0:
@@ -207,7 +311,7 @@ def _meta(args, comm, bench) -> dict:
 
     meta = {
         "n_ranks": comm.Get_size(),
-        "dtype": args.dtype if bench.kind else ("uint8" if bench.pt2pt else None),
+        "dtype": getattr(args, "dtype", None) if bench.kind else ("uint8" if bench.pt2pt else None),
         "buffer": args.buffer,
         "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
         "command": "ccsynth " + " ".join(sys.argv[1:]),
@@ -217,10 +321,41 @@ def _meta(args, comm, bench) -> dict:
     return meta
 
 
+def _ranks_here(comm) -> int:
+    """How many ranks of ``comm`` share this node (its shared-memory group)."""
+    from mpi4py import MPI
+
+    here = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return here.Get_size()
+    finally:
+        here.Free()
+
+
+def _warn_oversubscribed(comm, ranks_here: int) -> None:
+    """Rank 0: a warning when the ranks on its node outnumber its cores (timings then measure the scheduler)."""
+    cores = os.cpu_count() or 0
+    if comm.Get_rank() == 0 and cores and ranks_here > cores:
+        log.warning("%d ranks share this node's %d cores: ranks wait for a core, so the figures measure the "
+                    "operating system's scheduler as well as the collectives (compare algorithms run together, "
+                    "e.g. --interleave, or use at most %d ranks per node)", ranks_here, cores, cores)
+
+
+def _setup(args, comm, bench, options: Options):
+    """The context, the algorithms (set up on every rank), and the checks every mode makes before it measures."""
+    from ccsynth.bench.algos import resolve_algorithms
+    from ccsynth.bench.omb import Context
+
+    rank = comm.Get_rank()
+    ctx = agree(comm, lambda: Context(comm, options))
+    agree(comm, lambda: _check_outputs(args) if rank == 0 else None)
+    algos = resolve_algorithms(args.algo, ctx, bench.kind)
+    return ctx, algos
+
+
 def _run(args, comm) -> int:
     from ccsynth.bench import report
-    from ccsynth.bench.algos import PlanAlgorithm, resolve_algorithms
-    from ccsynth.bench.omb import Context
+    from ccsynth.bench.algos import PlanAlgorithm
 
     bench = BENCHMARKS[args.bench]
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -242,9 +377,8 @@ def _run(args, comm) -> int:
     if getattr(args, "predict", None):
         topo = agree(comm, lambda: load_predict_topology(args.predict, n))
         options = dataclasses.replace(options, predict=topo.name)
-    ctx = agree(comm, lambda: Context(comm, options))
-    agree(comm, lambda: _check_outputs(args) if rank == 0 else None)
-    algos = resolve_algorithms(args.algo, ctx, bench.kind)
+    ctx, algos = _setup(args, comm, bench, options)
+    progress = Progress.for_args(args, rank)
 
     unit = bench.unit(ctx)
     skipped = [s for s in options.sizes if s < unit]
@@ -282,21 +416,23 @@ def _run(args, comm) -> int:
                 row = predicted(algo, row)
                 rows.append(row)
                 say(report.format_row(bench, row, options, show_algo))
+                counter.step(f"{algo.name} {row.size} B: {row.avg_us:.2f} us")
         else:
             for row in rows:
                 say(report.format_row(bench, row, options, show_algo))
         for line in report.profile_lines(rows):
             say(line)
 
+    # rows on standard output are the progress; on standard error a [k/N] line every few seconds (each with -v)
+    counter = progress.counter(bench.name, len(algos) * len(options.sizes))
     try:
         if getattr(args, "interleave", False) and len(algos) > 1:
             # Iteration by iteration, every algorithm in turn: a change of machine load hits all alike.
-            for done in run_interleaved(bench, ctx, algos):
+            for k, done in enumerate(run_interleaved(bench, ctx, algos), 1):
                 for a, row in zip(algos, done):
                     results.setdefault(a.name, []).append(predicted(a, row))
-                if rank == 0:
-                    cells = ", ".join(f"{a.name} {row.avg_us:.2f} us" for a, row in zip(algos, done))
-                    print(f"# {bench.name} {done[0].size} B: {cells}", file=sys.stderr, flush=True)
+                cells = ", ".join(f"{a.name} {row.avg_us:.2f} us" for a, row in zip(algos, done))
+                progress.say(f"# {bench.name} [{k}/{len(options.sizes)}] {done[0].size} B: {cells}")
             for i, algo in enumerate(algos):
                 if i:
                     say("")
@@ -331,10 +467,11 @@ def _run(args, comm) -> int:
 
 def _check_outputs(args) -> None:
     """Fail before a long run, not after it, if the results could not be written."""
-    for path in (args.json, args.plot):
+    plot = getattr(args, "plot", None)
+    for path in (args.json, plot):
         if path is not None:
             check_writable(path)
-    if args.plot is not None:
+    if plot is not None:
         from ccsynth.bench.plot import plot_format
 
         plot_format(args.plot)
@@ -342,15 +479,10 @@ def _check_outputs(args) -> None:
 
 def _check_memory(args, comm, bench, options, algos, itemsize: int) -> None:
     """Refuse, on every rank, sizes whose buffers cannot fit in this machine's memory (see ccsynth.bench.memory)."""
-    from mpi4py import MPI
-
+    ranks_here = _ranks_here(comm)
+    _warn_oversubscribed(comm, ranks_here)
     if not bench.sized:
         return
-    here = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        ranks_here = here.Get_size()
-    finally:
-        here.Free()
     largest = max(options.sizes)
     agree(comm, lambda: check_memory(
         bench.name, bench.kind, largest, comm.Get_size(), ranks_here, [a.name for a in algos],
@@ -358,3 +490,90 @@ def _check_memory(args, comm, bench, options, algos, itemsize: int) -> None:
         on_host=options.buffer == "numpy",
         together=bool(getattr(args, "interleave", False)) and len(algos) > 1, size_text=format_size(largest),
     ))
+
+
+def _usable_sizes(bench, options: Options, ctx) -> tuple[int, ...]:
+    """The sizes of ``options`` that hold at least one element per block (an error if none does)."""
+    unit = bench.unit(ctx)
+    sizes = tuple(s for s in options.sizes if s >= unit)
+    if not sizes:
+        raise CCSynthError(f"no size is at least {unit} B, the smallest {bench.name} message with {options.dtype} on "
+                           f"{ctx.n} ranks")
+    return sizes
+
+
+def _run_nonblocking(args, comm) -> int:
+    """OMB's osu_i*: overall, compute, pure communication and overlap per size (see ccsynth.bench.nonblocking)."""
+    from ccsynth.bench import report
+
+    name = args.bench
+    bench = BENCHMARKS[NB.NONBLOCKING[name]]
+    rank = comm.Get_rank()
+    options = Options(sizes=tuple(args.sizes), iters=args.iterations, warmup=args.warmup, validate=args.validation,
+                      full=args.full, buffer=args.buffer, dtype=args.dtype, chunks=args.chunks)
+    ctx, algos = _setup(args, comm, bench, options)
+    options = dataclasses.replace(options, sizes=_usable_sizes(bench, options, ctx))
+    ctx.options = options
+    _check_memory(args, comm, bench, options, algos, ctx.itemsize)
+    meta = _meta(args, comm, bench)
+    say = report.emit if rank == 0 else (lambda line: None)
+    results: dict[str, list] = {}
+    counter = Progress.for_args(args, rank).counter(name, len(algos) * len(options.sizes))
+    try:
+        for i, algo in enumerate(algos):
+            if i:
+                say("")
+            for line in NB.title_lines(name, algo.name, meta):
+                say(line)
+            rows = results.setdefault(algo.name, [])
+            show = algo.name != "mpi"
+            say(NB.header_line(options.validate, show))
+            for row in NB.run_nonblocking(bench, ctx, algo):
+                rows.append(row)
+                say(NB.format_row(row, options.validate, show))
+                counter.step(f"{algo.name} {row.size} B: overlap {row.overlap_pct:.1f} %")
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure mid-run must abort every rank
+        _abort(comm, e)
+    if rank == 0 and args.json:
+        report.write_json(args.json, NB.to_json(name, meta, results))
+    return 1 if any(r.valid is False for rows in results.values() for r in rows) else 0
+
+
+def _run_nccl(args, comm) -> int:
+    """nccl-tests' all_reduce_perf and siblings: out-of-place and in-place rows, the average bus bandwidth."""
+    from ccsynth.bench import report
+
+    bench = BENCHMARKS[args.bench]
+    rank = comm.Get_rank()
+    opts = N.NcclOptions(begin=args.minbytes, end=args.maxbytes, factor=args.stepfactor, step=args.stepbytes,
+                         iters=args.iters, warmup=args.warmup_iters, check=args.check)
+    sizes = opts.sizes  # bad -b/-e/-i raise here, on every rank alike
+    options = Options(sizes=sizes, iters=opts.iters, warmup=opts.warmup, validate=bool(opts.check),
+                      buffer=args.buffer, dtype=args.dtype)
+    ctx, algos = _setup(args, comm, bench, options)
+    omb_sizes = tuple(N.omb_size(bench, s, ctx) for s in sizes)
+    _usable_sizes(bench, dataclasses.replace(options, sizes=omb_sizes), ctx)
+    _check_memory(args, comm, bench, dataclasses.replace(options, sizes=omb_sizes), algos, ctx.itemsize)
+    meta = _meta(args, comm, bench)
+    places = N.gather_places(ctx)
+    say = report.emit if rank == 0 else (lambda line: None)
+    results: dict[str, list] = {}
+    counter = Progress.for_args(args, rank).counter(args.nccl_test, len(algos) * len(sizes))
+    try:
+        for i, algo in enumerate(algos):
+            if i:
+                say("")
+            for line in N.header_lines(opts, places, algo.name, args.buffer):
+                say(line)
+            rows = results.setdefault(algo.name, [])
+            for row in N.run_nccl(bench, ctx, algo, opts):
+                rows.append(row)
+                say(N.format_row(row))
+                counter.step(f"{algo.name} {row.size_bytes} B: busbw {row.out_of_place.busbw_GBps:.2f} GB/s")
+            for line in N.footer_lines(rows):
+                say(line)
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure mid-run must abort every rank
+        _abort(comm, e)
+    if rank == 0 and args.json:
+        report.write_json(args.json, N.to_json(bench, args.nccl_test, meta, opts, results))
+    return 1 if any(N.n_wrong(rows) for rows in results.values()) else 0

@@ -1,4 +1,10 @@
-"""``ccsynth simulate FILE``: predicted time, algbw/busbw and gap to the lower bound."""
+"""``ccsynth simulate FILE``: predicted time, algbw/busbw and gap to the lower bound.
+
+On a topology of two or more network dimensions it also reports, per size, each
+dimension's utilization: the bytes a rank sends in that dimension over
+what the dimension could carry in the simulated time
+(:mod:`ccsynth.synth.multidim.utilization`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,8 @@ import math
 import os
 
 from ccsynth.collectives.schedule import check_writes_cover_outputs
-from ccsynth.commands._common import add_json_arg, add_size_args, human, print_json, print_table, sizes_from, topology_from
+from ccsynth.commands._common import (add_json_arg, add_size_args, human, json_doc, print_json, print_table, renamed,
+                                      sizes_from, topology_from)
 from ccsynth.errors import CCSynthError
 from ccsynth.limits import check_min as check_limit_min
 
@@ -32,6 +39,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ccsynth.formats.files import load_schedule
+    from ccsynth.synth.multidim.utilization import dimension_utilization
     from ccsynth.synth.simulate import simulate
 
     if args.local_bw is not None:
@@ -61,26 +69,40 @@ def run(args) -> int:
             raise CCSynthError(f"{args.file} names no topology; pass --topology")
         spec = sched.topology
     topo = topology_from(spec)
+    if args.size is None and args.sizes is None and isinstance(sched.meta.get("size_bytes"), int):
+        sizes = [sched.meta["size_bytes"]]  # a resharding plan: the tensor's size unless told otherwise
     from ccsynth.collectives.verify import verify
 
     check_writes_cover_outputs(sched)
     verify(sched, topo)
     results = [simulate(sched, topo, s, local_bw=args.local_bw, trace=timeline is not None) for s in sizes]
+    multi = sum(d.size > 1 for d in topo.dims) >= 2  # a network of several dimensions (dgx1's one NVLink: no)
+    dims = [dimension_utilization(sched, topo, r.size_bytes, r.time_us) for r in results] if multi else None
     wrote = None
     if timeline is not None:
         from ccsynth.bench.timeline import write_timeline
 
         wrote = f"wrote timeline {timeline}: {write_timeline(results[0], sched, timeline)}"
     if args.json:
-        print_json({"file": args.file, "schedule": sched.name, "topology": topo.name,
-                    "collective": sched.collective.to_dict(), "results": [r.to_dict() for r in results],
-                    **({"timeline": timeline} if timeline else {})})
+        out = [renamed(r.to_dict()) for r in results]
+        if dims is not None:
+            for o, d in zip(out, dims):
+                o["dimensions"] = [u.to_dict() for u in d]
+        print_json(json_doc("simulate", {"file": args.file, "schedule": sched.name, "topology": topo.name,
+                                         "collective": sched.collective.to_dict(), "results": out,
+                                         **({"timeline": timeline} if timeline else {})}))
         return 0
     print(f"# {sched.name}: {sched.collective.describe()} on {topo.name}")
     print_table(
         ["size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "bound (us)", "gap"],
         [(human(r.size_bytes), r.time_us, r.algbw, r.busbw, r.lower_bound_us, f"{r.gap:.2f}x") for r in results],
     )
+    if dims is not None:
+        names = [u.name for u in dims[0]]
+        print("# per-dimension utilization (bytes a rank sends there / what the dimension carries in that time)")
+        print_table(["size"] + names,
+                    [(human(r.size_bytes), *("-" if u.utilization is None else f"{u.utilization:.0%}" for u in d))
+                     for r, d in zip(results, dims)])
     if wrote:
         print(wrote)
     return 0

@@ -2,20 +2,24 @@
 
 Prints the predicted time, algbw/busbw, the gap to the lower bound and the
 speedup over the best baseline (every applicable baseline simulated at the
-same size). Progress of every stage (stage, elapsed seconds, objective and
-bound) goes to standard error (log level INFO, hidden by ``ccsynth -q``). With ``--sizes`` it synthesizes for every
-size, simulates the results together with every baseline and writes a plan
-(per-size algorithm table) that picks the fastest schedule per size range.
+same size). Progress goes to standard error: by default a few stage
+summaries and a ``[k/N]`` counter over the candidate sketches (every stage,
+with elapsed seconds, objective and bound, with ``-v``; nothing with
+``-q``). With ``--sizes`` it synthesizes for every size (a ``[k/N]``
+counter over the sizes), simulates the results together with every baseline
+and writes a plan (per-size algorithm table) that picks the fastest schedule
+per size range.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from ccsynth.atomic import check_writable, write_text
-from ccsynth.commands._common import human, print_json, print_table, topology_from
+from ccsynth.commands._common import human, json_doc, print_json, print_table, topology_from
+from ccsynth.commands._progress import Progress, SynthStages
+from ccsynth.commands.synth_multidim import run_multidim
 from ccsynth.errors import CCSynthError, CollectiveError
 from ccsynth.limits import check as check_limit
 
@@ -42,6 +46,9 @@ def register(sub) -> None:
     g.add_argument("--sizes", default=None, metavar="MIN:MAX",
                    help="synthesize for every size of a range (powers of two, e.g. 1K:1G) or list (1K,1M) "
                         "and write a plan picking the fastest schedule per size range")
+    p.add_argument("--scheduler", default=None, metavar="S",
+                   help="on a topology with dimensions: the multi-dimension schedulers (fixed, themis, themis-flex, "
+                        "lp or auto) side by side, no MILPs; the chosen one is written with -o (up to 128 ranks)")
     p.add_argument("--chunks", type=int, default=None, metavar="K",
                    help="pieces per chunk (TACCL's input_chunkup; default: chosen by size)")
     s = p.add_argument_group("solver")
@@ -64,11 +71,6 @@ def register(sub) -> None:
 
 
 # --------------------------------------------------------------------------- helpers
-def _progress(quiet: bool):
-    """Per-stage progress: the library logs every stage at INFO, which ``ccsynth`` shows unless ``-q``."""
-    return None
-
-
 def _options(args):
     from ccsynth.synth.solver import SolverOptions, resolve_solver
 
@@ -141,22 +143,39 @@ def run(args) -> int:
             check_limit(f"sketch {args.sketch!r}: chunk factor", sketch.chunk_factor, "MAX_SYNTH_CHUNK_FACTOR")
         sketch.bind(topo)  # sketch errors (with the failed rule) before any solver runs
     opts = _options(args)
-    quiet = bool(getattr(args, "quiet", False))
+    scheduler = _multidim_scheduler(args, topo, sketch, sizes)
+    if scheduler is not None:
+        return run_multidim(args, topo, coll.kind, size if size is not None else 1 << 20, opts, scheduler, fmt)
+    progress = Progress.for_args(args)
     if sizes is not None:
-        return _run_sizes(args, topo, coll, sketch, opts, sizes, fmt, quiet)
+        return _run_sizes(args, topo, coll, sketch, opts, sizes, fmt, progress)
     if size is None:
         size = sketch.input_size if sketch is not None and sketch.input_size else 1 << 20
-    return _run_one(args, topo, coll, sketch, opts, size, fmt, quiet)
+    return _run_one(args, topo, coll, sketch, opts, size, fmt, progress)
 
 
-def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -> int:
+def _multidim_scheduler(args, topo, sketch, sizes) -> str | None:
+    """The multi-dimension scheduler to run instead of the synthesizer (``--scheduler``; see
+    :mod:`ccsynth.commands.synth_multidim`), or None."""
+    from ccsynth.synth.multidim import check_scheduler
+
+    if args.scheduler is None:
+        return None
+    name = check_scheduler(args.scheduler)
+    if sketch is not None or sizes is not None or args.chunks is not None:
+        raise CCSynthError("--scheduler takes one --size and no --sketch, --sizes or --chunks "
+                           "(the schedulers choose their own chunks)")
+    return name
+
+
+def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Progress) -> int:
     from ccsynth.collectives.schedule import save_schedule
     from ccsynth.synth.simulate import simulate
     from ccsynth.synth.synthesize import SynthReport, synthesize
 
     t0 = time.perf_counter()
     report = SynthReport()
-    sched = synthesize(topo, coll, sketch, opts, size, progress=_progress(quiet), report=report,
+    sched = synthesize(topo, coll, sketch, opts, size, progress=SynthStages(progress), report=report,
                        contiguity=not args.no_contiguity)
     seconds = time.perf_counter() - t0
     res = simulate(sched, topo, size)
@@ -177,8 +196,8 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
         "collective": sched.collective.to_dict(),
         "size_bytes": size,
         "time_us": res.time_us,
-        "algbw": res.algbw,
-        "busbw": res.busbw,
+        "algbw_GBps": res.algbw,
+        "busbw_GBps": res.busbw,
         "lower_bound_us": res.lower_bound_us,
         "gap": res.gap,
         "bound": res.bound_which,
@@ -186,19 +205,21 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
         "baselines": report.baselines,
         "chosen": report.chosen,
         "synthesized_us": report.synthesized_us,
+        "multidim": report.multidim or None,
         "speedup": speedup,
-        "synthesis_seconds": seconds,
+        "synthesis_s": seconds,
         "solver": opts.to_dict(),
         "sketch": sched.meta.get("sketch"),
-        "ops": len(sched.ops),
+        "n_ops": len(sched.ops),
         "verified": True,
         "output": wrote,
-        "format": fmt if wrote else None,
+        "output_format": fmt if wrote else None,
     }
     if args.json:
-        print_json(figures)
+        print_json(json_doc("synth", figures))
         return 0
-    what = "synthesized" if report.chosen == "synthesized" else f"chose baseline {sched.name} for"
+    what = {"synthesized": "synthesized", "multidim": f"chose multi-dimension {report.multidim.get('scheduler')} for"
+            }.get(report.chosen, f"chose baseline {sched.name} for")
     print(f"{what} {sched.collective.kind} on {topo.name} ({topo.n_ranks} ranks), {human(size)}: "
           f"{len(sched.ops)} ops, verified, in {seconds:.1f} s")
     print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s   busbw {res.busbw:.2f} GB/s")
@@ -209,12 +230,16 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, quiet: bool) -
     elif base is not None:
         print(f"  best baseline  {base['name']} (chunk factor {base['chunk_factor']}) {base['time_us']:.3f} us   "
               f"speedup {speedup:.2f}x   (every baseline at its best chunk factor; -v lists them)")
+    if report.multidim:
+        md = report.multidim
+        print(f"  multi-dimension best {md['scheduler']} ({md['chunks']} chunks) {md['time_us']:.3f} us in the "
+              f"simulator (--scheduler compares the schedulers side by side)")
     if wrote:
         print(f"wrote {wrote} ({'MSCCL XML' if fmt == 'msccl-xml' else 'ccsynth JSON'})")
     return 0
 
 
-def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet: bool) -> int:
+def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progress: Progress) -> int:
     from ccsynth.collectives.schedule import Schedule
     from ccsynth.collectives.plan import save_plan
     from ccsynth.synth.simulate import simulate
@@ -225,11 +250,13 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
 
     t0 = time.perf_counter()
     synthesized = []
+    counter = progress.counter("size", len(sizes))
     for size in sizes:
-        if not quiet:
-            print(f"== {human(size)}", file=sys.stderr, flush=True)
-        s = synthesize(topo, coll, sketch, opts, size, progress=_progress(quiet), contiguity=not args.no_contiguity,
-                       compare_baselines=False)
+        t1 = time.perf_counter()
+        s = synthesize(topo, coll, sketch, opts, size, progress=SynthStages(progress, summaries=False, prefix=f"{human(size)} "),
+                       contiguity=not args.no_contiguity, compare_baselines=False)
+        counter.step(f"{human(size)}: {s.meta.get('predicted_us', float('nan')):.3f} us, synthesized in "
+                     f"{time.perf_counter() - t1:.1f} s")
         s = Schedule(f"ccsynth@{human(size)}", s.collective, s.ops, s.scratch_chunks, s.topology, s.meta)
         synthesized.append((size, s))
     seconds = time.perf_counter() - t0
@@ -249,7 +276,7 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
         entry = plan.entry_for(coll.kind, topo.n_ranks, size)
         rows.append((human(size), r.time_us, r.busbw, f"{r.gap:.2f}x", None if bt is None else bt.time_us,
                      "-" if bt is None else f"{bt.time_us / r.time_us:.2f}x", entry.algorithm if entry else "-"))
-        out_rows.append({"size_bytes": size, "time_us": r.time_us, "algbw": r.algbw, "busbw": r.busbw,
+        out_rows.append({"size_bytes": size, "time_us": r.time_us, "algbw_GBps": r.algbw, "busbw_GBps": r.busbw,
                          "lower_bound_us": r.lower_bound_us, "gap": r.gap,
                          "best_baseline_us": None if bt is None else bt.time_us,
                          "speedup": None if bt is None else bt.time_us / r.time_us,
@@ -270,10 +297,10 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, quiet
             save_plan(plan, args.output)
         wrote = args.output
     if args.json:
-        print_json({"topology": topo.name, "collective": coll.kind, "sizes": out_rows, "synthesis_seconds": seconds,
-                    "plan": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "algorithm": e.algorithm}
-                             for e in plan.entries],
-                    "output": wrote, "format": fmt if wrote else None})
+        print_json(json_doc("synth.sizes", {
+            "topology": topo.name, "collective": coll.kind, "sizes": out_rows, "synthesis_s": seconds,
+            "plan": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "algorithm": e.algorithm} for e in plan.entries],
+            "output": wrote, "output_format": fmt if wrote else None}))
         return 0
     print(f"# {coll.kind} on {topo.name} ({topo.n_ranks} ranks): synthesized for {len(sizes)} sizes in {seconds:.1f} s")
     print_table(["size", "synth (us)", "busbw (GB/s)", "gap", "best baseline (us)", "speedup", "plan picks"], rows)

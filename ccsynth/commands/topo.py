@@ -12,13 +12,12 @@ writes the file.
 
 from __future__ import annotations
 
-import sys
-
 from ccsynth.atomic import check_writable, write_text
 from ccsynth.bench.omb import agree
 from ccsynth.bench.profile import ProfileOptions, profile_machine
 from ccsynth.collectives.mpi_util import install_abort_handler
-from ccsynth.commands._common import add_json_arg, print_json, print_table
+from ccsynth.commands._common import add_json_arg, json_doc, print_json, print_table
+from ccsynth.commands._progress import Progress
 from ccsynth.errors import CCSynthError, TopologyError
 from ccsynth.topologies.io import topology_to_json
 from ccsynth.units import format_size, parse_sizes
@@ -55,7 +54,6 @@ def register(sub) -> None:
     pp.add_argument("--passes", type=int, metavar="N",
                     help="passes over all probes, each probe keeping its fastest (default 3; --quick 1)")
     pp.add_argument("--quick", action="store_true", help="fewer probes and iterations: seconds, for tests and a first look")
-    pp.add_argument("-q", "--quiet", dest="profile_quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
 
@@ -68,7 +66,7 @@ def run(args) -> int:
     if args.topo_cmd == "list":
         rows = list_topologies()
         if args.json:
-            print_json([{"spec": s, "description": d} for s, d in rows])
+            print_json(json_doc("topo.list", {"topologies": [{"spec": s, "description": d} for s, d in rows]}))
         else:
             print_table(["topology", "description"], rows)
         return 0
@@ -80,7 +78,9 @@ def run(args) -> int:
         print(f"wrote {args.output}: {topo.name}, {topo.n_ranks} ranks")
         return 0
     if args.json:
-        print_json(T.topology_to_dict(topo))
+        d = T.topology_to_dict(topo)
+        print_json(json_doc("topo.show", {"name": topo.name, "n_ranks": topo.n_ranks, "n_nodes": topo.n_nodes,
+                                          "topology": d}))
         return 0
     classes = topo.connection_classes()  # counted by formula: no pair is built
     print(f"{topo.name}: {topo.n_ranks} ranks on {topo.n_nodes} node(s), "
@@ -135,11 +135,10 @@ def _profile(args) -> int:
         if rank != 0:
             return 2
         raise
-    quiet = args.profile_quiet or getattr(args, "quiet", False)
+    display = Progress.for_args(args, rank)  # -q (anywhere on the command line): no progress lines
 
     def progress(k: int, total: int, what: str) -> None:
-        if rank == 0 and not quiet:
-            print(f"[{k}/{total}] {what}", file=sys.stderr, flush=True)
+        display.say(f"[{k}/{total}] {what}")  # every probe: each takes seconds
 
     try:
         prof = profile_machine(comm, options, progress)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ccsynth.collectives.schedule import check_writes_cover_outputs
-from ccsynth.commands._common import add_json_arg, print_json, topology_from
+from ccsynth.commands._common import add_json_arg, json_doc, print_json, renamed, topology_from
 
 __all__ = ["register", "run"]
 
@@ -26,10 +26,10 @@ def run(args) -> int:
     report = verify(sched, topo)
     if args.json:
         d = {"file": args.file, "name": sched.name, "collective": sched.collective.to_dict(), "ok": True}
-        d.update({k: v for k, v in report.to_dict().items() if k not in d})
+        d.update({k: v for k, v in renamed(report.to_dict()).items() if k not in d})
         if topo is not None:
             d["topology"] = topo.name
-        print_json(d)
+        print_json(json_doc("verify", d))
     else:
         where = f" on {topo.name}" if topo is not None else ""
         print(

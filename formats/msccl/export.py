@@ -109,6 +109,9 @@ def schedule_to_msccl_xml(
     ``schedule_to_msccl_xml(schedule_from_msccl_xml(xml)) == xml`` for a
     file written here.
     """
+    if not schedule.collective.uniform:
+        raise ScheduleError(f"{schedule.name!r} is of {schedule.collective.describe()}, whose chunks differ in size; "
+                            "MSCCL XML has equal chunks only (keep resharding plans as ccsynth JSON)")
     info = _file_info(schedule)
     proto, min_bytes, max_bytes, coll_name, algo_name = _options(schedule, info, proto, min_bytes, max_bytes, coll, name)
     sched = _transform(schedule, nchannels, inplace, info)

@@ -1,0 +1,158 @@
+"""The multi-dimension benchmark (issue 12): fixed order, Themis and the LP side by side, 16 to 4,096 ranks.
+
+For every topology of the suite (2D to 4D, balanced and imbalanced, the
+NDv2 and DGX A100 machines seen as two dimensions) and every size, each
+scheduler of :mod:`ccsynth.synth.multidim` schedules an allreduce at its
+own best chunk count; the dimension-level model times it (it matches the
+event-driven simulator within 5% up to 128 ranks: ``tests/test_multidim.py``).
+One row per case:
+
+``topology, ranks, size, bandwidth bound, then per scheduler (fixed, themis, themis-flex, lp): time (us) and
+utilization (bound / time), Themis's and the LP's speedup over the fixed order, the LP's time over its own
+bound, and each scheduler's scheduling time (s)``
+
+The *bandwidth bound* (:func:`~ccsynth.synth.multidim.lp.bandwidth_bound`)
+is the least time the busiest dimension needs for its bytes, over every
+split of the data among dimension orders (no latency): utilization 1.0
+means every byte crossed its dimension at full rate with the dimensions
+perfectly balanced. The LP's *own bound* is the optimum of its lattice LP
+at the chunk count it chose (phases charged what they occupy their
+dimension whatever overlaps them).
+
+Run (prints Markdown tables and the targets' figures; ``--json FILE`` also saves the rows)::
+
+    python -m ccsynth.bench.bench_multidim
+    python -m ccsynth.bench.bench_multidim --topologies hierarchical:4x8x4@200,100,50 --sizes 1M,1G
+
+The machine's load average is printed before and after (the 2-core
+development machine is shared), since scheduling time depends on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from ccsynth.atomic import write_text
+from ccsynth.formats.files import get_topology
+from ccsynth.synth.multidim import POLICIES, dim_net, schedule_multidim
+from ccsynth.synth.multidim.cost import PhaseCosts
+from ccsynth.synth.multidim.lp import bandwidth_bound
+from ccsynth.units import format_size, parse_sizes
+
+__all__ = ["SUITE", "SIZES", "bench_case", "summarize", "main"]
+
+#: (topology, balanced?) -- 2D to 4D, 16 to 4,096 ranks
+SUITE = (
+    ("hierarchical:4x4@100,100", True),
+    ("hierarchical:4x4@200,50", False),
+    ("hierarchical:8x16@200,50", False),
+    ("ndv2x16", False),
+    ("dgx_a100x16", False),
+    ("hierarchical:4x8x4@200,100,50", False),
+    ("hierarchical:8x8x8@100,100,100", True),
+    ("hierarchical:16x8x8@400,100,50", False),
+    ("hierarchical:4x4x4x4@100,100,100,100", True),
+    ("hierarchical:2x8x8x8@250,200,100,50", False),
+    ("hierarchical:8x8x8x8@400,200,100,50", False),
+)
+SIZES = "1M,64M,1G"
+
+
+def bench_case(topology: str, size: int, kind: str = "allreduce") -> dict:
+    """Every scheduler on one topology and size (see the module docstring)."""
+    topo = get_topology(topology)
+    net = dim_net(topo)
+    bound = bandwidth_bound(net, PhaseCosts(net), kind, size)
+    row = {"topology": topology, "ranks": topo.n_ranks, "dims": len(net.dims), "size_bytes": size, "kind": kind,
+           "bound_us": bound, "schedulers": {}}
+    for policy in POLICIES:
+        t0, c0 = time.perf_counter(), time.process_time()
+        md = schedule_multidim(net, kind, size, policy)
+        secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+        row["schedulers"][policy] = {"time_us": md.makespan_us, "utilization": bound / md.makespan_us,
+                                     "chunks": md.n_chunks, "seconds": secs, "cpu_seconds": cpu, "lp_bound_us": md.lp_bound_us,
+                                     "origin": md.origin,
+                                     "busy": list(md.timing.busy_fraction())}
+    s = row["schedulers"]
+    row["themis_vs_fixed"] = s["fixed"]["time_us"] / s["themis"]["time_us"]
+    row["lp_vs_fixed"] = s["fixed"]["time_us"] / s["lp"]["time_us"]
+    row["lp_vs_themis"] = s["themis"]["time_us"] / s["lp"]["time_us"]
+    row["lp_over_own_bound"] = s["lp"]["time_us"] / s["lp"]["lp_bound_us"]
+    return row
+
+
+def summarize(rows: list[dict], balanced: dict[str, bool]) -> dict:
+    """The targets' figures (issue 12's Benchmark section)."""
+    imb = [r for r in rows if not balanced.get(r["topology"], False)]
+    big = [r for r in rows if r["size_bytes"] >= 1 << 30]
+    def mean(xs):
+        return (sum(xs) / len(xs) if xs else float("nan"))
+    largest = max((r["ranks"] for r in rows), default=0)
+    at_largest = [r for r in rows if r["ranks"] == largest]
+    return {
+        "themis_vs_fixed_imbalanced_mean": mean([r["themis_vs_fixed"] for r in imb]),
+        "themis_vs_fixed_imbalanced_mean_1g": mean([r["themis_vs_fixed"] for r in imb if r in big]),
+        "themis_flex_vs_fixed_imbalanced_mean": mean(
+            [r["schedulers"]["fixed"]["time_us"] / r["schedulers"]["themis-flex"]["time_us"] for r in imb]),
+        "lp_vs_fixed_imbalanced_mean": mean([r["lp_vs_fixed"] for r in imb]),
+        "lp_never_worse_than_themis": all(r["lp_vs_themis"] >= 1 - 1e-9 for r in rows),
+        "lp_over_own_bound_1g_max": max((r["lp_over_own_bound"] for r in big), default=float("nan")),
+        "lp_over_own_bound_1g_mean": mean([r["lp_over_own_bound"] for r in big]),
+        "largest_ranks": largest,
+        "largest_scheduling_seconds_max": max((s["seconds"] for r in at_largest for s in r["schedulers"].values()),
+                                              default=float("nan")),
+        "largest_scheduling_cpu_seconds_max": max(
+            (s["cpu_seconds"] for r in at_largest for s in r["schedulers"].values()), default=float("nan")),
+    }
+
+
+def _markdown(rows: list[dict]) -> str:
+    head = ["topology", "ranks", "size", "bound (us)"]
+    for p in POLICIES:
+        head += [f"{p} (us)", "util"]
+    head += ["themis/fixed", "lp/fixed", "lp/own bound", "sched s wall (fixed/themis/flex/lp)", "lp sched s CPU"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        s = r["schedulers"]
+        cells = [f"`{r['topology']}`", str(r["ranks"]), format_size(r["size_bytes"]), f"{r['bound_us']:.1f}"]
+        for p in POLICIES:
+            cells += [f"{s[p]['time_us']:.1f}", f"{s[p]['utilization']:.2f}"]
+        cells += [f"{r['themis_vs_fixed']:.2f}x", f"{r['lp_vs_fixed']:.2f}x", f"{r['lp_over_own_bound']:.3f}",
+                  "/".join(f"{s[p]['seconds']:.2f}" for p in POLICIES), f"{s['lp']['cpu_seconds']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ccsynth.bench.bench_multidim", description=__doc__.split("\n")[0])
+    ap.add_argument("--topologies", default=None, help="comma-separated specs (default: the suite)")
+    ap.add_argument("--sizes", default=SIZES, help=f"sizes (default {SIZES})")
+    ap.add_argument("--json", default=None, metavar="FILE", help="also save the rows and the summary as JSON")
+    args = ap.parse_args(argv)
+    suite = dict(SUITE)
+    names = args.topologies.split(",") if args.topologies else [t for t, _ in SUITE]
+    sizes = parse_sizes(args.sizes)
+    print(f"# load average before: {os.getloadavg()}", file=sys.stderr)
+    rows = []
+    t0 = time.perf_counter()
+    for name in names:
+        for size in sizes:
+            rows.append(bench_case(name, size))
+            print(f"# {name} {format_size(size)} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    summary = summarize(rows, suite)
+    print(_markdown(rows))
+    print()
+    for k, v in summary.items():
+        print(f"- {k}: {v:.4g}" if isinstance(v, float) else f"- {k}: {v}")
+    print(f"# load average after: {os.getloadavg()}", file=sys.stderr)
+    if args.json:
+        write_text(args.json, json.dumps({"rows": rows, "summary": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""What the command line shows of long work, on standard error.
+
+The library only logs (every synthesis stage at INFO) and calls progress
+callbacks; this module, the one place that prints progress, decides what
+the user sees at each verbosity:
+
+* ``-q`` (:data:`QUIET`): nothing;
+* default (:data:`SUMMARY`): stage summaries (:meth:`Progress.say`), and
+  for work of N known items a ``[k/N]`` counter (:meth:`Progress.counter`)
+  whose lines are *throttled*: a line appears when :attr:`Progress.interval`
+  seconds have passed since the last one, and the last item's line appears
+  when the whole count took that long. A 0.3 s synthesis thus prints its few
+  summaries, and an 8 s stretch of solver work shows where it is every
+  couple of seconds;
+* ``-v`` (:data:`DETAIL`): every line, details (:meth:`Progress.detail`)
+  included. Where the same details are already logged at INFO (synthesis
+  stages) the callers leave them to the log, so that nothing prints twice.
+
+Only rank 0 of an MPI job shows progress (``Progress.for_args(args,
+rank)``). No progress library is a dependency of ccsynth, hence this small
+module instead of one.
+
+Example:
+    >>> import io
+    >>> out = io.StringIO()
+    >>> p = Progress(SUMMARY, out, interval=0.0)
+    >>> c = p.counter("size", 2)
+    >>> c.step("1K: 3.1 us"); c.step("2K: 3.5 us")
+    >>> print(out.getvalue(), end="")
+    [1/2] size 1K: 3.1 us
+    [2/2] size 2K: 3.5 us
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import TextIO
+from collections.abc import Callable
+
+__all__ = ["QUIET", "SUMMARY", "DETAIL", "INTERVAL_S", "Progress", "Counter", "SynthStages", "level_from"]
+
+QUIET, SUMMARY, DETAIL = 0, 1, 2
+#: default seconds between two throttled lines
+INTERVAL_S = 2.0
+
+
+def level_from(verbose: int, quiet: bool) -> int:
+    """The display level of ``-v`` count and ``-q`` (``-q`` wins)."""
+    if quiet:
+        return QUIET
+    return DETAIL if verbose else SUMMARY
+
+
+class Progress:
+    """Progress lines on ``stream`` (standard error) at a verbosity ``level``."""
+
+    def __init__(self, level: int = SUMMARY, stream: TextIO | None = None, *, interval: float = INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.level = level
+        self.stream = stream
+        self.interval = interval
+        self.clock = clock
+        self._last = clock()
+
+    @classmethod
+    def for_args(cls, args, rank: int = 0) -> Progress:
+        """The display the command line asked for (``args.verbose``/``args.quiet``); silent on ranks other than 0."""
+        level = level_from(getattr(args, "verbose", 0), getattr(args, "quiet", False)) if rank == 0 else QUIET
+        return cls(level)
+
+    @property
+    def verbose(self) -> bool:
+        return self.level >= DETAIL
+
+    def _print(self, text: str) -> None:
+        out = self.stream if self.stream is not None else sys.stderr
+        out.write(text + "\n")
+        out.flush()
+        self._last = self.clock()
+
+    def due(self) -> bool:
+        """Whether a throttled line may be printed now (the interval has passed since the last line)."""
+        return self.clock() - self._last >= self.interval
+
+    def say(self, text: str) -> None:
+        """A stage summary: shown unless ``-q``."""
+        if self.level >= SUMMARY:
+            self._print(text)
+
+    def detail(self, text: str) -> None:
+        """A detail: shown with ``-v``; by default only when the interval has passed (a heartbeat)."""
+        if self.level >= DETAIL or (self.level >= SUMMARY and self.due()):
+            self._print(text)
+
+    def counter(self, label: str, total: int) -> Counter:
+        """A ``[k/N]`` counter over ``total`` items called ``label``."""
+        return Counter(self, label, total)
+
+
+class Counter:
+    """``[k/N] label detail`` lines: every one with ``-v``, throttled by default (see the module docstring)."""
+
+    def __init__(self, progress: Progress, label: str, total: int):
+        self.progress = progress
+        self.label = label
+        self.total = max(int(total), 0)
+        self.k = 0
+        self._start = progress.clock()
+
+    def prefix(self) -> str:
+        return f"[{self.k}/{self.total}]" if self.total else f"[{self.k}]"
+
+    def step(self, detail: str = "") -> None:
+        """Item k+1 is done: say so if due."""
+        self.k += 1
+        p = self.progress
+        last = self.total and self.k >= self.total and p.clock() - self._start >= p.interval
+        if p.level >= DETAIL or (p.level >= SUMMARY and (p.due() or last)):
+            p._print(" ".join(x for x in (self.prefix(), self.label, detail) if x))
+
+
+_CANDIDATES = re.compile(r"^(\d+) candidate")
+#: synthesis stages shown by default (the others are details: -v, or a heartbeat when a stretch is long)
+SUMMARY_STAGES = ("contiguity", "verify", "baselines")
+
+
+class SynthStages:
+    """The progress callback of :func:`ccsynth.synth.synthesize.synthesize` (``progress(stage, seconds, detail)``).
+
+    By default: a ``[k/N]`` counter over the candidate sketches (N from the
+    ``sketches`` stage) and the summary stages (:data:`SUMMARY_STAGES`);
+    the rest as throttled heartbeats. With ``-v`` it prints nothing: the
+    library logs every stage at INFO, which ``-v`` shows. ``summaries=False``
+    (a ``--sizes`` sweep, whose own counter is the summary) turns the summary
+    stages into heartbeats too. ``prefix`` starts every line (e.g. the size).
+    """
+
+    def __init__(self, progress: Progress, *, summaries: bool = True, prefix: str = ""):
+        self.progress = progress
+        self.summaries = summaries
+        self.prefix = prefix
+        self._candidates: Counter | None = None
+
+    def __call__(self, stage: str, seconds: float, detail: str) -> None:
+        p = self.progress
+        if p.level != SUMMARY:
+            return
+        head = f"{self.prefix}[{seconds:7.2f}s]"
+        if stage == "sketches":
+            m = _CANDIDATES.match(detail)
+            self._candidates = p.counter("candidate", int(m.group(1)) if m else 0)
+            if self.summaries:
+                p.say(f"{head} {m.group(0) + 's' if m else 'candidates'} to route and order")
+            return
+        if stage == "candidate" and self._candidates is not None:
+            self._candidates.label = f"{head} candidate:"
+            self._candidates.step(detail)
+            return
+        if self.summaries and stage in SUMMARY_STAGES:
+            p.say(f"{head} {stage}: {detail}")
+        else:
+            p.detail(f"{head} {stage}: {detail}")

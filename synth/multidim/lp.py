@@ -1,0 +1,267 @@
+"""Beyond Themis: an LP that splits the data over dimension orders to balance the dimensions.
+
+Themis decides chunk by chunk, greedily. This module decides all at once:
+how much of the data takes each reduce-scatter order, so that the busiest
+dimension is as little busy as possible. Orders are paths in the *lattice
+of partially reduced states*: a state is the set ``S`` of dimensions a
+chunk has already reduced over, and an edge ``S -> S + {d}`` is a phase on
+dimension ``d`` over the range ``chunk / prod(p_j, j in S)``. A share of
+the data is a flow from the empty set to the full set, so the model is a
+flow over ``D * 2^(D-1)`` edges (32 for four dimensions), and every flow
+decomposes into orders (:func:`decompose`).
+
+For ``K`` equal chunks of ``S / K`` bytes, a chunk crossing edge ``e``
+occupies its dimension for ``tau_e``, and with ``f_e`` the share of the
+data on edge ``e``::
+
+    minimise T
+    subject to  sum over the edges e of dimension d of  K f_e tau_e <= T    for every dimension d
+                sum over the edges out of {} of f_e = 1
+                flow in = flow out at every state but {} and the full set
+                f_e >= 0
+
+With ``tau_e`` the time a phase occupies its dimension *whatever overlaps
+it* (:meth:`~ccsynth.synth.multidim.cost.PhaseCosts.floor`: a ring phase
+all of its time, a direct phase the time its bytes take on the streams --
+its overheads and latency can hide behind the previous phase's bytes), the
+optimum ``T*`` is a lower bound on the makespan of every schedule of ``K``
+equal chunks in dimension orders with these per-dimension algorithms, in
+the dimension-level model (:mod:`ccsynth.synth.multidim.pipeline`), Themis's
+and the fixed order's included: the *LP's own bound*, reported with its
+schedules. Rounding to whole chunks and the pipeline's fill, drain and
+exposed latencies are what a schedule adds to it.
+
+The LP is degenerate (only the busiest dimensions are tight), so a second
+stage picks, among the optimal flows, the one whose chunks spend the least
+time in all (latency included): fewer small latency-bound phases, shorter
+chains. The same LP with every phase charged its whole time
+(``charge="full"``) gives a second, latency-aware flow; its value is no
+bound (latencies can overlap), only its schedule is used.
+
+:func:`lattice_walk` turns a flow into ``K`` chunks: chunk by chunk, it
+walks the lattice from the empty state along the edge furthest behind its
+share of the flow (ties: the least loaded dimension, Themis's rule), so
+that every prefix of the chunk sequence follows the flow.
+
+Example:
+    >>> from ccsynth.topologies.catalog import hierarchical
+    >>> from ccsynth.synth.multidim.network import dim_net
+    >>> from ccsynth.synth.multidim.cost import PhaseCosts
+    >>> net = dim_net(hierarchical([(4, 100, 0.0, 0.0), (4, 100, 0.0, 0.0)]))
+    >>> sol = solve_lattice(net, PhaseCosts(net), "allreduce", 1 << 20, 4)
+    >>> [(order, round(x, 3)) for order, x in sol.fractions]   # symmetric dimensions: half the data each way
+    [((0, 1), 0.5), ((1, 0), 0.5)]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import pulp
+
+from ccsynth.errors import CollectiveError
+from ccsynth.synth.multidim.chunks import ChunkPlan, make_chunk
+from ccsynth.synth.multidim.cost import PhaseCosts
+from ccsynth.synth.multidim.load import DimLoads
+from ccsynth.synth.multidim.network import DimNet
+from ccsynth.synth.solver import SolverOptions, solve, value
+
+__all__ = ["CHARGES", "WEIGHT_UNITS", "LatticeSolution", "solve_lattice", "decompose", "lattice_walk", "lp_chunks",
+           "weighted_chunks", "bandwidth_bound"]
+
+log = logging.getLogger(__name__)
+
+#: how the LP charges a phase: ``floor`` (what it occupies whatever overlaps it: the bound) or ``full``;
+#: ``bandwidth`` (the bytes at the dimension's fastest per-byte rate, no latency) is :func:`bandwidth_bound`'s
+CHARGES = ("floor", "full")
+#: units per chunk (on average) of :func:`weighted_chunks`: the grain of its shares is 1 / (this x chunks)
+WEIGHT_UNITS = 16
+#: flows below this (a share of the data) are solver noise, not an order
+_FLOW_EPS = 1e-9
+#: the second stage keeps T within this relative distance of the optimum
+_SECOND_STAGE_SLACK = 1e-6
+
+Edge = tuple[int, int]  # (state as a bit set of reduced dimensions, dimension)
+
+
+@dataclass(frozen=True)
+class LatticeSolution:
+    """The LP's answer for ``chunks`` equal chunks.
+
+    ``flows`` maps every lattice edge to its share of the data,
+    ``fractions`` the orders those shares decompose into (largest first),
+    ``bound_us`` is the optimum ``T*`` (a bound only with ``charge="floor"``).
+    """
+
+    flows: tuple[tuple[Edge, float], ...]
+    fractions: tuple[tuple[tuple[int, ...], float], ...]
+    bound_us: float
+    chunks: int
+    charge: str
+    seconds: float
+    size_bytes: float = 0.0
+
+
+def _phase_charge(costs: PhaseCosts, kind: str, d: int, m: float, charge: str) -> float:
+    """What one chunk's phase(s) over ``m`` bytes on dimension ``d`` cost the dimension (both halves of an allreduce)."""
+    reduce = kind != "allgather"
+    if charge == "bandwidth":
+        rate = min(costs.us_per_byte(d, a) for a in costs.net.dims[d].algorithms)
+        return (2 if kind == "allreduce" else 1) * costs.sent_bytes(d, m) * rate
+    alg = costs.best(d, m, reduce=reduce).algorithm
+    fn = costs.floor if charge == "floor" else costs.time
+    if kind == "allreduce":
+        return fn(d, alg, m, reduce=True) + fn(d, alg, m, reduce=False)
+    return fn(d, alg, m, reduce=reduce)
+
+
+def solve_lattice(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chunks: int,
+                  options: SolverOptions | None = None, charge: str = "floor") -> LatticeSolution:
+    """Solve the lattice LP for ``chunks`` equal chunks, then its second stage (see the module docstring)."""
+    if charge not in CHARGES + ("bandwidth",):
+        raise CollectiveError(f"unknown LP charge {charge!r}; choose one of: {', '.join(CHARGES)}")
+    options = options or SolverOptions()
+    n_dims = net.n_dims
+    full = (1 << n_dims) - 1
+    chunk = size_bytes / chunks
+    prob = pulp.LpProblem("multidim_lattice", pulp.LpMinimize)
+    t = prob.add_variable("T", lowBound=0)
+    f: dict[Edge, pulp.LpVariable] = {}
+    tau: dict[Edge, float] = {}
+    whole: dict[Edge, float] = {}
+    for s in range(full):
+        reduced = math.prod(net.dims[j].size for j in range(n_dims) if s >> j & 1)
+        for d in range(n_dims):
+            if not s >> d & 1:
+                f[(s, d)] = prob.add_variable(f"f_{s}_{d}", lowBound=0)
+                tau[(s, d)] = _phase_charge(costs, kind, d, chunk / reduced, charge)
+                whole[(s, d)] = _phase_charge(costs, kind, d, chunk / reduced, "full")
+    prob += t
+    prob += (pulp.lpSum(f[(0, d)] for d in range(n_dims)) == 1, "source")
+    for s in range(1, full):
+        inflow = pulp.lpSum(f[(s & ~(1 << d), d)] for d in range(n_dims) if s >> d & 1)
+        outflow = pulp.lpSum(f[(s, d)] for d in range(n_dims) if not s >> d & 1)
+        prob += (inflow == outflow, f"conserve_{s}")
+    for d in range(n_dims):
+        prob += (pulp.lpSum(chunks * tau[e] * var for e, var in f.items() if e[1] == d) <= t, f"busy_{d}")
+    first = solve(prob, options, stage=f"multidim lattice LP ({chunks} chunks, {charge})")
+    t_star = value(t)
+    if charge == "bandwidth":  # a bound only: no second stage
+        flows = {e: max(0.0, value(var)) for e, var in f.items()}
+        return LatticeSolution(tuple(sorted(flows.items())), decompose(flows, n_dims), t_star, chunks, charge,
+                               first.seconds, size_bytes)
+    prob += (t <= t_star * (1 + _SECOND_STAGE_SLACK), "keep_optimum")
+    prob.setObjective(pulp.lpSum(var * whole[e] for e, var in f.items()))
+    second = solve(prob, options, stage=f"multidim lattice LP, second stage ({chunks} chunks, {charge})")
+    flows = {e: max(0.0, value(var)) for e, var in f.items()}
+    return LatticeSolution(tuple(sorted(flows.items())), decompose(flows, n_dims), t_star, chunks, charge,
+                           first.seconds + second.seconds, size_bytes)
+
+
+def decompose(flows: dict[Edge, float], n_dims: int) -> tuple[tuple[tuple[int, ...], float], ...]:
+    """Orders carrying the lattice flow ``flows[(state, dim)]``, largest first; deterministic.
+
+    From the empty state, follow the edge of largest remaining flow (ties:
+    the lower dimension) to the full state; that path carries the smallest
+    flow along it; subtract and repeat while flow leaves the empty state.
+    """
+    left = {e: max(0.0, x) for e, x in flows.items()}
+    full = (1 << n_dims) - 1
+    out: dict[tuple[int, ...], float] = {}
+    for _ in range(len(left) + 1):  # each round empties at least one edge
+        if sum(left.get((0, d), 0.0) for d in range(n_dims)) <= _FLOW_EPS:
+            break
+        s, edges = 0, []
+        while s != full:
+            d = max((d for d in range(n_dims) if not s >> d & 1), key=lambda d: (left[(s, d)], -d))
+            edges.append((s, d))
+            s |= 1 << d
+        x = min(left[e] for e in edges)
+        if x <= _FLOW_EPS:
+            break
+        for e in edges:
+            left[e] -= x
+        order = tuple(d for _, d in edges)
+        out[order] = out.get(order, 0.0) + x
+    total = sum(out.values()) or 1.0
+    return tuple(sorted(((o, x / total) for o, x in out.items()), key=lambda ox: (-ox[1], ox[0])))
+
+
+def lattice_walk(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, flows: dict[Edge, float],
+                 chunks: int) -> list[tuple[int, ...]]:
+    """``chunks`` orders that follow ``flows`` (see the module docstring)."""
+    used = dict.fromkeys(flows, 0)
+    n_dims = net.n_dims
+    full = (1 << n_dims) - 1
+    loads = DimLoads(net, costs, kind)
+    b = size_bytes / chunks
+    out = []
+    for j in range(chunks):
+        rank = {d: i for i, d in enumerate(loads.least_loaded_first())}
+        s, order = 0, []
+        while s != full:
+            d = max((d for d in range(n_dims) if not s >> d & 1),
+                    key=lambda d: (round(flows[(s, d)] * (j + 1) - used[(s, d)], 9), -rank[d]))
+            used[(s, d)] += 1
+            order.append(d)
+            s |= 1 << d
+        loads.add(make_chunk(net, costs, kind, tuple(order), b), b)
+        out.append(tuple(order))
+    return out
+
+
+def lp_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chunks: int,
+              options: SolverOptions | None = None, charge: str = "floor"
+              ) -> tuple[tuple[ChunkPlan, ...], LatticeSolution]:
+    """``chunks`` equal chunks following the LP's flow, and the LP's solution."""
+    sol = solve_lattice(net, costs, kind, size_bytes, chunks, options, charge)
+    orders = lattice_walk(net, costs, kind, size_bytes, dict(sol.flows), chunks)
+    b = size_bytes / chunks
+    log.debug("lattice LP (%s), %d chunks: T* %.3f us; orders %s", charge, chunks, sol.bound_us,
+              ", ".join(f"{'-'.join(map(str, o))}: {x:.3f}" for o, x in sol.fractions))
+    return tuple(make_chunk(net, costs, kind, o, b) for o in orders), sol
+
+
+def weighted_chunks(net: DimNet, costs: PhaseCosts, kind: str, chunks: tuple[ChunkPlan, ...],
+                    sol: LatticeSolution) -> tuple[ChunkPlan, ...]:
+    """``chunks`` (the walk of :func:`lp_chunks`) resized so that each order carries its LP share exactly.
+
+    With ``K`` equal chunks an order's share is a multiple of ``1 / K``; in
+    four dimensions (24 orders) that rounding costs several percent. Here
+    the chunks keep their number and orders, but each order's chunks split
+    ``share x WEIGHT_UNITS x K`` units among them (at least one each), so
+    the shares are exact to ``1 / (WEIGHT_UNITS x K)``. Orders the
+    decomposition does not name keep an equal chunk's units. The per-phase
+    algorithm is chosen again for the new sizes.
+    """
+    k = len(chunks)
+    total = WEIGHT_UNITS * k
+    share = dict(sol.fractions)
+    count: dict[tuple[int, ...], int] = {}
+    for c in chunks:
+        count[c.order] = count.get(c.order, 0) + 1
+    left = {o: (round(share[o] * total) if o in share else WEIGHT_UNITS * n) for o, n in count.items()}
+    out = []
+    seen: dict[tuple[int, ...], int] = {}
+    for c in chunks:
+        i = seen.get(c.order, 0)
+        seen[c.order] = i + 1
+        n = count[c.order]
+        units = max(1, left[c.order] // n + (1 if i < left[c.order] % n else 0))
+        out.append((c.order, units))
+    size = sum(u for _, u in out)
+    return tuple(make_chunk(net, costs, kind, o, sol.size_bytes * u / size, u) for o, u in out)
+
+
+def bandwidth_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float,
+                    options: SolverOptions | None = None) -> float:
+    """The least time (us) the busiest dimension needs for the bytes alone, over every split of the data
+    among dimension orders: the lattice LP with every phase charged its bytes at the dimension's fastest
+    per-byte rate (no latency, no overhead; linear in the chunk size, so one chunk says it all).
+
+    It bounds every schedule of per-dimension phases in dimension orders, whatever its chunks; the
+    benchmark's *utilization* is this bound over a schedule's time.
+    """
+    return solve_lattice(net, costs, kind, size_bytes, 1, options, "bandwidth").bound_us

@@ -1,0 +1,283 @@
+"""The schedulers' public face: a policy, a chunk count, the dimension-level model's verdict.
+
+:func:`schedule_multidim` runs one scheduler on a topology (or its
+:class:`~ccsynth.synth.multidim.network.DimNet`) for one collective and size:
+
+============== ===================================================================
+scheduler      chunks and their dimension orders
+============== ===================================================================
+``fixed``      ascending order for every chunk (:func:`~.policies.fixed_chunks`)
+``themis``     Themis's greedy, least-loaded dimension first (:func:`~.policies.themis_chunks`)
+``themis-flex`` the same over chunks whose sizes taper at both ends (:func:`~.policies.flex_units`)
+``lp``         the lattice LP's orders, rounded to chunks (:func:`~.lp.lp_chunks`); its
+               optimum ``T*`` is reported as the bound it is measured against
+``auto``       every scheduler above; the fastest in the model wins (ties: the order above)
+============== ===================================================================
+
+Every scheduler tries the same chunk counts (:func:`chunk_counts`: 1, 2, 4,
+... while a chunk keeps :data:`MIN_CHUNK_BYTES` and the count stays within
+:data:`MAX_CHUNKS`), each under both queue priorities of the
+dimension-level model (:data:`~.pipeline.PRIORITIES`), and keeps the
+fastest in that model (:func:`~.pipeline.time_chunks`): more chunks
+pipeline better but pay every phase's latency and message overheads once
+more each, and the time is not convex in the count (Themis's greedy has
+nothing to balance with one chunk), so every count is tried; there are at
+most 11. Comparisons are therefore at each scheduler's own best chunk
+count, as for the baselines (:mod:`ccsynth.synth.baseline_search`).
+
+``lp`` keeps the fastest of its two flows' roundings (equal chunks, and
+chunks resized so that each order carries its LP share exactly,
+:func:`~.lp.weighted_chunks`; the latter only without ``max_chunks``, since
+the IR takes at most four units a chunk) and of Themis's and the fixed
+order's chunks for the same count: those are feasible points of the LP's
+class (the warm starts a solver would be given), so the LP is never worse
+than either, and its own bound ``T*`` holds for all of them;
+:attr:`MultiDimSchedule.origin` says which one won.
+
+Nothing here walks the ranks: scheduling 4,096 ranks in 4 dimensions costs
+what 16 ranks do (see ``bench/bench_multidim.py``). Every result is a
+deterministic function of the topology, the collective and the size (the
+LP is solved to optimality), so every rank derives the same schedule.
+
+Example:
+    >>> from ccsynth.topologies.catalog import hierarchical
+    >>> t = hierarchical([(4, 100), (4, 100)])
+    >>> fixed = schedule_multidim(t, "allreduce", 64 << 20, "fixed")
+    >>> lp = schedule_multidim(t, "allreduce", 64 << 20, "lp")
+    >>> round(fixed.makespan_us / lp.makespan_us, 2) > 1.4    # the LP balances the two dimensions
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+
+from ccsynth.errors import CollectiveError, SizeError
+from ccsynth.synth.multidim.chunks import ChunkPlan, check_kind
+from ccsynth.synth.multidim.cost import PhaseCosts
+from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, weighted_chunks
+from ccsynth.synth.multidim.network import DimNet, dim_net
+from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
+from ccsynth.synth.multidim.policies import equal_units, fixed_chunks, flex_units, themis_chunks
+from ccsynth.synth.solver import SolverOptions
+from ccsynth.tolerance import is_less
+from ccsynth.topologies.model import Topology
+
+__all__ = [
+    "SCHEDULERS",
+    "POLICIES",
+    "MAX_CHUNKS",
+    "MIN_CHUNK_BYTES",
+    "MultiDimSchedule",
+    "chunk_counts",
+    "check_scheduler",
+    "schedule_multidim",
+    "compare_schedulers",
+]
+
+log = logging.getLogger(__name__)
+
+#: the schedulers a user can name (``auto`` runs the others)
+SCHEDULERS = ("fixed", "themis", "themis-flex", "lp", "auto")
+#: the policies ``auto`` compares, in tie-breaking order
+POLICIES = ("fixed", "themis", "themis-flex", "lp")
+#: the most chunks a collective is cut into
+MAX_CHUNKS = 1024
+#: more chunks are tried only while a chunk keeps at least this many bytes
+MIN_CHUNK_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class MultiDimSchedule:
+    """A multi-dimension schedule: chunks with their dimension orders, and the model's timing of them."""
+
+    scheduler: str  # the policy that made it (``auto`` names the winner here)
+    kind: str
+    size_bytes: float
+    net: DimNet
+    chunks: tuple[ChunkPlan, ...]
+    timing: DimTiming
+    lp_bound_us: float | None = None  # the LP's own bound T* (lp only)
+    origin: str = ""  # where the chunk orders come from (lp: its own rounding or the Themis warm start)
+    tried: tuple[tuple[int, float], ...] = field(default=(), compare=False)  # (chunk count, makespan) searched
+
+    @property
+    def makespan_us(self) -> float:
+        return self.timing.makespan_us
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.chunks)
+
+    def order_counts(self) -> list[tuple[tuple[int, ...], int]]:
+        """How many chunks (weighted by units) take each reduce-scatter order, most first."""
+        counts: dict[tuple[int, ...], int] = {}
+        for c in self.chunks:
+            counts[c.order] = counts.get(c.order, 0) + c.units
+        return sorted(counts.items(), key=lambda oc: (-oc[1], oc[0]))
+
+    def algorithms_used(self) -> list[str]:
+        """Per active dimension: the algorithms its phases run (e.g. ``direct`` or ``ring+direct``)."""
+        used: list[set[str]] = [set() for _ in self.net.dims]
+        for c in self.chunks:
+            for d, a in zip(c.order, c.algorithms):
+                used[d].add(a)
+        return ["+".join(sorted(u)) for u in used]
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary (the CLI's ``--json``)."""
+        util = self.timing.utilization(self.net)
+        return {
+            "scheduler": self.scheduler,
+            "kind": self.kind,
+            "topology": self.net.topology,
+            "size_bytes": self.size_bytes,
+            "chunks": self.n_chunks,
+            "time_us": self.makespan_us,
+            "lp_bound_us": self.lp_bound_us,
+            "origin": self.origin,
+            "orders": [{"order": [self.net.dims[d].name for d in o], "units": u} for o, u in self.order_counts()],
+            "dimensions": [
+                {"name": spec.name, "size": spec.size, "bw": spec.bw, "algorithm": alg, "busy_us": busy,
+                 "sent_bytes": sent, "utilization": u}
+                for spec, alg, busy, sent, u in zip(self.net.dims, self.algorithms_used(), self.timing.busy_us,
+                                                    self.timing.sent_bytes, util)
+            ],
+        }
+
+
+def check_scheduler(name: str) -> str:
+    """The canonical scheduler name (``themis_flex`` -> ``themis-flex``); CollectiveError for an unknown one."""
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in SCHEDULERS:
+        raise CollectiveError(f"unknown multi-dimension scheduler {name!r}; choose one of: {', '.join(SCHEDULERS)}")
+    return key
+
+
+def _check_size(size_bytes) -> float:
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, float)):
+        raise SizeError(f"message size must be a number of bytes, got {size_bytes!r}")
+    size = float(size_bytes)
+    if not math.isfinite(size) or size <= 0:
+        raise SizeError(f"message size must be a positive number of bytes, got {size_bytes!r}")
+    return size
+
+
+def chunk_counts(size_bytes: float) -> tuple[int, ...]:
+    """The chunk counts every scheduler tries (see the module docstring).
+
+    >>> chunk_counts(64 << 10)
+    (1, 2, 4, 8, 16)
+    """
+    out = [1]
+    while out[-1] * 2 <= MAX_CHUNKS and size_bytes / (out[-1] * 2) >= MIN_CHUNK_BYTES:
+        out.append(out[-1] * 2)
+    return tuple(out)
+
+
+class _Run:
+    """One scheduler on one (network, collective, size): builds chunks for a count, times them."""
+
+    def __init__(self, net: DimNet, costs: PhaseCosts, kind: str, size: float, policy: str, options: SolverOptions,
+                 weighted: bool = True):
+        self.net, self.costs, self.kind, self.size, self.policy, self.options = net, costs, kind, size, policy, options
+        self.weighted = weighted  # chunks of unequal units (the IR takes up to 4 units a chunk: off under max_chunks)
+
+    def at(self, k: int) -> MultiDimSchedule:
+        net, costs, kind, size = self.net, self.costs, self.kind, self.size
+        if self.policy == "fixed":
+            return self._timed(fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed order")
+        if self.policy == "themis":
+            return self._timed(themis_chunks(net, costs, kind, size, equal_units(k)), "greedy")
+        if self.policy == "themis-flex":
+            return self._timed(themis_chunks(net, costs, kind, size, flex_units(k)), "greedy, tapered chunks")
+        best: MultiDimSchedule | None = None
+        bound = None
+        candidates = []
+        for charge in CHARGES:
+            chunks, sol = lp_chunks(net, costs, kind, size, k, self.options, charge)
+            if charge == "floor":
+                bound = sol.bound_us
+            what = "bandwidth" if charge == "floor" else "latency-aware"
+            candidates.append((chunks, f"LP flow ({what})"))
+            if self.weighted and k > 1:
+                candidates.append((weighted_chunks(net, costs, kind, chunks, sol), f"LP flow ({what}), weighted chunks"))
+        # Themis's chunks and the fixed order are feasible points of the LP's class: warm starts the LP's
+        # roundings must beat
+        candidates.append((themis_chunks(net, costs, kind, size, equal_units(k)), "Themis warm start"))
+        candidates.append((fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed-order warm start"))
+        for chunks, origin in candidates:
+            s = self._timed(chunks, origin)
+            if best is None or is_less(s.makespan_us, best.makespan_us):
+                best = s
+        return replace(best, lp_bound_us=bound)
+
+    def _timed(self, chunks: tuple[ChunkPlan, ...], origin: str) -> MultiDimSchedule:
+        """``chunks`` timed under every queue priority; the faster one."""
+        timing = min((time_chunks(self.net, self.costs, self.kind, self.size, chunks, p) for p in PRIORITIES),
+                     key=lambda t: t.makespan_us)
+        return MultiDimSchedule(self.policy, self.kind, self.size, self.net, chunks, timing, origin=origin)
+
+
+def _search(run: _Run, counts: Sequence[int]) -> MultiDimSchedule:
+    """Every chunk count of ``counts``; the fastest in the model (ties: fewer chunks)."""
+    best: MultiDimSchedule | None = None
+    tried = []
+    for k in counts:
+        s = run.at(k)
+        tried.append((k, s.makespan_us))
+        if best is None or is_less(s.makespan_us, best.makespan_us):
+            best = s
+    return replace(best, tried=tuple(tried))  # counts is never empty, so best is set
+
+
+def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float, scheduler: str = "auto", *,
+                      chunks: int | None = None, max_chunks: int | None = None,
+                      options: SolverOptions | None = None) -> MultiDimSchedule:
+    """The multi-dimension schedule of ``kind`` (allreduce, reduce_scatter, allgather) that ``scheduler`` makes.
+
+    ``chunks`` fixes the chunk count (default: each scheduler's best, see
+    the module docstring); ``max_chunks`` caps the counts tried (the IR
+    takes at most :func:`~ccsynth.synth.multidim.lowering.ir_max_chunks`). Raises :class:`~ccsynth.errors.TopologyError` for
+    a topology without dimensions, :class:`~ccsynth.errors.CollectiveError`
+    for an unknown scheduler or collective, :class:`~ccsynth.errors.SizeError`
+    for a bad size.
+    """
+    name = check_scheduler(scheduler)
+    kind = check_kind(kind)
+    size = _check_size(size_bytes)
+    net = topology if isinstance(topology, DimNet) else dim_net(topology)
+    if chunks is not None:
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_CHUNKS:
+            raise CollectiveError(f"the chunk count must be an integer from 1 to {MAX_CHUNKS}, got {chunks!r}")
+        counts: tuple[int, ...] = (chunks,)
+    else:
+        counts = chunk_counts(size)
+        if max_chunks is not None:
+            counts = tuple(k for k in counts if k <= max_chunks) or (1,)
+    costs = PhaseCosts(net)
+    options = options or SolverOptions()
+    t0 = time.perf_counter()
+    policies = POLICIES if name == "auto" else (name,)
+    best: MultiDimSchedule | None = None
+    for policy in policies:
+        s = _search(_Run(net, costs, kind, size, policy, options, weighted=max_chunks is None), counts)
+        log.info("%s on %s, %s bytes: %d chunks, %.3f us in the dimension model", policy, net.topology, f"{size:.0f}",
+                 s.n_chunks, s.makespan_us)
+        if best is None or is_less(s.makespan_us, best.makespan_us):
+            best = s
+    log.debug("scheduled in %.3f s", time.perf_counter() - t0)
+    return best
+
+
+def compare_schedulers(topology: Topology | DimNet, kind: str, size_bytes: float,
+                       schedulers: Sequence[str] = POLICIES, *, max_chunks: int | None = None,
+                       options: SolverOptions | None = None) -> dict[str, MultiDimSchedule]:
+    """Several schedulers on the same case (the network is read once): name -> schedule."""
+    net = topology if isinstance(topology, DimNet) else dim_net(topology)
+    return {check_scheduler(s): schedule_multidim(net, kind, size_bytes, s, max_chunks=max_chunks, options=options)
+            for s in schedulers}

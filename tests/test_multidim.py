@@ -1,0 +1,239 @@
+"""Multi-dimension schedulers (synth/multidim): hand-checked cases, verification, the model vs the simulator,
+determinism, the phase plan, the CLI and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ccsynth.cli import main as cli_main
+from ccsynth.collectives.spec import Collective
+from ccsynth.collectives.verify import verify
+from ccsynth.errors import CCSynthError, CollectiveError, SizeError, TopologyError
+from ccsynth.formats.files import get_topology
+from ccsynth.formats.msccl import schedule_to_msccl_xml
+from ccsynth.synth.multidim import POLICIES, compare_schedulers, dim_net, schedule_multidim
+from ccsynth.synth.multidim.cost import PhaseCosts
+from ccsynth.synth.multidim.lowering import MAX_IR_RANKS, ir_max_chunks, to_schedule
+from ccsynth.synth.multidim.lp import bandwidth_bound
+from ccsynth.synth.multidim.phases import PhasePlanner, to_phase_plan
+from ccsynth.synth.multidim.utilization import dimension_utilization
+from ccsynth.synth.simulate import simulate
+from ccsynth.topologies.catalog import hierarchical
+from ccsynth.topologies.model import Switch, Topology
+
+#: every topology of the cross-check (up to 128 ranks; 2D to 4D, balanced and imbalanced, the machines as 2D)
+CROSS_CHECK = [
+    "hierarchical:2x2@200,50",
+    "hierarchical:4x4@100,100",
+    "hierarchical:2x3x2@200,100,50",
+    "hierarchical:2x2x2x2@400,200,100,50",
+    "hierarchical:8x4@50,200",
+    "ndv2x2",
+    "dgx_a100x2",
+    "torus:4x4",
+    "fat_tree:4x4",
+]
+
+
+# ------------------------------------------------------------------ cases known by hand
+def test_one_chunk_reduce_scatter_takes_the_fast_dimension_first():
+    # 4 x 4, dimension 0 at 25 GB/s, dimension 1 at 100: reducing over dimension 1 first moves 3/4 of the data at
+    # 100 GB/s and 3/16 at 25 (0.015 S us/MB), the fixed order 3/4 at 25 and 3/16 at 100 (0.032 S): twice as slow.
+    t = hierarchical([(4, 25, 0.0, 0.0), (4, 100, 0.0, 0.0)])
+    size = 64 << 20
+    fixed = schedule_multidim(t, "reduce_scatter", size, "fixed", chunks=1)
+    lp = schedule_multidim(t, "reduce_scatter", size, "lp", chunks=1)
+    assert fixed.chunks[0].order == (0, 1)
+    assert lp.chunks[0].order == (1, 0)
+    assert fixed.makespan_us == pytest.approx(size * (0.75 / 25e3 + 0.1875 / 100e3), rel=1e-6)
+    assert lp.makespan_us == pytest.approx(size * (0.75 / 100e3 + 0.1875 / 25e3), rel=1e-6)
+    assert fixed.makespan_us / lp.makespan_us == pytest.approx(0.031875 / 0.015, rel=1e-6)
+
+
+def test_symmetric_dimensions_split_half_and_half():
+    # two alike dimensions: the LP sends half the data each way and halves the busiest dimension's load
+    t = hierarchical([(4, 100, 0.0, 0.0), (4, 100, 0.0, 0.0)])
+    lp = schedule_multidim(t, "allreduce", 1 << 30, "lp", chunks=16)
+    counts = dict(lp.order_counts())
+    assert counts == {(0, 1): 8, (1, 0): 8}
+    themis = schedule_multidim(t, "allreduce", 1 << 30, "themis", chunks=16)
+    assert dict(themis.order_counts()) == {(0, 1): 8, (1, 0): 8}  # Themis alternates
+    fixed = schedule_multidim(t, "allreduce", 1 << 30, "fixed", chunks=16)
+    assert fixed.makespan_us / lp.makespan_us > 1.4
+
+
+def test_themis_load_formula_and_threshold():
+    from ccsynth.synth.multidim.chunks import make_chunk
+    from ccsynth.synth.multidim.load import DimLoads
+    from ccsynth.synth.multidim.policies import THEMIS_THRESHOLD, themis_chunks
+
+    net = dim_net(hierarchical([(4, 200), (2, 50)]))
+    costs = PhaseCosts(net)
+    loads = DimLoads(net, costs, "allreduce")
+    loads.add(make_chunk(net, costs, "allreduce", (0, 1), 1000.0), 1000.0)
+    # load_d += bytes (p_d - 1) / p_d / (BW_d / BW_0), twice for allreduce; bytes /= p_d
+    assert loads.values == pytest.approx([2 * 750.0, 2 * 250 * 0.5 / (50 / 200)])
+    assert loads.least_loaded_first() == (1, 0)
+    # the first chunk takes the natural order (nothing loaded: below the threshold), the next least loaded first
+    chunks = themis_chunks(net, costs, "allreduce", 1 << 20, [1, 1])
+    assert chunks[0].order == (0, 1) and chunks[1].order == (1, 0)
+    assert 0 < THEMIS_THRESHOLD < 1
+
+
+def test_lp_is_never_worse_than_themis_and_respects_its_bound():
+    for spec in ("hierarchical:4x8x4@200,100,50", "hierarchical:8x8x8x8@400,200,100,50", "ndv2x4"):
+        net = dim_net(get_topology(spec))
+        for size in (1 << 20, 1 << 30):
+            got = compare_schedulers(net, "allreduce", size, ("fixed", "themis", "lp"))
+            assert got["lp"].makespan_us <= got["themis"].makespan_us * (1 + 1e-9)
+            assert got["lp"].makespan_us <= got["fixed"].makespan_us * (1 + 1e-9)
+            assert got["lp"].lp_bound_us <= got["lp"].makespan_us * (1 + 1e-9)
+            assert bandwidth_bound(net, PhaseCosts(net), "allreduce", size) <= got["lp"].makespan_us * (1 + 1e-9)
+
+
+# ------------------------------------------------------------------ IR, verification, simulator
+@pytest.mark.parametrize("spec", CROSS_CHECK)
+def test_every_scheduler_verifies_and_the_model_matches_the_simulator(spec):
+    t = get_topology(spec)
+    net = dim_net(t)
+    worst = 0.0
+    for kind in ("allreduce", "reduce_scatter", "allgather"):
+        cap = ir_max_chunks(kind, net)
+        for policy in POLICIES:
+            for size in (1 << 14, 1 << 24):
+                md = schedule_multidim(net, kind, size, policy, max_chunks=cap)
+                sched = to_schedule(md, t)
+                verify(sched, t)
+                sim = simulate(sched, t, size).time_us
+                worst = max(worst, abs(sim - md.makespan_us) / sim)
+    assert worst <= 0.05, f"{spec}: the dimension-level model is {worst:.1%} from the event-driven simulator"
+
+
+def test_model_matches_simulator_at_128_ranks():
+    t = get_topology("hierarchical:4x8x4@200,100,50")
+    net = dim_net(t)
+    for policy in ("fixed", "lp"):
+        md = schedule_multidim(net, "allreduce", 64 << 20, policy, max_chunks=2)
+        sched = to_schedule(md, t)
+        verify(sched, t)
+        sim = simulate(sched, t, 64 << 20).time_us
+        assert abs(sim - md.makespan_us) / sim <= 0.05
+
+
+def test_msccl_export_and_utilization():
+    t = get_topology("hierarchical:2x2x2@200,100,50")
+    md = schedule_multidim(t, "allreduce", 1 << 22, "themis", max_chunks=4)
+    sched = to_schedule(md, t)
+    verify(sched, t)
+    xml = schedule_to_msccl_xml(sched, topology=t)
+    assert xml.startswith("<algo") and 'coll="allreduce"' in xml
+    sim = simulate(sched, t, 1 << 22)
+    use = dimension_utilization(sched, t, 1 << 22, sim.time_us)
+    assert [u.name for u in use] == ["dim0", "dim1", "dim2"]
+    assert all(0 < u.utilization <= 1 + 1e-9 for u in use)
+
+
+def test_synthesize_compares_against_the_multidim_schedulers():
+    from ccsynth.synth.synthesize import SynthReport, synthesize
+
+    t = get_topology("hierarchical:2x2@200,50")
+    report = SynthReport()
+    synthesize(t, Collective("allreduce", 4), size_bytes=1 << 24, report=report)
+    assert report.multidim and report.multidim["time_us"] > 0
+    assert set(report.multidim["model_us"]) == set(POLICIES)
+
+
+# ------------------------------------------------------------------ determinism, phase plans
+def test_schedules_and_plans_are_deterministic():
+    t = get_topology("hierarchical:4x8x4@200,100,50")
+    for policy in ("themis", "themis-flex", "lp", "auto"):
+        a = schedule_multidim(t, "allreduce", 64 << 20, policy)
+        b = schedule_multidim(get_topology("hierarchical:4x8x4@200,100,50"), "allreduce", 64 << 20, policy)
+        assert a.chunks == b.chunks and a.timing.tasks == b.timing.tasks
+        assert to_phase_plan(a).signature() == to_phase_plan(b).signature()
+
+
+def test_scheduling_4096_ranks_never_walks_the_ranks():
+    net = dim_net(get_topology("hierarchical:8x8x8x8@400,200,100,50"))
+    md = schedule_multidim(net, "allreduce", 1 << 30, "themis")
+    assert md.n_chunks >= 8 and md.net.n_ranks == 4096
+    plan = to_phase_plan(md)
+    assert plan.n_ranks == 4096 and len(plan.tasks) == 8 * len(plan.chunks)
+
+
+# ------------------------------------------------------------------ bad input
+def test_bad_input_errors():
+    plain = Topology("plain4", 4, switches=(Switch("sw", (0, 1, 2, 3), 10.0, 1.0),))
+    with pytest.raises(TopologyError, match="no network dimensions"):
+        schedule_multidim(plain, "allreduce", 1 << 20, "themis")
+    with pytest.raises(CollectiveError, match="unknown multi-dimension scheduler"):
+        schedule_multidim(hierarchical([(2, 100), (2, 50)]), "allreduce", 1 << 20, "greedy")
+    with pytest.raises(CollectiveError, match="allreduce, reduce_scatter, allgather"):
+        schedule_multidim(hierarchical([(2, 100), (2, 50)]), "alltoall", 1 << 20, "themis")
+    with pytest.raises(SizeError):
+        schedule_multidim(hierarchical([(2, 100), (2, 50)]), "allreduce", -5, "themis")
+    with pytest.raises(TopologyError, match="has 8 ranks but the communicator has 4"):
+        PhasePlanner(get_topology("hierarchical:2x2x2@200,100,50"), "themis", n_ranks=4)
+    with pytest.raises(CollectiveError):
+        to_schedule(schedule_multidim(get_topology("hierarchical:8x8x4@200,100,50"), "allreduce", 1 << 20,
+                                      "fixed", chunks=1), get_topology("hierarchical:8x8x4@200,100,50"))
+    assert MAX_IR_RANKS == 128
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["synth", "-t", "hierarchical:2x2@100,50", "-c", "allreduce", "--scheduler", "bogus"], "unknown multi-dimension"),
+    (["synth", "-t", "hierarchical:2x2@100,50", "-c", "alltoall", "--scheduler", "lp"], "allreduce, reduce_scatter"),
+    (["synth", "-t", "hierarchical:2x2x2", "-c", "allreduce", "--scheduler", "lp"], "GB/s of each dimension"),
+    (["synth", "-t", "hierarchical:4x4@100,50", "-c", "allreduce", "--scheduler", "lp", "--sizes", "1K:1M"],
+     "one --size"),
+])
+def test_cli_bad_input_exits_2(argv, match, capsys):
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err
+
+
+def test_cli_scheduler_without_dimensions_exits_2(tmp_path, capsys):
+    from ccsynth.topologies.io import save_topology
+
+    path = tmp_path / "plain.json"
+    save_topology(Topology("plain4", 4, switches=(Switch("sw", (0, 1, 2, 3), 10.0, 1.0),)), str(path))
+    assert cli_main(["synth", "-t", str(path), "-c", "allreduce", "--scheduler", "themis"]) == 2
+    assert "needs a topology with network dimensions" in capsys.readouterr().err
+
+
+def test_cli_synth_scheduler_json_and_simulate(tmp_path, capsys):
+    out = tmp_path / "md.json"
+    assert cli_main(["synth", "-t", "hierarchical:2x2x2@200,100,50", "-c", "allreduce", "--scheduler", "auto",
+                     "-s", "4M", "-o", str(out), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["schema"] == "ccsynth.synth.multidim/1" and got["output_format"] == "json"
+    assert set(got["schedulers"]) == set(POLICIES)
+    assert got["ir"]["model_error"] <= 0.05 and 0 < got["utilization"] <= 1
+    assert got["chosen"]["time_us"] == min(s["time_us"] for s in got["schedulers"].values())
+    assert cli_main(["simulate", str(out), "-s", "4M", "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert [d["name"] for d in sim["results"][0]["dimensions"]] == ["dim0", "dim1", "dim2"]
+    assert cli_main(["simulate", str(out), "-s", "4M"]) == 0
+    assert "per-dimension utilization" in capsys.readouterr().out
+
+
+def test_cli_4096_ranks_prints_the_model(capsys):
+    assert cli_main(["synth", "-t", "hierarchical:8x8x8x8@400,200,100,50", "-c", "allreduce", "--scheduler",
+                     "themis", "-s", "64M", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["n_ranks"] == 4096 and "ir" not in got and got["chosen"]["scheduler"] == "themis"
+
+
+def test_communicator_bad_input_before_communicating():
+    mpi = pytest.importorskip("mpi4py.MPI")
+    import ccsynth
+
+    with pytest.raises(TopologyError, match="has 8 ranks but the communicator has 1"):
+        ccsynth.Communicator(mpi.COMM_SELF, topology="hierarchical:2x2x2@200,100,50", scheduler="themis")
+    with pytest.raises(CollectiveError, match="unknown multi-dimension scheduler"):
+        ccsynth.Communicator(mpi.COMM_SELF, topology="hierarchical:2x2x2@200,100,50", scheduler="nope")
+    with pytest.raises(CCSynthError):
+        ccsynth.Communicator(mpi.COMM_SELF, scheduler="themis")
