@@ -72,6 +72,7 @@ from ccsynth.atomic import write_text
 from ccsynth.collectives.explicit import EXPLICIT_KIND, ExplicitCollective
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, ScheduleError, ScheduleFormatError
+from ccsynth.limits import LIMITS
 from ccsynth.limits import check as check_limit
 from ccsynth.reading import check_depth, parse_json, read_text
 
@@ -369,6 +370,8 @@ class Schedule:
             raise ScheduleError(f"a schedule of {c.describe()} (explicit chunks) is never in place, and its scratch "
                                 f"is the {c.relay_chunks} relay slot(s) its collective declares")
         ranks_of = [op.rank for op in self.ops]
+        max_channels = LIMITS["MAX_CHANNELS"]
+        sizes = {"i": c.in_chunks, "o": c.out_chunks, "s": self.scratch_chunks}
         for i, op in enumerate(self.ops):
             if op.id != i:
                 raise ScheduleError(f"operation at position {i} has id {op.id}; ids must be 0..{len(self.ops) - 1} in order")
@@ -378,7 +381,8 @@ class Schedule:
                 raise ScheduleError(f"operation {op.id} has unknown kind {op.kind!r}; kinds are {', '.join(OP_KINDS)}")
             if isinstance(op.channel, bool) or not isinstance(op.channel, int) or op.channel < 0:
                 raise ScheduleError(f"{op.describe()} has channel {op.channel!r}; channels are integers from 0")
-            check_limit(f"{op.describe()}: channel", op.channel, "MAX_CHANNELS", ScheduleError)
+            if op.channel > max_channels:  # described only when it fails (the description costs per op)
+                check_limit(f"{op.describe()}: channel", op.channel, "MAX_CHANNELS", ScheduleError)
             if op.kind in ("send", "recv"):
                 if not 0 <= op.peer < n or op.peer == op.rank:
                     raise ScheduleError(f"{op.describe()} has bad peer {op.peer}")
@@ -396,7 +400,7 @@ class Schedule:
             if op.src is not None and op.dst is not None and op.src.count != op.dst.count:
                 raise ScheduleError(f"{op.describe()} moves {op.src.count} chunk(s) into {op.dst.count}")
             for c in (op.src, op.dst):
-                if c is not None and c.index + c.count > self.buffer_chunks(c.buf):
+                if c is not None and c.index + c.count > sizes[c.buf]:
                     raise ScheduleError(
                         f"{op.describe()} touches {c}, past the end of buffer {c.buf!r} ({self.buffer_chunks(c.buf)} chunks)"
                     )

@@ -159,7 +159,7 @@ import itertools
 import logging
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -167,6 +167,7 @@ import numpy as np
 from ccsynth.collectives.spec import Collective, canonical_kind
 from ccsynth.errors import SizeError, TopologyError
 from ccsynth.synth.capacity import cover_capacity
+from ccsynth.synth.distances import class_distances
 from ccsynth.synth.trees.network import flow_network
 from ccsynth.synth.trees.symmetry import translations
 from ccsynth.synth.trees.throughput import RateCut, allgather_rate, gather_rate, min_pair_cut, rooted_rate
@@ -185,6 +186,8 @@ EXHAUSTIVE_RECHECK = 32
 ALL_PAIRS_MAX_RANKS = 128
 #: number of sampled sources above ALL_PAIRS_MAX_RANKS
 SAMPLED_SOURCES = 8
+#: above this many connections the aggregate bound's total capacity skips the cover over all of them
+COVER_ALL_MAX_CONNECTIONS = 200_000
 
 #: Human-readable formulas, per collective kind (for ``ccsynth simulate`` / docs).
 FORMULAS: dict[str, tuple[str, ...]] = {
@@ -275,16 +278,45 @@ class _Net:
 
     def __init__(self, topology: Topology):
         self.topology = topology
-        n = self.n = topology.n_ranks
+        self.n = topology.n_ranks
         self.res_bw = topology.resource_bw
-        self.in_conns: list[list[Connection]] = [[] for _ in range(n)]
-        self.out_conns: list[list[Connection]] = [[] for _ in range(n)]
-        for c in topology.connections():
-            self.in_conns[c.dst].append(c)
-            self.out_conns[c.src].append(c)
-        self.ingress = np.array([cover_capacity(self.in_conns[r], self.res_bw) for r in range(n)])
-        self.egress = np.array([cover_capacity(self.out_conns[r], self.res_bw) for r in range(n)])
         self._cap_cache: dict[tuple[int, bool], float] = {}
+
+    @cached_property
+    def in_conns(self) -> list[list[Connection]]:
+        out: list[list[Connection]] = [[] for _ in range(self.n)]
+        for c in self.topology.connections():
+            out[c.dst].append(c)
+        return out
+
+    @cached_property
+    def out_conns(self) -> list[list[Connection]]:
+        out: list[list[Connection]] = [[] for _ in range(self.n)]
+        for c in self.topology.connections():
+            out[c.src].append(c)
+        return out
+
+    def _conns_into(self, r: int) -> list[Connection]:
+        """The connections into ``r``, without listing every connection (switches and spines are symmetric)."""
+        t = self.topology
+        cand = set(t.neighbors_out(r)) | {link.src for link in t.links if link.dst == r}
+        return [c for a in sorted(cand) if (c := t.connection(a, r)) is not None]
+
+    def _per_orbit(self, cover_of) -> np.ndarray:
+        """``cover_of(r)`` for one rank per symmetry orbit, copied to the rest (translations preserve it)."""
+        group = translations(self.topology)
+        reps = {rep: cover_of(rep) for rep in group.representatives}
+        return np.array([reps[group.rep_of(r)] for r in range(self.n)])
+
+    @cached_property
+    def ingress(self) -> np.ndarray:
+        """Per rank, the cover capacity of the connections into it (one rank per symmetry orbit)."""
+        return self._per_orbit(lambda r: cover_capacity(self._conns_into(r), self.res_bw))
+
+    @cached_property
+    def egress(self) -> np.ndarray:
+        """Per rank, the cover capacity of the connections out of it (one rank per symmetry orbit)."""
+        return self._per_orbit(lambda r: cover_capacity(self.topology.connections_from(r), self.res_bw))
 
     @property
     def full(self) -> int:
@@ -308,8 +340,17 @@ class _Net:
         return self.cap_into(self.full ^ mask)
 
     def total_capacity(self) -> float:
-        conns = self.topology.connections()
-        return min(cover_capacity(conns, self.res_bw), float(self.ingress.sum()), float(self.egress.sum()))
+        """Upper bound (GB/s) on the rate of every connection at once.
+
+        The cover over every connection joins the per-rank sums only up to
+        :data:`COVER_ALL_MAX_CONNECTIONS` connections: beyond, listing them
+        costs more than the bound is worth (a larger capacity only weakens the
+        aggregate bound, never invalidates it).
+        """
+        cap = min(float(self.ingress.sum()), float(self.egress.sum()))
+        if self.topology.connection_count() <= COVER_ALL_MAX_CONNECTIONS:
+            cap = min(cap, cover_capacity(self.topology.connections(), self.res_bw))
+        return cap
 
     def _sources(self) -> list[int]:
         if self.n <= ALL_PAIRS_MAX_RANKS:
@@ -324,13 +365,17 @@ class _Net:
 
         With ``reverse`` the distances are *to* each source. Unreachable = inf.
         """
+        srcs = self._sources() if sources is None else list(sources)
+        fast = class_distances(self.topology, srcs, weight, reverse)
+        if fast is not None:
+            return fast
         import networkx as nx
 
         g = self.topology.graph
         if reverse:
             g = g.reverse(copy=False)
         out = {}
-        for s in (self._sources() if sources is None else sources):
+        for s in srcs:
             if weight == "hops":
                 d = nx.single_source_shortest_path_length(g, s)
             else:

@@ -101,6 +101,8 @@ class _Emitter:
         self._chunks: dict[tuple[str, int], Chunks] = {}
         self.scratch: dict[int, int] = {}
         self._first: dict[int, list[tuple[tuple, int]]] = {}
+        self._rev_coords: list[tuple[int, ...]] | None = None  # per rank, most significant coordinate first
+        self._rev_sizes = tuple(reversed(self.group.sizes))
 
     def prioritise(self, rank: int, key: tuple, send: int) -> None:
         """Send op ``send`` of ``rank`` (from the input) leaves in ``key`` order among the rank's (see above)."""
@@ -128,9 +130,11 @@ class _Emitter:
 
     def offset(self, a: int, b: int) -> tuple[int, ...]:
         """``b``'s coordinates minus ``a``'s (mod each size, most significant first): translation-invariant."""
-        g = self.group
-        ca, cb = g.coords(a), g.coords(b)
-        return tuple((y - x) % s for x, y, s in zip(reversed(ca), reversed(cb), reversed(g.sizes)))
+        rc = self._rev_coords
+        if rc is None:
+            g = self.group
+            rc = self._rev_coords = [tuple(reversed(g.coords(r))) for r in range(g.n)]
+        return tuple((y - x) % s for x, y, s in zip(rc[a], rc[b], self._rev_sizes))
 
     def resources(self, a: int, b: int) -> frozenset[str]:
         """The resources of connection ``a -> b``."""
@@ -209,16 +213,18 @@ def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_d
     while frontier:
         nxt = []
         for p in frontier:
-            sent: list[tuple[frozenset[str], int]] = []
+            last: dict[str, int] = {}  # per resource, the last send of this chunk from p through it
             first = root_dep if p == tree.root else (got[p],)
             for v in sorted(kids.get(p, ()), key=lambda v: (-size[v], em.offset(p, v))):
                 res = em.resources(p, v)
                 deps = list(first)
-                sharing = [sid for other, sid in sent if other & res]
-                if sharing:
-                    deps.append(sharing[-1])
+                # the latest earlier send sharing a resource (send ids grow in send order)
+                prior = max((last[r] for r in res if r in last), default=None)
+                if prior is not None:
+                    deps.append(prior)
                 sid, got[v] = em.transfer(p, v, src if p == tree.root else slot, slot, send_deps=deps)
-                sent.append((res, sid))
+                for r in res:
+                    last[r] = sid
                 nxt.append(v)
         frontier = nxt
 

@@ -34,9 +34,13 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ccsynth.synth.distances import classes_disjoint
 from ccsynth.topologies.model import Topology
 
-__all__ = ["Translations", "translations", "is_automorphism"]
+__all__ = ["Translations", "translations", "is_automorphism", "FULL_CHECK_MAX_CONNECTIONS"]
+
+#: above this many connections a generator that is not a structural automorphism is not checked pair by pair
+FULL_CHECK_MAX_CONNECTIONS = 200_000
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,59 @@ def _constraint_index(topology: Topology) -> dict[tuple[frozenset, frozenset], l
     return index
 
 
+def _structure(topology: Topology) -> dict:
+    """The topology's parts as rank sets with their parameters (what a structural automorphism must keep)."""
+    leaf_names = {name for sp in topology.spines for name in sp.leaves}
+    by_name = {sw.name: sw for sw in topology.switches}
+    switches: dict[frozenset, list] = {}
+    for sw in topology.switches:
+        switches.setdefault(frozenset(sw.ranks), []).append((sw.bw, sw.alpha, sw.overhead, sw.name in leaf_names))
+    spines: dict[frozenset, list] = {}
+    for sp in topology.spines:
+        leaves = frozenset(frozenset(by_name[name].ranks) for name in sp.leaves)
+        spines.setdefault(leaves, []).append((sp.alpha, sp.overhead, sp.uplink_bw))
+    ports: dict[tuple[frozenset, frozenset], list] = {}
+    for p in topology.shared_ports:
+        ports.setdefault((frozenset(p.srcs), frozenset(p.dsts)), []).append(p.bw)
+    node_sets: dict[int, set[int]] = {}
+    for r, node in enumerate(topology.nodes):
+        node_sets.setdefault(node, set()).add(r)
+    out = {
+        "links": sorted((l.src, l.dst, l.alpha, l.bw, l.overhead) for l in topology.links),
+        "switches": {k: sorted(v) for k, v in switches.items()},
+        "spines": {k: sorted(v, key=repr) for k, v in spines.items()},
+        "ports": {k: sorted(v) for k, v in ports.items()},
+        "nodes": {frozenset(v) for v in node_sets.values()},
+    }
+    return out
+
+
+def _structural_automorphism(topology: Topology, perm: tuple[int, ...], structure: dict) -> bool:
+    """Whether ``perm`` maps every link, switch, spine (leaf sets), shared port and node onto an equal one.
+
+    Sufficient for an automorphism when every pair of ranks is joined by at
+    most one link, switch or spine (:func:`~ccsynth.synth.distances.classes_disjoint`:
+    then the connections and constraints are functions of these parts); it
+    never lists the connections.
+    """
+    def img(ranks) -> frozenset:
+        return frozenset(perm[r] for r in ranks)
+
+    links = sorted((perm[a], perm[b], al, bw, o) for a, b, al, bw, o in structure["links"])
+    if links != structure["links"]:
+        return False
+    for key, params in structure["switches"].items():
+        if structure["switches"].get(img(key)) != params:
+            return False
+    for key, params in structure["spines"].items():
+        if structure["spines"].get(frozenset(img(leaf) for leaf in key)) != params:
+            return False
+    for (srcs, dsts), bws in structure["ports"].items():
+        if structure["ports"].get((img(srcs), img(dsts))) != bws:
+            return False
+    return {img(v) for v in structure["nodes"]} == structure["nodes"]
+
+
 def is_automorphism(topology: Topology, perm: tuple[int, ...], index=None) -> bool:
     """Whether ``perm`` maps every connection onto one and every bandwidth constraint onto an equal one."""
     for c in topology.connections():
@@ -137,7 +194,9 @@ def translations(topology: Topology) -> Translations:
     best = Translations(n, (n,), ())
     if n < 2:
         return best
-    index = _constraint_index(topology)
+    structure = _structure(topology) if classes_disjoint(topology) else None
+    listable = topology.connection_count() <= FULL_CHECK_MAX_CONNECTIONS
+    index = _constraint_index(topology) if listable else None
     for sizes in _systems(topology):
         active = []
         for d, s in enumerate(sizes):
@@ -145,7 +204,9 @@ def translations(topology: Topology) -> Translations:
                 continue
             probe = Translations(n, sizes, (d,))
             shift = tuple(1 if i == d else 0 for i in range(len(sizes)))
-            if is_automorphism(topology, probe.permutation(shift), index):
+            perm = probe.permutation(shift)
+            structural = structure is not None and _structural_automorphism(topology, perm, structure)
+            if structural or (listable and is_automorphism(topology, perm, index)):
                 active.append(d)
         cand = Translations(n, sizes, tuple(active))
         if cand.order > best.order:
