@@ -31,7 +31,9 @@ def data(rank: int, n: int, dtype, salt: int) -> np.ndarray:
 
 def check(name: str, ok: bool, why: str = "") -> bool:
     rank = MPI.COMM_WORLD.Get_rank()
-    print(f"CASE {name} {'PASS' if ok else 'FAIL'} rank {rank}" + (f": {why}" if why else ""), flush=True)
+    # one write per line: ranks share the pipe, and a line written in pieces can interleave with another's
+    sys.stdout.write(f"CASE {name} {'PASS' if ok else 'FAIL'} rank {rank}" + (f": {why}" if why else "") + "\n")
+    sys.stdout.flush()
     return ok
 
 
