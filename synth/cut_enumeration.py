@@ -29,7 +29,7 @@ import highspy
 import numpy as np
 
 from ccsynth.errors import TopologyError
-from ccsynth.synth.solver import _silence_highs_banner  # the CLI's --json output stays clean
+from ccsynth.synth.solver import silence_highs_banner  # the CLI's --json output stays clean
 from ccsynth.synth.bounds import cut_needs
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
@@ -58,7 +58,7 @@ def lp_capacity_into(topology: Topology, inside: frozenset[int]) -> float:
     for j, c in enumerate(conns):
         for r in c.resources:
             rows.setdefault(r, []).append(j)
-    _silence_highs_banner()
+    silence_highs_banner()
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     m = len(conns)

@@ -46,7 +46,7 @@ from ccsynth.errors import InfeasibleError, SolverError
 from ccsynth.limits import check as check_limit
 from ccsynth.tolerance import EVENT_REL, is_close
 
-__all__ = ["SOLVERS", "SolverOptions", "SolveResult", "available_solvers", "resolve_solver", "solve", "value"]
+__all__ = ["SOLVERS", "SolverOptions", "SolveResult", "available_solvers", "resolve_solver", "solve", "value", "silence_highs_banner"]
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def solve(prob: pulp.LpProblem, options: SolverOptions, stage: str, *, time_limi
     timed_out = False
     if backend == "highs":
         if not options.msg:
-            _silence_highs_banner()
+            silence_highs_banner()
         solver = _HiGHSWarm(msg=options.msg, timeLimit=limit, gapRel=options.gap, threads=options.threads)
         solver.warm = warm_start
         try:
@@ -270,7 +270,7 @@ class _HiGHSWarm(pulp.HiGHS):
 _BANNER_DONE = False
 
 
-def _silence_highs_banner() -> None:
+def silence_highs_banner() -> None:
     """Create the process's first ``highspy.Highs`` with stdout closed.
 
     HiGHS prints a copyright banner to the C-level stdout when the first

@@ -65,7 +65,7 @@ import highspy
 import numpy as np
 
 from ccsynth.errors import InfeasibleError
-from ccsynth.synth.solver import _silence_highs_banner  # the CLI's --json output stays clean
+from ccsynth.synth.solver import silence_highs_banner  # the CLI's --json output stays clean
 from ccsynth.synth.trees.arborescence import min_arborescence, tree_cost
 from ccsynth.synth.trees.network import flow_network
 from ccsynth.synth.trees.symmetry import Translations, translations
@@ -245,7 +245,7 @@ class _LP:
         self.rows = rows
         self.n_res = len(rows.caps)
         self.n_extra = len(extra_rhs)
-        _silence_highs_banner()
+        silence_highs_banner()
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         inf = highspy.kHighsInf
