@@ -187,21 +187,35 @@ class Op:
         c = self.src if self.src is not None else self.dst
         return c.count if c is not None else 0
 
+    @property
+    def src_chunks(self) -> Chunks:
+        """``src`` of an op whose kind has one (send, copy, reduce); ScheduleError if it is absent."""
+        if self.src is None:
+            raise ScheduleError(f"operation {self.id} ({self.kind}) has no src")
+        return self.src
+
+    @property
+    def dst_chunks(self) -> Chunks:
+        """``dst`` of an op whose kind has one (recv, copy, reduce); ScheduleError if it is absent."""
+        if self.dst is None:
+            raise ScheduleError(f"operation {self.id} ({self.kind}) has no dst")
+        return self.dst
+
     def reads(self) -> tuple[Chunks, ...]:
         """Chunk ranges this op reads on its own rank."""
         if self.kind == "send":
-            return (self.src,)
+            return (self.src_chunks,)
         if self.kind == "copy":
-            return (self.src,)
+            return (self.src_chunks,)
         if self.kind == "reduce":
-            return (self.src, self.dst)
+            return (self.src_chunks, self.dst_chunks)
         if self.kind == "recv" and self.reduce:
-            return (self.dst,)
+            return (self.dst_chunks,)
         return ()
 
     def writes(self) -> tuple[Chunks, ...]:
         """Chunk ranges this op writes on its own rank."""
-        return () if self.kind == "send" else (self.dst,)
+        return () if self.kind == "send" else (self.dst_chunks,)
 
     def describe(self) -> str:
         if self.kind == "send":
@@ -399,17 +413,19 @@ class Schedule:
                 raise ScheduleError(f"{op.describe()}: only a recv can carry reduce=true (use a 'reduce' op)")
             if op.src is not None and op.dst is not None and op.src.count != op.dst.count:
                 raise ScheduleError(f"{op.describe()} moves {op.src.count} chunk(s) into {op.dst.count}")
-            for c in (op.src, op.dst):
-                if c is not None and c.index + c.count > sizes[c.buf]:
+            for ch in (op.src, op.dst):
+                if ch is not None and ch.index + ch.count > sizes[ch.buf]:
                     raise ScheduleError(
-                        f"{op.describe()} touches {c}, past the end of buffer {c.buf!r} ({self.buffer_chunks(c.buf)} chunks)"
+                        f"{op.describe()} touches {ch}, past the end of buffer {ch.buf!r} ({self.buffer_chunks(ch.buf)} chunks)"
                     )
             if not self.collective.uniform and op.src is not None and op.dst is not None and \
                     self.units(op.rank, op.src) != self.units(op.rank, op.dst):
                 raise ScheduleError(f"{op.describe()} moves {self.units(op.rank, op.src)} unit(s) into "
                                     f"{self.units(op.rank, op.dst)}")
             if op.kind in ("copy", "reduce"):
-                src, dst = (self.storage(op.rank, op.src), self.storage(op.rank, op.dst)) if self.in_place else (op.src, op.dst)
+                src, dst = op.src_chunks, op.dst_chunks
+                if self.in_place:
+                    src, dst = self.storage(op.rank, src), self.storage(op.rank, dst)
                 if _overlap(src, dst):
                     aliased = " (input and output are one buffer)" if self.in_place else ""
                     raise ScheduleError(f"{op.describe()} reads and writes overlapping chunks{aliased}")
