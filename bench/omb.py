@@ -432,10 +432,10 @@ def _collective(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
         ref = V.pattern(root, count, ctx.dtype, n_ranks=n)
         buf = ctx.to_device(ref) if rank == root else ctx.output(count)
 
-        def reset():
+        def reset_broadcast():
             buf[...] = ctx.to_device(ref) if rank == root else V.sentinel(ctx.dtype)
 
-        return Case(lambda: fn(buf), nbytes, count, reset, lambda: ctx.equal(buf, ref),
+        return Case(lambda: fn(buf), nbytes, count, reset_broadcast, lambda: ctx.equal(buf, ref),
                     algorithm=chosen, stats=stats, stats_reset=stats_reset, wrong=lambda: ctx.wrong(buf, ref))
     send, recv = ctx.input(sc), ctx.output(rc)
     send_ref = V.pattern(rank, sc, ctx.dtype, n_ranks=n)
