@@ -66,7 +66,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from ccsynth.atomic import write_text
 from ccsynth.collectives.explicit import EXPLICIT_KIND, ExplicitCollective
@@ -100,6 +100,7 @@ __all__ = [
     "OP_KINDS",
     "IN_PLACE_ALIASING",
     "Chunks",
+    "ChunkRanges",
     "Op",
     "Schedule",
     "in_place_storage",
@@ -168,8 +169,34 @@ def _overlap(a: Chunks, b: Chunks) -> bool:
     return a.buf == b.buf and a.index < b.index + b.count and b.index < a.index + a.count
 
 
+class ChunkRanges:
+    """``src_chunks``/``dst_chunks`` of an op record with optional ``src``/``dst`` ranges.
+
+    :class:`Op` and the op records built from it (the executor's local ops,
+    the MSCCL reader's drafts) have the ranges their kind uses and None for
+    the others. Code that needs a range reads it here: reading one the kind
+    lacks is a bug or a malformed input, and raises ``missing_error``.
+    """
+
+    src: Chunks | None
+    dst: Chunks | None
+    missing_error: ClassVar[type[ScheduleError]] = ScheduleError
+
+    @property
+    def src_chunks(self) -> Chunks:
+        if self.src is None:
+            raise self.missing_error(f"{self!r} has no src range")
+        return self.src
+
+    @property
+    def dst_chunks(self) -> Chunks:
+        if self.dst is None:
+            raise self.missing_error(f"{self!r} has no dst range")
+        return self.dst
+
+
 @dataclass(frozen=True)
-class Op:
+class Op(ChunkRanges):
     """One operation of one rank. ``id`` is its index in ``Schedule.ops``."""
 
     id: int
@@ -186,20 +213,6 @@ class Op:
     def count(self) -> int:
         c = self.src if self.src is not None else self.dst
         return c.count if c is not None else 0
-
-    @property
-    def src_chunks(self) -> Chunks:
-        """``src`` of an op whose kind has one (send, copy, reduce); ScheduleError if it is absent."""
-        if self.src is None:
-            raise ScheduleError(f"operation {self.id} ({self.kind}) has no src")
-        return self.src
-
-    @property
-    def dst_chunks(self) -> Chunks:
-        """``dst`` of an op whose kind has one (recv, copy, reduce); ScheduleError if it is absent."""
-        if self.dst is None:
-            raise ScheduleError(f"operation {self.id} ({self.kind}) has no dst")
-        return self.dst
 
     def reads(self) -> tuple[Chunks, ...]:
         """Chunk ranges this op reads on its own rank."""

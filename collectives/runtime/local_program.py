@@ -57,7 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from collections.abc import Callable, Sequence
 
-from ccsynth.collectives.schedule import Chunks, Schedule
+from ccsynth.collectives.schedule import ChunkRanges, Chunks, Schedule
 from ccsynth.errors import ScheduleError
 from ccsynth.graphs import dependency_cycle, topological_order
 
@@ -73,7 +73,7 @@ Cols = tuple  # per chunk of a range: its column, or None for a value nothing wr
 
 
 @dataclass(frozen=True)
-class LocalOp:
+class LocalOp(ChunkRanges):
     """One op of this rank after the rewrites (compile-time form).
 
     ``kind`` is ``send``, ``recv``, ``rrecv`` (a receive that reduces),
@@ -93,20 +93,6 @@ class LocalOp:
     sched_ids: tuple[int, ...] = ()
     src_cols: Cols = ()
     dst_cols: Cols = ()
-
-    @property
-    def src_chunks(self) -> Chunks:
-        """``src`` of an op whose kind reads one (send, copy, reduce, rrc); ScheduleError if it is absent."""
-        if self.src is None:
-            raise ScheduleError(f"local op {self.idx} ({self.kind}) has no src")
-        return self.src
-
-    @property
-    def dst_chunks(self) -> Chunks:
-        """``dst`` of an op whose kind writes one (every kind but send); ScheduleError if it is absent."""
-        if self.dst is None:
-            raise ScheduleError(f"local op {self.idx} ({self.kind}) has no dst")
-        return self.dst
 
     def reads(self) -> list[Chunks]:
         k = self.kind

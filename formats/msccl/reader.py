@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from ccsynth.collectives.schedule import IN_PLACE_ALIASING, Chunks, Op, Schedule, in_place_storage
+from ccsynth.collectives.schedule import IN_PLACE_ALIASING, ChunkRanges, Chunks, Op, Schedule, in_place_storage
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, ScheduleError, ScheduleFormatError
 from ccsynth.formats.msccl.limits import RUNTIME_MAX_COUNT, UNBOUNDED
@@ -172,7 +172,7 @@ class _Stream:
 
 
 @dataclass
-class _Draft:
+class _Draft(ChunkRanges):
     """An op under construction; ``key`` orders ops as the file does."""
 
     rank: int
@@ -184,20 +184,7 @@ class _Draft:
     peer: int = -1
     reduce: bool = False
     deps: set[int] = field(default_factory=set)
-
-    @property
-    def src_chunks(self) -> Chunks:
-        """``src`` of a draft whose kind reads one (send, copy, reduce)."""
-        if self.src is None:
-            raise ScheduleFormatError(f"{self.kind} op at {self.key} has no src")
-        return self.src
-
-    @property
-    def dst_chunks(self) -> Chunks:
-        """``dst`` of a draft whose kind writes one (every kind but send)."""
-        if self.dst is None:
-            raise ScheduleFormatError(f"{self.kind} op at {self.key} has no dst")
-        return self.dst
+    missing_error = ScheduleFormatError
 
 
 # ------------------------------------------------------------------ reader
