@@ -38,9 +38,10 @@ log = logging.getLogger(__name__)
 _TIE = 0.01  # weight of the busiest rank's time in the objective, after the completion time T
 
 
-def milp_choices(task: ReshardTask, fabric: Fabric, options: SolverOptions) -> dict[tuple[int, int], Choice]:
-    fds = far_deliveries(task, fabric)
-    warm = greedy_choices(task, fabric)
+def milp_choices(task: ReshardTask, fabric: Fabric, options: SolverOptions, *,
+                 funnel: bool = False) -> dict[tuple[int, int], Choice]:
+    fds = far_deliveries(task, fabric, funnel=funnel)
+    warm = greedy_choices(task, fabric, funnel=funnel)
     if not fds:
         return warm
     prob = pulp.LpProblem("reshard", pulp.LpMinimize)
@@ -103,5 +104,5 @@ def milp_choices(task: ReshardTask, fabric: Fabric, options: SolverOptions) -> d
     return out
 
 
-def milp_hops(task: ReshardTask, fabric: Fabric, options: SolverOptions) -> list[Hop]:
-    return hops_of(task, fabric, milp_choices(task, fabric, options))
+def milp_hops(task: ReshardTask, fabric: Fabric, options: SolverOptions, *, funnel: bool = False) -> list[Hop]:
+    return hops_of(task, fabric, milp_choices(task, fabric, options, funnel=funnel))

@@ -113,8 +113,13 @@ def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner
         candidates = [naive_hops(task, fabric)]
     elif planner == "broadcast":
         candidates = [broadcast_hops(task, fabric)]
+        if topology is not None:
+            candidates.append(broadcast_hops(task, fabric, funnel=True))
     else:
-        candidates = [milp_hops(task, fabric, options or DEFAULT_MILP_OPTIONS), broadcast_hops(task, fabric)]
+        opts = options or DEFAULT_MILP_OPTIONS
+        candidates = [milp_hops(task, fabric, opts), broadcast_hops(task, fabric)]
+        if topology is not None:
+            candidates += [milp_hops(task, fabric, opts, funnel=True), broadcast_hops(task, fabric, funnel=True)]
     name = f"reshard-{planner}"
     topo_name = topology.name if topology is not None else ""
     sched = schedule_of(task, candidates[0], n_ranks=n, name=name, topology=topo_name, planner=planner)
