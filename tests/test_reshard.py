@@ -308,3 +308,38 @@ def test_verifier_names_the_pieces_of_an_explicit_collective():
     msg = str(e.value)
     assert "holds piece 1 but explicit needs piece 0: missing piece 0, unexpected piece 1" in msg, msg
     assert "input chunk" not in msg and "contribution" not in msg
+
+
+def test_reshard_takes_shards_through_the_communicators_array_like_and_staging_rules():
+    from ccsynth.errors import BufferMismatchError
+    from ccsynth.synth.reshard import api
+
+    # array-likes become arrays sharing their memory (no copy); a non-array is one clear error
+    buf = bytearray(16)
+    a = api._array(buf, "out", writable=True)
+    a[0] = 5
+    assert buf[0] == 5
+    with pytest.raises(BufferMismatchError, match="local_shard must be an array"):
+        api._array(object(), "local_shard")
+    # host shards never stage (no MPI query); a bad mode is named
+    assert api._must_stage("always", (np.zeros(3), None)) is False
+    with pytest.raises(LayoutError, match="staging must be one of"):
+        api._must_stage("sometimes", (np.zeros(3),))
+
+
+def test_run_staged_on_one_rank_copies_in_once_and_back_into_a_strided_out():
+    from mpi4py import MPI
+
+    from ccsynth.collectives.staging import Stager
+
+    task = ReshardTask.of((6, 4), "float32", (1,), "R,R", (1,), "R,R")
+    prog = ReshardProgram(plan_reshard(task, planner="naive"), 0)
+    full = np.arange(24, dtype=np.float32).reshape(6, 4)
+    copies = []
+    stager = Stager(host_empty=np.empty, to_host=lambda d, s: copies.append("in") or np.copyto(d, s),
+                    to_device=lambda d, s: copies.append("back") or np.copyto(d, s))
+    big = np.full((12, 8), -1, np.float32)
+    got = prog.run_staged(MPI.COMM_SELF, np.asfortranarray(full), big[::2, ::2], stager)
+    assert np.array_equal(got, full) and np.array_equal(big[::2, ::2], full) and (big[1::2] == -1).all()
+    assert copies == ["in", "back"]
+    assert stager.nbytes >= 2 * full.nbytes  # kept for the next call
