@@ -6,10 +6,19 @@
 collective (verify it with :func:`ccsynth.collectives.verify.verify`,
 simulate it with :func:`ccsynth.synth.simulate.simulate` at the tensor's
 byte size). With a topology, the broadcast and MILP planners build a few
-variants of their plan (the MILP's solution and its greedy warm start;
-each with and without sending to other hosts one piece at a time per rank)
-and keep the one the simulator predicts fastest, so the MILP plan is never
-slower than the broadcast plan. :func:`place_meshes` puts the meshes on a topology's ranks the
+variants of their plan (the MILP's solution and its greedy warm start; each
+also *funnelled*, with one sender and one entry per NIC group; each with and
+without sending to other hosts one piece at a time per rank) and keep the
+one the simulator predicts fastest, so the MILP plan is never slower than
+the broadcast plan. Funnelling is what a pipelined broadcast needs where
+destination hosts relay to each other (a slice with many destination
+hosts): with every rank behind a NIC sending its own slabs at once, the
+first slabs all arrive after as many slab times as there are ranks, and
+the relays start that late; with one stream per NIC the first slab arrives
+after one slab time and is passed on while the rest flows, as a ring
+broadcast pipelines its chunks hop by hop.
+
+:func:`place_meshes` puts the meshes on a topology's ranks the
 way the CLI does by default: the source mesh on the first ranks, the
 destination mesh on the ranks right after it when the topology has enough,
 else on the same ranks.
