@@ -23,7 +23,7 @@ from ccsynth.synth.reshard.runtime import ReshardProgram
 from ccsynth.synth.simulate import simulate
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.tolerance import is_less
-from ccsynth.topologies.catalog import fully_connected, hierarchical, ndv2
+from ccsynth.topologies.catalog import fully_connected, hierarchical, ndv2, shared_nic
 
 FAST_MILP = SolverOptions(time_limit=5.0)
 
@@ -268,9 +268,7 @@ def test_milp_within_1_2x_of_the_bound_where_every_destination_host_needs_the_wh
     # the whole tensor) is reached only if destination hosts forward slabs to each other while the sources
     # still send: one stream per NIC (the funnelled variants) lets the first slabs arrive, and be passed on,
     # after one slab time instead of after one per rank behind the NIC (before: 1.26x).
-    from ccsynth.bench.bench_reshard import hosts_one_nic
-
-    topo = hosts_one_nic(5, 2)
+    topo = shared_nic(5, 2)
     sm, dm = place_meshes((2, 2), (3, 2), topology=topo)
     task = ReshardTask.of((256, 256, 64), "float32", sm, "S0,R,R", dm, "R,R,R")
     s = plan_reshard(task, topo, planner="milp", options=FAST_MILP)
@@ -281,11 +279,10 @@ def test_milp_within_1_2x_of_the_bound_where_every_destination_host_needs_the_wh
 
 
 def test_funnelled_deliveries_use_one_sender_and_one_entry_per_nic():
-    from ccsynth.bench.bench_reshard import hosts_one_nic
     from ccsynth.synth.reshard.delivery import far_deliveries
     from ccsynth.synth.reshard.plan import Fabric
 
-    topo = hosts_one_nic(5, 2)
+    topo = shared_nic(5, 2)
     sm, dm = place_meshes((2, 2), (3, 2), topology=topo)
     task = ReshardTask.of((8, 4), "float32", sm, "S0,R", dm, "R,R")
     fabric = Fabric.of(topo, task, topo.n_ranks)

@@ -26,6 +26,11 @@ Grammar (names are case-insensitive; ``-`` may stand for ``_``)::
                                      LEAF nodes per leaf group (default all),
                                      OVERSUB the leaves' up-link ratio r:1
                                      (default 1, non-blocking); alias fattree
+    shared_nic:NxG[@BW,BW][/ALPHA,ALPHA][/OVERHEAD,OVERHEAD]
+                                     N hosts of G GPUs on a switch, one NIC
+                                     per host shared by its GPUs; pairs as
+                                     for fat_tree (inside a host, the NIC),
+                                     defaults 150,12.5 GB/s
     PATH.json[?KEY=VALUE&...]        a topology file; the file reader gets
                                      the options (a ccsynth topology file
                                      takes none)
@@ -78,7 +83,7 @@ _MACHINES: dict[str, tuple[Callable[..., Topology], bool]] = {
     "dgx_h100": (catalog.dgx_h100, True),
 }
 _FAMILY_RE = re.compile(r"^(?P<base>" + "|".join(map(re.escape, _MACHINES)) + r")(?:x(?P<nodes>\d+))?$")
-_SHAPES = ("ring", "fully_connected", "full", "torus", "hierarchical", "fat_tree", "fattree")
+_SHAPES = ("ring", "fully_connected", "full", "torus", "hierarchical", "fat_tree", "fattree", "shared_nic")
 _ALIASES = {"full": "fully_connected", "fattree": "fat_tree"}
 _EXAMPLES = {
     "ring": "ring:8",
@@ -88,6 +93,7 @@ _EXAMPLES = {
     "hierarchical": "hierarchical:4x8@200,50",
     "fat_tree": "fat_tree:16x8",
     "fattree": "fattree:16x8",
+    "shared_nic": "shared_nic:4x4",
 }
 
 
@@ -123,6 +129,30 @@ def _shape(text: str, kind: str, spec: str, example: str) -> list[int]:
     return [int(p) for p in parts]
 
 
+def _pairs(m: re.Match, kind: str, spec: str, where: str) -> dict:
+    """The ``@BW,BW``, ``/ALPHA,ALPHA`` and ``/OVERHEAD,OVERHEAD`` pairs of a two-tier spec (``where``: the pair's parts)."""
+    values = {}
+    for group, what, key in (("bw", "bandwidths after '@'", "bw"), ("alpha", "latencies after '/'", "alpha"),
+                             ("overhead", "per-message overheads after the second '/'", "overhead")):
+        got = _numbers(m.group(group), what, spec)
+        if got is not None:
+            if len(got) != 2:
+                raise TopologyError(f"topology {spec!r}: {kind} takes two {what.split(' after')[0]} "
+                                    f"({where}), got {len(got)}")
+            values[key] = tuple(got)
+    return values
+
+
+def _parse_shared_nic(rest: str, spec: str) -> Topology:
+    m = _SHAPE_RE.match(rest)
+    if not m:  # pragma: no cover - the pattern matches any string
+        raise TopologyError(f"topology {spec!r}: cannot parse {rest!r}")
+    sizes = _shape(m.group("shape"), "shared_nic", spec, "shared_nic:4x4")
+    if len(sizes) != 2:
+        raise TopologyError(f"topology {spec!r}: shared_nic needs HOSTSxGPUS, e.g. 'shared_nic:4x4'")
+    return catalog.shared_nic(sizes[0], sizes[1], **_pairs(m, "shared_nic", spec, "inside a host, the NIC"))
+
+
 def _parse_fat_tree(rest: str, spec: str) -> Topology:
     main, *tiers = rest.split(":")
     if len(tiers) > 2:
@@ -134,15 +164,7 @@ def _parse_fat_tree(rest: str, spec: str) -> Topology:
     sizes = _shape(m.group("shape"), "fat_tree", spec, "fat_tree:16x8")
     if len(sizes) != 2:
         raise TopologyError(f"topology {spec!r}: fat_tree needs NODESxGPUS, e.g. 'fat_tree:16x8'")
-    values = {}
-    for group, what, key in (("bw", "bandwidths after '@'", "bw"), ("alpha", "latencies after '/'", "alpha"),
-                             ("overhead", "per-message overheads after the second '/'", "overhead")):
-        got = _numbers(m.group(group), what, spec)
-        if got is not None:
-            if len(got) != 2:
-                raise TopologyError(f"topology {spec!r}: fat_tree takes two {what.split(' after')[0]} "
-                                    f"(inside a node, per NIC), got {len(got)}")
-            values[key] = tuple(got)
+    values = _pairs(m, "fat_tree", spec, "inside a node, per NIC")
     leaf = None
     ratio = 1.0
     if tiers:
@@ -160,6 +182,8 @@ def _parse_fat_tree(rest: str, spec: str) -> Topology:
 def _parse_shape(kind: str, rest: str, spec: str) -> Topology:
     if kind == "fat_tree":
         return _parse_fat_tree(rest, spec)
+    if kind == "shared_nic":
+        return _parse_shared_nic(rest, spec)
     m = _SHAPE_RE.match(rest)
     if not m:  # pragma: no cover - the pattern matches any string
         raise TopologyError(f"topology {spec!r}: cannot parse {rest!r}")
@@ -295,6 +319,11 @@ def list_topologies() -> list[tuple[str, str]]:
             "rail-optimized two-tier fat tree: fat_tree:NODESxGPUS[@GBps,GBps][/us,us][/us,us][:LEAF_NODES[:OVERSUB]] "
             "(pairs: inside a node, per NIC; default 300,25 GB/s; one leaf per rail per LEAF_NODES nodes, "
             "spine up-links 1/OVERSUB of the down-links)",
+        ),
+        (
+            "shared_nic:4x4",
+            "hosts of G GPUs on a switch, one NIC per host shared by its GPUs (Alpa's setting): "
+            "shared_nic:HOSTSxGPUS[@GBps,GBps][/us,us][/us,us] (pairs: inside a host, the NIC; default 150,12.5 GB/s)",
         ),
         ("PATH.json", "a ccsynth topology file ('ccsynth.topology' format version 1)"),
     ]
