@@ -118,16 +118,18 @@ def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner
     task = task.with_split(split)
     t0 = time.perf_counter()
     fabric = Fabric.of(topology, task, n)
+    # funnelled variants differ only where ranks share a NIC (not with a NIC per GPU, nor without a topology)
+    funnel = topology is not None and len(set(fabric.nic)) < n
     if planner == "naive":
         candidates = [naive_hops(task, fabric)]
     elif planner == "broadcast":
         candidates = [broadcast_hops(task, fabric)]
-        if topology is not None:
+        if funnel:
             candidates.append(broadcast_hops(task, fabric, funnel=True))
     else:
         opts = options or DEFAULT_MILP_OPTIONS
         candidates = [milp_hops(task, fabric, opts), broadcast_hops(task, fabric)]
-        if topology is not None:
+        if funnel:
             candidates += [milp_hops(task, fabric, opts, funnel=True), broadcast_hops(task, fabric, funnel=True)]
     name = f"reshard-{planner}"
     topo_name = topology.name if topology is not None else ""
