@@ -129,28 +129,32 @@ def _shape(text: str, kind: str, spec: str, example: str) -> list[int]:
     return [int(p) for p in parts]
 
 
-def _pairs(m: re.Match, kind: str, spec: str, where: str) -> dict:
-    """The ``@BW,BW``, ``/ALPHA,ALPHA`` and ``/OVERHEAD,OVERHEAD`` pairs of a two-tier spec (``where``: the pair's parts)."""
+def _two_tier(text: str, kind: str, spec: str, example: str, what: str, where: str) -> tuple[int, int, dict]:
+    """``AxB`` and the ``@BW,BW``, ``/ALPHA,ALPHA``, ``/OVERHEAD,OVERHEAD`` pairs of a two-tier spec.
+
+    ``what`` names the two sizes (``NODESxGPUS``), ``where`` the two parts each pair is for.
+    """
+    m = _SHAPE_RE.match(text)
+    if not m:  # pragma: no cover - the pattern matches any string
+        raise TopologyError(f"topology {spec!r}: cannot parse {text!r}")
+    sizes = _shape(m.group("shape"), kind, spec, example)
+    if len(sizes) != 2:
+        raise TopologyError(f"topology {spec!r}: {kind} needs {what}, e.g. {example!r}")
     values = {}
-    for group, what, key in (("bw", "bandwidths after '@'", "bw"), ("alpha", "latencies after '/'", "alpha"),
-                             ("overhead", "per-message overheads after the second '/'", "overhead")):
-        got = _numbers(m.group(group), what, spec)
+    for group, label, key in (("bw", "bandwidths after '@'", "bw"), ("alpha", "latencies after '/'", "alpha"),
+                              ("overhead", "per-message overheads after the second '/'", "overhead")):
+        got = _numbers(m.group(group), label, spec)
         if got is not None:
             if len(got) != 2:
-                raise TopologyError(f"topology {spec!r}: {kind} takes two {what.split(' after')[0]} "
+                raise TopologyError(f"topology {spec!r}: {kind} takes two {label.split(' after')[0]} "
                                     f"({where}), got {len(got)}")
             values[key] = tuple(got)
-    return values
+    return sizes[0], sizes[1], values
 
 
 def _parse_shared_nic(rest: str, spec: str) -> Topology:
-    m = _SHAPE_RE.match(rest)
-    if not m:  # pragma: no cover - the pattern matches any string
-        raise TopologyError(f"topology {spec!r}: cannot parse {rest!r}")
-    sizes = _shape(m.group("shape"), "shared_nic", spec, "shared_nic:4x4")
-    if len(sizes) != 2:
-        raise TopologyError(f"topology {spec!r}: shared_nic needs HOSTSxGPUS, e.g. 'shared_nic:4x4'")
-    return catalog.shared_nic(sizes[0], sizes[1], **_pairs(m, "shared_nic", spec, "inside a host, the NIC"))
+    hosts, gpus, values = _two_tier(rest, "shared_nic", spec, "shared_nic:4x4", "HOSTSxGPUS", "inside a host, the NIC")
+    return catalog.shared_nic(hosts, gpus, **values)
 
 
 def _parse_fat_tree(rest: str, spec: str) -> Topology:
@@ -158,13 +162,7 @@ def _parse_fat_tree(rest: str, spec: str) -> Topology:
     if len(tiers) > 2:
         raise TopologyError(f"topology {spec!r}: fat_tree takes at most ':LEAF_NODES:OVERSUB' after its shape, "
                             f"e.g. 'fat_tree:16x8:4:2'")
-    m = _SHAPE_RE.match(main)
-    if not m:  # pragma: no cover - the pattern matches any string
-        raise TopologyError(f"topology {spec!r}: cannot parse {main!r}")
-    sizes = _shape(m.group("shape"), "fat_tree", spec, "fat_tree:16x8")
-    if len(sizes) != 2:
-        raise TopologyError(f"topology {spec!r}: fat_tree needs NODESxGPUS, e.g. 'fat_tree:16x8'")
-    values = _pairs(m, "fat_tree", spec, "inside a node, per NIC")
+    nodes, gpus, values = _two_tier(main, "fat_tree", spec, "fat_tree:16x8", "NODESxGPUS", "inside a node, per NIC")
     leaf = None
     ratio = 1.0
     if tiers:
@@ -176,7 +174,7 @@ def _parse_fat_tree(rest: str, spec: str) -> Topology:
         if got is None or len(got) != 1:
             raise TopologyError(f"topology {spec!r}: one oversubscription ratio, e.g. ':2' for 2:1")
         ratio = got[0]
-    return catalog.fat_tree(sizes[0], sizes[1], leaf_nodes=leaf, oversubscription=ratio, **values)
+    return catalog.fat_tree(nodes, gpus, leaf_nodes=leaf, oversubscription=ratio, **values)
 
 
 def _parse_shape(kind: str, rest: str, spec: str) -> Topology:
