@@ -243,7 +243,6 @@ class ReshardProgram:
         be.synchronize()
         return out
 
-
     def run_staged(self, comm, local_src, out, stager: Stager, *, call: int = 0, stride: int | None = None,
                    wait: str = "auto"):
         """:meth:`run` on host stand-ins of (device) shards from ``stager``; see the module docstring.
