@@ -25,7 +25,8 @@ __all__ = ["greedy_choices", "broadcast_hops"]
 def greedy_choices(task: ReshardTask, fabric: Fabric, *, funnel: bool = False) -> dict[tuple[int, int], Choice]:
     """Sender and entry of every far delivery, largest pieces first, hosts in increasing order.
 
-    ``funnel``: one sender and one entry per NIC group (:func:`.delivery.far_deliveries`)."""
+    ``funnel``: one sender and one entry per NIC group (:func:`.delivery.far_deliveries`).
+    """
     loads = Loads(fabric)
     choices: dict[tuple[int, int], Choice] = {}
     by_piece: dict[int, list] = {}
