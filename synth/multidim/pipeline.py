@@ -16,7 +16,7 @@ what 8 do), with the per-message costs of the event-driven simulator:
   come first served);
 * a task's time is the phase time of :class:`~ccsynth.synth.multidim.cost.PhaseCosts`
   (a ring from its start; a direct phase queued behind the previous direct
-  phase's bytes and receive overheads, :func:`~ccsynth.synth.multidim.cost.direct_time`);
+  phase's send overheads, bytes and receive overheads, :func:`~ccsynth.synth.multidim.cost.direct_time`);
 * chunks are independent otherwise, so phases of different chunks on
   different dimensions overlap: the pipeline.
 
@@ -128,6 +128,7 @@ class _Dim:
     last: str | None = None  # algorithm of the last phase started
     data_free: float = -math.inf
     recv_free: float = -math.inf
+    send_free: float = -math.inf
     busy_until: float = 0.0
     busy: float = 0.0
     sent: float = 0.0
@@ -174,6 +175,8 @@ def time_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, ch
             dims[steps[k][i].dim].flight.remove(done)
             if i + 1 < len(steps[k]):
                 heapq.heappush(dims[steps[k][i + 1].dim].ready, _key(priority, k, i + 1))
+    if tasks:
+        makespan += net.call_overhead  # once per call (0 in the catalog; see DimNet)
     return DimTiming(makespan, tuple(q.busy for q in dims), tuple(q.sent for q in dims), tuple(tasks))
 
 
@@ -181,11 +184,12 @@ def _start(costs: PhaseCosts, q: _Dim, d: int, step, chunk: float, now: float) -
     """Start ``step`` on dimension ``d`` at ``now``; returns when it is done."""
     m = chunk * step.fraction
     if step.algorithm == "direct":
-        t = costs.direct(d, m, reduce=step.reduce, start=now, data_free=q.data_free, recv_free=q.recv_free)
-        q.data_free, q.recv_free, done = t.data_end, t.done, t.done
+        t = costs.direct(d, m, reduce=step.reduce, start=now, data_free=q.data_free, recv_free=q.recv_free,
+                         send_free=q.send_free)
+        q.data_free, q.recv_free, q.send_free, done = t.data_end, t.done, t.posted, t.done
     else:
         done = now + costs.time(d, step.algorithm, m, reduce=step.reduce)
-        q.data_free = q.recv_free = done
+        q.data_free = q.recv_free = q.send_free = done
     q.busy += done - max(now, q.busy_until)
     q.busy_until = max(q.busy_until, done)
     q.sent += costs.sent_bytes(d, m)

@@ -8,7 +8,7 @@ scheduler      chunks and their dimension orders
 ============== ===================================================================
 ``fixed``      ascending order for every chunk (:func:`~.policies.fixed_chunks`)
 ``themis``     Themis's greedy, least-loaded dimension first (:func:`~.policies.themis_chunks`)
-``themis-flex`` the same over chunks whose sizes taper at both ends (:func:`~.policies.flex_units`)
+``themis-flex`` Themis's flex variant: each chunk sized to close the load gap (:func:`~.policies.themis_flex_chunks`)
 ``lp``         the lattice LP's orders, rounded to chunks (:func:`~.lp.lp_chunks`); its
                optimum ``T*`` is reported as the bound it is measured against
 ``auto``       every scheduler above; the fastest in the model wins (ties: the order above)
@@ -62,7 +62,7 @@ from ccsynth.synth.multidim.cost import PhaseCosts
 from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, weighted_chunks
 from ccsynth.synth.multidim.network import DimNet, dim_net
 from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
-from ccsynth.synth.multidim.policies import equal_units, fixed_chunks, flex_units, themis_chunks
+from ccsynth.synth.multidim.policies import equal_units, fixed_chunks, themis_chunks, themis_flex_chunks
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.tolerance import is_less
 from ccsynth.topologies.model import Topology
@@ -194,7 +194,7 @@ class _Run:
         if self.policy == "themis":
             return self._timed(themis_chunks(net, costs, kind, size, equal_units(k)), "greedy")
         if self.policy == "themis-flex":
-            return self._timed(themis_chunks(net, costs, kind, size, flex_units(k)), "greedy, tapered chunks")
+            return self._timed(themis_flex_chunks(net, costs, kind, size, k), "greedy, chunks sized to the load gap")
         best: MultiDimSchedule | None = None
         bound = None
         candidates = []
