@@ -28,12 +28,11 @@ A profiled topology's costs are charged as the simulator charges them: a
 message above the ``eager_limit`` pays ``rendezvous_alpha`` more latency,
 a fused receive-reduce pays ``local_overhead`` plus its bytes at
 ``local_bw`` (:meth:`~ccsynth.synth.multidim.network.DimNet.reduction_us`),
-and the model adds ``call_overhead`` once to the makespan
-(:mod:`~ccsynth.synth.multidim.pipeline`). Local copies (the allreduce's
-initial copy, reduce-scatter's and allgather's packing) are not charged:
-they are off the per-dimension queues (free on the catalog's fabrics,
-which have no ``local_bw``; a few percent of a profiled CPU topology's
-time, which the cross-check's 5% covers).
+the local copies of the lowering (the allreduce's initial copy,
+reduce-scatter's and allgather's packing) are charged before a chunk's
+first phase and after its last (:meth:`PhaseCosts.copies_before`), and
+the model adds ``call_overhead`` once to the makespan
+(:mod:`~ccsynth.synth.multidim.pipeline`).
 
 Example:
     >>> from ccsynth.topologies.catalog import hierarchical
@@ -63,7 +62,8 @@ class DirectTiming:
     data_end: float
     done: float
     data_us: float
-    posted: float = 0.0
+    posted: float = 0.0  # when its send overheads are done (the send engines are free again)
+    received: float = 0.0  # when its receive overheads (and, on a rank engine, its reductions) are done
 
 
 @dataclass(frozen=True)
@@ -142,8 +142,10 @@ def direct_time(net: DimNet, spec: DimSpec, b: float, *, reduce: bool, start: fl
     data_start = max(first + net.message_alpha(c.alpha_min, b), data_free)
     data = k * b * c.us_per_byte
     data_end = max(data_start + data, post + sends + net.message_alpha(c.alpha_max, b) + b * c.conn_us_per_byte)
-    done = max(data_end, recv_free) + recvs + red
-    return DirectTiming(data_end, done, data, post + sends)
+    received = max(data_end, recv_free) + recvs
+    done = received + red
+    # local reductions queue on a "rank" engine; on "connection" engines they do not hold the receives up
+    return DirectTiming(data_end, done, data, post + sends, done if rank_scope else received)
 
 
 class PhaseCosts:
@@ -203,6 +205,33 @@ class PhaseCosts:
         if algorithm == "ring":
             return max(h.us_per_byte for h in spec.ring)
         return self._direct(d).us_per_byte
+
+    def _copies(self, count: int, each: float) -> float:
+        """``count`` local copies of ``each`` bytes on one rank: in parallel on ``"connection"`` engines (local
+        work does not queue there), one after another on a ``"rank"`` engine; free without local costs."""
+        one = self.net.reduction_us(each)
+        return one * count if self.net.scope == "rank" else one
+
+    def copies_before(self, kind: str, size_bytes: float, chunk: float) -> float:
+        """When a chunk of ``chunk`` bytes may start its first phase: allreduce copies the whole input into
+        the output first (:mod:`~ccsynth.synth.multidim.lowering`), reduce-scatter packs the chunk's ``n``
+        blocks, allgather puts the rank's own block in place."""
+        n = self.net.n_ranks
+        if kind == "allreduce":
+            return self._copies(1, size_bytes)
+        if kind == "reduce_scatter":
+            return self._copies(n, chunk / n)
+        return self._copies(1, chunk / n)
+
+    def copies_after(self, kind: str, chunk: float) -> float:
+        """The local copies after a chunk's last phase: reduce-scatter copies the rank's block out,
+        allgather unpacks the chunk's ``n`` blocks, allreduce none."""
+        n = self.net.n_ranks
+        if kind == "reduce_scatter":
+            return self._copies(1, chunk / n)
+        if kind == "allgather":
+            return self._copies(n, chunk / n)
+        return 0.0
 
     def sent_bytes(self, d: int, m: float) -> float:
         """Bytes one rank sends in a phase over a range of ``m`` bytes (either algorithm): ``m (p - 1) / p``."""

@@ -196,6 +196,8 @@ class _Lowering:
 
     def ring(self, d: int, group: list[int], rng: _Range, reduce: bool, wait, ops) -> None:
         order = self.net.dims[d].ring_order
+        if order is None:
+            raise CollectiveError(f"dimension {self.net.dims[d].name!r} of {self.net.topology!r} has no ring")
         p = len(order)
         bs, buf = rng.block, self.work
         for s in range(p - 1):

@@ -255,7 +255,8 @@ def _ring_order(t: Topology, group: list[int], stride: int) -> tuple[int, ...] |
     if nat is not None and nat[0] >= top:
         return natural  # no ring has a faster slowest hop
     if p <= RING_SEARCH_MAX_SIZE:
-        best, key = None, None
+        best: tuple[int, ...] | None = None
+        key: tuple[float, float] | None = None
         for rest in itertools.permutations(range(1, p)):
             order = (0, *rest)
             if p > 2 and order[1] > order[-1]:
@@ -263,7 +264,7 @@ def _ring_order(t: Topology, group: list[int], stride: int) -> tuple[int, ...] |
             k = _ring_bw(t, group, order)
             if k is not None and (key is None or k > key):
                 best, key = order, k
-        if best is not None and (nat is None or key > nat):
+        if best is not None and key is not None and (nat is None or key > nat):
             return best
     if nat is not None:
         return natural
