@@ -218,6 +218,10 @@ def test_cli_synth_scheduler_json_and_simulate(tmp_path, capsys):
     assert [d["name"] for d in sim["results"][0]["dimensions"]] == ["dim0", "dim1", "dim2"]
     assert cli_main(["simulate", str(out), "-s", "4M"]) == 0
     assert "per-dimension utilization" in capsys.readouterr().out
+    # the text report of a lowered schedule (it printed a KeyError once)
+    assert cli_main(["synth", "-t", "hierarchical:2x2x2@200,100,50", "-c", "allreduce", "--scheduler", "themis",
+                     "-s", "4M"]) == 0
+    assert "Schedule IR:" in capsys.readouterr().out
 
 
 def test_cli_4096_ranks_prints_the_model(capsys):
