@@ -247,7 +247,8 @@ def _ir_ops(kind: str, net: DimNet, chunks: int) -> int:
 def ir_max_chunks(kind: str, net: DimNet) -> int:
     """The most chunks (a power of two) whose schedule the IR takes: within ccsynth.limits and :data:`IR_MAX_OPS`.
 
-    Chunks may be up to four units (the flex variant), so the bound holds for every scheduler.
+    It allows four units per chunk in all, more than any scheduler under ``max_chunks`` uses (Themis's flex
+    variant cuts ``k`` units into fewer chunks), so the bound holds for every scheduler.
 
     >>> from ccsynth.topologies.catalog import hierarchical
     >>> from ccsynth.synth.multidim.network import dim_net

@@ -23,9 +23,6 @@
   less than one unit the chunk is one unit in the natural order. It needs
   fewer chunks than the plain greedy for the same balance, which matters
   where per-message costs make chunks dear.
-* :func:`flex_units`: equal units with the first and last chunks smaller
-  (sizes 1, 2, then 4 units, and back down): a tapered pipeline, for the
-  LP's roundings (:mod:`ccsynth.synth.multidim.lp`).
 
 Both are deterministic functions of the network, the collective and the
 size, so every rank derives the same chunks.
@@ -37,8 +34,6 @@ Example:
     >>> net = dim_net(hierarchical([(4, 100), (4, 100)]))
     >>> [c.order for c in themis_chunks(net, PhaseCosts(net), "allreduce", 1 << 20, [1] * 4)]
     [(0, 1), (1, 0), (0, 1), (1, 0)]
-    >>> flex_units(8)
-    [1, 2, 4, 4, 4, 4, 2, 1]
     >>> [(c.order, c.units) for c in themis_flex_chunks(net, PhaseCosts(net), "allreduce", 1 << 20, 8)]
     [((0, 1), 1), ((0, 1), 1), ((1, 0), 2), ((0, 1), 1), ((0, 1), 1), ((1, 0), 2)]
 """
@@ -52,26 +47,16 @@ from ccsynth.synth.multidim.cost import PhaseCosts
 from ccsynth.synth.multidim.load import DimLoads
 from ccsynth.synth.multidim.network import DimNet
 
-__all__ = ["THEMIS_THRESHOLD", "FLEX_RAMP", "equal_units", "flex_units", "fixed_chunks", "themis_chunks",
-           "themis_flex_chunks"]
+__all__ = ["THEMIS_THRESHOLD", "equal_units", "fixed_chunks", "themis_chunks", "themis_flex_chunks"]
 
 #: Themis keeps the natural order while the bytes that would close the load gap are below this share of a chunk
 #: (1/16: the threshold of Themis's artifact, ASTRA-sim's OfflineGreedy)
 THEMIS_THRESHOLD = 1 / 16
-#: chunks of 1, 2, ... 2^(FLEX_RAMP - 1) units open and close the flex variant; the others have 2^FLEX_RAMP
-FLEX_RAMP = 2
 
 
 def equal_units(k: int) -> list[int]:
     """``k`` chunks of one unit each."""
     return [1] * k
-
-
-def flex_units(k: int) -> list[int]:
-    """``k`` chunks, the first and last ones smaller (see the module docstring); equal below 4 chunks."""
-    r = min(FLEX_RAMP, k // 4)
-    ramp = [1 << i for i in range(r)]
-    return ramp + [1 << r] * (k - 2 * r) + ramp[::-1]
 
 
 def _sizes(size_bytes: float, units: Sequence[int]) -> list[float]:
