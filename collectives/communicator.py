@@ -14,8 +14,9 @@ buffer-based collectives with the same signatures and conventions::
 Covered: ``Allreduce``, ``Allgather``, ``Reduce_scatter_block``,
 ``Alltoall``, ``Bcast`` and ``Reduce``, their non-blocking forms
 (``Iallreduce``, ...: :mod:`~ccsynth.collectives.requests`), ``Alltoallv``,
-``Allgatherv`` and ``Reduce_scatter`` with counts (padded blocks:
-:mod:`~ccsynth.collectives.vcounts`), with ``MPI.IN_PLACE`` where MPI
+``Allgatherv`` (explicit schedules, every block at its own size:
+:mod:`~ccsynth.collectives.vschedule`) and ``Reduce_scatter`` with counts
+(padded blocks: :mod:`~ccsynth.collectives.vcounts`), with ``MPI.IN_PLACE`` where MPI
 allows it (not for ``Bcast``; for ``Reduce`` only at the root), buffer specs
 ``buf``, ``[buf, MPI.FLOAT]``, ``[buf, count, MPI.FLOAT]``,
 ``[buf, (count, displ), MPI.FLOAT]`` (lists or tuples), NumPy arrays, GPU
@@ -128,7 +129,9 @@ from ccsynth.collectives.runtime.memory import Entry, cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import WaitTimedOut, mpi_calls, resolve_wait_mode
 from ccsynth.collectives.staging import STAGING_MODES, Stager, decide
 from ccsynth.collectives.static_program import STATIC_MAX_BYTES
-from ccsynth.collectives.vcounts import MAX_PADDING, Padding, VBuf, check_counts, pack, unpack
+from ccsynth.collectives.vcounts import MAX_PADDING, Padding, VBuf, check_counts, pack
+from ccsynth.collectives.vschedule import V_KINDS, VScheduleCache
+from ccsynth.collectives.explicit_program import ExplicitProgram
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError
 from ccsynth.kernels.devices import cuda_awareness, select_device
@@ -176,6 +179,7 @@ class _Buf:
 
 
 _UNCACHED = object()
+_ZERO_OFFSET = np.zeros(1, np.int64)  # an Allgatherv's one input chunk starts at its sendbuf's start
 
 def _is_device_spec(spec) -> bool:
     """Whether a buffer spec's buffer is device memory."""
@@ -337,6 +341,7 @@ class Communicator:
         self._compiled: dict[tuple, tuple[Schedule, CompiledSchedule]] = {}
         self._logged: set = set()
         self._scratch: dict[tuple, tuple[Any, Entry]] = {}
+        self._vschedules = VScheduleCache()  # the explicit schedules of v-calls, by counts signature
         self.last_algorithm: str = ""  # what ran the last call: a schedule name or "mpi"
         self._numpy = get_backend("numpy")
         self._last_op: tuple = (None, None)
@@ -442,6 +447,7 @@ class Communicator:
             cs.free()
         self._compiled.clear()
         self._scratch.clear()
+        self._vschedules.clear()
         self._stager.clear()
         self._channel.memory.clear()
         self._channel.close(free=True)
@@ -1230,8 +1236,10 @@ class Communicator:
         """Block ``q`` of recvbuf (``recvcounts[q]`` elements at ``recvdispls[q]``) = rank ``q``'s block for this rank.
 
         Buffer specs as in mpi4py: ``[buf, counts]``, ``[buf, (counts, displs)]``,
-        ``[buf, counts, displs, datatype]``, ... Runs on the plan's alltoall
-        schedule over padded blocks (:mod:`~ccsynth.collectives.vcounts`).
+        ``[buf, counts, displs, datatype]``, ... Runs an explicit schedule with
+        every block at its own size (:mod:`~ccsynth.collectives.vschedule`) when the
+        plan covers alltoall at the call's size; the ranks first share their
+        counts (one small allgather), which also catches counts that disagree.
         """
         self._collective("alltoallv", self._alltoallv, sendbuf, recvbuf, None, 0, stream)
 
@@ -1292,6 +1300,26 @@ class Communicator:
         c, d = check_counts(what, counts, displs, self._size, flat.size)
         return VBuf(flat, c, d)
 
+    def _run_v(self, kind: str, counts, nbytes: int, send, recv, in_offsets, out_offsets, fallback) -> None:
+        """A v-call on its explicit schedule (every block at its own size: :mod:`~ccsynth.collectives.vschedule`).
+
+        ``counts`` (the count matrix of an Alltoallv, the counts of an
+        Allgatherv) and ``nbytes`` (the largest per-rank buffer) are the same
+        on every rank. It runs when the plan covers the equal-block collective
+        at ``nbytes`` (a plan without alltoall, or the empty plan, leaves the
+        call to the MPI library as before); ``fallback()`` starts the MPI library's own.
+        """
+        name = {"alltoallv": "Alltoallv", "allgatherv": "Allgatherv"}[kind]
+        if self._schedule_for(V_KINDS[kind], max(nbytes, 1)) is None:
+            return self._plain(name, "no schedule in the plan covers this size", fallback)
+        if self.debug:
+            self._agree(f"{kind} (call {self._channel.seq}) of {nbytes} bytes, {np.dtype(recv.dtype).name}")
+        self._channel.memory.note_message(nbytes)
+        me, sig = self._rank, V_KINDS[kind]
+        program = self._vschedules.get(kind, counts, lambda sched: ExplicitProgram(sched, me, sig))
+        program.run(self._channel, self._mpi, self._backend_for(recv), send, recv, in_offsets, out_offsets)
+        self.last_algorithm = program.schedule.name
+
     def _padding(self, kind: str, largest: int, real: int, dtype, name: str, fallback) -> Padding | None:
         """The padded block for a v-call (None: too much padding, the MPI library ran it)."""
         n = self._size
@@ -1307,7 +1335,7 @@ class Communicator:
         return pad
 
     def _alltoallv(self, sendbuf, recvbuf, op, root) -> None:
-        n, me = self._size, self._rank
+        n = self._size
         try:
             if self._is_in_place(sendbuf):
                 raise _Fallback("MPI.IN_PLACE")
@@ -1317,27 +1345,26 @@ class Communicator:
             return self._plain("Alltoallv", str(f), lambda: self._coll_comm().Ialltoallv(sendbuf, recvbuf))
         if s.array.dtype != r.array.dtype:
             raise BufferMismatchError(f"sendbuf has dtype {s.array.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
-        rows = np.empty((n, n), np.int64)  # every rank's send counts: the padding and the checks need them all
-        self._mpi_collective("Alltoallv", lambda: self._coll_comm().Iallgather(s.counts, rows))
-        if not np.array_equal(rows[:, me], r.counts):
-            q = int(np.flatnonzero(rows[:, me] != r.counts)[0])
-            raise BufferMismatchError(f"rank {me} expects {int(r.counts[q])} element(s) from rank {q}, which sends "
-                                      f"{int(rows[q, me])}: the ranks passed different counts")
-        pad = self._padding("alltoall", int(rows.max(initial=0)), int(rows.sum()), r.array.dtype, "Alltoallv",
-                            lambda: self._coll_comm().Ialltoallv(sendbuf, recvbuf))
-        if pad is None:
-            return
-        if pad.block == 0:
-            self.last_algorithm = "(empty)"
-            return
-        sp, _ = self._private("vsend", s.array, n * pad.block)
-        rp, _ = self._private("vrecv", r.array, n * pad.block)
-        pack(sp, s.array, s.counts, s.displs, pad.block)
-        self._alltoall(sp, rp, None, 0)
-        unpack(r.array, rp, r.counts, r.displs, pad.block)
+        # every rank's send and receive counts: the schedule needs the send counts of all, and with the receive
+        # counts every rank finds a mismatch itself (no rank may raise while another is still in the allgather,
+        # which MPI cannot cancel)
+        both = np.empty((n, 2 * n), np.int64)
+        mine = np.concatenate([s.counts, r.counts])
+        self._mpi_collective("Alltoallv", lambda: self._coll_comm().Iallgather(mine, both))
+        rows, expects = both[:, :n], both[:, n:]
+        if not np.array_equal(rows.T, expects):
+            q, p = (int(x) for x in np.argwhere(expects != rows.T)[0])
+            e = BufferMismatchError(f"rank {q} expects {int(expects[q, p])} element(s) from rank {p}, which sends "
+                                    f"{int(rows[p, q])}: the ranks passed different counts to Alltoallv")
+            mark_shared(e)  # every rank raises it: nobody needs to be told
+            raise e
+        rows = np.ascontiguousarray(rows)
+        nbytes = int(rows.sum(axis=1).max(initial=0)) * r.array.dtype.itemsize  # the same on every rank
+        self._run_v("alltoallv", rows, nbytes, s.array, r.array, s.displs, r.displs,
+                    lambda: self._coll_comm().Ialltoallv(sendbuf, recvbuf))
 
     def _allgatherv(self, sendbuf, recvbuf, op, root) -> None:
-        n, me = self._size, self._rank
+        me = self._rank
         try:
             r = self._parse_v(recvbuf, "recvbuf", writable=True)
             if self._is_in_place(sendbuf):
@@ -1351,18 +1378,8 @@ class Communicator:
         if mine.size != r.counts[me]:
             raise BufferMismatchError(f"sendbuf has {mine.size} element(s) but recvbuf's counts give rank {me} "
                                       f"{int(r.counts[me])}")
-        pad = self._padding("allgather", int(r.counts.max(initial=0)), r.total, r.array.dtype, "Allgatherv",
-                            lambda: self._coll_comm().Iallgatherv(sendbuf, recvbuf))
-        if pad is None:
-            return
-        if pad.block == 0:
-            self.last_algorithm = "(empty)"
-            return
-        sp, _ = self._private("vsend", mine, pad.block)
-        rp, _ = self._private("vrecv", r.array, n * pad.block)
-        sp[:mine.size] = mine
-        self._allgather(sp, rp, None, 0)
-        unpack(r.array, rp, r.counts, r.displs, pad.block)
+        self._run_v("allgatherv", r.counts, r.total * r.array.dtype.itemsize, mine, r.array, _ZERO_OFFSET,
+                    r.displs, lambda: self._coll_comm().Iallgatherv(sendbuf, recvbuf))
 
     def _reduce_scatterv(self, sendbuf, recvbuf, counts_op, root) -> None:
         n, me = self._size, self._rank
