@@ -9,7 +9,7 @@ buffer-based collectives with the same signatures and conventions::
     comm.Allreduce(sendbuf, recvbuf, op=MPI.SUM)
     comm.Allgather([sendbuf, MPI.FLOAT], recvbuf)
     comm.Allreduce(MPI.IN_PLACE, buf)
-    comm.Barrier()                       # anything else goes to the wrapped comm
+    comm.Barrier()                       # it is an MPI.Intracomm: the rest is mpi4py's, on the same comm
 
 Covered: ``Allreduce``, ``Allgather``, ``Reduce_scatter_block``,
 ``Alltoall``, ``Bcast`` and ``Reduce``, their non-blocking forms
@@ -117,6 +117,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from ccsynth.collectives.arraylike import as_array
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
@@ -229,8 +230,34 @@ def _dtype_of(datatype) -> np.dtype:
         raise _Fallback(f"datatype {datatype!r} has no NumPy equivalent") from None
 
 
-class Communicator:
+def _unwrap(comm):
+    """The mpi4py communicator to wrap: ``comm``, MPI.COMM_WORLD for None, the wrapped one of a ccsynth communicator."""
+    if comm is None:
+        return MPI.COMM_WORLD
+    if isinstance(comm, Communicator):
+        return comm.comm
+    if not isinstance(comm, MPI.Comm):
+        raise CCSynthError(f"Communicator wraps an mpi4py communicator, got {type(comm).__name__}")
+    if comm.Is_inter():
+        raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
+    return comm
+
+
+class Communicator(MPI.Intracomm):
     """mpi4py's buffer collectives, run by ccsynth schedules (see the module doc).
+
+    It *is* an ``MPI.Intracomm`` (``isinstance(c, MPI.Comm)`` holds): a
+    second mpi4py handle to the very communicator it wraps
+    (``MPI.Intracomm.__new__(cls, comm)``, no duplicate), so every mpi4py
+    method it does not override (``Barrier``, ``Send``, ``allreduce``,
+    ``Get_group``, ``py2f``, ...) runs on that communicator, and
+    ``c == comm``. ``.comm`` is the wrapped mpi4py object. What differs
+    from mpi4py: :meth:`Free` (and ``free``) release ccsynth's resources and
+    leave the wrapped communicator to its owner; the constructors of new
+    communicators (``Dup``, ``Clone``, ``Idup``, ``Dup_with_info``,
+    ``Split``, ``Split_type``, ``Create``, ``Create_group``) return ccsynth
+    communicators; ``Disconnect`` releases ccsynth's resources, then
+    disconnects the wrapped communicator.
 
     Parameters:
         comm: the mpi4py intracommunicator to wrap (default ``MPI.COMM_WORLD``).
@@ -279,6 +306,9 @@ class Communicator:
         ([0.0, 1.0, 2.0], 1, 'mpi')
     """
 
+    def __new__(cls, comm=None, *args, **kwargs):
+        return super().__new__(cls, _unwrap(comm))
+
     def __init__(
         self,
         comm=None,
@@ -297,8 +327,6 @@ class Communicator:
         device="auto",
         staging: str = "auto",
     ):
-        from mpi4py import MPI
-
         self._MPI = MPI
         self._options = dict(backend=backend, fallback=fallback, slice_bytes=slice_bytes, debug=debug,
                              static_max_bytes=static_max_bytes, timeout=timeout, cache_bytes=cache_bytes,
@@ -309,9 +337,7 @@ class Communicator:
         self._awareness = None  # the MPI library's CUDA-awareness, asked when the first device buffer arrives
         self._stager = Stager()
         self.device = self._pick_device(device)
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
-        if self.comm.Is_inter():
-            raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
+        self.comm = _unwrap(comm)
         self._size = self.comm.Get_size()
         self._rank = self.comm.Get_rank()
         self._default_plan = default_plan if default_plan is not None else NO_PLAN
@@ -391,38 +417,10 @@ class Communicator:
             return plan
         return LayeredPlan(plan, self._default_plan, self._size)
 
-    def __getattr__(self, name: str):
-        # Everything not overridden (Get_rank, Barrier, Send, allreduce...) is the wrapped comm's.
-        if name.startswith("__") or name in ("comm", "_MPI"):
-            raise AttributeError(name)
-        attr = getattr(self.comm, name)
-        if name in _MPI_ONLY:
-            return self._mpi_only(name, attr)
-        return attr
-
-    def _mpi_only(self, name: str, method):
-        """A collective ccsynth does not run: the wrapped comm's, with ``last_algorithm = "mpi"`` and a notice."""
-
-        def call(*args, **kwargs):
-            self._went_to_mpi((name, "not covered"), "%s has no ccsynth schedule; the MPI library runs it", name)
-            result = method(*args, **kwargs)
-            self.last_algorithm = "mpi"
-            return result
-
-        call.__name__ = name
-        call.__doc__ = getattr(method, "__doc__", None)
-        return call
-
     def __repr__(self) -> str:
         return f"<ccsynth.Communicator rank {self._rank} of {self._size}>"
 
-    @property
-    def size(self) -> int:
-        return self._size
-
-    @property
-    def rank(self) -> int:
-        return self._rank
+    # ``size`` and ``rank`` are mpi4py's own properties (the same communicator)
 
     def Get_size(self) -> int:
         return self._size
@@ -451,6 +449,7 @@ class Communicator:
         self._stager.clear()
         self._channel.memory.clear()
         self._channel.close(free=True)
+        self._freed = True
 
     @property
     def channel(self) -> Channel:
@@ -944,27 +943,27 @@ class Communicator:
             self._progress = ProgressThread(f"ccsynth-progress-{self._rank}", init=self._thread_device)
         return self._progress.submit(lambda: self._collective(kind, impl, sendbuf, recvbuf, op, root, None), kind)
 
-    def Iallreduce(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:
+    def Iallreduce(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Allreduce`: returns a :class:`~ccsynth.collectives.requests.Request`."""
         return self._start("allreduce", self._allreduce, sendbuf, recvbuf, op, 0, stream)
 
-    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Reduce_scatter_block`."""
         return self._start("reduce_scatter", self._reduce_scatter_block, sendbuf, recvbuf, op, 0, stream)
 
-    def Iallgather(self, sendbuf, recvbuf, *, stream=None) -> Request:
+    def Iallgather(self, sendbuf, recvbuf, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Allgather`."""
         return self._start("allgather", self._allgather, sendbuf, recvbuf, None, 0, stream)
 
-    def Ialltoall(self, sendbuf, recvbuf, *, stream=None) -> Request:
+    def Ialltoall(self, sendbuf, recvbuf, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Alltoall`."""
         return self._start("alltoall", self._alltoall, sendbuf, recvbuf, None, 0, stream)
 
-    def Ibcast(self, buf, root: int = 0, *, stream=None) -> Request:
+    def Ibcast(self, buf, root: int = 0, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Bcast`."""
         return self._start("broadcast", self._bcast, buf, None, None, root, stream)
 
-    def Ireduce(self, sendbuf, recvbuf, op=None, root: int = 0, *, stream=None) -> Request:
+    def Ireduce(self, sendbuf, recvbuf, op=None, root: int = 0, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Reduce`."""
         return self._start("reduce", self._reduce, sendbuf, recvbuf, op, root, stream)
 
@@ -1251,15 +1250,15 @@ class Communicator:
         """Rank ``r`` gets block ``r`` (``recvcounts[r]`` elements) of the reduction of everyone's sendbuf."""
         self._collective("reduce_scatterv", self._reduce_scatterv, sendbuf, recvbuf, (recvcounts, op), 0, stream)
 
-    def Ialltoallv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+    def Ialltoallv(self, sendbuf, recvbuf, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Alltoallv`."""
         return self._start("alltoallv", self._alltoallv, sendbuf, recvbuf, None, 0, stream)
 
-    def Iallgatherv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+    def Iallgatherv(self, sendbuf, recvbuf, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Allgatherv`."""
         return self._start("allgatherv", self._allgatherv, sendbuf, recvbuf, None, 0, stream)
 
-    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=None, *, stream=None) -> Request:
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=None, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Reduce_scatter`."""
         return self._start("reduce_scatterv", self._reduce_scatterv, sendbuf, recvbuf, (recvcounts, op), 0, stream)
 
@@ -1450,6 +1449,44 @@ class Communicator:
         """``comm.Create(group)`` as a ccsynth communicator (None outside the group)."""
         return self._like(self.comm.Create(group))
 
+    def Create_group(self, group, tag: int = 0):
+        """``comm.Create_group(group, tag)`` as a ccsynth communicator (collective over ``group`` only)."""
+        return self._like(self.comm.Create_group(group, tag))
+
+    def Clone(self):
+        """:meth:`Dup` (mpi4py's ``Clone``)."""
+        return self.Dup()
+
+    def Dup_with_info(self, info):
+        """``comm.Dup_with_info(info)`` as a ccsynth communicator."""
+        return self._like(self.comm.Dup_with_info(info))
+
+    def Idup(self, info=None):
+        """``(communicator, request)`` as mpi4py's ``Idup``, but the duplicate is made (and wrapped) at once:
+        the ccsynth constructor is collective, so the request is already complete (a null request)."""
+        return self.Dup(info), MPI.Request()
+
+    def Idup_with_info(self, info):
+        """As :meth:`Idup`, with ``info``."""
+        return self.Dup(info), MPI.Request()
+
+    @classmethod
+    def Create_from_group(cls, group, stringtag: str = "org.mpi4py", info=None, errhandler=None):
+        """``MPI.Intracomm.Create_from_group`` (MPI-4 sessions) wrapped in a ccsynth communicator."""
+        comm = MPI.Intracomm.Create_from_group(group, stringtag, MPI.INFO_NULL if info is None else info,
+                                               MPI.ERRORS_ARE_FATAL if errhandler is None else errhandler)
+        return cls(comm)
+
+    def free(self) -> None:
+        """mpi4py's ``free()``: here :meth:`Free` (ccsynth's resources; the wrapped communicator stays its owner's)."""
+        if not getattr(self, "_freed", False):
+            self.Free()
+
+    def Disconnect(self) -> None:
+        """Release ccsynth's resources (:meth:`Free`), then ``Disconnect`` the wrapped communicator."""
+        self.free()
+        self.comm.Disconnect()
+
     # ---------------------------------------------------------- helpers
     def _copier(self, dst, src, entry: Entry):
         """``pre`` for an in-place call: copy the caller's data into the private input (which this call uses)."""
@@ -1499,3 +1536,22 @@ class Communicator:
             be.divide(out, self._size)
             if be.is_device:
                 be.synchronize()
+
+
+def _mpi_only(name: str):
+    """A collective ccsynth does not run: the wrapped comm's, with ``last_algorithm = "mpi"`` and a notice."""
+
+    def call(self, *args, **kwargs):
+        self._went_to_mpi((name, "not covered"), "%s has no ccsynth schedule; the MPI library runs it", name)
+        result = getattr(self.comm, name)(*args, **kwargs)
+        self.last_algorithm = "mpi"
+        return result
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = getattr(getattr(MPI.Intracomm, name), "__doc__", None)
+    return call
+
+
+for _name in sorted(_MPI_ONLY):
+    if hasattr(MPI.Intracomm, _name):  # older mpi4py lacks the MPI-4 calls
+        setattr(Communicator, _name, _mpi_only(_name))

@@ -477,9 +477,31 @@ def case_split_dup() -> str:
     check(half.Get_size() == 1 or half.last_algorithm != "mpi", f"split ran {half.last_algorithm}")
     none = c.Split(MPI.UNDEFINED if RANK == 0 else 0, RANK)
     check((none is None) == (RANK == 0), "a rank with MPI.UNDEFINED gets None")
-    for x in (d, half, none, c):
+    # it is an MPI.Intracomm on the same communicator: mpi4py's own methods work on it, mpi4py's functions take it
+    for x in (c, d, half):
+        check(isinstance(x, MPI.Intracomm) and isinstance(x, MPI.Comm) and x == x.comm, f"{x!r} is not an Intracomm")
+    check(c.allreduce(RANK) == N * (N - 1) // 2 and c.Get_group().Get_size() == N, "mpi4py's allreduce/Get_group")
+    check(c.bcast("x" if RANK == 0 else None, root=0) == "x", "mpi4py's pickle bcast")
+    if N > 1:
+        if RANK == 0:
+            c.Send(np.arange(3.0), dest=1, tag=5)
+        elif RANK == 1:
+            got = np.empty(3)
+            c.Recv(got, source=0, tag=5)
+            same("Send/Recv on the ccsynth communicator", got, np.arange(3.0))
+    other = MPI.Intracomm(c)  # a plain mpi4py handle made from it
+    check(MPI.Comm.Compare(other, WORLD) == MPI.IDENT, "a plain handle made from it is the same communicator")
+    grp = c.Create_group(c.Get_group())
+    check(isinstance(grp, ccsynth.Communicator) and grp.Get_size() == N, f"Create_group gave {type(grp)}")
+    clone, req = c.Idup()
+    req.Wait()
+    out = np.empty(2)
+    clone.Allreduce(np.ones(2), out)
+    same("allreduce on an Idup", out, np.full(2, float(N)))
+    for x in (d, half, none, grp, clone, c):
         if x is not None:
             x.Free()
+    check(WORLD.allreduce(1) == N, "Free of a ccsynth communicator left the wrapped one usable")
     return "ok"
 
 
