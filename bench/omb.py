@@ -78,6 +78,8 @@ __all__ = [
     "reduce_scatter",
     "alltoallv",
     "allgatherv",
+    "COUNT_DISTRIBUTIONS",
+    "count_matrix",
     "barrier",
     "latency",
     "bw",
@@ -110,6 +112,8 @@ class Options:
     op: str = "sum"  # reduction op (nccl-tests' -o): sum, prod, min, max, avg (see validate.OPS)
     in_place: bool = False  # OMB's -l: MPI.IN_PLACE (nccl-tests' in-place layout, see prepare_in_place)
     tail: tuple[float, ...] = ()  # OMB's -z: percentiles of the per-iteration latency (slowest rank) to print
+    counts: str = "equal"  # v-benchmarks: how the counts spread (COUNT_DISTRIBUTIONS)
+    seed: int = 0  # v-benchmarks: the seed of the random counts (the same on every rank)
     chunks: int | None = None  # chunk factor of baseline schedules (None: see algos._chunk_factor)
     profile: bool = False  # ask ccsynth's executor where the time goes (RunStats)
     predict: str | None = None  # topology of --predict: predicted time beside every row (bench/predict.py)
@@ -629,9 +633,85 @@ def reduce_scatter(ctx: Context, algo, size: int) -> Case:
     return _collective(ctx, algo, "reduce_scatter", count, ctx.n * count * ctx.itemsize)
 
 
+#: how the counts of a v-benchmark spread (``--counts``); ``count`` is the mean count per block
+COUNT_DISTRIBUTIONS = ("equal", "random", "skewed")
+
+
+def count_matrix(name: str, n: int, count: int, how: str, seed: int = 0) -> np.ndarray:
+    """The counts of a v-benchmark with mean ``count`` per block, the same on every rank.
+
+    ``alltoallv``: ``n x n``, entry ``[p, q]`` what rank ``p`` sends to
+    rank ``q``; ``allgatherv``: ``1 x n``, what each rank contributes.
+    ``equal``: every block ``count`` (OMB's). ``random``: independent
+    uniform counts from 0 to ``2 x count`` (zeros included). ``skewed`` (a
+    mixture-of-experts exchange with one hot expert): every sender gives
+    half of its ``n x count`` elements to rank 0 and splits the rest
+    evenly over the others (allgatherv: rank 0 contributes half of the
+    ``n x count`` elements, the others share the rest).
+    """
+    rows = n if name == "alltoallv" else 1
+    if how == "equal":
+        return np.full((rows, n), count, np.int64)
+    if how == "random":
+        return np.random.default_rng(seed).integers(0, 2 * count + 1, size=(rows, n)).astype(np.int64)
+    if how == "skewed":
+        total = n * count
+        hot = total // 2 if n > 1 else total
+        rest = total - hot
+        m = np.zeros((rows, n), np.int64)
+        m[:, 0] = hot
+        if n > 1:
+            m[:, 1:] = rest // (n - 1)
+            m[:, 1] += rest - (rest // (n - 1)) * (n - 1)
+        return m
+    raise CCSynthError(f"unknown count distribution {how!r}; choose one of: {', '.join(COUNT_DISTRIBUTIONS)}")
+
+
+def _uneven(ctx: Context, algo, name: str, count: int) -> Case:
+    """``Alltoallv``/``Allgatherv`` with the counts of :func:`count_matrix`, checked element by element."""
+    n, rank, dt = ctx.n, ctx.rank, ctx.dtype
+    opts = ctx.options
+    m = count_matrix(name, n, count, opts.counts, opts.seed)
+    call = algo.variable(name, ctx)
+    if name == "alltoallv":
+        sc, rc = m[rank], m[:, rank]
+        sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
+        rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
+        send_ref = V.pattern(rank, int(sc.sum()), dt, n_ranks=n)
+        parts = []
+        for q in range(n):
+            row = m[q]
+            start = int(row[:rank].sum())
+            parts.append(V.pattern(q, int(row.sum()), dt, n_ranks=n)[start:start + int(row[rank])])
+        send_spec_counts = (sc, sd)
+        nbytes = int(m.sum()) * ctx.itemsize // n  # the mean per-rank send buffer (nccl-tests' size)
+    else:
+        counts = m[0]
+        rc = counts
+        rd = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        send_ref = V.pattern(rank, int(counts[rank]), dt, n_ranks=n)
+        parts = [V.pattern(q, int(counts[q]), dt, n_ranks=n) for q in range(n)]
+        send_spec_counts = None
+        nbytes = int(counts.sum()) * ctx.itemsize  # the receive buffer (nccl-tests' size)
+    want = np.concatenate(parts) if parts else np.zeros(0, dt)
+    send, recv = ctx.to_device(send_ref), ctx.output(int(rc.sum()))
+    send_spec = [send, send_spec_counts] if send_spec_counts is not None else send
+    recv_spec = [recv, (rc, rd)]
+
+    def reset():
+        recv[...] = V.sentinel(dt)
+
+    return Case(lambda: call(send_spec, recv_spec), nbytes, count, reset,
+                lambda: ctx.equal(recv, want) and ctx.equal(send, send_ref),
+                algorithm=lambda: algo.ran(ctx), wrong=lambda: ctx.wrong(recv, want) + ctx.wrong(send, send_ref))
+
+
 def _variable(ctx: Context, algo, name: str, kind: str, count: int, nbytes: int) -> Case:
     """``Alltoallv``/``Allgatherv`` with every count equal (as OMB's osu_alltoallv/osu_allgatherv): ``kind``'s buffers,
-    passed with explicit counts and displacements, checked against ``kind``'s reference."""
+    passed with explicit counts and displacements, checked against ``kind``'s reference; other
+    ``--counts`` distributions: :func:`_uneven`."""
+    if ctx.options.counts != "equal":
+        return _uneven(ctx, algo, name, count)
     n, rank = ctx.n, ctx.rank
     call = algo.variable(name, ctx)
     counts, displs = [count] * n, [q * count for q in range(n)]
@@ -653,7 +733,8 @@ def _variable(ctx: Context, algo, name: str, kind: str, count: int, nbytes: int)
     "alltoallv",
     "All-to-Allv",
     kind="alltoall",
-    size_doc="bytes each rank sends to each peer, every count equal (OMB); nccl-tests size = ranks x Size",
+    size_doc="bytes each rank sends to each peer, every count equal (OMB), the mean with --counts random|skewed; "
+             "nccl-tests size = ranks x Size",
 )
 def alltoallv(ctx: Context, algo, size: int) -> Case:
     """osu_alltoallv: MPI_Alltoallv with Size bytes per pair of ranks (the mixture-of-experts exchange)."""
@@ -665,7 +746,8 @@ def alltoallv(ctx: Context, algo, size: int) -> Case:
     "allgatherv",
     "Allgatherv",
     kind="allgather",
-    size_doc="bytes each rank sends, every count equal (OMB); nccl-tests size = ranks x Size",
+    size_doc="bytes each rank sends, every count equal (OMB), the mean with --counts random|skewed; "
+             "nccl-tests size = ranks x Size",
 )
 def allgatherv(ctx: Context, algo, size: int) -> Case:
     """osu_allgatherv: MPI_Allgatherv of Size bytes from every rank."""

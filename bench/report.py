@@ -55,6 +55,7 @@ def title_lines(bench, algo_name: str, meta: Mapping) -> list[str]:
         + (f"  op: {meta.get('op') or 'sum'}" if bench.kind in ("allreduce", "reduce", "reduce_scatter") else "")
         + (f"  root: {meta['root']}" if bench.kind in ("broadcast", "reduce") and meta.get("root") is not None else "")
         + ("  in place" if meta.get("in_place") else "")
+        + (f"  counts: {meta['counts']} (seed {meta.get('seed', 0)})" if meta.get("counts") else "")
         + (f"  window: {meta.get('window')}" if bench.metric == "bandwidth" else "")
     )
     if bench.sized:

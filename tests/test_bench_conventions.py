@@ -366,3 +366,38 @@ def test_references_of_every_op():
     for op, fold in (("sum", np.sum), ("prod", np.prod), ("min", np.min), ("max", np.max)):
         assert V.expected("allreduce", 0, n, count, np.float32, op=op).tolist() == fold(pats, axis=0).tolist(), op
     assert np.allclose(V.expected("allreduce", 0, n, count, np.float32, op="avg"), pats.mean(axis=0))
+
+
+# ------------------------------------------------------------------ v-benchmarks with unequal counts
+def test_count_distributions():
+    from ccsynth.bench.omb import count_matrix
+
+    assert count_matrix("alltoallv", 3, 4, "equal").tolist() == [[4] * 3] * 3
+    r = count_matrix("alltoallv", 4, 10, "random", seed=5)
+    assert r.shape == (4, 4) and r.min() >= 0 and r.max() <= 20
+    assert (r == count_matrix("alltoallv", 4, 10, "random", seed=5)).all()  # the same on every rank
+    assert not (r == count_matrix("alltoallv", 4, 10, "random", seed=6)).all()
+    s = count_matrix("alltoallv", 4, 10, "skewed")
+    assert (s.sum(axis=1) == 40).all() and (s[:, 0] == 20).all()
+    g = count_matrix("allgatherv", 3, 7, "skewed")
+    assert g.shape == (1, 3) and g.sum() == 21 and g[0, 0] == 10
+    with pytest.raises(Exception, match="unknown count distribution"):
+        count_matrix("alltoallv", 2, 1, "zipf")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("name,algo", [("alltoallv", "mpi,default,direct"), ("allgatherv", "mpi,default,ring")])
+def test_uneven_count_benchmarks_validate(name, algo, ranks, tmp_path):
+    for how in ("random", "skewed"):
+        out = tmp_path / f"{how}.json"
+        proc = _bench(name, "-m", "8:1K", "-c", "-i", "2", "-x", "1", "--counts", how, "--seed", "11",
+                      "-T", "float64" if how == "random" else "int32", "--algo", algo, "--json", str(out), ranks=ranks)
+        _ok(proc)
+        assert f"counts: {how} (seed 11)" in proc.stdout
+        rows = [ln for ln in proc.stdout.splitlines() if ln[:1].isdigit() and ("Pass" in ln or "Fail" in ln)]
+        assert len(rows) == 8 * len(algo.split(",")) and all("Pass" in r for r in rows), proc.stdout  # 8 B .. 1 KiB
+        doc = json.loads(out.read_text())
+        assert doc["counts"] == how and doc["seed"] == 11
+        ran = {r["algorithm"] for r in doc["results"]["default"]}
+        assert ran == {f"{name}-direct"}, ran  # ccsynth's explicit schedule, every block at its own size

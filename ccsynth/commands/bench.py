@@ -36,6 +36,7 @@ from ccsynth.bench import nonblocking as NB
 from ccsynth.bench.memory import check_memory
 from ccsynth.bench.omb import (
     BENCHMARKS,
+    COUNT_DISTRIBUTIONS,
     IN_PLACE_KINDS,
     LARGE_MESSAGE,
     ROOTED_KINDS,
@@ -298,6 +299,12 @@ def _add_common(p, b, nonblocking: bool = False) -> None:
             p.add_argument("-k", "--root-rank", dest="root_rank", type=_root_rank, default=(0, False),
                            metavar="fixed:R|rotate", help="OMB's -k: the root (fixed:RANK, default fixed:0), or rotate: "
                                                           "the next rank every iteration")
+        if b.name in ("alltoallv", "allgatherv") and not nonblocking:
+            p.add_argument("--counts", choices=COUNT_DISTRIBUTIONS, default="equal",
+                           help="how the counts spread around Size: equal (OMB's, default), random (uniform from 0 to "
+                                "twice the mean, zeros included) or skewed (half of every rank's data to rank 0, a hot "
+                                "expert)")
+            p.add_argument("--seed", type=_count(0), default=0, metavar="S", help="seed of --counts random (default 0)")
         if b.kind in IN_PLACE_KINDS and b.name == b.kind and not nonblocking:
             p.add_argument("-l", "--in-place", dest="in_place", action="store_true",
                            help="OMB's -l: run with MPI_IN_PLACE (nccl-tests' in-place layout)")
@@ -401,6 +408,9 @@ def _meta(args, comm, bench) -> dict:
         meta["in_place"] = True
     if getattr(args, "tail", None):
         meta["tail_percentiles"] = list(args.tail)
+    if getattr(args, "counts", "equal") != "equal":
+        meta["counts"] = args.counts
+        meta["seed"] = args.seed
     if bench.metric == "bandwidth":
         meta["window"] = args.window
     return meta
@@ -478,6 +488,8 @@ def _run(args, comm) -> int:
         rotate_root=_root_of(args)[1],
         in_place=getattr(args, "in_place", False),
         tail=tuple(getattr(args, "tail", None) or ()),
+        counts=getattr(args, "counts", "equal"),
+        seed=getattr(args, "seed", 0),
     )
     _check_conventions(options, n)
     topo = None
