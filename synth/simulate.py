@@ -315,6 +315,9 @@ class _Prepared:
         self.eager_limit = topology.eager_limit if topology.rendezvous_alpha else None
         self.rendezvous_alpha = topology.rendezvous_alpha
         self.local_overhead = topology.local_overhead
+        # size-dependent costs (PLogP's g(m)): None where the constants alone apply
+        self.message_curve = topology.message_curve
+        self.local_curve = topology.local_curve
         self.res_names: list[str] = []
         self.res_cap: list[float] = []  # bytes per us
         class_of: dict[tuple[int, int, int], int] = {}
@@ -458,6 +461,9 @@ def _run(
     ready = bytearray(n)
     done = bytearray(n)
     local_cost = chunk_bytes / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
+    mcurve = p.message_curve
+    lcurve = p.local_curve if local_bw else None
+    lcurve_rate = local_bw * BYTES_PER_US_PER_GBPS if local_bw else 0.0
     local_call = p.local_overhead if chunk_bytes > 0 else 0.0  # the fixed cost of a kernel call that moves bytes
     # timed events other than transfer ends: (time, op id, _EV_DONE / _EV_DATA / _EV_POSTED)
     heap: list[tuple[float, int, int]] = []
@@ -517,11 +523,22 @@ def _run(
                 rec.work.append((i, start, start + cost))
         arrivals.clear()
 
+    def local_time(units: int) -> float:
+        # a local copy or reduction of ``units`` units that moves bytes: the kernel call and its bytes
+        if lcurve is None:
+            return local_call + units * local_cost
+        return local_call + lcurve.cost_bytes(units * chunk_bytes) / lcurve_rate
+
+    def data_bytes(s: int) -> float:
+        # what the data phase of send s moves through its resources: its bytes, or their cost on the curve
+        nbytes = count[s] * chunk_bytes
+        return nbytes if mcurve is None else mcurve.cost_bytes(nbytes)
+
     def received(r: int) -> None:
         # the bytes of recv r have arrived: its overhead (and fused reduction) on the receiver's engine
         cost = overhead[r]
         if reduces[r] and count[r]:
-            cost += local_call + count[r] * local_cost
+            cost += local_time(count[r])
         if cost > 0:
             on_stream(r, cost, _EV_DONE)
         else:
@@ -555,6 +572,8 @@ def _run(
             finish(s)
             received(partner[s])
             return
+        if mcurve is not None:
+            nbytes = mcurve.cost_bytes(nbytes)
         c = cls[s]
         for r in class_res[c]:
             res_bytes[r] += nbytes
@@ -575,7 +594,7 @@ def _run(
             i = stack.pop()
             k = kind[i]
             if k == _LOCAL:
-                cost = local_call + count[i] * local_cost if count[i] else 0.0
+                cost = local_time(count[i]) if count[i] else 0.0
                 if cost > 0:
                     on_stream(i, cost, _EV_DONE)
                 else:
@@ -598,7 +617,7 @@ def _run(
             s = q.popleft()
             if rec is not None:
                 rec.data_start[s] = now
-            cur[c], rem[c], tupd[c] = s, count[s] * chunk_bytes, now
+            cur[c], rem[c], tupd[c] = s, data_bytes(s), now
             t_next[c] = now + rem[c] / rate[c]
             return
         busy[c] = 0
