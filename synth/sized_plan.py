@@ -4,9 +4,11 @@
 ``ccsynth.synthesize(..., sizes=...)`` do: synthesize a schedule at every
 size (:func:`~ccsynth.synth.synthesize.synthesize`, without the comparison
 with baselines), add every applicable baseline at its own best chunk factor
-per size (:func:`~ccsynth.synth.baseline_search.plan_baselines`), and let
-:func:`~ccsynth.synth.tables.build_plan` keep the fastest in simulation per
-size range. Synthesized schedules are named ``ccsynth@<size>`` and
+per size (:func:`~ccsynth.synth.baseline_search.plan_baselines`) and the
+default plan's own algorithm, and let :func:`~ccsynth.synth.tables.build_plan`
+keep the fastest in simulation per size range -- the default plan's choice
+unless another is predicted faster by more than the model's error
+(:data:`~ccsynth.synth.tables.DEFAULT_MARGIN`). Synthesized schedules are named ``ccsynth@<size>`` and
 baselines ``<name>(c=<chunk factor>)``, so the plan says what won where.
 
 Example:
@@ -30,7 +32,7 @@ from ccsynth.synth.baseline_search import plan_baselines
 from ccsynth.synth.sketch import Sketch
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.synth.synthesize import ProgressFn, synthesize
-from ccsynth.synth.tables import build_plan
+from ccsynth.synth.tables import DEFAULT_MARGIN, build_plan
 from ccsynth.units import format_size
 
 __all__ = ["synthesize_plan", "renamed"]
@@ -51,8 +53,13 @@ def synthesize_plan(
     *,
     contiguity: bool = True,
     progress: ProgressFn | None = None,
+    default_margin: float | None = DEFAULT_MARGIN,
 ) -> Plan:
-    """A :class:`Plan` for ``collective`` on ``topology``: the fastest schedule per size range of ``sizes``."""
+    """A :class:`Plan` for ``collective`` on ``topology``: the fastest schedule per size range of ``sizes``.
+
+    The default plan's algorithm stays at a size unless a candidate is predicted faster by more than
+    ``default_margin`` (:func:`~ccsynth.synth.tables.build_plan`; None: the fastest wins).
+    """
     sizes = sorted({int(s) for s in sizes})
     if not sizes or sizes[0] <= 0:
         raise PlanError(f"sizes must be positive byte counts, got {list(sizes)!r}")
@@ -64,4 +71,4 @@ def synthesize_plan(
     per_size = plan_baselines(Collective(collective.kind, topology.n_ranks), topology, sizes)
     baselines = [renamed(c.schedule, f"{c.name}(c={c.chunk_factor})")
                  for c in {(c.name, c.chunk_factor): c for cs in per_size.values() for c in cs}.values()]
-    return build_plan(synthesized + baselines, topology, sizes)
+    return build_plan(synthesized + baselines, topology, sizes, default_margin=default_margin)
