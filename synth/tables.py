@@ -1,5 +1,11 @@
 """Per-size algorithm tables: simulate candidates at many sizes, keep the fastest.
 
+On a topology of processes run by ccsynth's executor (``overhead_scope``
+``"rank"``, what ``ccsynth topo profile`` writes) candidates are simulated
+as the executor runs them (:mod:`ccsynth.synth.executor_model`), the model
+``ccsynth bench --predict`` checks against measured runs; elsewhere as
+their own ops (:func:`ccsynth.synth.simulate.simulate`).
+
 :func:`build_plan` simulates every candidate schedule of a collective at
 every message size (:func:`ccsynth.synth.simulate.simulate`), picks the
 fastest per size -- on a tie (within :data:`TIE_REL`) the one with fewer ops,
@@ -51,10 +57,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from ccsynth.collectives.plan import Plan, PlanEntry
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective, canonical_kind
-from ccsynth.errors import CCSynthError, PlanError
+from ccsynth.errors import CCSynthError, PlanError, ScheduleError
 from ccsynth.synth.baselines import applicable_baselines, make_baseline
 from ccsynth.synth.default_plan import default_entries
-from ccsynth.synth.simulate import simulate_sizes
+from ccsynth.synth.executor_model import executor_programs, lower_for_executor
+from ccsynth.synth.simulate import simulate_graph, simulate_sizes
 from ccsynth.tolerance import REL
 from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
@@ -190,7 +197,7 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
         times = []
         for s, label in zip(scheds, labels):
             log.info("simulating %s (%s, %d ops) at %d sizes", label, kind, len(s.ops), len(sizes))
-            times.append([r.time_us for r in simulate_sizes(s, topology, sizes, local_bw=local_bw)])
+            times.append(_times(s, topology, sizes, local_bw))
         winners = []
         for j in range(len(sizes)):
             best = None
@@ -235,6 +242,36 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
             }
         )
     return Plan(tuple(entries), topology.name, {"sizes": sizes, "tables": tables})
+
+
+def _times(schedule: Schedule, topology: Topology, sizes: Sequence[int], local_bw: float | None) -> list[float]:
+    """The simulated time (us) of ``schedule`` at every size, in the model of the runtime that will run it.
+
+    A topology of ``overhead_scope="rank"`` is one of processes driven by
+    ccsynth's own executor (what ``ccsynth topo profile`` writes): a plan for
+    it is judged as the executor runs it (:func:`~ccsynth.synth.executor_model.lower_for_executor`:
+    pipeline slices, fused copies), the very prediction ``ccsynth bench
+    --predict`` prints; a size the executor cannot split a schedule's
+    chunks at gets an infinite time. Otherwise (GPU runtimes, every catalog
+    topology) the schedule's own ops are simulated.
+    """
+    if topology.overhead_scope != "rank":
+        return [r.time_us for r in simulate_sizes(schedule, topology, sizes, local_bw=local_bw)]
+    out = []
+    try:
+        programs = executor_programs(schedule)
+    except ScheduleError as e:
+        log.warning("%s does not compile for the executor: %s", schedule.name, e)
+        return [math.inf] * len(sizes)
+    for size in sizes:
+        try:
+            graph = lower_for_executor(schedule, size, programs=programs)
+        except ScheduleError as e:
+            log.debug("%s does not run at %d bytes in the executor: %s", schedule.name, size, e)
+            out.append(math.inf)
+            continue
+        out.append(simulate_graph(graph, topology, local_bw=local_bw).time_us)
+    return out
 
 
 def _midpoint(a: int, b: int) -> int:
