@@ -186,13 +186,13 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
         if default_margin is not None:
             scheds = list(scheds)
             labels = _labels(scheds)
-            for j, d in enumerate(_default_choices(kind, n, topology, sizes)):
-                if d is None:
+            for j, choice in enumerate(_default_choices(kind, n, topology, sizes)):
+                if choice is None:
                     continue
-                if d.name not in labels:
-                    scheds.append(d)
-                    labels.append(d.name)
-                defaults[j] = labels.index(d.name)
+                if choice.name not in labels:
+                    scheds.append(choice)
+                    labels.append(choice.name)
+                defaults[j] = labels.index(choice.name)
         labels = _labels(scheds)
         times = []
         for s, label in zip(scheds, labels):
@@ -213,10 +213,10 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
                     best = i
             if best is None:
                 raise PlanError(f"no candidate for {kind} on {n} ranks has a finite simulated time at {sizes[j]} bytes")
-            d = defaults[j]
-            if (d is not None and default_margin is not None and best != d and math.isfinite(times[d][j])
-                    and not times[best][j] < (1.0 - default_margin) * times[d][j]):
-                best = d  # not faster than the default's algorithm by more than the margin: keep it
+            dj = defaults[j]
+            if (dj is not None and default_margin is not None and best != dj and math.isfinite(times[dj][j])
+                    and not times[best][j] < (1.0 - default_margin) * times[dj][j]):
+                best = dj  # not faster than the default's algorithm by more than the margin: keep it
             winners.append(best)
         # merge runs of one winner; boundaries at geometric midpoints
         start = 0

@@ -51,6 +51,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from itertools import pairwise
 
 from ccsynth.errors import TopologyError
 
@@ -82,7 +83,7 @@ class SizeCurve:
         for s in sizes:
             if not (math.isfinite(s) and s > 0):
                 raise TopologyError(f"size curve: sizes must be positive byte counts, got {s!r}")
-        if any(b <= a for a, b in zip(sizes, sizes[1:])):
+        if any(b <= a for a, b in pairwise(sizes)):
             raise TopologyError(f"size curve: sizes must increase strictly, got {list(sizes)}")
         for f in factors:
             if not (math.isfinite(f) and MIN_FACTOR <= f <= MAX_FACTOR):
