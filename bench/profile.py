@@ -66,13 +66,14 @@ what collectives will see:
      the step is its extra latency (``Topology.eager_limit``,
      ``rendezvous_alpha``; the largest size still fast, and a search for
      the step); then the bandwidth is fitted once more with it;
-  5. the size-dependent cost (PLogP's ``g(m)``, :mod:`ccsynth.topologies.curve`):
-     one bandwidth does not describe both the messages that stay in the
-     caches and those that stream from memory, so every message size that
-     was probed from :data:`CURVE_MIN_BYTES` up (the ladder's chains, the
-     bandwidth windows) gets a factor of its own -- the cost of its bytes
-     relative to the fitted bandwidth -- searched smallest size first with
-     the figures above fixed (:func:`fit_curve`): ``Topology.message_curve``.
+  5. the size-dependent cost (after PLogP's ``g(m)``, :mod:`ccsynth.topologies.curve`):
+     one bandwidth does not describe both the data that stays in the
+     caches and the data that streams from memory, so every probe size
+     (the schedule's size, its working set) whose messages carry
+     :data:`CURVE_MIN_BYTES` or more (the ladder's chains, the bandwidth
+     windows) gets a factor of its own -- the cost of its bytes relative
+     to the fitted bandwidth -- searched with the figures above fixed
+     (:func:`fit_curve`): ``Topology.message_curve``.
 
 Local reductions and copies are timed directly on the backend's kernels
 (:func:`measure_kernels`), on all ranks at once, on buffers larger than
@@ -147,8 +148,8 @@ KERNEL_BYTES = 16 << 20  # local kernels are timed on buffers this large (beyond
 KERNEL_SECONDS = 0.25  # ... for this long each (quick: a fifth)
 ITERS_SMALL, WARMUP_SMALL = 120, 10
 ITERS_LARGE, WARMUP_LARGE = 12, 2
-#: message sizes from which a probe's size gets a point of the message curve (below, a message's bytes
-#: are a small part of its time, and a factor fitted there would be noise)
+#: probes whose messages carry at least this many bytes give a point of the message curve, at the probe's size
+#: (below, a message's bytes are a small part of its time, and a factor fitted there would be noise)
 CURVE_MIN_BYTES = 4 << 10
 #: buffer sizes of the local-kernel ladder (the local curve); KERNEL_BYTES is its last point
 LOCAL_LADDER = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
@@ -663,22 +664,17 @@ def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResul
     """The message curve (PLogP's ``g(m)``) that explains the probes of every size best, the figures of ``result``
     fixed; None where no probe moves :data:`CURVE_MIN_BYTES` or more per message.
 
-    A probe counts at the size of its messages as the executor sends them
-    (its message size, or its slice size where that is smaller). Sizes are
-    fitted smallest first, each by a one-dimensional search (on
-    the factor's logarithm, within :data:`CURVE_RANGE`) over the probes of
-    that message size, with the points already fitted below it and the
-    searched factor held beyond it: a probe's messages are cut into the
-    executor's slices, so a large window's time depends on the factors of
-    its slice sizes too.
+    A probe counts at its schedule's size (``Probe.size_bytes``, the
+    working set the simulator indexes the curve by). Each size is fitted by
+    a one-dimensional search (on the factor's logarithm, within
+    :data:`CURVE_RANGE`) over the probes of that size; the simulator applies
+    one factor per call, so the sizes are independent.
     """
     fits = {f.pattern: f for f in result.fits}
     by_size: dict[int, list[Sample]] = {}
     for s in samples:
-        # the size of the probe's messages as the executor sends them: cut into its slices
-        m = min(s.probe.nbytes, s.probe.slice_bytes or SLICES[1])
-        if m >= CURVE_MIN_BYTES and s.probe.pattern in fits:
-            by_size.setdefault(m, []).append(s)
+        if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits:
+            by_size.setdefault(s.probe.size_bytes, []).append(s)
     if not by_size:
         return None
     sizes: list[float] = []
@@ -687,7 +683,7 @@ def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResul
         mine = by_size[m]
 
         def err(log_f: float, m: int = m, mine: list[Sample] = mine) -> float:
-            curve = SizeCurve((*sizes, float(m)), (*factors, math.exp(log_f)))
+            curve = SizeCurve((float(m),), (math.exp(log_f),))
             return _log_error(lambda p: predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol,
                                                          curve), mine)
 

@@ -23,7 +23,13 @@ Model
   (``Connection.resources``: the link, or the switch's egress and ingress
   ports, plus shared NIC ports; bandwidths from ``topology.resource_bw``).
   Alone on its resources a transfer takes ``alpha + bytes / bw``, i.e.
-  ``Connection.time_us``. Where the topology has an ``eager_limit``, a
+  ``Connection.time_us``. Where the topology has a ``message_curve``
+  (size-dependent costs, :mod:`ccsynth.topologies.curve`), every message
+  of a call of ``size_bytes`` moves ``f(size_bytes)`` times its bytes
+  through its resources (``local_curve``: local work costs ``f`` times
+  its bytes at ``local_bw``); the factor is the call's, by its working
+  set, not each message's own (why: the curve's module docstring). Where
+  the topology has an ``eager_limit``, a
   message of more bytes than that goes by a rendezvous protocol: its
   latency is ``alpha + rendezvous_alpha`` (the handshake;
   :meth:`~ccsynth.topologies.model.Topology.message_alpha`).
@@ -315,9 +321,6 @@ class _Prepared:
         self.eager_limit = topology.eager_limit if topology.rendezvous_alpha else None
         self.rendezvous_alpha = topology.rendezvous_alpha
         self.local_overhead = topology.local_overhead
-        # size-dependent costs (PLogP's g(m)): None where the constants alone apply
-        self.message_curve = topology.message_curve
-        self.local_curve = topology.local_curve
         self.res_names: list[str] = []
         self.res_cap: list[float] = []  # bytes per us
         class_of: dict[tuple[int, int, int], int] = {}
@@ -444,9 +447,13 @@ def _maxmin(
 
 
 def _run(
-    p: _Prepared, chunk_bytes: float, local_bw: float | None, rec: Recorder | None = None
+    p: _Prepared, chunk_bytes: float, local_bw: float | None, rec: Recorder | None = None,
+    message_factor: float = 1.0, local_factor: float = 1.0,
 ) -> tuple[float, dict[str, float]]:
     """Simulate once; returns (makespan in us, busy time per resource name).
+
+    ``message_factor`` and ``local_factor``: the call's size-dependent costs
+    (see the module docstring), 1.0 without curves.
 
     ``rec`` (optional) is told when every phase of every transfer, every
     engine's work and every op ends (see :mod:`ccsynth.synth.trace`).
@@ -460,10 +467,9 @@ def _run(
     ndeps = list(p.ndeps)
     ready = bytearray(n)
     done = bytearray(n)
-    local_cost = chunk_bytes / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
-    mcurve = p.message_curve
-    lcurve = p.local_curve if local_bw else None
-    lcurve_rate = local_bw * BYTES_PER_US_PER_GBPS if local_bw else 0.0
+    # the call's size-dependent factors (1.0: the constants) scale what a unit costs, not what it is
+    local_cost = chunk_bytes * local_factor / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
+    data_unit = chunk_bytes * message_factor  # bytes a unit's data phase moves through its resources
     local_call = p.local_overhead if chunk_bytes > 0 else 0.0  # the fixed cost of a kernel call that moves bytes
     # timed events other than transfer ends: (time, op id, _EV_DONE / _EV_DATA / _EV_POSTED)
     heap: list[tuple[float, int, int]] = []
@@ -523,22 +529,11 @@ def _run(
                 rec.work.append((i, start, start + cost))
         arrivals.clear()
 
-    def local_time(units: int) -> float:
-        # a local copy or reduction of ``units`` units that moves bytes: the kernel call and its bytes
-        if lcurve is None:
-            return local_call + units * local_cost
-        return local_call + lcurve.cost_bytes(units * chunk_bytes) / lcurve_rate
-
-    def data_bytes(s: int) -> float:
-        # what the data phase of send s moves through its resources: its bytes, or their cost on the curve
-        nbytes = count[s] * chunk_bytes
-        return nbytes if mcurve is None else mcurve.cost_bytes(nbytes)
-
     def received(r: int) -> None:
         # the bytes of recv r have arrived: its overhead (and fused reduction) on the receiver's engine
         cost = overhead[r]
         if reduces[r] and count[r]:
-            cost += local_time(count[r])
+            cost += local_call + count[r] * local_cost
         if cost > 0:
             on_stream(r, cost, _EV_DONE)
         else:
@@ -572,8 +567,7 @@ def _run(
             finish(s)
             received(partner[s])
             return
-        if mcurve is not None:
-            nbytes = mcurve.cost_bytes(nbytes)
+        nbytes = count[s] * data_unit
         c = cls[s]
         for r in class_res[c]:
             res_bytes[r] += nbytes
@@ -594,7 +588,7 @@ def _run(
             i = stack.pop()
             k = kind[i]
             if k == _LOCAL:
-                cost = local_time(count[i]) if count[i] else 0.0
+                cost = local_call + count[i] * local_cost if count[i] else 0.0
                 if cost > 0:
                     on_stream(i, cost, _EV_DONE)
                 else:
@@ -617,7 +611,7 @@ def _run(
             s = q.popleft()
             if rec is not None:
                 rec.data_start[s] = now
-            cur[c], rem[c], tupd[c] = s, data_bytes(s), now
+            cur[c], rem[c], tupd[c] = s, count[s] * data_unit, now
             t_next[c] = now + rem[c] / rate[c]
             return
         busy[c] = 0
@@ -726,7 +720,9 @@ def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool 
     coll = p.schedule.collective
     chunk_bytes = coll.chunk_bytes(size) if p.unit_is_chunk else 1.0
     rec = Recorder(p.n_ops) if trace else None
-    time_us, busy = _run(p, chunk_bytes, local_bw, rec)
+    mcurve, lcurve = topology.message_curve, topology.local_curve
+    time_us, busy = _run(p, chunk_bytes, local_bw, rec, mcurve.factor(size) if mcurve is not None else 1.0,
+                         lcurve.factor(size) if lcurve is not None else 1.0)
     if p.n_ops:
         time_us += topology.call_overhead
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)

@@ -57,12 +57,14 @@ def test_bad_curves_are_refused(sizes, factors):
 
 # ------------------------------------------------------------------ the simulator, by hand
 @pytest.mark.parametrize("size, expected", [
-    (20_000, 1.0 + 0.5 * 10_000 / 1e4),  # 10 KB a message, on the first point: half its bytes' time
-    (80_000, 1.0 + 40_000 / 1e4),  # 40 KB: the last point, factor 1
-    (50_000, 1.0 + (5_000 + 35_000 * 15_000 / 30_000) / 1e4),  # 25 KB: cost interpolated between the points
+    # the call's size picks the factor; each message (half the size) moves factor x its bytes
+    (10_000, 1.0 + 0.5 * 5_000 / 1e4),  # on the first point: half its bytes' time
+    (40_000, 1.0 + 20_000 / 1e4),  # the last point, factor 1
+    (25_000, 1.0 + 0.9 * 12_500 / 1e4),  # cost interpolated: (5000 + 35000 / 2) / 25000 = 0.9
     (400_000, 1.0 + 200_000 / 1e4),  # beyond the last point: factor 1
+    (2_000, 1.0 + 0.5 * 1_000 / 1e4),  # below the first point: its factor
 ])
-def test_simulator_charges_each_message_its_curve_cost(size, expected):
+def test_simulator_charges_every_message_the_calls_factor(size, expected):
     t = pair(SizeCurve((10_000, 40_000), (0.5, 1.0)))
     assert simulate(exchange(), t, size).time_us == pytest.approx(expected)
 
@@ -75,16 +77,17 @@ def test_without_a_curve_the_constants_alone():
 
 
 def test_curve_cost_shares_bandwidth_and_queues_on_a_stream():
-    """Two messages on one connection and channel: the data phases run one after another, each at its cost."""
+    """Two messages on one connection and channel: the data phases run one after another, each at its cost;
+    the factor is the call's (40 KB), not the message's (10 KB)."""
     b = ScheduleBuilder(Collective("allgather", 2, 2), "two")
     for j in range(2):
         b.transfer(0, 1, ("i", j), ("o", j))
         b.transfer(1, 0, ("i", j), ("o", 2 + j))
     s = b.build()
     t = pair(SizeCurve((1_000, 100_000), (0.25, 1.0)))
-    # 40 KB total -> 10 KB per chunk: cost 2500 + (100000 - 250) * 9000 / 99000 bytes each
-    cost = 250 + (100_000 - 250) * (10_000 - 1_000) / (100_000 - 1_000)
-    assert simulate(s, t, 40_000).time_us == pytest.approx(1.0 + 2 * cost / 1e4)
+    # 40 KB: e = 250 + (100000 - 250) * 39000 / 99000 bytes for 40 KB; each 10 KB chunk a quarter of that
+    factor = (250 + (100_000 - 250) * 39_000 / 99_000) / 40_000
+    assert simulate(s, t, 40_000).time_us == pytest.approx(1.0 + 2 * factor * 10_000 / 1e4)
 
 
 def test_local_curve_scales_local_copies_and_reductions():
@@ -93,11 +96,11 @@ def test_local_curve_scales_local_copies_and_reductions():
         b.copy(r, ("i", 0), ("o", r))
     s = b.build()
     base = dict(local_bw=1.0, local_overhead=0.5)  # 1e3 bytes per us, 0.5 us a call
-    curve = SizeCurve((1_000, 8_000), (0.5, 1.0))
+    curve = SizeCurve((1_000, 16_000), (0.5, 1.0))
     assert simulate(s, pair(**base), 8_000).time_us == pytest.approx(0.5 + 4.0)
-    # 4 KB a copy: cost 500 + 7500 * 3000 / 7000 bytes
-    assert simulate(s, pair(local_curve=curve, **base), 8_000).time_us == pytest.approx(
-        0.5 + (500 + 7_500 * 3 / 7) / 1e3)
+    # a call of 8 KB: factor (500 + 15500 * 7000 / 15000) / 8000; each copy moves 4 KB
+    factor = (500 + 15_500 * 7 / 15) / 8_000
+    assert simulate(s, pair(local_curve=curve, **base), 8_000).time_us == pytest.approx(0.5 + factor * 4.0)
 
 
 def test_executor_model_uses_the_curves():

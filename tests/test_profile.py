@@ -262,14 +262,15 @@ def test_fit_curve_recovers_a_known_message_curve_from_synthetic_timings():
     """Timings made with a curve (cache-resident mid sizes twice as fast): the fitted curve predicts them."""
     pats = patterns([0, 0])
     pred = _Predictor(2)
-    true = SizeCurve((4096, 16384, 65536, 262144, 1 << 20, 4 << 20), (0.8, 0.5, 0.5, 0.7, 1.0, 1.0))
+    true = SizeCurve((16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20), (0.8, 0.5, 0.5, 0.7, 1.0, 1.0))
     samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, true)) for p in plan_probes(pats, ProfileOptions())]
     result = fit_patterns(2, samples, pred)
     curve = fit_curve(pred, samples, result)
-    assert curve is not None and curve.sizes[0] == CURVE_MIN_BYTES
+    # a point per probe size whose messages carry CURVE_MIN_BYTES or more: 2 rounds x 2 ranks x 4 KiB first
+    assert curve is not None and curve.sizes[0] == 4 * CURVE_MIN_BYTES
     [f] = result.fits
-    # the cost of a message's bytes, f * m / bw, is the true one (bw and the factors may trade off)
-    for m in (16384, 65536, 1 << 20):
+    # the cost of a call's bytes, f * m / bw, is the true one (bw and the factors may trade off)
+    for m in (65536, 1 << 20, 16 << 20):
         assert curve.factor(m) / f.bw == pytest.approx(true.factor(m) / 3.0, rel=0.05)
     errors = [abs(pred.fitted(s.probe, f, result.call_overhead, result.protocol, curve) / s.measured_us - 1)
               for s in samples if s.probe.nbytes >= CURVE_MIN_BYTES]

@@ -1,40 +1,45 @@
-"""Size-dependent costs: a piecewise-linear cost of a byte count (PLogP's ``g(m)``).
+"""Size-dependent costs: a piecewise-linear cost of a byte count (after PLogP's ``g(m)``).
 
-One bandwidth per connection describes either the messages that sit in a
-core's caches or the ones that stream from memory, not both: on the
-project's 2-core machine a 16-64 KiB message moves 1.4-2.5x faster than
-the bandwidth fitted from 1-16 MiB messages, and a local reduction of a
-256 KiB buffer 3x faster than one of 16 MiB. The parameterised LogP model
-(PLogP, Kielmann, Bal, Gorlatch, Verstoep and Hofman, "Network
-performance-aware collective communication for clustered wide-area
-systems", 2001; first described as "Fast measurement of LogP parameters
-for message passing platforms", 2000) answers that by letting the gap
-``g(m)`` be a function of the message size ``m``, measured at several
-sizes and taken piecewise-linear in between.
+One bandwidth per connection describes either the data that sits in a
+core's caches or the data that streams from memory, not both: on the
+project's 2-core machine a whole 16-64 KiB buffer moves 1.4-2.5x faster
+than the bandwidth fitted from 1-16 MiB messages, and a local reduction of
+a 256 KiB buffer 3x faster than one of 16 MiB. The parameterised LogP
+model (PLogP, Kielmann, Bal and Verstoep, "Fast measurement of LogP
+parameters for message passing platforms", 2000) answers that by making
+the gap ``g(m)`` a function of the size ``m``, measured at several sizes
+and taken piecewise-linear in between.
 
 A :class:`SizeCurve` keeps that function *relative to the constant model*,
 so that one curve serves every connection of a topology (each with its own
 bandwidth) and files without a curve behave exactly as before:
 
-* it holds points ``(m_i, f_i)``: a message (or local copy) of ``m_i``
-  bytes costs as much as ``f_i * m_i`` bytes do in the constant model; the
-  time of its bytes on a connection of ``bw`` GB/s alone is
-  ``f_i * m_i / (bw * 1e3)`` us (``f < 1``: faster than the bandwidth says);
+* it holds points ``(m_i, f_i)``: ``m_i`` bytes cost as much as
+  ``f_i * m_i`` bytes do in the constant model (``f < 1``: faster than the
+  bandwidth says);
 * between two points the *cost* ``e(m) = f(m) * m`` is linear in ``m``
   (PLogP's piecewise-linear ``g``); below the first point and above the
   last one the factor stays at that point's (``e(m) = f_0 m`` and
   ``e(m) = f_k m``), so the curve is continuous and ``e(0) = 0``;
 * the factor at any size lies between the factors of its two neighbouring
   points (``e(m)/m`` is monotone on a segment), so :attr:`SizeCurve.fastest`
-  -- the smallest ``f_i`` -- is the fastest any message can move. Lower
+  -- the smallest ``f_i`` -- is the fastest any data can move. Lower
   bounds use it (:meth:`~ccsynth.topologies.model.Topology.fastest`): a
   bound never exceeds a real time.
 
-``Topology.message_curve`` scales the data phase of every message (the
-simulator moves ``e(m)`` bytes through the connection's resources, so
-contention shares the scaled cost); ``Topology.local_curve`` scales local
-copies and reductions (``e(m) / local_bw``). ``ccsynth topo profile``
-measures both (:mod:`ccsynth.bench.profile`); the catalog has none.
+**Whose size: the call's.** PLogP indexes ``g`` by each message's size.
+Measured here, what decides whether bytes move at cache speed is the
+working set of the call, not the size of one message: a ring that cuts a
+1 MiB allreduce into 64 KiB messages moves them at the 1 MiB rate (measured
+1.0-1.05x the default plan's 512 KiB messages, where a per-message curve
+predicted 3x faster, and synthesized plans of many small chunks lost on
+exactly that), while a 32 KiB allreduce's whole-buffer messages get the
+32 KiB rate. So the simulator charges every message of a call of
+``size_bytes`` (nccl-tests size) ``f(size_bytes)`` times its bytes
+(``Topology.message_curve``), and every local copy or reduction
+``f(size_bytes)`` times its bytes at ``local_bw`` (``Topology.local_curve``).
+``ccsynth topo profile`` measures both the same way: each probe at its own
+size (:mod:`ccsynth.bench.profile`); the catalog has none.
 
 Example:
     >>> c = SizeCurve((4096, 65536), (0.5, 1.0))

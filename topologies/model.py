@@ -33,10 +33,10 @@ Units used everywhere in ccsynth:
   protocol for every size, as in the catalog.
 * ``Topology.message_curve`` and ``Topology.local_curve`` (optional
   :class:`~ccsynth.topologies.curve.SizeCurve`, default None): size-dependent
-  costs (PLogP's ``g(m)``): a message of ``m`` bytes moves as ``f(m) * m``
-  bytes would at the connection's ``bw`` (a local copy or reduction at
-  ``local_bw``), ``f`` piecewise-linear between measured sizes. None: the
-  constants alone, as in the catalog. :meth:`Topology.fastest` is the
+  costs (after PLogP's ``g(m)``): in a call of ``S`` bytes every message's
+  bytes cost ``f(S)`` times their time at the connection's ``bw`` (local
+  copies and reductions at ``local_bw``), ``f`` piecewise-linear between
+  measured sizes. None: the constants alone, as in the catalog. :meth:`Topology.fastest` is the
   topology at the curves' fastest points, what lower bounds use.
 * ``Topology.call_overhead`` (us, default 0): the fixed cost of one call of a
   collective -- entering and leaving the runtime, ranks starting at slightly
