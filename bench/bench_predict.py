@@ -158,7 +158,15 @@ def fastest_rows(docs: list[dict]) -> dict:
 # ------------------------------------------------------------------ report
 def _results(doc: dict, label: str = "") -> dict[str, list[SimpleNamespace]]:
     """The rows of a ``--json`` bench document by algorithm (``plan:FILE`` shortened to ``plan``), as records."""
-    return {f"{label}{_short(name)}": [SimpleNamespace(**r) for r in rows] for name, rows in doc["results"].items()}
+    return {f"{label}{_short(name)}": [_row(r) for r in rows] for name, rows in doc["results"].items()}
+
+
+def _row(r: dict) -> SimpleNamespace:
+    """A bench JSON row as a record; ``size`` is its ``size_bytes`` (``ccsynth.bench/1`` rows name it so)."""
+    row = SimpleNamespace(**r)
+    if not hasattr(row, "size"):
+        row.size = r["size_bytes"]
+    return row
 
 
 def _sz(n: int) -> str:
