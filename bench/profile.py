@@ -656,8 +656,9 @@ def fit_protocol(predictor: _Predictor, ladder: Sequence[Sample], fits: dict[Pat
     return best
 
 
-#: the range a curve factor is searched in (and a local factor clamped to)
-CURVE_RANGE = (0.05, 20.0)
+#: the range a curve factor is searched in (and a local factor clamped to): caches against memory make 3-4x
+#: (bench/RESULTS.md); a fit beyond 10x either way is a load spike, not the machine
+CURVE_RANGE = (0.1, 10.0)
 
 
 def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult) -> SizeCurve | None:
