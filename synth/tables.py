@@ -74,6 +74,10 @@ TIE_REL = REL
 #: this fraction: the cost model's measured median error from 64 KiB up (the issue-10 target it is held
 #: to; bench/RESULTS.md "Predicted against measured"). ``ccsynth synth --sizes ... --margin M`` overrides it.
 DEFAULT_MARGIN = 0.25
+#: On a topology run by ccsynth's executor, a candidate of more ops than this is no candidate: the executor's
+#: compile step (its local program) grows faster than linearly with the ops -- measured 68 s for a 12,300-op
+#: ring at chunk factor 1024 on 4 ranks, which every first call of the plan would pay too.
+EXECUTOR_MAX_OPS = 4096
 
 Candidates = Mapping[tuple[str, int], Sequence[Schedule]] | Iterable[Schedule]
 
@@ -252,11 +256,16 @@ def _times(schedule: Schedule, topology: Topology, sizes: Sequence[int], local_b
     it is judged as the executor runs it (:func:`~ccsynth.synth.executor_model.lower_for_executor`:
     pipeline slices, fused copies), the very prediction ``ccsynth bench
     --predict`` prints; a size the executor cannot split a schedule's
-    chunks at gets an infinite time. Otherwise (GPU runtimes, every catalog
+    chunks at gets an infinite time, and so does a schedule of more than
+    :data:`EXECUTOR_MAX_OPS` ops at every size. Otherwise (GPU runtimes, every catalog
     topology) the schedule's own ops are simulated.
     """
     if topology.overhead_scope != "rank":
         return [r.time_us for r in simulate_sizes(schedule, topology, sizes, local_bw=local_bw)]
+    if len(schedule.ops) > EXECUTOR_MAX_OPS:
+        log.info("%s has %d ops: more than the executor compiles in seconds (%d); not a candidate",
+                 schedule.name, len(schedule.ops), EXECUTOR_MAX_OPS)
+        return [math.inf] * len(sizes)
     out = []
     try:
         programs = executor_programs(schedule)
@@ -321,4 +330,5 @@ def plan_table(plan: Plan, *, times: bool = False, human: bool = True) -> tuple[
     return headers, rows
 
 
-__all__ = ["build_plan", "candidates_for", "plan_table", "PLAN_HEADERS", "TIE_REL", "DEFAULT_MARGIN"]
+__all__ = ["build_plan", "candidates_for", "plan_table", "PLAN_HEADERS", "TIE_REL", "DEFAULT_MARGIN",
+           "EXECUTOR_MAX_OPS"]

@@ -14,6 +14,7 @@ from ccsynth.errors import PlanError
 from ccsynth.collectives.plan import load_plan, save_plan
 from ccsynth.synth import tables
 from ccsynth.synth.baselines import make_baseline
+from ccsynth.synth.executor_model import simulate_run
 from ccsynth.synth.tables import DEFAULT_MARGIN, build_plan, candidates_for, plan_table
 from ccsynth.topologies.model import Link, SharedPort, Topology
 
@@ -202,3 +203,19 @@ def test_the_default_choice_is_always_a_candidate_and_a_bad_margin_is_refused(mo
     assert [e.algorithm for e in plan.entries] == ["recursive_doubling(c=1)"]
     with pytest.raises(PlanError, match="margin"):
         _margin_case(monkeypatch, 50.0, margin=1.5)
+
+
+def test_on_an_executor_machine_candidates_are_judged_as_the_executor_runs_them(monkeypatch):
+    """overhead_scope "rank": the executor model's times; a candidate too large to compile is no candidate."""
+    topo = Topology("cpu2", 2, links=(Link(0, 1, ALPHA, BW, 0.5), Link(1, 0, ALPHA, BW, 0.5)), overhead_scope="rank",
+                    local_bw=5.0)
+    small = make_baseline("ring", Collective("allreduce", 2, 2), topo)
+    big = make_baseline("ring", Collective("allreduce", 2, 64), topo)
+    big = Schedule("big", big.collective, big.ops, big.scratch_chunks, big.topology, big.meta)
+    plan = build_plan([small, big], topo, [1 << 20])
+    times = {c["algorithm"]: c["times_us"][0] for c in plan.meta["tables"][0]["candidates"]}
+    assert times["ring"] == pytest.approx(simulate_run(small, topo, 1 << 20).time_us)
+    monkeypatch.setattr(tables, "EXECUTOR_MAX_OPS", len(big.ops) - 1)
+    plan = build_plan([small, big], topo, [1 << 20])
+    assert math.isinf({c["algorithm"]: c["times_us"][0] for c in plan.meta["tables"][0]["candidates"]}["big"])
+    assert [e.algorithm for e in plan.entries] == ["ring"]
