@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -230,9 +231,9 @@ class ScheduleAlgorithm(Algorithm):
 
     def __init__(self, name: str):
         self.name = name
-        self._compiled: dict[str, object] = {}
-        self._schedules: dict[str, object] = {}
-        self._comm = None
+        self._compiled: dict[str, CompiledSchedule] = {}
+        self._schedules: dict[str, Schedule] = {}
+        self._comm: Communicator | None = None
 
     def setup(self, kind: str | None, ctx) -> None:
         if kind is None:
@@ -284,8 +285,8 @@ class PlanAlgorithm(Algorithm):
     def __init__(self, name: str, path: str | None):
         self.name = name
         self.path = path
-        self._comm = None
-        self._plan = None
+        self._comm: Communicator | None = None
+        self._plan: Plan | None = None
 
     def setup(self, kind: str | None, ctx) -> None:
         if kind is None:
@@ -370,5 +371,5 @@ def resolve_algorithms(spec: str, ctx, kind: str | None = None) -> list[Algorith
     """
     algos = agree(ctx.comm, lambda: parse_algorithms(spec))
     for a in algos:
-        agree(ctx.comm, lambda a=a: a.setup(kind, ctx))
+        agree(ctx.comm, functools.partial(a.setup, kind, ctx))
     return algos

@@ -532,9 +532,9 @@ def _classify(s: Scenario, n: int, rc: int | None, out: str, ended: float) -> Ou
         return Outcome(s.name, n, "OVER", 0.0, detail_of("OVER"), s.expect, lines)
     if injected and rc != 0:
         why = ""
-        m = re.search(r"(rank \d+:[^\n]*aborting the MPI job)", out) or re.search(r"(rank \d+[^\n]*failed[^\n]*)", out)
-        if m:
-            why = m.group(1)
+        found = re.search(r"(rank \d+:[^\n]*aborting the MPI job)", out) or re.search(r"(rank \d+[^\n]*failed[^\n]*)", out)
+        if found:
+            why = found.group(1)
         elif "KILLED BY SIGNAL: 9" in out or "signal 9" in out.lower():
             why = "the launcher ended the job: rank 1 was killed by signal 9"
         misleading = "different counts" in out

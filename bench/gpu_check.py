@@ -146,14 +146,14 @@ def main(argv=None) -> int:
         detail = "same mesh"
         if n >= 2:
             half = n // 2
-            src = TensorLayout.of(shape, DeviceMesh((half,), range(half)), "S0,R,R")
-            dst = TensorLayout.of(shape, DeviceMesh((n - half,), range(half, n)), "R,R,S0")
+            src = TensorLayout.of(shape, DeviceMesh((half,), tuple(range(half))), "S0,R,R")
+            dst = TensorLayout.of(shape, DeviceMesh((n - half,), tuple(range(half, n))), "R,R,S0")
             mine, want = box(src, rank), box(dst, rank)
             big = None if want is None else cp.full(tuple(2 * k for k in want.shape), -1, cp.float32)
             view = None if big is None else big[::2, ::2, ::2]
             got = reshard(None if mine is None else cp.asarray(mine), src=src, dst=dst, comm=world, dtype="float32",
                           planner="milp", out=view, staging=args.staging)
-            ok = ok and ((got is None) if want is None else np.array_equal(view.get(), want))
+            ok = ok and ((got is None) if view is None else np.array_equal(view.get(), want))  # view: None iff want is
             detail += ", disjoint halves into a strided out"
         report("reshard", ok, detail)
 

@@ -474,10 +474,10 @@ def _collective(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
         ref = V.pattern(root, count, ctx.dtype, n_ranks=n)
         buf = ctx.to_device(ref) if rank == root else ctx.output(count)
 
-        def reset():
+        def reset_broadcast():
             buf[...] = ctx.to_device(ref) if rank == root else V.sentinel(ctx.dtype)
 
-        return Case(lambda: fn(buf), nbytes, count, reset, lambda: ctx.equal(buf, ref),
+        return Case(lambda: fn(buf), nbytes, count, reset_broadcast, lambda: ctx.equal(buf, ref),
                     algorithm=chosen, stats=stats, stats_reset=stats_reset, wrong=lambda: ctx.wrong(buf, ref))
     send, recv = ctx.input(sc), ctx.output(rc)
     send_ref = V.pattern(rank, sc, ctx.dtype, n_ranks=n)
@@ -547,19 +547,19 @@ def _rotating(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
     if kind == "broadcast":
         buf = ctx.output(count)
 
-        def step():
+        def step_broadcast():
             r = last[0] = turn[0]
             turn[0] = (r + 1) % n
             calls[r](buf)
 
-        def reset():
+        def reset_broadcast():
             r = turn[0]
             buf[...] = ctx.to_device(V.pattern(r, count, ctx.dtype, n_ranks=n)) if rank == r else V.sentinel(ctx.dtype)
 
         def want():
             return V.pattern(last[0], count, ctx.dtype, n_ranks=n)
 
-        return Case(step, nbytes, count, reset, lambda: ctx.equal(buf, want()),
+        return Case(step_broadcast, nbytes, count, reset_broadcast, lambda: ctx.equal(buf, want()),
                     algorithm=lambda: algo.ran(ctx), wrong=lambda: ctx.wrong(buf, want()))
     send, recv = ctx.input(count), ctx.output(count)
 

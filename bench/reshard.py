@@ -126,6 +126,8 @@ class _AlltoallvPlan:
         size = self.sbuf.dtype.itemsize
         comm.Alltoallv([self.sbuf, ([c * size for c in self.scount], [int(d) * size for d in self.sdispl]), mtype],
                        [self.rbuf, ([c * size for c in self.rcount], [int(d) * size for d in self.rdispl]), mtype])
+        if out is None:  # no destination tile on this rank: nothing came here (recvs and local are empty)
+            return None
         pos = 0
         for peer in range(len(self.recvs)):
             for sl, k in self.recvs[peer]:

@@ -135,7 +135,7 @@ from ccsynth.collectives.vschedule import V_KINDS, VScheduleCache
 from ccsynth.collectives.explicit_program import ExplicitProgram
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError
-from ccsynth.kernels.devices import cuda_awareness, select_device
+from ccsynth.kernels.devices import Awareness, cuda_awareness, select_device
 from ccsynth.kernels.base import (
     DTYPES,
     canonical_op,
@@ -334,7 +334,7 @@ class Communicator(MPI.Intracomm):
         if staging not in STAGING_MODES:
             raise CCSynthError(f"staging must be one of {', '.join(STAGING_MODES)}, got {staging!r}")
         self.staging = staging
-        self._awareness = None  # the MPI library's CUDA-awareness, asked when the first device buffer arrives
+        self._awareness: Awareness | None = None  # the MPI library's CUDA-awareness, asked when the first device buffer arrives
         self._stager = Stager()
         self.device = self._pick_device(device)
         self.comm = _unwrap(comm)
@@ -518,7 +518,7 @@ class Communicator(MPI.Intracomm):
         except TypeError:
             raise _Fallback(f"{what} of type {type(obj).__name__} is not a NumPy/CuPy array") from None
 
-    def _parse(self, spec, what: str, blocks: int, required: bool = True, writable: bool = False) -> _Buf | None:
+    def _parse(self, spec, what: str, blocks: int, writable: bool = False) -> _Buf:
         """Buffer spec -> flat typed array and per-block count (mpi4py's rules); ``writable``: an output."""
         if type(spec) is np.ndarray and spec.ndim == 1 and spec.flags.c_contiguous and (
                 spec.flags.writeable or not writable):
@@ -531,9 +531,7 @@ class Communicator(MPI.Intracomm):
             return _Buf(spec, spec.size // blocks, False)
         MPI = self._MPI
         if spec is None:
-            if required:
-                raise BufferMismatchError(f"{what} is None")
-            return None
+            raise BufferMismatchError(f"{what} is None")
         count = displ = datatype = None
         if isinstance(spec, (list, tuple)):
             if len(spec) == 2:
@@ -756,6 +754,8 @@ class Communicator(MPI.Intracomm):
         must be the very same objects with the same dtype, shape and strides.
         """
         hit = self._hit
+        if hit is None:  # the caller asks only after a scheduled call
+            return False
         if (
             hit[0] == kind
             and hit[1]() is sendbuf
@@ -1075,7 +1075,7 @@ class Communicator(MPI.Intracomm):
             self._same(s, r, "sendbuf", "recvbuf", m)
         self._check_op_dtype(opname, dt)
         copy_of = None
-        if in_place:
+        if s is None:  # in place
             inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
         else:
             inp = s.array
@@ -1112,7 +1112,7 @@ class Communicator(MPI.Intracomm):
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, what_count=f"{n} x {m} (one block per rank)")
         self._check_op_dtype(opname, dt)
         copy_of = None
-        if in_place:
+        if s is None:  # in place
             inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
             out = r.array[:m]
         else:
@@ -1145,13 +1145,15 @@ class Communicator(MPI.Intracomm):
         except _Fallback as f:
             return self._plain("Reduce", str(f), lambda: self._coll_comm().Ireduce(sendbuf, recvbuf, op, root))
         ref = r if r is not None else s
+        if ref is None:  # not reached: off the root IN_PLACE is refused above, so sendbuf was parsed
+            raise BufferMismatchError(f"Reduce on rank {self._rank} got neither a sendbuf nor a recvbuf")
         m, dt = ref.count, ref.array.dtype
         if r is not None and s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m)
         self._check_op_dtype(opname, dt)
         copy_of = None
-        if in_place:
-            inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
+        if s is None:  # in place, so at the root: ref is recvbuf
+            inp, copy_of = None, ref.array  # the schedule works on a private copy of it (made in _run)
         else:
             inp = s.array
         out = r.array if r is not None else None
@@ -1180,7 +1182,7 @@ class Communicator(MPI.Intracomm):
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, recv_blocks=n)
         copy_of = None
-        if in_place:
+        if s is None:  # in place
             inp, copy_of = None, r.array[self._rank * m:(self._rank + 1) * m]  # copied in _run, as above
         else:
             inp = s.array
@@ -1204,7 +1206,7 @@ class Communicator(MPI.Intracomm):
         if s is not None:
             self._same(s, r, "sendbuf", "recvbuf", m, blocks=n, recv_blocks=n, what_count=f"{n} x {m} (one block per rank)")
         copy_of = None
-        if in_place:
+        if s is None:  # in place
             inp, copy_of = None, r.array  # the schedule works on a private copy of it (made in _run)
         else:
             inp = s.array

@@ -113,6 +113,7 @@ import os
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -123,6 +124,7 @@ from ccsynth.collectives.runtime.constants import (
     DEFAULT_COPY_SLICE_BYTES, DEFAULT_SLICE_BYTES, K_JOIN, K_LOCAL, K_RECV, K_RRED, K_SEND, MAX_BINDINGS,
     MAX_LAYOUTS, STATIC_MAX_BYTES, W_COPY, W_FUSED, W_REDUCE,
 )
+from ccsynth.collectives.runtime.control import Agreement
 from ccsynth.collectives.runtime.dataflow import run_dataflow
 from ccsynth.collectives.runtime.failures import RunFailures
 from ccsynth.collectives.runtime.layout import Layout, build_layout, chunk_sizes
@@ -300,6 +302,7 @@ class CompiledSchedule:
         self._in_blocks = c.in_chunks // c.chunk_factor
         self._out_blocks = c.out_chunks // c.chunk_factor
         self._reducing = c.is_reducing
+        self._MPI: ModuleType | None
         try:
             from mpi4py import MPI  # initialises MPI: only when a schedule is compiled
 
@@ -324,14 +327,15 @@ class CompiledSchedule:
         self._levels_ok = program.levels_ok  # this rank's program keeps to the levels (static_program)
         self._levels_ok_everywhere: bool | None = None  # agreed with the other ranks at the first layout
         self._settings_error: ScheduleError | None = None  # the ranks passed different settings
-        self._agreement = None  # the exchange behind _levels_ok_everywhere
+        self._agreement: Agreement | None = None  # the exchange behind _levels_ok_everywhere
         self._layouts: OrderedDict[tuple[str, int], Layout] = OrderedDict()
         self._private: dict[tuple[str, str], tuple[Any, Entry]] = {}
         self._fast: _LastCall | None = None
         spin = max(1, int(os.environ.get("CCSYNTH_SPIN", "1") or 1))  # polls between yields
         self._mpi = mpi_calls(self._MPI, self.wait_mode, spin, self.timeout) if self._MPI is not None else None
         mpi = self._mpi
-        self._failures = RunFailures(self.rank, schedule, self._MPI, mpi and mpi.statuses, mpi and mpi.null,
+        self._failures = RunFailures(self.rank, schedule, self._MPI, mpi.statuses if mpi is not None else None,
+                                     mpi.null if mpi is not None else None,
                                      (1 << self._tags.slice_bits) - 1)
 
     # ------------------------------------------------------------- channel
@@ -573,14 +577,19 @@ class CompiledSchedule:
                 raise self._failures.timed_out(None, e.seconds, []) from None
             self._fast = fast
         # else: the same arrays as last time (a training or benchmark loop): the checks are skipped
+        if ch is None:
+            raise CCSynthError("execute() runs inside a call opened on the schedule's channel: use run()")
+        mpi = self._mpi
+        if mpi is None:  # pragma: no cover - a comm-like object without MPI attributes (see __init__)
+            raise CCSynthError(f"running a schedule needs an MPI communicator, got {type(self.comm).__name__}")
         lay, bnd = fast.layout, fast.binding
         lay.entry.last = ch.seq
         loop = run_dataflow if bnd.static is None else run_straight_line
         try:
             if self.profile:
-                run_profiled(loop, self.stats, lay, bnd, fast.kernels, self._mpi, self._failures, ch)
+                run_profiled(loop, self.stats, lay, bnd, fast.kernels, mpi, self._failures, ch)
             else:
-                loop(lay, bnd, fast.kernels, self._mpi, self._failures, ch)
+                loop(lay, bnd, fast.kernels, mpi, self._failures, ch)
         except BaseException as e:
             waiting = self._waiting_for(lay, bnd) if isinstance(e, WaitTimedOut) else []
             self._abandon(lay, bnd, (sendbuf, recvbuf))
@@ -639,7 +648,8 @@ class CompiledSchedule:
         ob = self._flat(recvbuf, "recvbuf", writable=True) if recvbuf is not None else None
         if ib is None and ob is None and count is None:
             raise BufferMismatchError("run() needs a sendbuf, a recvbuf or a count")
-        dtype = (ib if ib is not None else ob).dtype if (ib is not None or ob is not None) else None
+        given = ib if ib is not None else ob
+        dtype = given.dtype if given is not None else None
         if ib is not None and ob is not None and ib.dtype != ob.dtype:
             raise BufferMismatchError(f"sendbuf has dtype {ib.dtype.name} but recvbuf has dtype {ob.dtype.name}")
         if dtype is None:

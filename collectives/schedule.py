@@ -66,7 +66,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from ccsynth.atomic import write_text
 from ccsynth.collectives.explicit import EXPLICIT_KIND, ExplicitCollective
@@ -100,6 +100,7 @@ __all__ = [
     "OP_KINDS",
     "IN_PLACE_ALIASING",
     "Chunks",
+    "ChunkRanges",
     "Op",
     "Schedule",
     "in_place_storage",
@@ -168,8 +169,34 @@ def _overlap(a: Chunks, b: Chunks) -> bool:
     return a.buf == b.buf and a.index < b.index + b.count and b.index < a.index + a.count
 
 
+class ChunkRanges:
+    """``src_chunks``/``dst_chunks`` of an op record with optional ``src``/``dst`` ranges.
+
+    :class:`Op` and the op records built from it (the executor's local ops,
+    the MSCCL reader's drafts) have the ranges their kind uses and None for
+    the others. Code that needs a range reads it here: reading one the kind
+    lacks is a bug or a malformed input, and raises ``missing_error``.
+    """
+
+    src: Chunks | None
+    dst: Chunks | None
+    missing_error: ClassVar[type[ScheduleError]] = ScheduleError
+
+    @property
+    def src_chunks(self) -> Chunks:
+        if self.src is None:
+            raise self.missing_error(f"{self!r} has no src range")
+        return self.src
+
+    @property
+    def dst_chunks(self) -> Chunks:
+        if self.dst is None:
+            raise self.missing_error(f"{self!r} has no dst range")
+        return self.dst
+
+
 @dataclass(frozen=True)
-class Op:
+class Op(ChunkRanges):
     """One operation of one rank. ``id`` is its index in ``Schedule.ops``."""
 
     id: int
@@ -190,18 +217,18 @@ class Op:
     def reads(self) -> tuple[Chunks, ...]:
         """Chunk ranges this op reads on its own rank."""
         if self.kind == "send":
-            return (self.src,)
+            return (self.src_chunks,)
         if self.kind == "copy":
-            return (self.src,)
+            return (self.src_chunks,)
         if self.kind == "reduce":
-            return (self.src, self.dst)
+            return (self.src_chunks, self.dst_chunks)
         if self.kind == "recv" and self.reduce:
-            return (self.dst,)
+            return (self.dst_chunks,)
         return ()
 
     def writes(self) -> tuple[Chunks, ...]:
         """Chunk ranges this op writes on its own rank."""
-        return () if self.kind == "send" else (self.dst,)
+        return () if self.kind == "send" else (self.dst_chunks,)
 
     def describe(self) -> str:
         if self.kind == "send":
@@ -399,17 +426,19 @@ class Schedule:
                 raise ScheduleError(f"{op.describe()}: only a recv can carry reduce=true (use a 'reduce' op)")
             if op.src is not None and op.dst is not None and op.src.count != op.dst.count:
                 raise ScheduleError(f"{op.describe()} moves {op.src.count} chunk(s) into {op.dst.count}")
-            for c in (op.src, op.dst):
-                if c is not None and c.index + c.count > sizes[c.buf]:
+            for ch in (op.src, op.dst):
+                if ch is not None and ch.index + ch.count > sizes[ch.buf]:
                     raise ScheduleError(
-                        f"{op.describe()} touches {c}, past the end of buffer {c.buf!r} ({self.buffer_chunks(c.buf)} chunks)"
+                        f"{op.describe()} touches {ch}, past the end of buffer {ch.buf!r} ({self.buffer_chunks(ch.buf)} chunks)"
                     )
             if not self.collective.uniform and op.src is not None and op.dst is not None and \
                     self.units(op.rank, op.src) != self.units(op.rank, op.dst):
                 raise ScheduleError(f"{op.describe()} moves {self.units(op.rank, op.src)} unit(s) into "
                                     f"{self.units(op.rank, op.dst)}")
             if op.kind in ("copy", "reduce"):
-                src, dst = (self.storage(op.rank, op.src), self.storage(op.rank, op.dst)) if self.in_place else (op.src, op.dst)
+                src, dst = op.src_chunks, op.dst_chunks
+                if self.in_place:
+                    src, dst = self.storage(op.rank, src), self.storage(op.rank, dst)
                 if _overlap(src, dst):
                     aliased = " (input and output are one buffer)" if self.in_place else ""
                     raise ScheduleError(f"{op.describe()} reads and writes overlapping chunks{aliased}")

@@ -54,6 +54,7 @@ from ccsynth.collectives.runtime.constants import (
     I_COPY, I_FUSED, I_RECV, I_REDUCE, I_SEND, I_SYNC, I_WAIT, K_LOCAL, K_RECV, K_RRED, K_SEND,
     STATIC_MAX_BYTES, W_FUSED, W_REDUCE,
 )
+from ccsynth.errors import ScheduleError
 from ccsynth.graphs import topological_order
 
 __all__ = ["StaticPlan", "BoundProgram", "plan_static", "bind_static", "STATIC_MAX_BYTES"]
@@ -97,6 +98,8 @@ def plan_static(kind: list[int], succ: list[tuple[int, ...]], mpi: dict, work: d
         p.sort()
     # a topological order that takes the lowest level first among the nodes ready at each point
     order = topological_order(preds, key=lambda v: (node_level[v], v))
+    if order is None:  # the layout's slices follow the rank's race-checked, ordered program
+        raise ScheduleError("the slice graph of a rank's program has a dependency cycle")
 
     steps: list[tuple] = []
     pending: set[int] = set()  # receives started but not yet waited for

@@ -172,13 +172,13 @@ def replicate_instances(schedule: Schedule, instances: int) -> Schedule:
             # cut src and dst -- and, for a transfer, the other end's range --
             # at common boundaries, so both ends move the same pieces
             if op.kind == "send":
-                a, _ = _common_cuts(pieces(op.src, i), pieces(ops[matches[op.id]].dst, i))
-                cuts = [(x, None) for x in a]
+                a, _ = _common_cuts(pieces(op.src_chunks, i), pieces(ops[matches[op.id]].dst_chunks, i))
+                cuts: list[tuple[Chunks | None, Chunks | None]] = [(x, None) for x in a]
             elif op.kind == "recv":
-                _, b = _common_cuts(pieces(ops[matches[op.id]].src, i), pieces(op.dst, i))
+                _, b = _common_cuts(pieces(ops[matches[op.id]].src_chunks, i), pieces(op.dst_chunks, i))
                 cuts = [(None, x) for x in b]
             else:
-                a, b = _common_cuts(pieces(op.src, i), pieces(op.dst, i))
+                a, b = _common_cuts(pieces(op.src_chunks, i), pieces(op.dst_chunks, i))
                 cuts = list(zip(a, b))
             drafts += [_draft(op, src, dst, channel=op.channel + i * C, instance=i) for src, dst in cuts]
     of_instance: dict[tuple[int, int], list[int]] = {}
@@ -343,8 +343,8 @@ def _extends(last: Op, s: Op, head: Op, ops, matches, level) -> bool:
     r_last, r = ops[matches[last.id]], ops[matches[s.id]]
     return (
         r.reduce == r_last.reduce
-        and _follows(last.src, s.src)
-        and _follows(r_last.dst, r.dst)
+        and _follows(last.src_chunks, s.src_chunks)
+        and _follows(r_last.dst_chunks, r.dst_chunks)
     )
 
 
@@ -405,8 +405,10 @@ def split_streams(
         elif op.kind != "recv":
             members.setdefault(("l", op.rank, op.channel), []).append(op.id)
     channel = [op.channel for op in ops]
+    # one lookup for both: a stream's key has three ints, a rank's two, so they never collide
+    parts_of: dict[tuple[int, ...], int] = dict((*parts.items(), *local_parts.items()))
     for key, ids in members.items():
-        k = parts.get(key[1:], 1) if key[0] == "s" else local_parts.get(key[1:], 1)
+        k = parts_of.get(key[1:], 1)
         m = len(ids)
         for i, x in enumerate(ids):
             c = ops[x].channel + (i * k // m) * C

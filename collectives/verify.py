@@ -299,16 +299,16 @@ def _execute(
     for x in order:
         op = ops[x]
         r = op.rank
-        src = op.src if op.src is None or not schedule.in_place else schedule.storage(r, op.src)
-        if op.kind == "send":
-            in_flight[x] = [read(op, src.buf, i) for i in src.indices()]
-            continue
         if op.kind == "recv":
             values = in_flight.pop(matches[x])
         else:
+            src = op.src_chunks if not schedule.in_place else schedule.storage(r, op.src_chunks)
             values = [read(op, src.buf, i) for i in src.indices()]
+            if op.kind == "send":
+                in_flight[x] = values
+                continue
         combine = op.kind == "reduce" or op.reduce
-        dst = op.dst if not schedule.in_place else schedule.storage(r, op.dst)
+        dst = op.dst_chunks if not schedule.in_place else schedule.storage(r, op.dst_chunks)
         buf = dst.buf
         for i, v in zip(dst.indices(), values):
             key = (r, buf, i)

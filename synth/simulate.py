@@ -151,7 +151,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.explicit import ExplicitCollective
+from ccsynth.collectives.schedule import Op, Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
 from ccsynth.synth.bounds import Bound, lower_bound
@@ -328,7 +329,7 @@ class _Prepared:
         rbw = topology.resource_bw
         for op in ops:
             i = op.id
-            self.count[i] = schedule.op_units(op) if isinstance(schedule, Schedule) else op.count
+            self.count[i] = schedule.op_units(op) if isinstance(schedule, Schedule) and isinstance(op, Op) else op.count
             deps = set(op.deps)
             self.ndeps[i] = len(deps)
             for d in deps:
@@ -726,12 +727,18 @@ def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool 
     if p.n_ops:
         time_us += topology.call_overhead
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)
-    bound: Bound = lower_bound(coll, topology, size) if coll.uniform else explicit_lower_bound(coll, topology, size)
+    bound: Bound = explicit_lower_bound(coll, topology, size) if isinstance(coll, ExplicitCollective) else \
+        lower_bound(coll, topology, size)
     algbw = size / (time_us * BYTES_PER_US_PER_GBPS) if time_us > 0 else (math.inf if size > 0 else 0.0)
     if bound.time_us > 0:
         gap = time_us / bound.time_us
     else:
         gap = 1.0 if time_us <= 0 else math.inf
+    traced = None
+    if rec is not None:
+        if not isinstance(p.schedule, Schedule):  # pragma: no cover - simulate_graph asks for no trace
+            raise ScheduleError("only the run of a Schedule is traced")
+        traced = rec.trace(p.schedule, chunk_bytes, topology.overhead_scope)
     return SimResult(
         size_bytes=size_bytes,
         time_us=time_us,
@@ -744,7 +751,7 @@ def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool 
         schedule=p.schedule.name,
         topology=topology.name,
         busy_us=busy,
-        trace=rec.trace(p.schedule, chunk_bytes, topology.overhead_scope) if rec is not None else None,
+        trace=traced,
     )
 
 

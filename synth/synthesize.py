@@ -642,6 +642,8 @@ def _simulate_candidates(topology, collective: Collective, scored: list[_Scored]
                 ts = simulate(s, topology, size_bytes).time_us
                 if sched is None or is_less(ts, t):
                     t, name, window, sched = ts, variant.name, w, s
+        if sched is None:  # every candidate comes with at least one wave variant and window
+            raise InfeasibleError(f"{cand.describe()} has no lowering to simulate")
         report.candidates.append({"sketch": cand.describe(), "estimated_us": sc.estimated_us, "time_us": t,
                                   "waves": name, "window": window})
         prog("simulated", f"{cand.describe()}: {t:.3f} us at {size_bytes} bytes ({name} waves, window {window})")

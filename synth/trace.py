@@ -137,7 +137,7 @@ class Recorder:
         transfers = tuple(
             TransferSpan(
                 send=op.id, recv=matches[op.id], src=op.rank, dst=op.peer, channel=op.channel,
-                chunks=ops[matches[op.id]].dst, nbytes=schedule.op_units(op) * chunk_bytes,
+                chunks=ops[matches[op.id]].dst_chunks, nbytes=schedule.op_units(op) * chunk_bytes,
                 posted=self.posted[op.id], data_ready=self.data_ready[op.id], data_start=self.data_start[op.id],
                 data_end=self.data_end[op.id], done=self.done[matches[op.id]],
             )

@@ -27,6 +27,7 @@ import logging
 import os
 import sys
 import traceback
+from types import ModuleType
 
 import numpy as np
 
@@ -352,6 +353,7 @@ def run(args) -> int:
 
 def _install_abort_hook() -> None:
     """An unhandled exception on one rank aborts the job instead of hanging the others."""
+    mpi_util: ModuleType | None
     try:
         from ccsynth.collectives import mpi_util
     except ImportError:
@@ -510,7 +512,7 @@ def _run(args, comm) -> int:
 
     meta = _meta(args, comm, bench)
     predictor = None
-    if topo is not None:
+    if topo is not None and bench.kind is not None:  # --predict is offered for collectives only
         meta["predict"] = topo.name
         meta["predict_topology"] = args.predict
         if rank == 0:

@@ -228,7 +228,7 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
           f"{len(sched.ops)} ops, verified, in {seconds:.1f} s")
     print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s   busbw {res.busbw:.2f} GB/s")
     print(f"  lower bound    {res.lower_bound_us:.3f} us   gap {res.gap:.3f}x   ({res.bound_which})")
-    if report.chosen == "baseline":
+    if report.chosen == "baseline" and base is not None:  # chosen among the baselines: there is one
         print(f"  best baseline  {base['name']} (chunk factor {base['chunk_factor']}) {base['time_us']:.3f} us is "
               f"faster than the best synthesized schedule ({report.synthesized_us:.3f} us): it is what was written")
     elif base is not None:

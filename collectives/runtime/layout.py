@@ -232,7 +232,23 @@ class OpExtent:
     staging: int | None = None  # where its staged copy starts in the staging area
     staged_segs: tuple[Region, ...] = ()  # its whole staged copy, as segments
 
+    @property
+    def src_segs(self) -> tuple[Region, ...]:
+        """``src`` of an op that reads one; ScheduleError if it has none."""
+        if self.src is None:
+            raise ScheduleError("an op that reads nothing has no source segments")
+        return self.src
+
+    @property
+    def dst_segs(self) -> tuple[Region, ...]:
+        """``dst`` of an op that writes one; ScheduleError if it has none."""
+        if self.dst is None:
+            raise ScheduleError("an op that writes nothing has no destination segments")
+        return self.dst
+
     def staged(self, lo: int, hi: int) -> Region:
+        if self.staging is None:
+            raise ScheduleError("an op that is not staged has no staging region")
         return Region("t", self.staging + lo, self.staging + hi)
 
 
@@ -361,6 +377,8 @@ def _extents(ops: Sequence[LocalOp], geo: ChunkGeometry, per_slice: int, rank: i
         if t_src is not None and t_dst is not None and t_src != t_dst:  # pragma: no cover - guarded by the trace
             raise ScheduleError(f"rank {rank}: {op.describe()} moves {t_src} elements into {t_dst}")
         total = t_src if t_src is not None else t_dst
+        if total is None:  # every kind reads or writes a range (LocalOp.reads/writes)
+            raise ScheduleError(f"rank {rank}: {op.describe()} moves no chunks")
         if op.kind in MESSAGE_KINDS:
             slices = total // per_slice + 1  # full slices, then a shorter (possibly empty) last one
         else:
@@ -382,10 +400,11 @@ def _extents(ops: Sequence[LocalOp], geo: ChunkGeometry, per_slice: int, rank: i
     # staging: receives that reduce, and messages of scattered chunks
     staged = 0
     for i, (op, ext) in enumerate(zip(ops, out)):
-        need = op.kind in ("rrecv", "rrc") or (op.kind == "send" and len(ext.src) > 1) or (
-            op.kind == "recv" and len(ext.dst) > 1
+        need = op.kind in ("rrecv", "rrc") or (op.kind == "send" and len(ext.src_segs) > 1) or (
+            op.kind == "recv" and len(ext.dst_segs) > 1
         )
-        staging, segs = None, ()
+        staging: int | None = None
+        segs: tuple[Region, ...] = ()
         if need and ext.total:
             staging, segs = staged, (Region("t", staged, staged + ext.total),)
             staged += ext.total
@@ -440,7 +459,7 @@ def _message_slice(ext: OpExtent, lo: int, hi: int, *, sending: bool):
     Scattered chunks go through staging: packed into it before the send,
     unpacked from it after the arrival.
     """
-    segs = ext.src if sending else ext.dst
+    segs = ext.src_segs if sending else ext.dst_segs
     kind = K_SEND if sending else K_RECV
     touched = _cut(segs, lo, hi)
     if ext.staging is None:
@@ -452,15 +471,15 @@ def _message_slice(ext: OpExtent, lo: int, hi: int, *, sending: bool):
 
 def _receive_reduce_slice(ext: OpExtent, lo: int, hi: int, *, fused: bool):
     region = ext.staged(lo, hi) if ext.staging is not None else EMPTY
-    touched = _cut(ext.dst, lo, hi)
+    touched = _cut(ext.dst_segs, lo, hi)
     if not ext.total:  # an empty message: nothing to reduce
         return K_RRED, region, (), touched
     if not fused:
-        items = tuple(WorkItem(W_REDUCE, p.a, p.b) for p in _aligned(ext.dst, ext.staged_segs, lo, hi))
+        items = tuple(WorkItem(W_REDUCE, p.a, p.b) for p in _aligned(ext.dst_segs, ext.staged_segs, lo, hi))
         return K_RRED, region, items, touched
-    touched += _cut(ext.src, lo, hi)
+    touched += _cut(ext.src_segs, lo, hi)
     items = tuple(
-        WorkItem(W_FUSED, p.b, ext.staged(p.lo, p.hi), p.a) for p in _aligned(ext.src, ext.dst, lo, hi)
+        WorkItem(W_FUSED, p.b, ext.staged(p.lo, p.hi), p.a) for p in _aligned(ext.src_segs, ext.dst_segs, lo, hi)
     )
     return K_RRED, region, items, touched
 
@@ -468,7 +487,7 @@ def _receive_reduce_slice(ext: OpExtent, lo: int, hi: int, *, fused: bool):
 def _local_slice(ext: OpExtent, lo: int, hi: int, mode: int):
     items = []
     touched = []
-    for p in _aligned(ext.src, ext.dst, lo, hi):
+    for p in _aligned(ext.src_segs, ext.dst_segs, lo, hi):
         items.append(WorkItem(mode, p.b, p.a))
         touched += [p.a, p.b]
     return K_LOCAL, None, tuple(items), touched

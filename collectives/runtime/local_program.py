@@ -57,7 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from collections.abc import Callable, Sequence
 
-from ccsynth.collectives.schedule import Chunks, Schedule
+from ccsynth.collectives.schedule import ChunkRanges, Chunks, Schedule
 from ccsynth.errors import ScheduleError
 from ccsynth.graphs import dependency_cycle, topological_order
 
@@ -73,7 +73,7 @@ Cols = tuple  # per chunk of a range: its column, or None for a value nothing wr
 
 
 @dataclass(frozen=True)
-class LocalOp:
+class LocalOp(ChunkRanges):
     """One op of this rank after the rewrites (compile-time form).
 
     ``kind`` is ``send``, ``recv``, ``rrecv`` (a receive that reduces),
@@ -97,15 +97,15 @@ class LocalOp:
     def reads(self) -> list[Chunks]:
         k = self.kind
         if k in ("send", "copy", "rrc"):
-            return [self.src]
+            return [self.src_chunks]
         if k == "reduce":
-            return [self.src, self.dst]
+            return [self.src_chunks, self.dst_chunks]
         if k == "rrecv":
-            return [self.dst]
+            return [self.dst_chunks]
         return []
 
     def writes(self) -> list[Chunks]:
-        return [] if self.kind == "send" else [self.dst]
+        return [] if self.kind == "send" else [self.dst_chunks]
 
     def touches(self) -> list[Chunks]:
         return self.reads() + self.writes()
@@ -301,18 +301,18 @@ def trace_columns(schedule: Schedule, role: int) -> ColumnTrace:
         op = ops[oid]
         r = op.rank
         if op.kind == "send":
-            cols = get(r, op.src)
+            cols = get(r, op.src_chunks)
             msg[oid] = cols
             if r == role:
                 op_cols[oid] = (cols, ())
         elif op.kind == "recv":
             cols = msg[matches[oid]]
-            put(r, op.dst, cols, op.reduce)
+            put(r, op.dst_chunks, cols, op.reduce)
             if r == role:
                 op_cols[oid] = ((), cols)
         else:
-            cols = get(r, op.src)
-            put(r, op.dst, cols, op.kind == "reduce")
+            cols = get(r, op.src_chunks)
+            put(r, op.dst_chunks, cols, op.kind == "reduce")
             if r == role:
                 op_cols[oid] = (cols, cols)
     return ColumnTrace(tuple(level), op_cols, {k: frozenset(v) for k, v in slot_cols.items()}, uneven_ok)
@@ -440,17 +440,18 @@ def _send_from_copy_source(ops: list[LocalOp], anc: list[int], raw) -> list[Loca
     for x, X in enumerate(ops):
         if X.kind != "send":
             continue
-        srcs = {raw[x].get((X.src.buf, k)) for k in X.src.indices()}
+        X_src = X.src_chunks
+        srcs = {raw[x].get((X_src.buf, k)) for k in X_src.indices()}
         if len(srcs) != 1 or None in srcs:
             continue
         c = srcs.pop()
         C = ops[c]
-        if C.kind != "copy" or C.dst.buf != X.src.buf:
+        if C.kind != "copy" or C.dst_chunks.buf != X_src.buf:
             continue
-        off = X.src.index - C.dst.index
-        if off < 0 or off + X.src.count > C.dst.count:
+        off = X_src.index - C.dst_chunks.index
+        if off < 0 or off + X_src.count > C.dst_chunks.count:
             continue
-        new_src = Chunks(C.src.buf, C.src.index + off, X.src.count)
+        new_src = Chunks(C.src_chunks.buf, C.src_chunks.index + off, X_src.count)
         unwritten = all(
             w == c or (anc[c] >> w) & 1 or (anc[w] >> x) & 1
             for k in new_src.indices()
@@ -462,7 +463,7 @@ def _send_from_copy_source(ops: list[LocalOp], anc: list[int], raw) -> list[Loca
         for i, op in enumerate(ops):
             if i == x:
                 op = replace(X, src=new_src, deps=(X.deps - {c}) | C.deps,
-                             src_cols=C.src_cols[off:off + X.src.count], dst_cols=())
+                             src_cols=C.src_cols[off:off + X_src.count], dst_cols=())
             elif x in op.deps:
                 # whatever came after the send stays after the copy, as it was through the send
                 op = op.renumbered(op.idx, op.deps | {c})
@@ -473,9 +474,9 @@ def _send_from_copy_source(ops: list[LocalOp], anc: list[int], raw) -> list[Loca
 
 def _receive_into_reduce(ops: list[LocalOp], anc: list[int], desc: list[int], readers) -> list[LocalOp] | None:
     for r, R in enumerate(ops):
-        if R.kind != "recv" or R.dst.buf != "s":
+        if R.kind != "recv" or R.dst_chunks.buf != "s":
             continue
-        users = {u for k in R.dst.indices() for u in readers.get((r, "s", k), ())}
+        users = {u for k in R.dst_chunks.indices() for u in readers.get((r, "s", k), ())}
         if len(users) != 1:
             continue
         x = users.pop()
@@ -530,10 +531,13 @@ def _split_copies(ops: list[LocalOp]) -> list[LocalOp]:
                 continue
             for c in sorted(R.deps):
                 C = ops[c]
-                if c in replace_by or C.kind != "copy" or C.dst == R.dst or C.dst.buf != R.dst.buf:
+                if c in replace_by or C.kind != "copy" or C.dst == R.dst:
                     continue
-                a, b = C.dst.index, C.dst.index + C.dst.count
-                ra, rb = R.dst.index, R.dst.index + R.dst.count
+                C_src, C_dst, R_dst = C.src_chunks, C.dst_chunks, R.dst_chunks
+                if C_dst.buf != R_dst.buf:
+                    continue
+                a, b = C_dst.index, C_dst.index + C_dst.count
+                ra, rb = R_dst.index, R_dst.index + R_dst.count
                 if not (a <= ra and rb <= b):
                     continue
                 pieces = []
@@ -541,7 +545,7 @@ def _split_copies(ops: list[LocalOp]) -> list[LocalOp]:
                     if lo < hi:
                         off = lo - a
                         pieces.append(LocalOp(
-                            0, "copy", Chunks(C.src.buf, C.src.index + off, hi - lo), Chunks(C.dst.buf, lo, hi - lo),
+                            0, "copy", Chunks(C_src.buf, C_src.index + off, hi - lo), Chunks(C_dst.buf, lo, hi - lo),
                             -1, C.deps, -1, C.sched_ids, C.src_cols[off:off + hi - lo], C.dst_cols[off:off + hi - lo],
                         ))
                 replace_by[c] = pieces
@@ -568,8 +572,8 @@ def _fusable_pairs(ops: list[LocalOp], order: list[int], one_at_a_time: bool) ->
             # the fused op reads C's source when R runs: nobody may write it in between
             if all(
                 x in (c, r) or (anc[c] >> x) & 1 or (anc[x] >> r) & 1
-                for k in C.src.indices()
-                for x in writers.get((C.src.buf, k), ())
+                for k in C.src_chunks.indices()
+                for x in writers.get((C.src_chunks.buf, k), ())
             ):
                 pairs.append((c, r))
                 used.update((c, r))

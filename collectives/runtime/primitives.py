@@ -99,7 +99,7 @@ class MpiCalls:
     wait_some: Callable[[list, list], list]
     wait_any: Callable[[list, Any], int]
     test_all: Callable[[list], bool]
-    error: type
+    error: type[BaseException]
     statuses: list
     status: Any
     null: Any

@@ -71,9 +71,14 @@ def timed_mpi(calls: MpiCalls, stats: RunStats) -> MpiCalls:
 
         return timed_call
 
-    post = {name: timed(getattr(calls, name), "start_s", "starts") for name in ("isend", "irecv")}
-    wait = {name: timed(getattr(calls, name), "wait_s", "waits") for name in ("wait_some", "wait_any", "test_all")}
-    return replace(calls, **post, **wait)
+    return replace(
+        calls,
+        isend=timed(calls.isend, "start_s", "starts"),
+        irecv=timed(calls.irecv, "start_s", "starts"),
+        wait_some=timed(calls.wait_some, "wait_s", "waits"),
+        wait_any=timed(calls.wait_any, "wait_s", "waits"),
+        test_all=timed(calls.test_all, "wait_s", "waits"),
+    )
 
 
 def timed_kernels(k: Kernels, stats: RunStats) -> Kernels:

@@ -26,6 +26,7 @@ from ccsynth.collectives.runtime.constants import I_COPY, I_FUSED, I_RECV, I_RED
 from ccsynth.collectives.runtime.failures import RunFailures
 from ccsynth.collectives.runtime.layout import Layout
 from ccsynth.collectives.runtime.primitives import Kernels, MpiCalls
+from ccsynth.errors import ScheduleError
 
 __all__ = ["run_straight_line"]
 
@@ -34,6 +35,8 @@ def run_straight_line(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls
                       ch: Channel) -> None:
     """Run the bound straight-line program of ``bnd`` as call ``ch.seq`` (see :mod:`ccsynth.collectives.static_program`)."""
     program = bnd.static
+    if program is None:  # the executor takes this path only for a binding with a straight-line program
+        raise ScheduleError("this binding has no straight-line program")
     red, fred, copy, sync = kernels.reduce, kernels.fused, kernels.copy, kernels.sync
     isend, irecv, wait_any = mpi.isend, mpi.irecv, mpi.wait_any
     MPIError = mpi.error

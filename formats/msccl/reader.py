@@ -50,6 +50,7 @@ The schedule is not verified here (``ccsynth.load_schedule`` does that).
 
 from __future__ import annotations
 
+import builtins
 import logging
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from ccsynth.collectives.schedule import IN_PLACE_ALIASING, Chunks, Op, Schedule, in_place_storage
+from ccsynth.collectives.schedule import IN_PLACE_ALIASING, ChunkRanges, Chunks, Op, Schedule, in_place_storage
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, ScheduleError, ScheduleFormatError
 from ccsynth.formats.msccl.limits import RUNTIME_MAX_COUNT, UNBOUNDED
@@ -90,7 +91,8 @@ class _Attrs:
             return default
         return v
 
-    def int(self, key: str, default: Any = ..., lo: int | None = None, hi: int | None = None) -> int:
+    # builtins.str: in the class body, plain ``str`` names the method above
+    def int(self, key: builtins.str, default: Any = ..., lo: int | None = None, hi: int | None = None) -> int:
         raw = self.str(key, None)
         if raw is None:
             if default is ...:
@@ -170,7 +172,7 @@ class _Stream:
 
 
 @dataclass
-class _Draft:
+class _Draft(ChunkRanges):
     """An op under construction; ``key`` orders ops as the file does."""
 
     rank: int
@@ -182,6 +184,7 @@ class _Draft:
     peer: int = -1
     reduce: bool = False
     deps: set[int] = field(default_factory=set)
+    missing_error = ScheduleFormatError
 
 
 # ------------------------------------------------------------------ reader
@@ -282,7 +285,7 @@ def _read_gpu(g: ET.Element, gid: int, coll: Collective) -> _XGpu:
     for b, have in (("i", coll.in_chunks), ("o", coll.out_chunks)):
         if sizes[b] > have:
             raise ScheduleFormatError(f"{where}: {b}_chunks={sizes[b]} but {coll.describe()} has {have} {b} chunk(s) per rank")
-    tbs = []
+    tbs: list[_XTb] = []
     for t in g:
         if t.tag != "tb":
             log.warning("ignoring unknown element <%s> in %s", t.tag, where)
@@ -511,7 +514,10 @@ class _Buffers:
         return Chunks(buf, off, cnt)
 
 
-def _overlap(a: Chunks, b: Chunks) -> bool:
+def _overlap(a: Chunks | None, b: Chunks | None) -> bool:
+    """Whether two ranges share a chunk (a step type's unused range, None, shares none)."""
+    if a is None or b is None:
+        return False
     return a.buf == b.buf and a.index < b.index + b.count and b.index < a.index + a.count
 
 
@@ -594,7 +600,10 @@ class _OpBuilder:
     def order(self, gid: int) -> list[StepKey]:
         """The steps of gpu ``gid`` in an order the file allows (threadblock order and depid/deps)."""
         if gid not in self._orders:
-            self._orders[gid] = topological_order({key: _waits_in_gpu(self.gpus, key) for key in self.gpus[gid].keys()})  # noqa: SIM118
+            order = topological_order({key: _waits_in_gpu(self.gpus, key) for key in self.gpus[gid].keys()})  # noqa: SIM118
+            if order is None:  # a subgraph of what stage 4 (_check_deadlock) found acyclic
+                raise ScheduleFormatError(f"the steps of <gpu id={gid}> wait for each other in a cycle")
+            self._orders[gid] = order
         return self._orders[gid]
 
     def wait_for_file_order(self) -> dict[StepKey, frozenset[int]]:
@@ -644,9 +653,9 @@ class _OpBuilder:
         writer: dict[tuple[str, int], tuple[int, int, int]] = {}  # chunk -> (op, tb, step) of its last writer
         readers: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
         if gid in self.prologue:
-            f = drafts[self.prologue[gid]]
-            for i in f.dst.indices():
-                writer[(f.dst.buf, i)] = (self.prologue[gid], -1, -1)
+            prologue_dst = drafts[self.prologue[gid]].dst_chunks
+            for i in prologue_dst.indices():
+                writer[(prologue_dst.buf, i)] = (self.prologue[gid], -1, -1)
         for key in self.order(gid):
             _, tb, k = key
             seen = np.full(ntb, -1, dtype=np.int64)  # highest step of each threadblock done before this one
@@ -660,10 +669,10 @@ class _OpBuilder:
             for i in self.step_ops[key]:
                 f = drafts[i]
                 here = (i, tb, k)
-                reads = [f.src] if f.kind in ("send", "copy", "reduce") else []
+                reads = [f.src_chunks] if f.kind in ("send", "copy", "reduce") else []
                 if f.kind == "reduce" or f.reduce:
-                    reads.append(f.dst)
-                writes = [f.dst] if f.kind != "send" else []
+                    reads.append(f.dst_chunks)
+                writes = [f.dst_chunks] if f.kind != "send" else []
                 written = {(c.buf, j) for c in writes for j in c.indices()}
                 for c in reads:
                     for j in c.indices():

@@ -121,7 +121,9 @@ def layouts(s: Schedule, *, pack: bool = False) -> list[Layout]:
     half the threadblocks, each stream serialized with its partner).
     Raises :class:`ScheduleError` if every layout would deadlock.
     """
-    info = s.meta.get("msccl") if isinstance(s.meta.get("msccl"), dict) else {}
+    info = s.meta.get("msccl")
+    if not isinstance(info, dict):
+        info = {}
     if info.get("ops_in_tb_order"):
         for fuse, order in (("given", "given"), ("none", "given"), ("auto", "buffered"), ("none", "buffered")):
             layout = _try_assign(s, fuse=fuse, order=order, pack=pack)
@@ -353,6 +355,8 @@ def _place(s: Schedule, steps: list[Step], step_of: dict[int, int], order: str) 
             if level[x] < level[p] + 1:
                 level[x] = level[p] + 1
     topo = topological_order(node_preds, key=lambda x: (level[x], x))
+    if topo is None:  # not reached: ``first`` ordered the same graph
+        return False
     node_pos = [0] * len(ops)
     for i, x in enumerate(topo):
         node_pos[x] = i

@@ -562,8 +562,9 @@ def _per_node_ring(node_of: Sequence[int], ranks, nodes, succ, budget: _Budget) 
     def join(order: Sequence[int]) -> list[int] | None:
         first = order[0]
         for e0 in groups[first]:
-            # reach[k]: entry rank of node order[k] -> (previous entry, path through node k-1)
-            reach: list[dict[int, tuple[int | None, list[int] | None]]] = [{e0: (None, None)}]
+            # reach[k]: entry rank of node order[k] -> (previous entry, path through node k-1); reach[0]
+            # holds only e0, with a value the walk back below never reads
+            reach: list[dict[int, tuple[int, list[int]]]] = [{e0: (e0, [])}]
             for k in range(1, len(order) + 1):
                 nxt: dict[int, tuple[int, list[int]]] = {}
                 nd = order[k - 1]

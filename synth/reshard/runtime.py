@@ -84,7 +84,7 @@ class ReshardProgram:
 
     def __init__(self, schedule: Schedule, rank: int):
         task = task_of_schedule(schedule)
-        coll = schedule.collective
+        coll = cast(ExplicitCollective, schedule.collective)  # task_of_schedule refused a uniform (non-explicit) one
         if not 0 <= rank < coll.n_ranks:
             raise ScheduleError(f"rank {rank} is not one of the plan's {coll.n_ranks} ranks")
         self.task = task
@@ -103,9 +103,13 @@ class ReshardProgram:
         for op in mine:
             def box(chunks):
                 if chunks.buf == "i":
+                    if src_tile is None:
+                        raise ScheduleError(f"rank {rank} holds no source tile, but the plan reads its input")
                     return task.local_slices(pieces[coll.inputs[rank][chunks.index]], task.src.box(src_tile))
                 if chunks.buf == "s":
                     return chunks.index
+                if dst_tile is None:
+                    raise ScheduleError(f"rank {rank} holds no destination tile, but the plan writes its output")
                 return task.local_slices(pieces[coll.outputs[rank][chunks.index]], task.dst.box(dst_tile))
 
             for c in (op.src, op.dst):
@@ -130,7 +134,7 @@ class ReshardProgram:
                 tuple(index[d] for d in op.deps),
             ))
         self.relay_shapes = tuple(
-            tuple(b - a for a, b in pieces[p].box) for p in cast(ExplicitCollective, coll).relays[rank]
+            tuple(b - a for a, b in pieces[p].box) for p in coll.relays[rank]
         )
         self.ops = tuple(ops)
         self.dependents: list[list[int]] = [[] for _ in ops]
