@@ -233,7 +233,7 @@ def _subtree_sizes(tree: PackedTree, kids: dict[int, list[int]]) -> dict[int, in
     order = [tree.root]
     for u in order:
         order.extend(kids.get(u, ()))
-    size = {}
+    size: dict[int, int] = {}
     for u in reversed(order):
         size[u] = 1 + sum(size[v] for v in kids.get(u, ()))
     return size
@@ -250,7 +250,7 @@ def _reduce_up(em: _Emitter, tree: PackedTree, own: Chunks, out: Chunks, order_k
     order = [tree.root] + [v for _, v in tree.arcs()]
     for v in order[1:]:
         kids.setdefault(tree.parent[v], []).append(v)
-    sent: dict[int, tuple[int, Chunks]] = {}  # child -> (its last op, the chunk it sends)
+    sent: dict[int, tuple[tuple[int, ...], Chunks]] = {}  # child -> (the ops its send waits for, the chunk it sends)
     for v in reversed(order):
         mine = kids.get(v, [])
         if v != tree.root and not mine:
