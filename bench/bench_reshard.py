@@ -6,10 +6,11 @@ many-to-many, with and without replication, on hosts with one NIC each. Here
 every case is planned by ``naive``, ``broadcast`` and ``milp``, verified,
 and simulated on two machine models with one NIC per host:
 
-* ``hosts:NxG``: ``N`` hosts of ``G`` GPUs on a switch of 150 GB/s per GPU
-  (NVLink-class), one 100 Gb/s (12.5 GB/s) NIC per host shared by its GPUs,
-  InfiniBand latency and per-message overhead as in the catalog
-  (:func:`hosts_one_nic`); ``G`` = 4 is Alpa's own (AWS p3.8xlarge-like);
+* ``shared_nic:NxG`` (the catalog's :func:`~ccsynth.topologies.catalog.shared_nic`):
+  ``N`` hosts of ``G`` GPUs on a switch of 150 GB/s per GPU (NVLink-class),
+  one 100 Gb/s (12.5 GB/s) NIC per host shared by its GPUs, InfiniBand
+  latency and per-message overhead as in the catalog; ``G`` = 4 is Alpa's
+  own setting (4 GPUs and one NIC per host);
 * ``ndv2xN``: the catalog's Azure NDv2, 8 V100 per host on a cube mesh, one
   12.5 GB/s NIC per host.
 
@@ -38,10 +39,9 @@ from ccsynth.formats.files import get_topology
 from ccsynth.synth.reshard.planner import PLANNERS, place_meshes, plan_reshard
 from ccsynth.synth.reshard.task import ReshardTask
 from ccsynth.synth.simulate import simulate
-from ccsynth.topologies.catalog import IB_ALPHA_US, IB_OVERHEAD_US, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US
-from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
+from ccsynth.topologies.model import Topology
 
-__all__ = ["CASES", "SHAPE", "hosts_one_nic", "bench_case", "main"]
+__all__ = ["CASES", "SHAPE", "machine", "bench_case", "main"]
 
 SHAPE = (1024, 1024, 512)
 #: (source mesh, source spec, destination mesh, destination spec, what Alpa calls it)
@@ -55,31 +55,10 @@ CASES = (
     ((2, 4), "S01,R,R", (3, 4), "R,S01,R", "many-to-many, no replication"),
     ((2, 4), "S0,R,R", (3, 4), "R,R,R", "to a replicated tensor"),
 )
-INTRA_GBPS = 150.0
-NIC_GBPS = 12.5
-
-
-def hosts_one_nic(hosts: int, gpus: int, intra_gbps: float = INTRA_GBPS, nic_gbps: float = NIC_GBPS) -> Topology:
-    """``hosts`` hosts of ``gpus`` GPUs on a switch each, joined by one shared NIC per host (see the module doc)."""
-    n = hosts * gpus
-    switches = tuple(Switch(f"host{h}", tuple(range(h * gpus, (h + 1) * gpus)), intra_gbps, NVLINK_ALPHA_US,
-                            NVLINK_OVERHEAD_US) for h in range(hosts) if gpus > 1)
-    links, ports = [], []
-    for h in range(hosts):
-        mine = tuple(range(h * gpus, (h + 1) * gpus))
-        others = tuple(r for r in range(n) if r // gpus != h)
-        links += [Link(s, d, IB_ALPHA_US, nic_gbps, IB_OVERHEAD_US) for s in mine for d in others]
-        if others:
-            ports += [SharedPort(f"nic{h}.tx", mine, others, nic_gbps), SharedPort(f"nic{h}.rx", others, mine, nic_gbps)]
-    return Topology(f"hosts:{hosts}x{gpus}", n, links=tuple(links), switches=switches, shared_ports=tuple(ports),
-                    nodes=tuple(r // gpus for r in range(n)),
-                    description=f"{hosts} hosts x {gpus} GPUs ({intra_gbps:g} GB/s switch), one {nic_gbps:g} GB/s NIC "
-                                "per host")
-
-
 def machine(gpus: int, ranks: int) -> Topology:
+    """The benchmark's machine for ``ranks`` ranks: ``ndv2xN`` for 8 GPUs per host, else ``shared_nic:NxG``."""
     hosts = math.ceil(ranks / gpus)
-    return get_topology(f"ndv2x{hosts}") if gpus == 8 else hosts_one_nic(hosts, gpus)
+    return get_topology(f"ndv2x{hosts}" if gpus == 8 else f"shared_nic:{hosts}x{gpus}")
 
 
 def bench_case(topo: Topology, case, planner: str) -> dict:

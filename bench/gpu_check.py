@@ -14,6 +14,10 @@ against host buffers through the MPI library). What it checks:
 * ``awareness``: what the MPI library says about CUDA (and where from);
 * ``allreduce``/``allgather``/``alltoall``/``bcast``/``alltoallv``/``iallreduce``:
   CuPy arrays give the result of MPI on host copies, with ``stream=``;
+* ``reshard``: :func:`ccsynth.reshard` of CuPy shards (the same
+  array-like and staging rules as the communicator's), on one mesh of all
+  ranks and, with two ranks or more, from the first half to the second
+  half of the ranks into a strided device ``out=``;
 * ``torch``: a torch CUDA tensor (``__cuda_array_interface__``) and a
   DLPack capsule-only view, if torch is installed;
 * ``never``: with ``--staging never`` on a library that is not CUDA-aware,
@@ -34,6 +38,8 @@ from ccsynth.collectives.communicator import Communicator
 from ccsynth.errors import CCSynthError
 from ccsynth.kernels.devices import choose_device, local_rank
 from ccsynth.synth.default_plan import LazyDefaultPlan
+from ccsynth.synth.reshard import DeviceMesh, TensorLayout
+from ccsynth.synth.reshard.api import reshard
 
 __all__ = ["main"]
 
@@ -125,6 +131,32 @@ def main(argv=None) -> int:
         req.Wait()
         report("iallreduce", bool((out == n).all()), c.last_algorithm)
 
+    def reshard_check():
+        shape = (64, 30, 8)  # uneven over most rank counts
+        full = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+
+        def box(lay, r):
+            t = lay.tile_of_rank(r)
+            return None if t is None else full[tuple(slice(a, b) for a, b in lay.box(t))]
+
+        src = TensorLayout.of(shape, DeviceMesh((n,)), "S0,R,R")
+        dst = TensorLayout.of(shape, DeviceMesh((n,)), "R,S0,R")
+        out = reshard(cp.asarray(box(src, rank)), src=src, dst=dst, comm=world, staging=args.staging)
+        ok = isinstance(out, cp.ndarray) and np.array_equal(out.get(), box(dst, rank))
+        detail = "same mesh"
+        if n >= 2:
+            half = n // 2
+            src = TensorLayout.of(shape, DeviceMesh((half,), range(half)), "S0,R,R")
+            dst = TensorLayout.of(shape, DeviceMesh((n - half,), range(half, n)), "R,R,S0")
+            mine, want = box(src, rank), box(dst, rank)
+            big = None if want is None else cp.full(tuple(2 * k for k in want.shape), -1, cp.float32)
+            view = None if big is None else big[::2, ::2, ::2]
+            got = reshard(None if mine is None else cp.asarray(mine), src=src, dst=dst, comm=world, dtype="float32",
+                          planner="milp", out=view, staging=args.staging)
+            ok = ok and ((got is None) if want is None else np.array_equal(view.get(), want))
+            detail += ", disjoint halves into a strided out"
+        report("reshard", ok, detail)
+
     def torch_tensors():
         try:
             import torch  # type: ignore[import-not-found]
@@ -137,7 +169,8 @@ def main(argv=None) -> int:
         report("torch", bool((out.cpu().numpy() == sum(range(n))).all()), c.last_algorithm)
 
     for name, fn in (("allreduce", allreduce), ("allgather", allgather), ("alltoall", alltoall), ("bcast", bcast),
-                     ("alltoallv", alltoallv), ("iallreduce", iallreduce), ("torch", torch_tensors)):
+                     ("alltoallv", alltoallv), ("iallreduce", iallreduce), ("reshard", reshard_check),
+                     ("torch", torch_tensors)):
         check(name, fn)
     # timings: device buffers through ccsynth against host buffers through MPI
     m = args.size // 4

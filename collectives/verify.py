@@ -285,6 +285,7 @@ def _execute(
     }
     last_writer: dict[tuple[int, str, int], int] = {}
     in_flight: dict[int, list[Value]] = {}
+    pieces = not schedule.collective.uniform
 
     def read(op: Op, buf: str, idx: int) -> Value:
         v = state.get((op.rank, buf, idx))
@@ -311,7 +312,7 @@ def _execute(
         buf = dst.buf
         for i, v in zip(dst.indices(), values):
             key = (r, buf, i)
-            state[key] = _merge(op, buf, i, read(op, buf, i), v) if combine else v
+            state[key] = _merge(op, buf, i, read(op, buf, i), v, pieces) if combine else v
             last_writer[key] = x
     return state, last_writer
 
@@ -325,14 +326,12 @@ def _stored(schedule: Schedule, key: tuple[int, str, int]) -> tuple[int, str, in
     return rank, c.buf, c.index
 
 
-def _merge(op: Op, buf: str, idx: int, a: Value, b: Value) -> Value:
+def _merge(op: Op, buf: str, idx: int, a: Value, b: Value, pieces: bool = False) -> Value:
     merged = tuple(sorted(a + b))
     for u, v in itertools.pairwise(merged):
         if u == v:
-            raise ScheduleError(
-                f"{op.describe()} reduces contribution (rank {u[0]}, chunk {u[1]}) into {buf}[{idx}] "
-                f"of rank {op.rank} twice"
-            )
+            what = f"piece {u[0]}" if pieces else f"contribution (rank {u[0]}, chunk {u[1]})"
+            raise ScheduleError(f"{op.describe()} reduces {what} into {buf}[{idx}] of rank {op.rank} twice")
     return merged
 
 
@@ -343,6 +342,7 @@ def _check_postcondition(
     last_writer: dict[tuple[int, str, int], int],
 ) -> None:
     coll = schedule.collective
+    pieces = not coll.uniform
     for key, want in sorted(coll.postcondition().items()):
         got = final.get(_stored(schedule, key))
         if got == want:
@@ -351,30 +351,42 @@ def _check_postcondition(
         where = f"rank {rank} output {buf}[{idx}]"
         if got is None:
             raise ScheduleError(
-                f"{where} is uninitialised (no op writes it) but {coll.kind} needs {_fmt_value(want)}"
+                f"{where} is uninitialised (no op writes it) but {coll.kind} needs {_fmt_value(want, pieces)}"
             )
         missing = sorted(set(want) - set(got))
         extra = sorted(set(got) - set(want))
         parts = []
         if missing:
-            parts.append(f"missing {_fmt_contribs(missing)}")
+            parts.append(f"missing {_fmt_contribs(missing, pieces)}")
         if extra:
-            parts.append(f"unexpected {_fmt_contribs(extra)}")
+            parts.append(f"unexpected {_fmt_contribs(extra, pieces)}")
         writer = last_writer.get(_stored(schedule, key))
         by = f"; last written by {schedule.ops[writer].describe()}" if writer is not None else ""
         raise ScheduleError(
-            f"{where} holds {_fmt_value(got)} but {coll.kind} needs {_fmt_value(want)}: {', '.join(parts)}{by}"
+            f"{where} holds {_fmt_value(got, pieces)} but {coll.kind} needs {_fmt_value(want, pieces)}: "
+            f"{', '.join(parts)}{by}"
         )
 
 
-def _fmt_value(v: Value) -> str:
-    items = [f"({q},{j})" for q, j in v]
+def _fmt_value(v: Value, pieces: bool = False) -> str:
+    """A chunk's value: ``(rank,chunk)+...`` contributions, or ``piece p`` for an explicit collective.
+
+    An explicit collective's contribution ``(p, 0)`` is piece ``p`` of its
+    table (:mod:`ccsynth.collectives.explicit`), not input chunk 0 of rank ``p``.
+    """
+    items = [f"piece {q}" if pieces else f"({q},{j})" for q, j in v]
     if len(items) > 2 * _MAX_LISTED:
-        return f"{'+'.join(items[:_MAX_LISTED])}+...+{items[-1]} [{len(items)} contributions]"
+        noun = "pieces" if pieces else "contributions"
+        return f"{'+'.join(items[:_MAX_LISTED])}+...+{items[-1]} [{len(items)} {noun}]"
     return "+".join(items)
 
 
-def _fmt_contribs(cs: list[Contribution]) -> str:
+def _fmt_contribs(cs: list[Contribution], pieces: bool = False) -> str:
+    if pieces:
+        noun = "piece" if len(cs) == 1 else "pieces"
+        shown = ", ".join(str(q) for q, _ in cs[:_MAX_LISTED])
+        more = f" and {len(cs) - _MAX_LISTED} more" if len(cs) > _MAX_LISTED else ""
+        return f"{noun} {shown}{more}"
     noun = "contribution" if len(cs) == 1 else "contributions"
     shown = ", ".join(f"from rank {q} (input chunk {j})" for q, j in cs[:_MAX_LISTED])
     more = f" and {len(cs) - _MAX_LISTED} more" if len(cs) > _MAX_LISTED else ""

@@ -32,6 +32,16 @@ def test_random_reshardings_round_trip_exactly_on_same_overlapping_and_disjoint_
     assert out.count("PASS") >= 12, out[-3000:]
 
 
+@pytest.mark.parametrize("mode", ["arraylike", "staged"])
+def test_array_likes_and_staged_host_stand_ins_round_trip_exactly(mode):
+    # the path CuPy shards take on a library that is not CUDA-aware, with NumPy standing in for the device
+    p = launch(4, mode, "7", "8")
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert "FAIL" not in out, out[-3000:]
+    assert out.count("PASS") >= 8, out[-3000:]
+
+
 def test_a_bad_shard_on_one_rank_raises_on_every_rank_without_hanging():
     p = launch(3, "bad", timeout=120)
     out = p.stdout + p.stderr

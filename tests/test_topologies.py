@@ -70,6 +70,8 @@ CATALOG = {
     "fat_tree:4x2": (8, 4, 4 * 2 + 8 * 6),
     "fat_tree:6x4:2:2": (24, 6, 6 * 12 + 24 * 20),
     "fat_tree:6x1:4": (6, 6, 6 * 5),
+    "shared_nic:4x4": (16, 4, 4 * 12 + 16 * 12),
+    "shared_nic:3x1": (3, 3, 6),
     "ring:2": (2, 1, 2),
     "ring:8": (8, 1, 16),
     "fully_connected:5": (5, 1, 20),
@@ -217,6 +219,22 @@ def test_fat_tree_oversubscription_caps_the_up_links():
     assert get_topology("fattree:8x4@100,50/1,3").connection(0, 5).alpha == 3.6
     one_gpu = fat_tree(3, 1)
     assert [s.name for s in one_gpu.switches] == ["rail0"] and not one_gpu.spines
+
+
+def test_shared_nic_hosts_share_one_nic_per_host():
+    t = get_topology("shared_nic:5x4")
+    assert t.name == "shared_nic:5x4" and t.nodes[4] == 1
+    inside, across = t.connection(0, 3), t.connection(1, 6)
+    assert inside.via == "host0" and inside.bw == 150.0 and inside.alpha == 0.7
+    assert across.bw == 12.5 and across.alpha == 2.6 and across.resources == ("link:1->6", "nic0.tx", "nic1.rx")
+    caps = {c.name: c for c in t.bandwidth_constraints()}
+    assert caps["nic0.tx"].bw == 12.5 and caps["nic0.tx"].srcs == frozenset(range(4))
+    custom = get_topology("shared-nic:2x8@300,25/1,3")
+    assert custom.name == "shared_nic:2x8@300,25/1,3" and custom.connection(0, 8).alpha == 3.0
+    with pytest.raises(TopologyError, match="HOSTSxGPUS"):
+        get_topology("shared_nic:16")
+    with pytest.raises(TopologyError, match="two bandwidths"):
+        get_topology("shared_nic:2x4@100")
 
 
 def test_ring_and_fully_connected():

@@ -46,6 +46,15 @@ Figures and where they come from
   :data:`IB_SWITCH_HOP_US` = 0.3 us per extra hop, so a message through the
   spine has ``IB_ALPHA_US + 2 * 0.3`` = 3.2 us of latency and the same
   InfiniBand per-message overhead.
+* ``shared_nic`` (``shared_nic:NxG``): hosts of ``G`` GPUs on a switch
+  inside the host and *one NIC per host* that all its GPUs share -- the
+  machines Alpa's cross-mesh resharding benchmark assumes (MLSys'23: 4 or
+  8 GPUs per host, one NIC each), commodity multi-GPU servers, cloud VMs
+  with one network adapter. Defaults: 150 GB/s per GPU inside the host
+  (the DGX-2 figure: a V100's 6 NVLink2 links into NVSwitch) and a 100 Gb/s
+  EDR InfiniBand NIC of 12.5 GB/s (the NDv2 figure), with the NVLink and
+  InfiniBand latencies and overheads below; every figure can be given in
+  the spec string (``shared_nic:4x4@300,25``).
 * ``fat_tree`` generalises the same two tiers: any number of nodes and
   GPUs per node, leaves for groups of ``leaf_nodes`` nodes, and an
   *oversubscription* ratio ``r:1`` that leaves each leaf ``1/r`` of its
@@ -729,6 +738,78 @@ def fat_tree(
 _FAT_TREE_DEFAULTS = ((FAT_TREE_INTRA_BW, FAT_TREE_NIC_BW), (NVLINK_ALPHA_US, IB_ALPHA_US),
                       (NVLINK_OVERHEAD_US, IB_OVERHEAD_US))
 
+#: defaults of :func:`shared_nic`: a V100's NVSwitch port (DGX-2) inside a host, one EDR NIC (NDv2) per host
+SHARED_NIC_INTRA_BW = 6 * NVLINK2_GBPS
+SHARED_NIC_NIC_BW = NDV2_NIC_GBPS
+_SHARED_NIC_DEFAULTS = ((SHARED_NIC_INTRA_BW, SHARED_NIC_NIC_BW), (NVLINK_ALPHA_US, IB_ALPHA_US),
+                        (NVLINK_OVERHEAD_US, IB_OVERHEAD_US))
+
+
+def shared_nic(
+    nodes: int,
+    gpus: int = 4,
+    *,
+    bw: Sequence[float] = (SHARED_NIC_INTRA_BW, SHARED_NIC_NIC_BW),
+    alpha: Sequence[float] = (NVLINK_ALPHA_US, IB_ALPHA_US),
+    overhead: Sequence[float] = (NVLINK_OVERHEAD_US, IB_OVERHEAD_US),
+) -> Topology:
+    """``nodes`` hosts of ``gpus`` GPUs on a switch each, joined by one NIC per host that its GPUs share.
+
+    Inside a host the GPUs share a switch of ``bw[0]`` GB/s per port
+    (``alpha[0]``, ``overhead[0]``). Between hosts every GPU has a link to
+    every GPU of every other host (``alpha[1]``, ``overhead[1]``, ``bw[1]``
+    GB/s), and all of a host's links go through its NIC: shared ports
+    ``nic{k}.tx`` and ``nic{k}.rx`` of ``bw[1]`` GB/s each, as in
+    :func:`ndv2`. So one GPU alone can drive the whole NIC, and ``gpus``
+    GPUs sending at once share it. Named
+    ``shared_nic:NODESxGPUS[@GBps,GBps][/us,us][/us,us]`` (pairs: inside a
+    host, the NIC; see :mod:`ccsynth.topologies.names`).
+
+    >>> t = shared_nic(2, 4)
+    >>> t.name, t.n_ranks, t.connection(0, 1).bw, t.connection(0, 5).resources
+    ('shared_nic:2x4', 8, 150.0, ('link:0->5', 'nic0.tx', 'nic1.rx'))
+    >>> shared_nic(3, 4, bw=(300, 25)).name
+    'shared_nic:3x4@300,25'
+    """
+    nodes = _int_param(nodes, "shared_nic: number of hosts", 1)
+    gpus = _int_param(gpus, "shared_nic: GPUs per host", 1)
+    bws = _per_dim(bw, 2, "shared_nic: bandwidth (inside a host, NIC)", positive=True)
+    alphas = _per_dim(alpha, 2, "shared_nic: latency (inside a host, NIC)", positive=False)
+    overheads = _per_dim(overhead, 2, "shared_nic: per-message overhead (inside a host, NIC)", positive=False)
+    n = nodes * gpus
+    if n < 2:
+        raise TopologyError(f"shared_nic {nodes}x{gpus} has {n} rank; it needs at least 2")
+    shape = f"{nodes}x{gpus}"
+    check_size(n, n * (n - gpus), f"shared_nic:{shape}")
+    switches = tuple(Switch(f"host{h}", tuple(range(h * gpus, (h + 1) * gpus)), bws[0], alphas[0], overheads[0])
+                     for h in range(nodes)) if gpus > 1 else ()
+    links: list[Link] = []
+    ports: list[SharedPort] = []
+    for h in range(nodes):
+        mine = tuple(range(h * gpus, (h + 1) * gpus))
+        others = tuple(r for r in range(n) if r // gpus != h)
+        links += [Link(a, d, alphas[1], bws[1], overheads[1]) for a in mine for d in others]
+        if others:
+            ports += [SharedPort(f"nic{h}.tx", mine, others, bws[1]), SharedPort(f"nic{h}.rx", others, mine, bws[1])]
+    dims = []
+    if gpus > 1:
+        dims.append(Dimension("switch", gpus, bws[0], alphas[0], overheads[0]))
+    if nodes > 1:
+        dims.append(Dimension("nic", nodes, bws[1] / gpus, alphas[1], overheads[1]))  # a rank's fair share
+    return Topology(
+        name=f"shared_nic:{shape}" + _pairs_suffix((bws, alphas, overheads), _SHARED_NIC_DEFAULTS),
+        n_ranks=n,
+        links=tuple(links),
+        switches=switches,
+        shared_ports=tuple(ports),
+        nodes=tuple(r // gpus for r in range(n)),
+        dims=tuple(dims),
+        description=f"{nodes} hosts x {gpus} GPUs ({fmt_number(bws[0])} GB/s per GPU on a switch inside a host), "
+        f"one {fmt_number(bws[1])} GB/s NIC per host shared by its GPUs",
+        sources=("ccsynth generic model of hosts with one shared NIC (Alpa, MLSys'23: one NIC per host)", _SRC_DGX2,
+                 _SRC_V100, _SRC_NDV2, _SRC_TACCL, _SRC_ALPHA, _SRC_OVERHEAD),
+    )
+
 
 __all__ = [
     "ring",
@@ -741,6 +822,9 @@ __all__ = [
     "dgx_a100",
     "dgx_h100",
     "fat_tree",
+    "shared_nic",
+    "SHARED_NIC_INTRA_BW",
+    "SHARED_NIC_NIC_BW",
     "DGX1_NVLINKS",
     "IB_SWITCH_HOP_US",
     "DGX_A100_SU_NODES",

@@ -26,6 +26,11 @@ Grammar (names are case-insensitive; ``-`` may stand for ``_``)::
                                      LEAF nodes per leaf group (default all),
                                      OVERSUB the leaves' up-link ratio r:1
                                      (default 1, non-blocking); alias fattree
+    shared_nic:NxG[@BW,BW][/ALPHA,ALPHA][/OVERHEAD,OVERHEAD]
+                                     N hosts of G GPUs on a switch, one NIC
+                                     per host shared by its GPUs; pairs as
+                                     for fat_tree (inside a host, the NIC),
+                                     defaults 150,12.5 GB/s
     PATH.json[?KEY=VALUE&...]        a topology file; the file reader gets
                                      the options (a ccsynth topology file
                                      takes none)
@@ -78,7 +83,7 @@ _MACHINES: dict[str, tuple[Callable[..., Topology], bool]] = {
     "dgx_h100": (catalog.dgx_h100, True),
 }
 _FAMILY_RE = re.compile(r"^(?P<base>" + "|".join(map(re.escape, _MACHINES)) + r")(?:x(?P<nodes>\d+))?$")
-_SHAPES = ("ring", "fully_connected", "full", "torus", "hierarchical", "fat_tree", "fattree")
+_SHAPES = ("ring", "fully_connected", "full", "torus", "hierarchical", "fat_tree", "fattree", "shared_nic")
 _ALIASES = {"full": "fully_connected", "fattree": "fat_tree"}
 _EXAMPLES = {
     "ring": "ring:8",
@@ -88,6 +93,7 @@ _EXAMPLES = {
     "hierarchical": "hierarchical:4x8@200,50",
     "fat_tree": "fat_tree:16x8",
     "fattree": "fattree:16x8",
+    "shared_nic": "shared_nic:4x4",
 }
 
 
@@ -123,26 +129,40 @@ def _shape(text: str, kind: str, spec: str, example: str) -> list[int]:
     return [int(p) for p in parts]
 
 
+def _two_tier(text: str, kind: str, spec: str, example: str, what: str, where: str) -> tuple[int, int, dict]:
+    """``AxB`` and the ``@BW,BW``, ``/ALPHA,ALPHA``, ``/OVERHEAD,OVERHEAD`` pairs of a two-tier spec.
+
+    ``what`` names the two sizes (``NODESxGPUS``), ``where`` the two parts each pair is for.
+    """
+    m = _SHAPE_RE.match(text)
+    if not m:  # pragma: no cover - the pattern matches any string
+        raise TopologyError(f"topology {spec!r}: cannot parse {text!r}")
+    sizes = _shape(m.group("shape"), kind, spec, example)
+    if len(sizes) != 2:
+        raise TopologyError(f"topology {spec!r}: {kind} needs {what}, e.g. {example!r}")
+    values = {}
+    for group, label, key in (("bw", "bandwidths after '@'", "bw"), ("alpha", "latencies after '/'", "alpha"),
+                              ("overhead", "per-message overheads after the second '/'", "overhead")):
+        got = _numbers(m.group(group), label, spec)
+        if got is not None:
+            if len(got) != 2:
+                raise TopologyError(f"topology {spec!r}: {kind} takes two {label.split(' after')[0]} "
+                                    f"({where}), got {len(got)}")
+            values[key] = tuple(got)
+    return sizes[0], sizes[1], values
+
+
+def _parse_shared_nic(rest: str, spec: str) -> Topology:
+    hosts, gpus, values = _two_tier(rest, "shared_nic", spec, "shared_nic:4x4", "HOSTSxGPUS", "inside a host, the NIC")
+    return catalog.shared_nic(hosts, gpus, **values)
+
+
 def _parse_fat_tree(rest: str, spec: str) -> Topology:
     main, *tiers = rest.split(":")
     if len(tiers) > 2:
         raise TopologyError(f"topology {spec!r}: fat_tree takes at most ':LEAF_NODES:OVERSUB' after its shape, "
                             f"e.g. 'fat_tree:16x8:4:2'")
-    m = _SHAPE_RE.match(main)
-    if not m:  # pragma: no cover - the pattern matches any string
-        raise TopologyError(f"topology {spec!r}: cannot parse {main!r}")
-    sizes = _shape(m.group("shape"), "fat_tree", spec, "fat_tree:16x8")
-    if len(sizes) != 2:
-        raise TopologyError(f"topology {spec!r}: fat_tree needs NODESxGPUS, e.g. 'fat_tree:16x8'")
-    values = {}
-    for group, what, key in (("bw", "bandwidths after '@'", "bw"), ("alpha", "latencies after '/'", "alpha"),
-                             ("overhead", "per-message overheads after the second '/'", "overhead")):
-        got = _numbers(m.group(group), what, spec)
-        if got is not None:
-            if len(got) != 2:
-                raise TopologyError(f"topology {spec!r}: fat_tree takes two {what.split(' after')[0]} "
-                                    f"(inside a node, per NIC), got {len(got)}")
-            values[key] = tuple(got)
+    nodes, gpus, values = _two_tier(main, "fat_tree", spec, "fat_tree:16x8", "NODESxGPUS", "inside a node, per NIC")
     leaf = None
     ratio = 1.0
     if tiers:
@@ -154,12 +174,14 @@ def _parse_fat_tree(rest: str, spec: str) -> Topology:
         if got is None or len(got) != 1:
             raise TopologyError(f"topology {spec!r}: one oversubscription ratio, e.g. ':2' for 2:1")
         ratio = got[0]
-    return catalog.fat_tree(sizes[0], sizes[1], leaf_nodes=leaf, oversubscription=ratio, **values)
+    return catalog.fat_tree(nodes, gpus, leaf_nodes=leaf, oversubscription=ratio, **values)
 
 
 def _parse_shape(kind: str, rest: str, spec: str) -> Topology:
     if kind == "fat_tree":
         return _parse_fat_tree(rest, spec)
+    if kind == "shared_nic":
+        return _parse_shared_nic(rest, spec)
     m = _SHAPE_RE.match(rest)
     if not m:  # pragma: no cover - the pattern matches any string
         raise TopologyError(f"topology {spec!r}: cannot parse {rest!r}")
@@ -295,6 +317,11 @@ def list_topologies() -> list[tuple[str, str]]:
             "rail-optimized two-tier fat tree: fat_tree:NODESxGPUS[@GBps,GBps][/us,us][/us,us][:LEAF_NODES[:OVERSUB]] "
             "(pairs: inside a node, per NIC; default 300,25 GB/s; one leaf per rail per LEAF_NODES nodes, "
             "spine up-links 1/OVERSUB of the down-links)",
+        ),
+        (
+            "shared_nic:4x4",
+            "hosts of G GPUs on a switch, one NIC per host shared by its GPUs (Alpa's setting): "
+            "shared_nic:HOSTSxGPUS[@GBps,GBps][/us,us][/us,us] (pairs: inside a host, the NIC; default 150,12.5 GB/s)",
         ),
         ("PATH.json", "a ccsynth topology file ('ccsynth.topology' format version 1)"),
     ]

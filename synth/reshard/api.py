@@ -34,10 +34,14 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ccsynth.collectives.arraylike import as_array
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
 from ccsynth.collectives.schedule import schedule_from_json
+from ccsynth.collectives.staging import STAGING_MODES, Stager, decide
 from ccsynth.collectives.verify import verify
-from ccsynth.errors import CCSynthError, LayoutError, PeerError
+from ccsynth.errors import BufferMismatchError, CCSynthError, LayoutError, PeerError
+from ccsynth.kernels import is_device_array
+from ccsynth.kernels.devices import Awareness, cuda_awareness
 from ccsynth.synth.reshard.layout import TensorLayout
 from ccsynth.synth.reshard.mesh import DeviceMesh
 from ccsynth.synth.reshard.planner import plan_reshard
@@ -54,6 +58,8 @@ MAX_CACHED_PLANS = 32
 
 _plans: OrderedDict = OrderedDict()
 _channels: dict = {}  # communicator handle -> [duplicate, call counter]
+_stager = Stager()  # pinned host stand-ins of device shards, kept across calls (as the communicator's)
+_awareness: list[Awareness] = []  # the MPI library's CUDA-awareness, asked once
 
 
 def layout_of(value, shape=None) -> TensorLayout:
@@ -71,8 +77,9 @@ def layout_of(value, shape=None) -> TensorLayout:
 
 
 def clear_cache() -> None:
-    """Forget cached plans (and the duplicated communicators)."""
+    """Forget cached plans (and the duplicated communicators, and the staging buffers)."""
     _plans.clear()
+    _stager.clear()
     for dup, _ in _channels.values():
         try:
             dup.Free()
@@ -138,8 +145,32 @@ def _plan(task: ReshardTask, comm, planner: str, topology, options) -> tuple[Res
     return prog, stride
 
 
+def _array(obj, what: str, *, writable: bool = False):
+    """``obj`` as a NumPy or CuPy array sharing its memory (:func:`~ccsynth.collectives.arraylike.as_array`)."""
+    if obj is None:
+        return None
+    arr = as_array(obj, writable=writable)
+    if arr is None:
+        raise BufferMismatchError(f"{what} must be an array (NumPy, CuPy, or an object exposing its memory), "
+                                  f"got {type(obj).__name__}")
+    return arr
+
+
+def _must_stage(staging: str, arrays) -> bool:
+    """Whether this rank's device shards go through host stand-ins (the communicator's rule, :func:`decide`)."""
+    if staging not in STAGING_MODES:
+        raise LayoutError(f"staging must be one of {', '.join(STAGING_MODES)}, got {staging!r}")
+    if not any(a is not None and is_device_array(a) for a in arrays):
+        return False
+    if not _awareness:
+        from mpi4py import MPI
+
+        _awareness.append(cuda_awareness(MPI))
+    return decide(staging, _awareness[0], "ccsynth.reshard")
+
+
 def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str = "broadcast", topology=None,
-            options: SolverOptions | None = None, out=None):
+            options: SolverOptions | None = None, out=None, staging: str = "auto"):
     """Reshard a tensor over ``comm``: returns this rank's shard of ``dst`` (None off the destination mesh).
 
     ``src``/``dst``: :class:`~.layout.TensorLayout` s, or ``(mesh, spec)``
@@ -148,11 +179,26 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
     ``dtype`` defaults to the local shard's. ``planner``: ``naive``,
     ``broadcast`` (default) or ``milp``; ``topology`` (optional) gives the
     hosts and links the planner balances over. ``out``: an array of the
-    destination shard's shape to fill instead of a new one.
+    destination shard's shape to fill instead of a new one (returned).
+
+    Shards are what the communicator takes
+    (:mod:`~ccsynth.collectives.arraylike`): NumPy and CuPy arrays, and
+    objects exposing their memory (``__cuda_array_interface__``,
+    ``__dlpack__``, the buffer protocol, ``__array_interface__``), used
+    without a copy. Device (CuPy) shards go to MPI directly where the
+    library is CUDA-aware, else through pinned host memory; ``staging``
+    (``"auto"``, ``"always"``, ``"never"``) decides as for the communicator
+    (:mod:`~ccsynth.collectives.staging`). A rank off the source mesh that
+    wants its destination shard on the device passes ``out=``.
     """
     error = None
     hit = None
+    given_out = out
+    stage = False
     try:
+        local_shard = _array(local_shard, "local_shard")
+        out = _array(out, "out", writable=True)
+        stage = _must_stage(staging, (local_shard, out))
         if shape is None and isinstance(src, TensorLayout):
             shape = src.shape
         s, d = layout_of(src, shape), layout_of(dst, shape)
@@ -188,4 +234,8 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
 
     ub = dup.Get_attr(MPI.TAG_UB) or 32767
     span = max(1, ub // stride)
-    return prog.run(dup, local_shard, out, call=call % span, stride=stride)
+    if stage:
+        result = prog.run_staged(dup, local_shard, out, _stager, call=call % span, stride=stride)
+    else:
+        result = prog.run(dup, local_shard, out, call=call % span, stride=stride)
+    return given_out if given_out is not None else result

@@ -22,12 +22,15 @@ from ccsynth.synth.reshard.task import ReshardTask
 __all__ = ["greedy_choices", "broadcast_hops"]
 
 
-def greedy_choices(task: ReshardTask, fabric: Fabric) -> dict[tuple[int, int], Choice]:
-    """Sender and entry of every far delivery, largest pieces first, hosts in increasing order."""
+def greedy_choices(task: ReshardTask, fabric: Fabric, *, funnel: bool = False) -> dict[tuple[int, int], Choice]:
+    """Sender and entry of every far delivery, largest pieces first, hosts in increasing order.
+
+    ``funnel``: one sender and one entry per NIC group (:func:`.delivery.far_deliveries`).
+    """
     loads = Loads(fabric)
     choices: dict[tuple[int, int], Choice] = {}
     by_piece: dict[int, list] = {}
-    for fd in far_deliveries(task, fabric):
+    for fd in far_deliveries(task, fabric, funnel=funnel):
         by_piece.setdefault(fd.piece, []).append(fd)
     order = sorted(by_piece, key=lambda p: (-by_piece[p][0].size * len(by_piece[p]), p))
     # What enters each far host is fixed whoever sends it: count it first, so that a forward (which adds
@@ -58,5 +61,5 @@ def greedy_choices(task: ReshardTask, fabric: Fabric) -> dict[tuple[int, int], C
     return choices
 
 
-def broadcast_hops(task: ReshardTask, fabric: Fabric) -> list[Hop]:
-    return hops_of(task, fabric, greedy_choices(task, fabric))
+def broadcast_hops(task: ReshardTask, fabric: Fabric, *, funnel: bool = False) -> list[Hop]:
+    return hops_of(task, fabric, greedy_choices(task, fabric, funnel=funnel))

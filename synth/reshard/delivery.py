@@ -29,7 +29,7 @@ from ccsynth.errors import LayoutError
 from ccsynth.synth.reshard.plan import Fabric, Hop, needs
 from ccsynth.synth.reshard.task import ReshardTask
 
-__all__ = ["Choice", "Loads", "FarDelivery", "far_deliveries", "route", "spread", "hops_of"]
+__all__ = ["Choice", "Loads", "FarDelivery", "far_deliveries", "one_per_nic", "route", "spread", "hops_of"]
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,25 @@ class Loads:
         self.nic_in[f.nic[e]] += nbytes
 
 
-def far_deliveries(task: ReshardTask, fabric: Fabric) -> list[FarDelivery]:
-    """Every (piece, far host) pair, largest pieces first."""
+def one_per_nic(ranks, fabric: Fabric) -> tuple[int, ...]:
+    """The first of ``ranks`` (in rank order) in each NIC group: the one rank that crosses that NIC."""
+    firsts: dict[int, int] = {}
+    for r in sorted(ranks):
+        firsts.setdefault(fabric.nic[r], r)
+    return tuple(sorted(firsts.values()))
+
+
+def far_deliveries(task: ReshardTask, fabric: Fabric, *, funnel: bool = False) -> list[FarDelivery]:
+    """Every (piece, far host) pair, largest pieces first.
+
+    ``funnel``: the senders and entries a planner may choose are cut to one
+    rank per NIC group (:func:`one_per_nic`), so that every NIC carries one
+    stream of pieces instead of one per rank: slabs then cross it one
+    after another at its full rate, and the first ones can be forwarded
+    while the rest still flows (a pipelined broadcast, as a NCCL ring runs
+    it). Without it, ``k`` ranks behind one NIC share it and their first
+    slabs all arrive after ``k`` slab times.
+    """
     out = []
     item = task.itemsize
     for p in task.pieces:
@@ -106,7 +123,11 @@ def far_deliveries(task: ReshardTask, fabric: Fabric) -> list[FarDelivery]:
             if fabric.host[d] not in near:
                 by_host.setdefault(fabric.host[d], []).append(d)
         for h, ranks in sorted(by_host.items()):
-            out.append(FarDelivery(p.id, h, tuple(ranks), holders, p.size * item))
+            if funnel:
+                out.append(FarDelivery(p.id, h, one_per_nic(ranks, fabric), one_per_nic(holders, fabric),
+                                       p.size * item))
+            else:
+                out.append(FarDelivery(p.id, h, tuple(ranks), holders, p.size * item))
     out.sort(key=lambda fd: (-fd.size, fd.piece, fd.host))
     return out
 

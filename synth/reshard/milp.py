@@ -11,11 +11,19 @@ it sends off its host (and receives from other hosts) divided by its
 capacity is at most ``T``; the busiest rank's time, weighted by 0.01, breaks
 ties (where one NIC fixes ``T``, the ranks behind it still balance), and the
 forwarded bytes, weighted by 0.001, make a forward (one hop and its delay
-more) the choice only where it lowers ``T``. Local copies and sends inside a host are fixed
+more) the choice only where it lowers ``T``; the busiest NIC group's
+forwards (its time, weighted by 0.01) spread the forwards that are needed
+over the destination hosts, so that no host relays most of the tensor
+while it is still receiving it (the model is a fluid one: it counts bytes
+per port, not when a forwarded slab can leave; spreading keeps each
+forwarding stream no faster than its piece arrives). Local copies and sends inside a host are fixed
 as in every plan (a host's own links are an order of magnitude faster than
 its NIC). The greedy broadcast plan is the warm start, so a time-limited
 solve is never worse than it; constraints are named, solver options come
 in from outside (:class:`~ccsynth.synth.solver.SolverOptions`).
+``funnel=True`` solves the same model over one sender and one entry per
+NIC group (:func:`.delivery.far_deliveries`): a smaller model, and plans
+whose NICs each carry one stream (see :mod:`.planner`).
 """
 
 from __future__ import annotations
@@ -38,9 +46,10 @@ log = logging.getLogger(__name__)
 _TIE = 0.01  # weight of the busiest rank's time in the objective, after the completion time T
 
 
-def milp_choices(task: ReshardTask, fabric: Fabric, options: SolverOptions) -> dict[tuple[int, int], Choice]:
-    fds = far_deliveries(task, fabric)
-    warm = greedy_choices(task, fabric)
+def milp_choices(task: ReshardTask, fabric: Fabric, options: SolverOptions, *,
+                 funnel: bool = False) -> dict[tuple[int, int], Choice]:
+    fds = far_deliveries(task, fabric, funnel=funnel)
+    warm = greedy_choices(task, fabric, funnel=funnel)
     if not fds:
         return warm
     prob = pulp.LpProblem("reshard", pulp.LpMinimize)
@@ -61,7 +70,16 @@ def milp_choices(task: ReshardTask, fabric: Fabric, options: SolverOptions) -> d
 
     forwarded = pulp.lpSum(us(fds[k].size, fabric.nic_out.get(fabric.nic[s], 0) or 1.0) * x[k, s]
                            for k in cand for s, j in cand[k] if j is not None)
-    prob += T + _TIE * U + _TIE * 0.1 * forwarded
+    F = prob.add_variable("F", lowBound=0)  # the busiest NIC group's forwards: spread them over the hosts
+    prob += T + _TIE * U + _TIE * 0.1 * forwarded + _TIE * F
+    fwd_terms: dict[int, list] = {}
+    for k in cand:
+        for s, j in cand[k]:
+            if j is not None:
+                cap = fabric.nic_out.get(fabric.nic[s], 0) or 1.0
+                fwd_terms.setdefault(fabric.nic[s], []).append(us(fds[k].size, cap) * x[k, s])
+    for g, ts in sorted(fwd_terms.items()):
+        prob += (pulp.lpSum(ts) <= F, f"forwards_of_{g}")
     for k, fd in enumerate(fds):
         linked = any(fabric.connected(s, e) for s, _ in cand[k] for e in fd.ranks)
         for s, j in cand[k]:
@@ -103,5 +121,5 @@ def milp_choices(task: ReshardTask, fabric: Fabric, options: SolverOptions) -> d
     return out
 
 
-def milp_hops(task: ReshardTask, fabric: Fabric, options: SolverOptions) -> list[Hop]:
-    return hops_of(task, fabric, milp_choices(task, fabric, options))
+def milp_hops(task: ReshardTask, fabric: Fabric, options: SolverOptions, *, funnel: bool = False) -> list[Hop]:
+    return hops_of(task, fabric, milp_choices(task, fabric, options, funnel=funnel))

@@ -6,10 +6,19 @@
 collective (verify it with :func:`ccsynth.collectives.verify.verify`,
 simulate it with :func:`ccsynth.synth.simulate.simulate` at the tensor's
 byte size). With a topology, the broadcast and MILP planners build a few
-variants of their plan (the MILP's solution and its greedy warm start;
-each with and without sending to other hosts one piece at a time per rank)
-and keep the one the simulator predicts fastest, so the MILP plan is never
-slower than the broadcast plan. :func:`place_meshes` puts the meshes on a topology's ranks the
+variants of their plan (the MILP's solution and its greedy warm start; each
+also *funnelled*, with one sender and one entry per NIC group; each with and
+without sending to other hosts one piece at a time per rank) and keep the
+one the simulator predicts fastest, so the MILP plan is never slower than
+the broadcast plan. Funnelling is what a pipelined broadcast needs where
+destination hosts relay to each other (a slice with many destination
+hosts): with every rank behind a NIC sending its own slabs at once, the
+first slabs all arrive after as many slab times as there are ranks, and
+the relays start that late; with one stream per NIC the first slab arrives
+after one slab time and is passed on while the rest flows, as a ring
+broadcast pipelines its chunks hop by hop.
+
+:func:`place_meshes` puts the meshes on a topology's ranks the
 way the CLI does by default: the source mesh on the first ranks, the
 destination mesh on the ranks right after it when the topology has enough,
 else on the same ranks.
@@ -109,12 +118,19 @@ def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner
     task = task.with_split(split)
     t0 = time.perf_counter()
     fabric = Fabric.of(topology, task, n)
+    # funnelled variants differ only where ranks share a NIC (not with a NIC per GPU, nor without a topology)
+    funnel = topology is not None and len(set(fabric.nic)) < n
     if planner == "naive":
         candidates = [naive_hops(task, fabric)]
     elif planner == "broadcast":
         candidates = [broadcast_hops(task, fabric)]
+        if funnel:
+            candidates.append(broadcast_hops(task, fabric, funnel=True))
     else:
-        candidates = [milp_hops(task, fabric, options or DEFAULT_MILP_OPTIONS), broadcast_hops(task, fabric)]
+        opts = options or DEFAULT_MILP_OPTIONS
+        candidates = [milp_hops(task, fabric, opts), broadcast_hops(task, fabric)]
+        if funnel:
+            candidates += [milp_hops(task, fabric, opts, funnel=True), broadcast_hops(task, fabric, funnel=True)]
     name = f"reshard-{planner}"
     topo_name = topology.name if topology is not None else ""
     sched = schedule_of(task, candidates[0], n_ranks=n, name=name, topology=topo_name, planner=planner)

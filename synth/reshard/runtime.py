@@ -27,6 +27,14 @@ call number of the program (every rank runs its resharding calls in the
 same order, as MPI requires of collectives), so no call can take another
 call's message. On a device the backend is synchronised before MPI reads a
 packed buffer.
+
+Device shards and an MPI library that cannot read device memory:
+:meth:`ReshardProgram.run_staged` runs the same plan on host stand-ins from
+the communicator's :class:`~ccsynth.collectives.staging.Stager` (pinned
+host buffers kept across calls): the source shard is copied to the host
+once, the plan runs there on the NumPy kernels, and the destination shard
+is copied back once. Whether a call stages is the communicator's rule too
+(:func:`~ccsynth.collectives.staging.decide`, in :mod:`.api`).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import numpy as np
 from ccsynth.collectives.explicit import ExplicitCollective
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
 from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.staging import Stager
 from ccsynth.errors import BufferMismatchError, ScheduleError
 from ccsynth.kernels import backend_for
 from ccsynth.synth.reshard.plan import task_of_schedule
@@ -233,6 +242,39 @@ class ReshardProgram:
                 done(k)
         be.synchronize()
         return out
+
+    def run_staged(self, comm, local_src, out, stager: Stager, *, call: int = 0, stride: int | None = None,
+                   wait: str = "auto"):
+        """:meth:`run` on host stand-ins of (device) shards from ``stager``; see the module docstring.
+
+        Returns ``out`` (or, where it is None on a destination rank, a new
+        array of the source shard's kind: a device array for a device
+        shard), filled; None off the destination mesh.
+        """
+        self.check_input(local_src, out)
+        host_src = None
+        if local_src is not None:
+            h, _ = stager.stage(_c_contiguous(local_src), "reshard.src", copy_in=True, copy_back=False)
+            host_src = h.reshape(self.src_shape)
+        if self.dst_shape is None:
+            self.run(comm, host_src, None, call=call, stride=stride, wait=wait)
+            return None
+        if out is None:
+            ref = local_src if local_src is not None else np.empty(0, self.dtype)
+            out = backend_for(ref).xp.empty(self.dst_shape, dtype=self.dtype)
+        target = out if _contiguous(out) else backend_for(out).xp.empty(self.dst_shape, dtype=self.dtype)
+        h, back = stager.stage(target, "reshard.dst", copy_in=False, copy_back=True)
+        self.run(comm, host_src, h.reshape(self.dst_shape), call=call, stride=stride, wait=wait)
+        if back is not None:
+            back()
+        if target is not out:
+            backend_for(out).copy(out, target)
+        return out
+
+
+def _c_contiguous(a):
+    """``a`` itself when C-contiguous, else a contiguous copy of the same kind (NumPy or CuPy)."""
+    return a if _contiguous(a) else backend_for(a).xp.ascontiguousarray(a)
 
 
 def _contiguous(a) -> bool:

@@ -4,7 +4,12 @@
 the communicator's size, same, overlapping or disjoint ranks; random Alpa
 specs; uneven shapes; every planner) and prints ``CASE <i> PASS rank <r>``;
 ``reshard_worker.py bad`` checks that a wrong shard on one rank raises on
-every rank (and nobody hangs).
+every rank (and nobody hangs). ``reshard_worker.py arraylike SEED COUNT``
+passes the shards as array-likes (``__array_interface__`` only: the path a
+torch CPU tensor or any buffer takes), ``reshard_worker.py staged SEED
+COUNT`` runs the plans through :meth:`ReshardProgram.run_staged` with a
+NumPy :class:`Stager` standing in for pinned host memory (the host-side
+logic device shards take on a library that is not CUDA-aware).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import numpy as np
 from mpi4py import MPI
 
 import ccsynth
+from ccsynth.collectives.staging import Stager
 from ccsynth.errors import BufferMismatchError, LayoutError, PeerError
-from ccsynth.synth.reshard import DeviceMesh, TensorLayout
+from ccsynth.synth.reshard import DeviceMesh, ReshardTask, TensorLayout, plan_reshard
+from ccsynth.synth.reshard.runtime import ReshardProgram
 
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
@@ -77,6 +84,53 @@ def run_cases(seed: int, count: int) -> int:
     return 0
 
 
+class HostArrayLike:
+    """An array-like exposing its memory only through ``__array_interface__`` (no DLPack, no CUDA interface)."""
+
+    def __init__(self, a: np.ndarray):
+        self.a = a
+
+    @property
+    def __array_interface__(self):
+        return self.a.__array_interface__
+
+
+def run_wrapped(seed: int, count: int, mode: str) -> int:
+    rng = random.Random(seed)
+    stager = Stager(host_empty=np.empty, to_host=np.copyto, to_device=np.copyto)
+    for i in range(count):
+        shape, src, dst, dtype, planner = case(rng)
+        planner = "naive" if planner == "milp" else planner  # every rank plans alike without the MILP's time limit
+        full = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+        tile = src.tile_of_rank(rank)
+        # a source shard that is not C-contiguous (Fortran order), a destination view with strides
+        mine = None if tile is None else np.asfortranarray(full[tuple(slice(a, b) for a, b in src.box(tile))])
+        dtile = dst.tile_of_rank(rank)
+        want = None if dtile is None else full[tuple(slice(a, b) for a, b in dst.box(dtile))]
+        big = None if want is None else np.full(tuple(2 * n for n in want.shape), -1, dtype)
+        view = None if big is None else big[tuple(slice(None, None, 2) for _ in want.shape)]
+        if mode == "arraylike":
+            got = ccsynth.reshard(None if mine is None else HostArrayLike(np.ascontiguousarray(mine)), src=src,
+                                  dst=dst, comm=comm, dtype=dtype, planner=planner,
+                                  out=None if want is None else HostArrayLike(np.empty(want.shape, dtype)))
+            result = None if got is None else got.a
+        else:
+            task = ReshardTask(shape, dtype, src, dst)
+            prog = ReshardProgram(plan_reshard(task, n_ranks=size, planner=planner), rank)
+            use_view = want is not None and i % 2 == 0
+            result = prog.run_staged(comm, mine, view if use_view else None, stager, call=i, stride=1000)
+            if use_view and result is not view:
+                result = None
+        ok = (result is None) if want is None else (result is not None and np.array_equal(result, want))
+        if mode == "staged" and want is not None and i % 2 == 0:
+            ok = ok and bool((big[1::2] == -1).all())  # nothing written outside the view
+        print(f"CASE {i} {'PASS' if ok else 'FAIL'} rank {rank}: {mode} {shape} {dtype} {src.describe()} -> "
+              f"{dst.describe()} ({planner})", flush=True)
+        if not ok:
+            return 1
+    return 0
+
+
 def bad() -> int:
     src = TensorLayout.of((8, 4), DeviceMesh((size,)), "S0,R")
     dst = TensorLayout.of((8, 4), DeviceMesh((size,)), "R,S0")
@@ -101,4 +155,6 @@ def bad() -> int:
 if __name__ == "__main__":
     if sys.argv[1] == "bad":
         sys.exit(bad())
+    if sys.argv[1] in ("arraylike", "staged"):
+        sys.exit(run_wrapped(int(sys.argv[2]), int(sys.argv[3]), sys.argv[1]))
     sys.exit(run_cases(int(sys.argv[1]), int(sys.argv[2])))
