@@ -149,9 +149,11 @@ def test_lowered_schedules_verify(kind, topo):
     assert r.time_us >= r.lower_bound_us * (1 - 1e-9)
 
 
-def test_allgather_on_a_rail_machine_is_near_the_bound_at_1GiB():
+@pytest.mark.parametrize("kind", ["allgather", "reduce_scatter"])
+def test_trees_on_a_rail_machine_are_near_the_bound_at_1GiB(kind):
+    # reduce-scatter: in-trees across nodes (issue 11 had not run it beyond 32 ranks; dgx_h100x32 is 1.038x)
     t = catalog.dgx_a100(4)
-    choice = best_tree_schedule(t, Collective("allgather", 32), 1 << 30)
+    choice = best_tree_schedule(t, Collective(kind, 32), 1 << 30)
     verify(choice.schedule, t)
     r = simulate(choice.schedule, t, 1 << 30)
     assert r.time_us == pytest.approx(choice.time_us)
@@ -161,7 +163,7 @@ def test_allgather_on_a_rail_machine_is_near_the_bound_at_1GiB():
 def test_one_chunk_per_root_keeps_the_nics_busy():
     # dgx_a100x128's allgather has one chunk per root within MSCCL's op limit: every root sends its 1 MiB shard
     # through its NIC once per other node, and with those sends one at a time the NIC idled for each message's
-    # overhead and latency (8.3 of every 50 us there: 1.22x). The same shards on 8 nodes: 1.354x before, 1.248x now
+    # overheads and latency (14 of every 56 us there: 1.22x). The same shards on 8 nodes: 1.354x before, 1.248x now
     t = catalog.dgx_a100(8)
     n = t.n_ranks
     s = lower(packing_for(t, "allgather"), Collective("allgather", n, 1), t)
@@ -179,15 +181,6 @@ def test_oversubscribed_fat_tree_keeps_two_sends_per_port():
     assert choice.schedule.meta["send_window"] == 2
     one = lower(choice.packing, Collective("allgather", n, choice.chunk_factor), t, window=1)
     assert choice.time_us < 0.97 * simulate(one, t, Z).time_us
-
-
-def test_reduce_scatter_on_a_multi_node_machine_verifies_and_meets_its_bound():
-    t = catalog.dgx_a100(4)
-    choice = best_tree_schedule(t, Collective("reduce_scatter", 32), 1 << 30)
-    verify(choice.schedule, t)
-    r = simulate(choice.schedule, t, 1 << 30)
-    assert r.time_us == pytest.approx(choice.time_us)
-    assert r.gap < 1.05, choice.tried
 
 
 # ------------------------------------------------------------------ allreduce beyond reduce-scatter + allgather
