@@ -212,7 +212,7 @@ def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_d
     schedule). Two at a time also keep a port busy while another resource
     slows the send in flight (an oversubscribed spine), at the cost of the
     first child's data arriving later; the search
-    (:mod:`~ccsynth.synth.trees.search`) tries both.
+    (:mod:`~ccsynth.synth.trees.search`) tries two at its best chunk factor.
     """
     kids: dict[int, list[int]] = {}
     for p, v in tree.arcs():

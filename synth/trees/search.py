@@ -22,7 +22,7 @@ For a collective and a topology (:data:`KINDS`):
    and stops once a schedule is within :data:`GOOD_ENOUGH` of the
    packing's own time (more chunks cannot gain more than that).
 3. **Send window** (allgather, broadcast): unless the best factor is good
-   enough, it is lowered again with the other send window
+   enough (or is 1, which has two sends per port already), it is lowered again with two sends per port
    (:func:`~ccsynth.synth.trees.lowering.lower_out_trees`: a rank's sends
    of one chunk through one port one at a time, or
    :data:`~ccsynth.synth.trees.lowering.WINDOW` at a time) and the faster
@@ -224,11 +224,11 @@ def best_tree_schedule(topology: Topology, collective: Collective, size_bytes: f
                 break
     c, (t, sched) = min(times.items(), key=lambda kv: (kv[1][0], kv[0]))
     tried = sorted((f, ft) for f, (ft, _) in times.items())
-    if kind in ("allgather", "broadcast") and not good(t):
-        # the best factor again with the other send window (lowering._broadcast): sends that share a port one
-        # at a time finish early but leave the port idle when another resource slows the one in flight
-        # (an oversubscribed spine); WINDOW at a time keep it busy
-        window = 1 if sched.meta.get("send_window", 1) > 1 else WINDOW
+    if kind in ("allgather", "broadcast") and not good(t) and sched.meta.get("send_window", 1) < WINDOW:
+        # the best factor again with WINDOW sends per port (lowering._broadcast): one at a time finish early but
+        # leave the port idle when another resource slows the one in flight (an oversubscribed spine). Factor 1
+        # has WINDOW already (one at a time was slower on every machine measured: bench/RESULTS.md)
+        window = WINDOW
         other = lower(packing, Collective(kind, n, c, collective.root), topology, window)
         ot = simulate(other, topology, size_bytes).time_us
         log.info("packed trees, %s, chunk factor %d, send window %d: %.3f us", kind, c, window, ot)
