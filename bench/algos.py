@@ -13,7 +13,9 @@
 
 Every algorithm returns, per collective, a callable with the benchmark's
 buffer convention: ``fn(send, recv)``, or ``fn(buf)`` for broadcast (root
-``Options.root``), ``fn()`` for barrier; reductions use SUM. The in-place
+``Options.root``), ``fn()`` for barrier; reductions use ``Options.op``
+(SUM by default; ``avg`` is ccsynth's and NCCL's op, which the MPI library
+lacks: ``--algo mpi`` refuses it). The in-place
 form (nccl-tests' in-place rows, ``MPI.IN_PLACE``: ``fn(buf)``), the
 non-blocking calls (``Iallreduce`` ..., returning a request) and the
 variable-count ones (``Alltoallv``, ``Allgatherv``) go through
@@ -53,6 +55,7 @@ __all__ = [
     "PlanAlgorithm",
     "NONBLOCKING_CALLS",
     "VARIABLE_CALLS",
+    "mpi_op",
     "baseline_names",
     "valid_names",
     "parse_algorithms",
@@ -102,7 +105,12 @@ class Algorithm:
 
     def in_place(self, kind: str, ctx) -> Callable:
         """``fn(buf)``: ``kind`` with ``MPI.IN_PLACE`` (nccl-tests' in-place layout, see :func:`_in_place_calls`)."""
-        return _in_place_calls(self.comm(ctx), ctx.options.root, ctx.rank)[kind]
+        return _in_place_calls(self.comm(ctx), ctx.options.root, ctx.rank, ctx.options.op)[kind]
+
+    def at_root(self, kind: str, ctx, root: int) -> Callable:
+        """``kind`` (broadcast or reduce) rooted at ``root``, through :meth:`comm` (OMB's ``-k rotate``: a root
+        per iteration; ccsynth's communicator runs any root of its schedules)."""
+        return _buffer_calls(self.comm(ctx), root, ctx.options.op)[kind]
 
     def nonblocking(self, kind: str, ctx) -> Callable:
         """``fn(send, recv) -> request`` (``fn(buf)`` for broadcast): the ``I`` form of ``kind``."""
@@ -117,22 +125,34 @@ class Algorithm:
         return None
 
 
-def _buffer_calls(c, root: int) -> dict[str, Callable]:
-    """The benchmark's collectives as mpi4py buffer calls on ``c`` (an MPI comm or a ccsynth Communicator)."""
+def mpi_op(c, op: str):
+    """The reduction op to pass to ``c``: MPI's for ``sum``/``prod``/``min``/``max`` on any communicator, the name
+    ``avg`` on a ccsynth communicator (the MPI library has no average: CCSynthError on a plain one)."""
     from mpi4py import MPI
 
-    SUM = MPI.SUM
+    table = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+    if op in table:
+        return table[op]
+    if op == "avg" and isinstance(c, Communicator):
+        return "avg"
+    raise CCSynthError(f"op {op!r} is not an MPI reduction op (the MPI library has sum, prod, min, max; "
+                       f"avg is ccsynth's and NCCL's): use another -o, or leave mpi out of --algo")
+
+
+def _buffer_calls(c, root: int, op: str = "sum") -> dict[str, Callable]:
+    """The benchmark's collectives as mpi4py buffer calls on ``c`` (an MPI comm or a ccsynth Communicator)."""
+    OP = mpi_op(c, op)
     return {
-        "allreduce": lambda s, r: c.Allreduce(s, r, SUM),
+        "allreduce": lambda s, r: c.Allreduce(s, r, OP),
         "allgather": lambda s, r: c.Allgather(s, r),
-        "reduce_scatter": lambda s, r: c.Reduce_scatter_block(s, r, SUM),
+        "reduce_scatter": lambda s, r: c.Reduce_scatter_block(s, r, OP),
         "alltoall": lambda s, r: c.Alltoall(s, r),
-        "reduce": lambda s, r: c.Reduce(s, r, SUM, root),
+        "reduce": lambda s, r: c.Reduce(s, r, OP, root),
         "broadcast": lambda b: c.Bcast(b, root),
     }
 
 
-def _in_place_calls(c, root: int, rank: int) -> dict[str, Callable]:
+def _in_place_calls(c, root: int, rank: int, op: str = "sum") -> dict[str, Callable]:
     """The collectives with ``MPI.IN_PLACE``, one buffer each, as MPI defines them.
 
     allreduce, alltoall: ``buf`` is input and output; allgather: this rank's
@@ -142,7 +162,7 @@ def _in_place_calls(c, root: int, rank: int) -> dict[str, Callable]:
     """
     from mpi4py import MPI
 
-    SUM, IN_PLACE = MPI.SUM, MPI.IN_PLACE
+    SUM, IN_PLACE = mpi_op(c, op), MPI.IN_PLACE
     return {
         "allreduce": lambda b: c.Allreduce(IN_PLACE, b, SUM),
         "allgather": lambda b: c.Allgather(IN_PLACE, b),
@@ -188,9 +208,13 @@ class MpiAlgorithm(Algorithm):
 
     name = "mpi"
 
+    def setup(self, kind: str | None, ctx) -> None:
+        if kind in ("allreduce", "reduce", "reduce_scatter"):
+            mpi_op(ctx.comm, ctx.options.op)  # avg: a clear error on every rank, before any measurement
+
     def collective(self, kind: str, ctx) -> Callable:
         c = ctx.comm
-        return {**_buffer_calls(c, ctx.options.root), "barrier": c.Barrier}[kind]
+        return {**_buffer_calls(c, ctx.options.root, ctx.options.op), "barrier": c.Barrier}[kind]
 
 
 def _chunk_factor(kind: str, ctx) -> int:
@@ -230,9 +254,7 @@ class ScheduleAlgorithm(Algorithm):
         return self._comm
 
     def collective(self, kind: str, ctx) -> Callable:
-        from mpi4py import MPI
-
-        prog, SUM = self._compiled[kind], MPI.SUM
+        prog, SUM = self._compiled[kind], ctx.options.op  # the executor takes ccsynth's op names
         if kind == "broadcast":
             # One buffer, as MPI_Bcast: the root's is the schedule's input (its output copy
             # is the executor's private stand-in), everyone else's the output.
@@ -281,7 +303,7 @@ class PlanAlgorithm(Algorithm):
                 self._plan = getattr(self._comm, "plan", None)
 
     def collective(self, kind: str, ctx) -> Callable:
-        return _buffer_calls(self._comm, ctx.options.root)[kind]
+        return _buffer_calls(self._comm, ctx.options.root, ctx.options.op)[kind]
 
     def comm(self, ctx):
         return self._comm

@@ -45,8 +45,11 @@ from ccsynth.units import format_size, parse_sizes
 
 __all__ = ["SUITE", "SIZES", "bench_case", "summarize", "main"]
 
-#: (topology, balanced?) -- 2D to 4D, 16 to 4,096 ranks
-SUITE = (
+#: (topology, balanced?) -- 2D to 4D, 16 to 4,096 ranks. The last two are Themis's own kind of system: the
+#: sample hierarchical network of its artifact (ASTRA-sim, ``inputs/network/analytical/sample_Hierarchical.json``:
+#: Ring(2) x AllToAll(8) x Switch(2) at 250, 25 and 12.5 GB/s per link, i.e. 250, 7 x 25 = 175 and 12.5 GB/s
+#: per NPU) and its 4D Ring-FullyConnected-Ring-Switch extension (a ring of 8 on two 25 GB/s links per NPU).
+SUITE: tuple[tuple[str, bool], ...] = (
     ("hierarchical:4x4@100,100", True),
     ("hierarchical:4x4@200,50", False),
     ("hierarchical:8x16@200,50", False),
@@ -58,6 +61,8 @@ SUITE = (
     ("hierarchical:4x4x4x4@100,100,100,100", True),
     ("hierarchical:2x8x8x8@250,200,100,50", False),
     ("hierarchical:8x8x8x8@400,200,100,50", False),
+    ("hierarchical:2x8x2@250,175,12.5", False),
+    ("hierarchical:2x8x8x8@250,175,50,12.5", False),
 )
 SIZES = "1M,64M,1G"
 
@@ -67,32 +72,53 @@ def bench_case(topology: str, size: int, kind: str = "allreduce") -> dict:
     topo = get_topology(topology)
     net = dim_net(topo)
     bound = bandwidth_bound(net, PhaseCosts(net), kind, size)
-    row = {"topology": topology, "ranks": topo.n_ranks, "dims": len(net.dims), "size_bytes": size, "kind": kind,
-           "bound_us": bound, "schedulers": {}}
+    scheds: dict[str, dict] = {}
+    row: dict = {"topology": topology, "ranks": topo.n_ranks, "dims": len(net.dims), "size_bytes": size,
+                 "kind": kind, "bound_us": bound, "schedulers": scheds}
     for policy in POLICIES:
         t0, c0 = time.perf_counter(), time.process_time()
         md = schedule_multidim(net, kind, size, policy)
         secs, cpu = time.perf_counter() - t0, time.process_time() - c0
-        row["schedulers"][policy] = {"time_us": md.makespan_us, "utilization": bound / md.makespan_us,
+        scheds[policy] = {"time_us": md.makespan_us, "utilization": bound / md.makespan_us,
                                      "chunks": md.n_chunks, "seconds": secs, "cpu_seconds": cpu, "lp_bound_us": md.lp_bound_us,
                                      "origin": md.origin,
                                      "busy": list(md.timing.busy_fraction())}
-    s = row["schedulers"]
+    s = scheds
     row["themis_vs_fixed"] = s["fixed"]["time_us"] / s["themis"]["time_us"]
     row["lp_vs_fixed"] = s["fixed"]["time_us"] / s["lp"]["time_us"]
     row["lp_vs_themis"] = s["themis"]["time_us"] / s["lp"]["time_us"]
-    row["lp_over_own_bound"] = s["lp"]["time_us"] / s["lp"]["lp_bound_us"]
+    lp_bound = s["lp"]["lp_bound_us"]
+    row["lp_over_own_bound"] = s["lp"]["time_us"] / lp_bound if lp_bound else float("nan")
     return row
 
 
-def summarize(rows: list[dict], balanced: dict[str, bool]) -> dict:
-    """The targets' figures (issue 12's Benchmark section)."""
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def summarize(rows: list[dict], balanced: dict[str, bool]) -> dict[str, float | int | bool]:
+    """The targets' figures (issue 12's Benchmark section).
+
+    Besides Themis's and the LP's mean speedup over the fixed order on the
+    imbalanced topologies (all sizes, and per size), ``ceiling_*`` is the
+    mean of ``fixed time / bandwidth bound``: what no schedule of
+    per-dimension phases can exceed over the fixed order (utilization 1.0).
+    """
     imb = [r for r in rows if not balanced.get(r["topology"], False)]
     big = [r for r in rows if r["size_bytes"] >= 1 << 30]
-    def mean(xs):
-        return (sum(xs) / len(xs) if xs else float("nan"))
+    mean = _mean
     largest = max((r["ranks"] for r in rows), default=0)
     at_largest = [r for r in rows if r["ranks"] == largest]
+    per_size: dict[str, float | int | bool] = {}
+    for size in sorted({r["size_bytes"] for r in imb}):
+        at = [r for r in imb if r["size_bytes"] == size]
+        tag = format_size(size)
+        per_size[f"themis_vs_fixed_imbalanced_mean_{tag}"] = mean([r["themis_vs_fixed"] for r in at])
+        per_size[f"themis_flex_vs_fixed_imbalanced_mean_{tag}"] = mean(
+            [r["schedulers"]["fixed"]["time_us"] / r["schedulers"]["themis-flex"]["time_us"] for r in at])
+        per_size[f"lp_vs_fixed_imbalanced_mean_{tag}"] = mean([r["lp_vs_fixed"] for r in at])
+        per_size[f"ceiling_vs_fixed_imbalanced_mean_{tag}"] = mean(
+            [r["schedulers"]["fixed"]["time_us"] / r["bound_us"] for r in at])
     return {
         "themis_vs_fixed_imbalanced_mean": mean([r["themis_vs_fixed"] for r in imb]),
         "themis_vs_fixed_imbalanced_mean_1g": mean([r["themis_vs_fixed"] for r in imb if r in big]),
@@ -107,6 +133,7 @@ def summarize(rows: list[dict], balanced: dict[str, bool]) -> dict:
                                               default=float("nan")),
         "largest_scheduling_cpu_seconds_max": max(
             (s["cpu_seconds"] for r in at_largest for s in r["schedulers"].values()), default=float("nan")),
+        **per_size,
     }
 
 

@@ -34,15 +34,14 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
-import numpy as np
 
-from ccsynth.bench import validate as V
-from ccsynth.bench.omb import Benchmark, Case, Context, fresh_run, measure
+from ccsynth.bench.omb import Benchmark, Case, Context, fresh_run, measure, prepare_in_place
 from ccsynth.collectives.spec import busbw_factor
 from ccsynth.errors import CCSynthError
 
@@ -55,6 +54,7 @@ __all__ = [
     "nccl_sizes",
     "omb_size",
     "prepare_in_place",
+    "AVERAGES",
     "run_nccl",
     "format_time",
     "gather_places",
@@ -92,6 +92,8 @@ class NcclOptions:
     iters: int = 20
     warmup: int = 5
     check: int = 1
+    average: int = 1  # -a: the time across ranks: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum
+    blocking: bool = False  # -z 1: wait for the device after every call
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -154,41 +156,22 @@ def omb_size(bench: Benchmark, nccl_bytes: int, ctx: Context) -> int:
     return (nccl_bytes // item) * item
 
 
-def prepare_in_place(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
-    """The in-place Case of ``kind`` with ``count`` elements in MPI's terms (see :func:`V.expected`)."""
-    n, rank, root = ctx.n, ctx.rank, ctx.options.root
-    fn = algo.in_place(kind, ctx)
-    if kind == "allgather":
-        host = np.full(n * count, V.sentinel(ctx.dtype), dtype=ctx.dtype)
-        host[rank * count:(rank + 1) * count] = V.pattern(rank, count, ctx.dtype, n_ranks=n)
-        view = slice(None)
-    elif kind == "broadcast":
-        host = V.pattern(root, count, ctx.dtype, n_ranks=n) if rank == root else np.full(count, V.sentinel(ctx.dtype), ctx.dtype)
-        view = slice(None)
-    else:
-        host = V.pattern(rank, V.send_count(kind, n, count), ctx.dtype, n_ranks=n)
-        view = slice(0, count) if kind == "reduce_scatter" else slice(None)
-    buf = ctx.to_device(host)
-
-    def reset():
-        buf[...] = ctx.to_device(host)
-
-    def wrong():
-        want = V.expected(kind, rank, n, count, ctx.dtype, root)
-        return ctx.wrong(buf[view], want)
-
-    return Case(lambda: fn(buf), nbytes, count, reset, lambda: wrong() == 0,
-                algorithm=lambda: algo.chosen(kind, ctx, nbytes), wrong=wrong)
+#: nccl-tests' -a: how the ranks' times become the row's
+AVERAGES: dict[int, Callable[[list[float]], float]] = {
+    0: lambda ts: ts[0], 1: lambda ts: sum(ts) / len(ts), 2: min, 3: max}
 
 
 def _place(comm, case: Case, ctx: Context, opts: NcclOptions, factor: float) -> Place:
+    if opts.blocking:  # nccl-tests' -z 1: the CPU waits for the device after every call
+        step, sync = case.step, ctx.sync
+        case = dataclasses.replace(case, step=lambda: (step(), sync()))
     [local] = measure(comm, [case], opts.iters, opts.warmup, pt2pt=True)
     wrong = None
     if opts.check:
         fresh_run(ctx, case)
         wrong = int(case.wrong()) if case.wrong is not None else 0
     per_rank = comm.allgather((float(local.mean()), wrong))
-    t = sum(p for p, _ in per_rank) / len(per_rank)
+    t = AVERAGES[opts.average]([p for p, _ in per_rank])
     wrongs = [w for _, w in per_rank if w is not None]
     algbw = case.nbytes / (t * 1e3) if t > 0 else 0.0
     return Place(t, algbw, algbw * factor, sum(wrongs) if wrongs else None)
@@ -210,7 +193,7 @@ def run_nccl(bench: Benchmark, ctx: Context, algo, opts: NcclOptions) -> Iterato
         name = out_case.algorithm() if callable(out_case.algorithm) else out_case.algorithm
         root = ctx.options.root if kind in _ROOTED else -1
         yield NcclRow(out_case.nbytes, out_case.nbytes // ctx.itemsize, NCCL_TYPES.get(ctx.dtype.name, ctx.dtype.name),
-                      "sum" if kind in _REDUCING else "none", root, out, inp, name)
+                      ctx.options.op if kind in _REDUCING else "none", root, out, inp, name)
         del out_case, in_case  # free this size's buffers before the next size allocates its own
 
 
@@ -235,6 +218,8 @@ def header_lines(opts: NcclOptions, places, algo_name: str, buffer: str) -> list
     lines = [
         f"# nThread 1 nGpus 1 minBytes {opts.begin} maxBytes {opts.end} step: {step} warmup iters: {opts.warmup} "
         f"iters: {opts.iters} agg iters: 1 validation: {opts.check} graph: 0",
+        f"# average: {opts.average} ({('rank 0', 'mean over ranks', 'min over ranks', 'max over ranks')[opts.average]}) "
+        f"blocking: {int(opts.blocking)}",
         f"# ccsynth algorithm: {algo_name}",
         "#",
         "# Using devices",
@@ -290,6 +275,8 @@ def to_json(bench: Benchmark, test: str, meta: Mapping, opts: NcclOptions, resul
         "n_iterations": opts.iters,
         "n_warmup": opts.warmup,
         "check": bool(opts.check),
+        "average_mode": opts.average,
+        "blocking": opts.blocking,
         "algorithms": list(results),
         "results": {name: [r.to_dict() for r in rows] for name, rows in results.items()},
         "avg_busbw_GBps": {name: avg_busbw(rows) for name, rows in results.items()},

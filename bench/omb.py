@@ -62,6 +62,11 @@ __all__ = [
     "Context",
     "measure",
     "fresh_run",
+    "prepare",
+    "prepare_in_place",
+    "tail_latencies",
+    "IN_PLACE_KINDS",
+    "ROOTED_KINDS",
     "run_benchmark",
     "run_interleaved",
     "agree",
@@ -73,6 +78,8 @@ __all__ = [
     "reduce_scatter",
     "alltoallv",
     "allgatherv",
+    "COUNT_DISTRIBUTIONS",
+    "count_matrix",
     "barrier",
     "latency",
     "bw",
@@ -101,6 +108,12 @@ class Options:
     dtype: str = "float32"
     window: int = WINDOW
     root: int = 0
+    rotate_root: bool = False  # OMB's -k rotate: the root of broadcast/reduce moves to the next rank every iteration
+    op: str = "sum"  # reduction op (nccl-tests' -o): sum, prod, min, max, avg (see validate.OPS)
+    in_place: bool = False  # OMB's -l: MPI.IN_PLACE (nccl-tests' in-place layout, see prepare_in_place)
+    tail: tuple[float, ...] = ()  # OMB's -z: percentiles of the per-iteration latency (slowest rank) to print
+    counts: str = "equal"  # v-benchmarks: how the counts spread (COUNT_DISTRIBUTIONS)
+    seed: int = 0  # v-benchmarks: the seed of the random counts (the same on every rank)
     chunks: int | None = None  # chunk factor of baseline schedules (None: see algos._chunk_factor)
     profile: bool = False  # ask ccsynth's executor where the time goes (RunStats)
     predict: str | None = None  # topology of --predict: predicted time beside every row (bench/predict.py)
@@ -131,6 +144,7 @@ class Row:
     median_us: float | None = None  # median over iterations of the slowest rank's time
     profile: dict | None = None  # executor RunStats per run, averaged over ranks (--profile)
     predicted_us: float | None = None  # --predict: the simulator's time for the schedule that ran
+    tail_us: tuple[tuple[float, float], ...] = ()  # -z: (percentile, latency) of the slowest rank's iterations
 
     @property
     def ratio(self) -> float | None:
@@ -162,6 +176,7 @@ class Row:
             **({"profile": self.profile} if self.profile else {}),
             **({"predicted_us": self.predicted_us, "measured_over_predicted": self.ratio}
                if self.predicted_us is not None else {}),
+            **({"tail_us": {f"p{p:g}": t for p, t in self.tail_us}} if self.tail_us else {}),
         }
 
 
@@ -360,6 +375,30 @@ def slowest_rank_median(per_rank: Sequence[np.ndarray]) -> float:
     return float(np.median(np.max(np.stack(per_rank), axis=0)))
 
 
+def tail_latencies(per_rank: Sequence[np.ndarray], percentiles: Sequence[float]) -> tuple[tuple[float, float], ...]:
+    """OMB's ``-z``: the given percentiles of the per-iteration latency, each iteration counted at its slowest rank
+    (point-to-point benchmarks time whole loops: one value)."""
+    slowest = np.max(np.stack(per_rank), axis=0)
+    return tuple((float(p), float(np.percentile(slowest, p))) for p in percentiles)
+
+
+#: the collectives OMB runs with ``-l`` (MPI_IN_PLACE)
+IN_PLACE_KINDS = ("allreduce", "allgather", "alltoall", "reduce_scatter", "reduce")
+#: the collectives with a root (OMB's ``-k``, nccl-tests' ``-r``)
+ROOTED_KINDS = ("broadcast", "reduce")
+
+
+def prepare(bench: Benchmark, ctx: Context, algo, size: int) -> Case:
+    """``bench.prepare`` with the options that change every benchmark alike: ``-l`` (in place) and ``-k rotate``."""
+    case = bench.prepare(ctx, algo, size)
+    opts = ctx.options
+    if opts.in_place and bench.kind in IN_PLACE_KINDS:
+        count, nbytes = case.count, case.nbytes
+        del case  # its buffers, before the in-place ones
+        return prepare_in_place(ctx, algo, bench.kind, count, nbytes)
+    return case
+
+
 def run_benchmark(bench: Benchmark, ctx: Context, algo) -> Iterator[Row]:
     """Time ``algo`` on every size of ``ctx.options``; yields one Row per size, on every rank."""
     for rows in run_interleaved(bench, ctx, [algo]):
@@ -371,7 +410,7 @@ def run_interleaved(bench: Benchmark, ctx: Context, algos: Sequence) -> Iterator
     comm, opts = ctx.comm, ctx.options
     factor = busbw_factor(bench.busbw_factor_kind, ctx.n)
     for size in opts.sizes:
-        cases = [bench.prepare(ctx, algo, size) for algo in algos]
+        cases = [prepare(bench, ctx, algo, size) for algo in algos]
         iters, warmup = opts.iterations(size)
         times = measure(comm, cases, iters, warmup, pt2pt=bench.pt2pt)
         rows = []
@@ -385,6 +424,7 @@ def run_interleaved(bench: Benchmark, ctx: Context, algos: Sequence) -> Iterator
             per_rank = [float(t.mean()) for t, _, _ in samples]
             avg = sum(per_rank) / len(per_rank)
             median = slowest_rank_median([t for t, _, _ in samples])
+            tail = tail_latencies([t for t, _, _ in samples], opts.tail) if opts.tail else ()
             checks = [v for _, v, _ in samples if v is not None]
             profs = [p for _, _, p in samples if p]
             profile = {k: sum(p[k] for p in profs) / len(profs) for k in profs[0]} if profs else None
@@ -392,7 +432,7 @@ def run_interleaved(bench: Benchmark, ctx: Context, algos: Sequence) -> Iterator
             algbw = case.nbytes / (avg * 1e3) if avg > 0 else 0.0
             name = case.algorithm() if callable(case.algorithm) else case.algorithm
             rows.append(Row(size, case.nbytes, case.count, iters, avg, min(per_rank), max(per_rank), algbw, algbw * factor,
-                            valid, name, median, profile))
+                            valid, name, median, profile, tail_us=tail))
         del cases, case  # free this size's buffers before the next size allocates its own
         yield rows
 
@@ -423,7 +463,9 @@ def agree(comm, fn: Callable[[], Any]) -> Any:
 # ---------------------------------------------------------- benchmarks
 def _collective(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
     """A Case for collective ``kind`` on ``count`` elements (MPI's per-rank count)."""
-    n, rank, root = ctx.n, ctx.rank, ctx.options.root
+    n, rank, root, op = ctx.n, ctx.rank, ctx.options.root, ctx.options.op
+    if ctx.options.rotate_root and kind in ROOTED_KINDS:
+        return _rotating(ctx, algo, kind, count, nbytes)
     fn = algo.collective(kind, ctx)
     chosen = lambda: algo.chosen(kind, ctx, nbytes)  # noqa: E731 - asked after the runs
     stats, stats_reset = algo.stats_reader(kind, ctx) or (None, None)
@@ -444,21 +486,96 @@ def _collective(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
         recv[...] = V.sentinel(ctx.dtype)
 
     def check():
-        want = V.expected(kind, rank, n, count, ctx.dtype, root)
+        want = V.expected(kind, rank, n, count, ctx.dtype, root, op)
         return ctx.equal(recv, want) and ctx.equal(send, send_ref)
 
     def wrong():
-        want = V.expected(kind, rank, n, count, ctx.dtype, root)
+        want = V.expected(kind, rank, n, count, ctx.dtype, root, op)
         return ctx.wrong(recv, want) + ctx.wrong(send, send_ref)
 
     return Case(lambda: fn(send, recv), nbytes, count, reset, check, algorithm=chosen, stats=stats, stats_reset=stats_reset,
                 wrong=wrong)
 
 
+def prepare_in_place(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
+    """The in-place Case of ``kind`` with ``count`` elements in MPI's terms (see :func:`V.expected`).
+
+    nccl-tests' in-place layout (MPI's ``MPI_IN_PLACE``): allgather's input
+    is this rank's block of the receive buffer, reduce-scatter's output is
+    block 0 of the send buffer; broadcast is in place anyway.
+    """
+    n, rank, root, op = ctx.n, ctx.rank, ctx.options.root, ctx.options.op
+    fn = algo.in_place(kind, ctx)
+    if kind == "allgather":
+        host = np.full(n * count, V.sentinel(ctx.dtype), dtype=ctx.dtype)
+        host[rank * count:(rank + 1) * count] = V.pattern(rank, count, ctx.dtype, n_ranks=n)
+        view = slice(None)
+    elif kind == "broadcast":
+        host = V.pattern(root, count, ctx.dtype, n_ranks=n) if rank == root else np.full(count, V.sentinel(ctx.dtype), ctx.dtype)
+        view = slice(None)
+    else:
+        host = V.pattern(rank, V.send_count(kind, n, count), ctx.dtype, n_ranks=n)
+        view = slice(0, count) if kind == "reduce_scatter" else slice(None)
+    buf = ctx.to_device(host)
+
+    def reset():
+        buf[...] = ctx.to_device(host)
+
+    def wrong():
+        want = V.expected(kind, rank, n, count, ctx.dtype, root, op)
+        return ctx.wrong(buf[view], want)
+
+    return Case(lambda: fn(buf), nbytes, count, reset, lambda: wrong() == 0,
+                algorithm=lambda: algo.chosen(kind, ctx, nbytes), wrong=wrong)
+
+
 def _whole_buffer(ctx: Context, algo, kind: str, size: int) -> Case:
     """A collective whose OMB size is one rank's whole buffer (= the nccl-tests size)."""
     count = size // ctx.itemsize
     return _collective(ctx, algo, kind, count, count * ctx.itemsize)
+
+
+def _rotating(ctx: Context, algo, kind: str, count: int, nbytes: int) -> Case:
+    """Broadcast or reduce whose root moves to the next rank every iteration (OMB's ``-k rotate``).
+
+    The check after the timed runs uses the root of the run it checks.
+    """
+    n, rank, op = ctx.n, ctx.rank, ctx.options.op
+    calls = [algo.at_root(kind, ctx, r) for r in range(n)]
+    turn = [0]  # the next run's root
+    last = [0]  # the root of the last run
+    if kind == "broadcast":
+        buf = ctx.output(count)
+
+        def step():
+            r = last[0] = turn[0]
+            turn[0] = (r + 1) % n
+            calls[r](buf)
+
+        def reset():
+            r = turn[0]
+            buf[...] = ctx.to_device(V.pattern(r, count, ctx.dtype, n_ranks=n)) if rank == r else V.sentinel(ctx.dtype)
+
+        def want():
+            return V.pattern(last[0], count, ctx.dtype, n_ranks=n)
+
+        return Case(step, nbytes, count, reset, lambda: ctx.equal(buf, want()),
+                    algorithm=lambda: algo.ran(ctx), wrong=lambda: ctx.wrong(buf, want()))
+    send, recv = ctx.input(count), ctx.output(count)
+
+    def step():
+        r = last[0] = turn[0]
+        turn[0] = (r + 1) % n
+        calls[r](send, recv)
+
+    def reset():
+        recv[...] = V.sentinel(ctx.dtype)
+
+    def want_recv():
+        return V.expected(kind, rank, n, count, ctx.dtype, last[0], op)
+
+    return Case(step, nbytes, count, reset, lambda: ctx.equal(recv, want_recv()),
+                algorithm=lambda: algo.ran(ctx), wrong=lambda: ctx.wrong(recv, want_recv()))
 
 
 @benchmark("allreduce", "Allreduce", kind="allreduce", size_doc="bytes of each rank's buffer (= nccl-tests size)")
@@ -516,9 +633,85 @@ def reduce_scatter(ctx: Context, algo, size: int) -> Case:
     return _collective(ctx, algo, "reduce_scatter", count, ctx.n * count * ctx.itemsize)
 
 
+#: how the counts of a v-benchmark spread (``--counts``); ``count`` is the mean count per block
+COUNT_DISTRIBUTIONS = ("equal", "random", "skewed")
+
+
+def count_matrix(name: str, n: int, count: int, how: str, seed: int = 0) -> np.ndarray:
+    """The counts of a v-benchmark with mean ``count`` per block, the same on every rank.
+
+    ``alltoallv``: ``n x n``, entry ``[p, q]`` what rank ``p`` sends to
+    rank ``q``; ``allgatherv``: ``1 x n``, what each rank contributes.
+    ``equal``: every block ``count`` (OMB's). ``random``: independent
+    uniform counts from 0 to ``2 x count`` (zeros included). ``skewed`` (a
+    mixture-of-experts exchange with one hot expert): every sender gives
+    half of its ``n x count`` elements to rank 0 and splits the rest
+    evenly over the others (allgatherv: rank 0 contributes half of the
+    ``n x count`` elements, the others share the rest).
+    """
+    rows = n if name == "alltoallv" else 1
+    if how == "equal":
+        return np.full((rows, n), count, np.int64)
+    if how == "random":
+        return np.random.default_rng(seed).integers(0, 2 * count + 1, size=(rows, n)).astype(np.int64)
+    if how == "skewed":
+        total = n * count
+        hot = total // 2 if n > 1 else total
+        rest = total - hot
+        m = np.zeros((rows, n), np.int64)
+        m[:, 0] = hot
+        if n > 1:
+            m[:, 1:] = rest // (n - 1)
+            m[:, 1] += rest - (rest // (n - 1)) * (n - 1)
+        return m
+    raise CCSynthError(f"unknown count distribution {how!r}; choose one of: {', '.join(COUNT_DISTRIBUTIONS)}")
+
+
+def _uneven(ctx: Context, algo, name: str, count: int) -> Case:
+    """``Alltoallv``/``Allgatherv`` with the counts of :func:`count_matrix`, checked element by element."""
+    n, rank, dt = ctx.n, ctx.rank, ctx.dtype
+    opts = ctx.options
+    m = count_matrix(name, n, count, opts.counts, opts.seed)
+    call = algo.variable(name, ctx)
+    if name == "alltoallv":
+        sc, rc = m[rank], m[:, rank]
+        sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
+        rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
+        send_ref = V.pattern(rank, int(sc.sum()), dt, n_ranks=n)
+        parts = []
+        for q in range(n):
+            row = m[q]
+            start = int(row[:rank].sum())
+            parts.append(V.pattern(q, int(row.sum()), dt, n_ranks=n)[start:start + int(row[rank])])
+        send_spec_counts = (sc, sd)
+        nbytes = int(m.sum()) * ctx.itemsize // n  # the mean per-rank send buffer (nccl-tests' size)
+    else:
+        counts = m[0]
+        rc = counts
+        rd = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        send_ref = V.pattern(rank, int(counts[rank]), dt, n_ranks=n)
+        parts = [V.pattern(q, int(counts[q]), dt, n_ranks=n) for q in range(n)]
+        send_spec_counts = None
+        nbytes = int(counts.sum()) * ctx.itemsize  # the receive buffer (nccl-tests' size)
+    want = np.concatenate(parts) if parts else np.zeros(0, dt)
+    send, recv = ctx.to_device(send_ref), ctx.output(int(rc.sum()))
+    send_spec = [send, send_spec_counts] if send_spec_counts is not None else send
+    recv_spec = [recv, (rc, rd)]
+
+    def reset():
+        recv[...] = V.sentinel(dt)
+
+    return Case(lambda: call(send_spec, recv_spec), nbytes, count, reset,
+                lambda: ctx.equal(recv, want) and ctx.equal(send, send_ref),
+                algorithm=lambda: algo.ran(ctx), wrong=lambda: ctx.wrong(recv, want) + ctx.wrong(send, send_ref))
+
+
 def _variable(ctx: Context, algo, name: str, kind: str, count: int, nbytes: int) -> Case:
     """``Alltoallv``/``Allgatherv`` with every count equal (as OMB's osu_alltoallv/osu_allgatherv): ``kind``'s buffers,
-    passed with explicit counts and displacements, checked against ``kind``'s reference."""
+    passed with explicit counts and displacements, checked against ``kind``'s reference; other
+    ``--counts`` distributions: :func:`_uneven`."""
+    if ctx.options.counts != "equal":
+        return _uneven(ctx, algo, name, count)
     n, rank = ctx.n, ctx.rank
     call = algo.variable(name, ctx)
     counts, displs = [count] * n, [q * count for q in range(n)]
@@ -540,7 +733,8 @@ def _variable(ctx: Context, algo, name: str, kind: str, count: int, nbytes: int)
     "alltoallv",
     "All-to-Allv",
     kind="alltoall",
-    size_doc="bytes each rank sends to each peer, every count equal (OMB); nccl-tests size = ranks x Size",
+    size_doc="bytes each rank sends to each peer, every count equal (OMB), the mean with --counts random|skewed; "
+             "nccl-tests size = ranks x Size",
 )
 def alltoallv(ctx: Context, algo, size: int) -> Case:
     """osu_alltoallv: MPI_Alltoallv with Size bytes per pair of ranks (the mixture-of-experts exchange)."""
@@ -552,7 +746,8 @@ def alltoallv(ctx: Context, algo, size: int) -> Case:
     "allgatherv",
     "Allgatherv",
     kind="allgather",
-    size_doc="bytes each rank sends, every count equal (OMB); nccl-tests size = ranks x Size",
+    size_doc="bytes each rank sends, every count equal (OMB), the mean with --counts random|skewed; "
+             "nccl-tests size = ranks x Size",
 )
 def allgatherv(ctx: Context, algo, size: int) -> Case:
     """osu_allgatherv: MPI_Allgatherv of Size bytes from every rank."""

@@ -30,8 +30,6 @@ import sys
 import time
 
 from ccsynth.collectives.mpi_util import find_mpiexec
-from ccsynth.collectives.communicator import Communicator
-from ccsynth.synth.default_plan import LazyDefaultPlan
 from ccsynth.units import parse_size
 
 __all__ = ["main", "worker", "overlap_ratio"]
@@ -49,8 +47,13 @@ def _median(xs: list[float]) -> float:
 
 
 def worker(args) -> None:
+    # The worker side only: importing mpi4py.MPI (and the communicator, an MPI.Intracomm subclass) starts
+    # MPI, and the driver, which launches mpiexec, must not.
     import numpy as np
-    from mpi4py import MPI  # the worker side only: the driver never starts MPI
+    from mpi4py import MPI
+
+    from ccsynth.collectives.communicator import Communicator
+    from ccsynth.synth.default_plan import LazyDefaultPlan
 
     world = MPI.COMM_WORLD
     c = Communicator(world, default_plan=LazyDefaultPlan())  # what ccsynth.Communicator is

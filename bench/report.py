@@ -52,7 +52,10 @@ def title_lines(bench, algo_name: str, meta: Mapping) -> list[str]:
     lines = [f"# OMB Python MPI {bench.title} Test", f"# ccsynth algorithm: {algo_name}"]
     lines.append(
         f"# ranks: {meta.get('n_ranks')}" + (f"  dtype: {meta['dtype']}" if meta.get("dtype") else "") + f"  buffer: {meta.get('buffer')}"
-        + ("  op: sum" if bench.kind in ("allreduce", "reduce", "reduce_scatter") else "")
+        + (f"  op: {meta.get('op') or 'sum'}" if bench.kind in ("allreduce", "reduce", "reduce_scatter") else "")
+        + (f"  root: {meta['root']}" if bench.kind in ("broadcast", "reduce") and meta.get("root") is not None else "")
+        + ("  in place" if meta.get("in_place") else "")
+        + (f"  counts: {meta['counts']} (seed {meta.get('seed', 0)})" if meta.get("counts") else "")
         + (f"  window: {meta.get('window')}" if bench.metric == "bandwidth" else "")
     )
     if bench.sized:
@@ -74,6 +77,7 @@ def _columns(bench, options, with_algorithm: bool = False) -> list[tuple[str, in
     cols.append(("Avg Latency(us)", NUM_W + (1 if bench.sized else 0)))
     if options.full:
         cols += [("Min Latency(us)", NUM_W), ("Max Latency(us)", NUM_W), ("Iterations", 12)]
+    cols += [(f"P{p:g} Tail Lat(us)", NUM_W + 2) for p in getattr(options, "tail", ())]
     if bench.sized:
         cols += [("algbw(GB/s)", BW_W), ("busbw(GB/s)", BW_W)]
     if options.validate:
@@ -113,6 +117,10 @@ def format_row(bench, row, options, with_algorithm: bool = False) -> str:
     out += f"{row.avg_us:{lead}.2f}"
     if options.full:
         out += f"{row.min_us:{NUM_W}.2f}{row.max_us:{NUM_W}.2f}{row.iterations:12d}"
+    tails = dict(getattr(row, "tail_us", ()))
+    for p in getattr(options, "tail", ()):
+        t = tails.get(float(p))
+        out += f"{t:{NUM_W + 2}.2f}" if t is not None else f"{'-':>{NUM_W + 2}}"
     if bench.sized:
         out += f"{row.algbw:{BW_W}.4f}{row.busbw:{BW_W}.4f}"
     if options.validate:

@@ -21,7 +21,12 @@ import numpy as np
 
 from ccsynth.errors import CCSynthError
 
-__all__ = ["DTYPES", "check_dtype", "modulus", "pattern", "sentinel", "send_count", "recv_count", "expected"]
+__all__ = ["DTYPES", "OPS", "check_dtype", "modulus", "pattern", "sentinel", "send_count", "recv_count", "expected"]
+
+#: reduction ops with a reference (nccl-tests' ``-o``): sums are exact; min/max too; prod is exact while the
+#: product of the ranks' values stays inside the dtype's exact range (few ranks); avg is the exact sum divided
+#: by the rank count, rounded once
+OPS = ("sum", "prod", "min", "max", "avg")
 
 # Largest integer each dtype holds exactly (floats: 2**mantissa bits).
 _EXACT_LIMIT = {"float16": 2**11, "float32": 2**24, "float64": 2**53, "int32": 2**31 - 1, "int64": 2**63 - 1, "uint8": 255}
@@ -57,11 +62,23 @@ def sentinel(dtype) -> int:
     return 255 if np.dtype(dtype).kind == "u" else -1
 
 
-def _total(n_ranks: int, count: int, dtype) -> np.ndarray:
+def _total(n_ranks: int, count: int, dtype, op: str = "sum") -> np.ndarray:
+    """The reduction with ``op`` of every rank's pattern, as int64 (float64 for avg)."""
     m = modulus(dtype, n_ranks)
-    acc = np.zeros(count, dtype=np.int64)
-    for r in range(n_ranks):
-        acc += _values(r, count, m)
+    values = [_values(r, count, m) for r in range(n_ranks)]
+    if op == "sum":
+        acc = np.zeros(count, dtype=np.int64)
+        for v in values:
+            acc += v
+        return acc
+    if op == "avg":
+        return _total(n_ranks, count, dtype).astype(np.float64) / n_ranks
+    fold = {"prod": np.multiply, "min": np.minimum, "max": np.maximum}.get(op)
+    if fold is None:
+        raise CCSynthError(f"no reference for op {op!r}; ops: {', '.join(OPS)}")
+    acc = values[0].copy() if values else np.zeros(count, dtype=np.int64)
+    for v in values[1:]:
+        acc = fold(acc, v)
     return acc
 
 
@@ -75,8 +92,8 @@ def recv_count(kind: str, n_ranks: int, count: int) -> int:
     return n_ranks * count if kind in ("allgather", "alltoall") else count
 
 
-def expected(kind: str, rank: int, n_ranks: int, count: int, dtype, root: int = 0) -> np.ndarray | None:
-    """What ``rank``'s receive buffer must hold after ``kind`` with SUM.
+def expected(kind: str, rank: int, n_ranks: int, count: int, dtype, root: int = 0, op: str = "sum") -> np.ndarray | None:
+    """What ``rank``'s receive buffer must hold after ``kind`` (reductions with ``op``, default SUM).
 
     ``count`` is the per-rank element count in MPI's terms: the buffer of
     allreduce/broadcast/reduce, allgather's send buffer, reduce-scatter's
@@ -87,15 +104,15 @@ def expected(kind: str, rank: int, n_ranks: int, count: int, dtype, root: int = 
     n = n_ranks
     pat = lambda r, k: pattern(r, k, dtype, n_ranks=n)  # noqa: E731
     if kind == "allreduce":
-        return _total(n, count, dtype).astype(dtype)
+        return _total(n, count, dtype, op).astype(dtype)
     if kind == "reduce":
-        return _total(n, count, dtype).astype(dtype) if rank == root else None
+        return _total(n, count, dtype, op).astype(dtype) if rank == root else None
     if kind == "broadcast":
         return pat(root, count)
     if kind == "allgather":
         return np.concatenate([pat(r, count) for r in range(n)]) if count else np.zeros(0, dtype)
     if kind == "reduce_scatter":
-        return _total(n, n * count, dtype)[rank * count:(rank + 1) * count].astype(dtype)
+        return _total(n, n * count, dtype, op)[rank * count:(rank + 1) * count].astype(dtype)
     if kind == "alltoall":
         if not count:
             return np.zeros(0, dtype)

@@ -9,13 +9,14 @@ buffer-based collectives with the same signatures and conventions::
     comm.Allreduce(sendbuf, recvbuf, op=MPI.SUM)
     comm.Allgather([sendbuf, MPI.FLOAT], recvbuf)
     comm.Allreduce(MPI.IN_PLACE, buf)
-    comm.Barrier()                       # anything else goes to the wrapped comm
+    comm.Barrier()                       # it is an MPI.Intracomm: the rest is mpi4py's, on the same comm
 
 Covered: ``Allreduce``, ``Allgather``, ``Reduce_scatter_block``,
 ``Alltoall``, ``Bcast`` and ``Reduce``, their non-blocking forms
 (``Iallreduce``, ...: :mod:`~ccsynth.collectives.requests`), ``Alltoallv``,
-``Allgatherv`` and ``Reduce_scatter`` with counts (padded blocks:
-:mod:`~ccsynth.collectives.vcounts`), with ``MPI.IN_PLACE`` where MPI
+``Allgatherv`` (explicit schedules, every block at its own size:
+:mod:`~ccsynth.collectives.vschedule`) and ``Reduce_scatter`` with counts
+(padded blocks: :mod:`~ccsynth.collectives.vcounts`), with ``MPI.IN_PLACE`` where MPI
 allows it (not for ``Bcast``; for ``Reduce`` only at the root), buffer specs
 ``buf``, ``[buf, MPI.FLOAT]``, ``[buf, count, MPI.FLOAT]``,
 ``[buf, (count, displ), MPI.FLOAT]`` (lists or tuples), NumPy arrays, GPU
@@ -116,6 +117,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from ccsynth.collectives.arraylike import as_array
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
@@ -128,7 +130,9 @@ from ccsynth.collectives.runtime.memory import Entry, cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import WaitTimedOut, mpi_calls, resolve_wait_mode
 from ccsynth.collectives.staging import STAGING_MODES, Stager, decide
 from ccsynth.collectives.static_program import STATIC_MAX_BYTES
-from ccsynth.collectives.vcounts import MAX_PADDING, Padding, VBuf, check_counts, pack, unpack
+from ccsynth.collectives.vcounts import MAX_PADDING, Padding, VBuf, check_counts, pack
+from ccsynth.collectives.vschedule import V_KINDS, VScheduleCache
+from ccsynth.collectives.explicit_program import ExplicitProgram
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError
 from ccsynth.kernels.devices import cuda_awareness, select_device
@@ -176,6 +180,7 @@ class _Buf:
 
 
 _UNCACHED = object()
+_ZERO_OFFSET = np.zeros(1, np.int64)  # an Allgatherv's one input chunk starts at its sendbuf's start
 
 def _is_device_spec(spec) -> bool:
     """Whether a buffer spec's buffer is device memory."""
@@ -225,8 +230,34 @@ def _dtype_of(datatype) -> np.dtype:
         raise _Fallback(f"datatype {datatype!r} has no NumPy equivalent") from None
 
 
-class Communicator:
+def _unwrap(comm):
+    """The mpi4py communicator to wrap: ``comm``, MPI.COMM_WORLD for None, the wrapped one of a ccsynth communicator."""
+    if comm is None:
+        return MPI.COMM_WORLD
+    if isinstance(comm, Communicator):
+        return comm.comm
+    if not isinstance(comm, MPI.Comm):
+        raise CCSynthError(f"Communicator wraps an mpi4py communicator, got {type(comm).__name__}")
+    if comm.Is_inter():
+        raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
+    return comm
+
+
+class Communicator(MPI.Intracomm):
     """mpi4py's buffer collectives, run by ccsynth schedules (see the module doc).
+
+    It *is* an ``MPI.Intracomm`` (``isinstance(c, MPI.Comm)`` holds): a
+    second mpi4py handle to the very communicator it wraps
+    (``MPI.Intracomm.__new__(cls, comm)``, no duplicate), so every mpi4py
+    method it does not override (``Barrier``, ``Send``, ``allreduce``,
+    ``Get_group``, ``py2f``, ...) runs on that communicator, and
+    ``c == comm``. ``.comm`` is the wrapped mpi4py object. What differs
+    from mpi4py: :meth:`Free` (and ``free``) release ccsynth's resources and
+    leave the wrapped communicator to its owner; the constructors of new
+    communicators (``Dup``, ``Clone``, ``Idup``, ``Dup_with_info``,
+    ``Split``, ``Split_type``, ``Create``, ``Create_group``) return ccsynth
+    communicators; ``Disconnect`` releases ccsynth's resources, then
+    disconnects the wrapped communicator.
 
     Parameters:
         comm: the mpi4py intracommunicator to wrap (default ``MPI.COMM_WORLD``).
@@ -275,6 +306,9 @@ class Communicator:
         ([0.0, 1.0, 2.0], 1, 'mpi')
     """
 
+    def __new__(cls, comm=None, *args, **kwargs):
+        return super().__new__(cls, _unwrap(comm))
+
     def __init__(
         self,
         comm=None,
@@ -293,8 +327,6 @@ class Communicator:
         device="auto",
         staging: str = "auto",
     ):
-        from mpi4py import MPI
-
         self._MPI = MPI
         self._options = dict(backend=backend, fallback=fallback, slice_bytes=slice_bytes, debug=debug,
                              static_max_bytes=static_max_bytes, timeout=timeout, cache_bytes=cache_bytes,
@@ -305,9 +337,7 @@ class Communicator:
         self._awareness = None  # the MPI library's CUDA-awareness, asked when the first device buffer arrives
         self._stager = Stager()
         self.device = self._pick_device(device)
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
-        if self.comm.Is_inter():
-            raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
+        self.comm = _unwrap(comm)
         self._size = self.comm.Get_size()
         self._rank = self.comm.Get_rank()
         self._default_plan = default_plan if default_plan is not None else NO_PLAN
@@ -337,6 +367,7 @@ class Communicator:
         self._compiled: dict[tuple, tuple[Schedule, CompiledSchedule]] = {}
         self._logged: set = set()
         self._scratch: dict[tuple, tuple[Any, Entry]] = {}
+        self._vschedules = VScheduleCache()  # the explicit schedules of v-calls, by counts signature
         self.last_algorithm: str = ""  # what ran the last call: a schedule name or "mpi"
         self._numpy = get_backend("numpy")
         self._last_op: tuple = (None, None)
@@ -386,38 +417,10 @@ class Communicator:
             return plan
         return LayeredPlan(plan, self._default_plan, self._size)
 
-    def __getattr__(self, name: str):
-        # Everything not overridden (Get_rank, Barrier, Send, allreduce...) is the wrapped comm's.
-        if name.startswith("__") or name in ("comm", "_MPI"):
-            raise AttributeError(name)
-        attr = getattr(self.comm, name)
-        if name in _MPI_ONLY:
-            return self._mpi_only(name, attr)
-        return attr
-
-    def _mpi_only(self, name: str, method):
-        """A collective ccsynth does not run: the wrapped comm's, with ``last_algorithm = "mpi"`` and a notice."""
-
-        def call(*args, **kwargs):
-            self._went_to_mpi((name, "not covered"), "%s has no ccsynth schedule; the MPI library runs it", name)
-            result = method(*args, **kwargs)
-            self.last_algorithm = "mpi"
-            return result
-
-        call.__name__ = name
-        call.__doc__ = getattr(method, "__doc__", None)
-        return call
-
     def __repr__(self) -> str:
         return f"<ccsynth.Communicator rank {self._rank} of {self._size}>"
 
-    @property
-    def size(self) -> int:
-        return self._size
-
-    @property
-    def rank(self) -> int:
-        return self._rank
+    # ``size`` and ``rank`` are mpi4py's own properties (the same communicator)
 
     def Get_size(self) -> int:
         return self._size
@@ -442,9 +445,11 @@ class Communicator:
             cs.free()
         self._compiled.clear()
         self._scratch.clear()
+        self._vschedules.clear()
         self._stager.clear()
         self._channel.memory.clear()
         self._channel.close(free=True)
+        self._freed = True
 
     @property
     def channel(self) -> Channel:
@@ -938,27 +943,27 @@ class Communicator:
             self._progress = ProgressThread(f"ccsynth-progress-{self._rank}", init=self._thread_device)
         return self._progress.submit(lambda: self._collective(kind, impl, sendbuf, recvbuf, op, root, None), kind)
 
-    def Iallreduce(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:
+    def Iallreduce(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Allreduce`: returns a :class:`~ccsynth.collectives.requests.Request`."""
         return self._start("allreduce", self._allreduce, sendbuf, recvbuf, op, 0, stream)
 
-    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Reduce_scatter_block`."""
         return self._start("reduce_scatter", self._reduce_scatter_block, sendbuf, recvbuf, op, 0, stream)
 
-    def Iallgather(self, sendbuf, recvbuf, *, stream=None) -> Request:
+    def Iallgather(self, sendbuf, recvbuf, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Allgather`."""
         return self._start("allgather", self._allgather, sendbuf, recvbuf, None, 0, stream)
 
-    def Ialltoall(self, sendbuf, recvbuf, *, stream=None) -> Request:
+    def Ialltoall(self, sendbuf, recvbuf, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Alltoall`."""
         return self._start("alltoall", self._alltoall, sendbuf, recvbuf, None, 0, stream)
 
-    def Ibcast(self, buf, root: int = 0, *, stream=None) -> Request:
+    def Ibcast(self, buf, root: int = 0, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Bcast`."""
         return self._start("broadcast", self._bcast, buf, None, None, root, stream)
 
-    def Ireduce(self, sendbuf, recvbuf, op=None, root: int = 0, *, stream=None) -> Request:
+    def Ireduce(self, sendbuf, recvbuf, op=None, root: int = 0, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Reduce`."""
         return self._start("reduce", self._reduce, sendbuf, recvbuf, op, root, stream)
 
@@ -1230,8 +1235,10 @@ class Communicator:
         """Block ``q`` of recvbuf (``recvcounts[q]`` elements at ``recvdispls[q]``) = rank ``q``'s block for this rank.
 
         Buffer specs as in mpi4py: ``[buf, counts]``, ``[buf, (counts, displs)]``,
-        ``[buf, counts, displs, datatype]``, ... Runs on the plan's alltoall
-        schedule over padded blocks (:mod:`~ccsynth.collectives.vcounts`).
+        ``[buf, counts, displs, datatype]``, ... Runs an explicit schedule with
+        every block at its own size (:mod:`~ccsynth.collectives.vschedule`) when the
+        plan covers alltoall at the call's size; the ranks first share their
+        counts (one small allgather), which also catches counts that disagree.
         """
         self._collective("alltoallv", self._alltoallv, sendbuf, recvbuf, None, 0, stream)
 
@@ -1243,15 +1250,15 @@ class Communicator:
         """Rank ``r`` gets block ``r`` (``recvcounts[r]`` elements) of the reduction of everyone's sendbuf."""
         self._collective("reduce_scatterv", self._reduce_scatterv, sendbuf, recvbuf, (recvcounts, op), 0, stream)
 
-    def Ialltoallv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+    def Ialltoallv(self, sendbuf, recvbuf, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Alltoallv`."""
         return self._start("alltoallv", self._alltoallv, sendbuf, recvbuf, None, 0, stream)
 
-    def Iallgatherv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+    def Iallgatherv(self, sendbuf, recvbuf, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Allgatherv`."""
         return self._start("allgatherv", self._allgatherv, sendbuf, recvbuf, None, 0, stream)
 
-    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=None, *, stream=None) -> Request:
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=None, *, stream=None) -> Request:  # type: ignore[override]  # a ccsynth Request
         """Non-blocking :meth:`Reduce_scatter`."""
         return self._start("reduce_scatterv", self._reduce_scatterv, sendbuf, recvbuf, (recvcounts, op), 0, stream)
 
@@ -1292,6 +1299,26 @@ class Communicator:
         c, d = check_counts(what, counts, displs, self._size, flat.size)
         return VBuf(flat, c, d)
 
+    def _run_v(self, kind: str, counts, nbytes: int, send, recv, in_offsets, out_offsets, fallback) -> None:
+        """A v-call on its explicit schedule (every block at its own size: :mod:`~ccsynth.collectives.vschedule`).
+
+        ``counts`` (the count matrix of an Alltoallv, the counts of an
+        Allgatherv) and ``nbytes`` (the largest per-rank buffer) are the same
+        on every rank. It runs when the plan covers the equal-block collective
+        at ``nbytes`` (a plan without alltoall, or the empty plan, leaves the
+        call to the MPI library as before); ``fallback()`` starts the MPI library's own.
+        """
+        name = {"alltoallv": "Alltoallv", "allgatherv": "Allgatherv"}[kind]
+        if self._schedule_for(V_KINDS[kind], max(nbytes, 1)) is None:
+            return self._plain(name, "no schedule in the plan covers this size", fallback)
+        if self.debug:
+            self._agree(f"{kind} (call {self._channel.seq}) of {nbytes} bytes, {np.dtype(recv.dtype).name}")
+        self._channel.memory.note_message(nbytes)
+        me, sig = self._rank, V_KINDS[kind]
+        program = self._vschedules.get(kind, counts, lambda sched: ExplicitProgram(sched, me, sig))
+        program.run(self._channel, self._mpi, self._backend_for(recv), send, recv, in_offsets, out_offsets)
+        self.last_algorithm = program.schedule.name
+
     def _padding(self, kind: str, largest: int, real: int, dtype, name: str, fallback) -> Padding | None:
         """The padded block for a v-call (None: too much padding, the MPI library ran it)."""
         n = self._size
@@ -1307,7 +1334,7 @@ class Communicator:
         return pad
 
     def _alltoallv(self, sendbuf, recvbuf, op, root) -> None:
-        n, me = self._size, self._rank
+        n = self._size
         try:
             if self._is_in_place(sendbuf):
                 raise _Fallback("MPI.IN_PLACE")
@@ -1317,27 +1344,26 @@ class Communicator:
             return self._plain("Alltoallv", str(f), lambda: self._coll_comm().Ialltoallv(sendbuf, recvbuf))
         if s.array.dtype != r.array.dtype:
             raise BufferMismatchError(f"sendbuf has dtype {s.array.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
-        rows = np.empty((n, n), np.int64)  # every rank's send counts: the padding and the checks need them all
-        self._mpi_collective("Alltoallv", lambda: self._coll_comm().Iallgather(s.counts, rows))
-        if not np.array_equal(rows[:, me], r.counts):
-            q = int(np.flatnonzero(rows[:, me] != r.counts)[0])
-            raise BufferMismatchError(f"rank {me} expects {int(r.counts[q])} element(s) from rank {q}, which sends "
-                                      f"{int(rows[q, me])}: the ranks passed different counts")
-        pad = self._padding("alltoall", int(rows.max(initial=0)), int(rows.sum()), r.array.dtype, "Alltoallv",
-                            lambda: self._coll_comm().Ialltoallv(sendbuf, recvbuf))
-        if pad is None:
-            return
-        if pad.block == 0:
-            self.last_algorithm = "(empty)"
-            return
-        sp, _ = self._private("vsend", s.array, n * pad.block)
-        rp, _ = self._private("vrecv", r.array, n * pad.block)
-        pack(sp, s.array, s.counts, s.displs, pad.block)
-        self._alltoall(sp, rp, None, 0)
-        unpack(r.array, rp, r.counts, r.displs, pad.block)
+        # every rank's send and receive counts: the schedule needs the send counts of all, and with the receive
+        # counts every rank finds a mismatch itself (no rank may raise while another is still in the allgather,
+        # which MPI cannot cancel)
+        both = np.empty((n, 2 * n), np.int64)
+        mine = np.concatenate([s.counts, r.counts])
+        self._mpi_collective("Alltoallv", lambda: self._coll_comm().Iallgather(mine, both))
+        rows, expects = both[:, :n], both[:, n:]
+        if not np.array_equal(rows.T, expects):
+            q, p = (int(x) for x in np.argwhere(expects != rows.T)[0])
+            e = BufferMismatchError(f"rank {q} expects {int(expects[q, p])} element(s) from rank {p}, which sends "
+                                    f"{int(rows[p, q])}: the ranks passed different counts to Alltoallv")
+            mark_shared(e)  # every rank raises it: nobody needs to be told
+            raise e
+        rows = np.ascontiguousarray(rows)
+        nbytes = int(rows.sum(axis=1).max(initial=0)) * r.array.dtype.itemsize  # the same on every rank
+        self._run_v("alltoallv", rows, nbytes, s.array, r.array, s.displs, r.displs,
+                    lambda: self._coll_comm().Ialltoallv(sendbuf, recvbuf))
 
     def _allgatherv(self, sendbuf, recvbuf, op, root) -> None:
-        n, me = self._size, self._rank
+        me = self._rank
         try:
             r = self._parse_v(recvbuf, "recvbuf", writable=True)
             if self._is_in_place(sendbuf):
@@ -1351,18 +1377,8 @@ class Communicator:
         if mine.size != r.counts[me]:
             raise BufferMismatchError(f"sendbuf has {mine.size} element(s) but recvbuf's counts give rank {me} "
                                       f"{int(r.counts[me])}")
-        pad = self._padding("allgather", int(r.counts.max(initial=0)), r.total, r.array.dtype, "Allgatherv",
-                            lambda: self._coll_comm().Iallgatherv(sendbuf, recvbuf))
-        if pad is None:
-            return
-        if pad.block == 0:
-            self.last_algorithm = "(empty)"
-            return
-        sp, _ = self._private("vsend", mine, pad.block)
-        rp, _ = self._private("vrecv", r.array, n * pad.block)
-        sp[:mine.size] = mine
-        self._allgather(sp, rp, None, 0)
-        unpack(r.array, rp, r.counts, r.displs, pad.block)
+        self._run_v("allgatherv", r.counts, r.total * r.array.dtype.itemsize, mine, r.array, _ZERO_OFFSET,
+                    r.displs, lambda: self._coll_comm().Iallgatherv(sendbuf, recvbuf))
 
     def _reduce_scatterv(self, sendbuf, recvbuf, counts_op, root) -> None:
         n, me = self._size, self._rank
@@ -1433,6 +1449,44 @@ class Communicator:
         """``comm.Create(group)`` as a ccsynth communicator (None outside the group)."""
         return self._like(self.comm.Create(group))
 
+    def Create_group(self, group, tag: int = 0):
+        """``comm.Create_group(group, tag)`` as a ccsynth communicator (collective over ``group`` only)."""
+        return self._like(self.comm.Create_group(group, tag))
+
+    def Clone(self):
+        """:meth:`Dup` (mpi4py's ``Clone``)."""
+        return self.Dup()
+
+    def Dup_with_info(self, info):
+        """``comm.Dup_with_info(info)`` as a ccsynth communicator."""
+        return self._like(self.comm.Dup_with_info(info))
+
+    def Idup(self, info=None):
+        """``(communicator, request)`` as mpi4py's ``Idup``, but the duplicate is made (and wrapped) at once:
+        the ccsynth constructor is collective, so the request is already complete (a null request)."""
+        return self.Dup(info), MPI.Request()
+
+    def Idup_with_info(self, info):
+        """As :meth:`Idup`, with ``info``."""
+        return self.Dup(info), MPI.Request()
+
+    @classmethod
+    def Create_from_group(cls, group, stringtag: str = "org.mpi4py", info=None, errhandler=None):
+        """``MPI.Intracomm.Create_from_group`` (MPI-4 sessions) wrapped in a ccsynth communicator."""
+        comm = MPI.Intracomm.Create_from_group(group, stringtag, MPI.INFO_NULL if info is None else info,
+                                               MPI.ERRORS_ARE_FATAL if errhandler is None else errhandler)
+        return cls(comm)
+
+    def free(self) -> None:
+        """mpi4py's ``free()``: here :meth:`Free` (ccsynth's resources; the wrapped communicator stays its owner's)."""
+        if not getattr(self, "_freed", False):
+            self.Free()
+
+    def Disconnect(self) -> None:
+        """Release ccsynth's resources (:meth:`Free`), then ``Disconnect`` the wrapped communicator."""
+        self.free()
+        self.comm.Disconnect()
+
     # ---------------------------------------------------------- helpers
     def _copier(self, dst, src, entry: Entry):
         """``pre`` for an in-place call: copy the caller's data into the private input (which this call uses)."""
@@ -1482,3 +1536,22 @@ class Communicator:
             be.divide(out, self._size)
             if be.is_device:
                 be.synchronize()
+
+
+def _mpi_only(name: str):
+    """A collective ccsynth does not run: the wrapped comm's, with ``last_algorithm = "mpi"`` and a notice."""
+
+    def call(self, *args, **kwargs):
+        self._went_to_mpi((name, "not covered"), "%s has no ccsynth schedule; the MPI library runs it", name)
+        result = getattr(self.comm, name)(*args, **kwargs)
+        self.last_algorithm = "mpi"
+        return result
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = getattr(getattr(MPI.Intracomm, name), "__doc__", None)
+    return call
+
+
+for _name in sorted(_MPI_ONLY):
+    if hasattr(MPI.Intracomm, _name):  # older mpi4py lacks the MPI-4 calls
+        setattr(Communicator, _name, _mpi_only(_name))

@@ -1,9 +1,11 @@
-"""Variable counts on equal-block schedules: ``Alltoallv``, ``Allgatherv``, ``Reduce_scatter`` by padding.
+"""Variable counts on equal-block schedules by padding: ``Reduce_scatter`` with counts (the fallback).
 
-ccsynth's schedules (the IR) cut every rank's buffer into blocks of one
-size. A v-collective's blocks differ in size, so the communicator runs it on
-the plan's schedule for the equal-block collective (alltoall, allgather,
-reduce-scatter) over *padded* blocks:
+``Alltoallv`` and ``Allgatherv`` run explicit schedules with every block at
+its own size (:mod:`~ccsynth.collectives.vschedule`). A reducing
+v-collective cannot be written that way (an explicit collective has no
+reduction), so ``Reduce_scatter`` with counts runs on the plan's
+equal-block reduce-scatter schedule over *padded* blocks (the helpers below
+serve any equal-block kind):
 
 1. every block is given the same length ``P``: the largest count of the
    call (over all ranks) rounded up to the schedule's chunk quantum (a
@@ -18,15 +20,9 @@ What it costs: two local copies, and messages that carry ``P - count``
 elements of padding per block; the padding is at most one quantum per
 block when the counts are equal and grows with their spread (it is
 ``max - count``). Calls whose padded size exceeds :data:`MAX_PADDING`
-times their real size (a very skewed Alltoallv) go to the MPI library's own
-v-collective instead, visibly. Per-block extents in the IR (another
-generalization) would remove the padding; this module is the bridge until
-then.
-
-The largest count is known to every rank in ``Allgatherv`` and
-``Reduce_scatter`` (the counts are arguments on every rank); for
-``Alltoallv`` each rank knows only its own row, so the ranks exchange
-``(largest count, total)`` first (one small allgather).
+times their real size (very skewed counts) go to the MPI library's own
+v-collective instead, visibly. The largest count is known to every rank
+(the counts are arguments on every rank).
 
 Example:
     >>> import numpy as np

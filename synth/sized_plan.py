@@ -1,13 +1,22 @@
 """A plan synthesized for a range of message sizes: synthesize at every size, keep the fastest per range.
 
 :func:`synthesize_plan` is what ``ccsynth synth --sizes`` and
-``ccsynth.synthesize(..., sizes=...)`` do: synthesize a schedule at every
-size (:func:`~ccsynth.synth.synthesize.synthesize`, without the comparison
-with baselines), add every applicable baseline at its own best chunk factor
-per size (:func:`~ccsynth.synth.baseline_search.plan_baselines`), and let
+``ccsynth.synthesize(..., sizes=...)`` do (both call it: one code path):
+synthesize a schedule at every size
+(:func:`~ccsynth.synth.synthesize.synthesize`, without the comparison with
+baselines), add every applicable baseline at its own best chunk factor per
+size (:func:`~ccsynth.synth.baseline_search.plan_baselines`), and let
 :func:`~ccsynth.synth.tables.build_plan` keep the fastest in simulation per
 size range. Synthesized schedules are named ``ccsynth@<size>`` and
 baselines ``<name>(c=<chunk factor>)``, so the plan says what won where.
+
+:func:`synthesize_sized` is the same computation returning the pieces as
+well (a :class:`SizedPlan`: the synthesized schedule per size, the
+baselines per size, the synthesis time), which is what the command line
+tabulates; its two hooks let a caller show progress without this module
+printing anything: ``stage_progress(size)`` gives the synthesizer's
+progress callback for one size (e.g. with the size as a prefix), and
+``on_size(result)`` is called as each size finishes (a ``[k/N]`` counter).
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -20,20 +29,47 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ccsynth.collectives.plan import Plan
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import PlanError
-from ccsynth.synth.baseline_search import plan_baselines
+from ccsynth.synth.baseline_search import BaselineChoice, plan_baselines
 from ccsynth.synth.sketch import Sketch
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.synth.synthesize import ProgressFn, synthesize
 from ccsynth.synth.tables import build_plan
+from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
 
-__all__ = ["synthesize_plan", "renamed"]
+__all__ = ["SizedSchedule", "SizedPlan", "synthesize_sized", "synthesize_plan", "renamed"]
+
+
+@dataclass(frozen=True)
+class SizedSchedule:
+    """The schedule synthesized for one size (named ``ccsynth@<size>``) and the seconds it took."""
+
+    size_bytes: int
+    schedule: Schedule
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SizedPlan:
+    """What :func:`synthesize_sized` computed: the plan and the candidates it was built from.
+
+    ``baselines`` maps every size to every applicable baseline at its best
+    chunk factor there, fastest first; ``synthesis_s`` is the time of the
+    synthesis over all sizes (without the baselines and the plan).
+    """
+
+    plan: Plan
+    synthesized: tuple[SizedSchedule, ...]
+    baselines: Mapping[int, list[BaselineChoice]]
+    synthesis_s: float
 
 
 def renamed(schedule: Schedule, name: str) -> Schedule:
@@ -42,8 +78,42 @@ def renamed(schedule: Schedule, name: str) -> Schedule:
     return Schedule(name, s.collective, s.ops, s.scratch_chunks, s.topology, s.meta)
 
 
+def synthesize_sized(
+    topology: Topology,
+    collective: Collective,
+    sizes: Sequence[int],
+    sketch: Sketch | None = None,
+    options: SolverOptions | None = None,
+    *,
+    contiguity: bool = True,
+    stage_progress: Callable[[int], ProgressFn | None] | None = None,
+    on_size: Callable[[SizedSchedule], None] | None = None,
+) -> SizedPlan:
+    """:func:`synthesize_plan` with its pieces (see the module docstring for the hooks)."""
+    values = sorted({int(s) for s in sizes})
+    if not values or values[0] <= 0:
+        raise PlanError(f"sizes must be positive byte counts, got {list(sizes)!r}")
+    t0 = time.perf_counter()
+    synthesized = []
+    for size in values:
+        t1 = time.perf_counter()
+        s = synthesize(topology, collective, sketch, options, size,
+                       progress=stage_progress(size) if stage_progress is not None else None,
+                       contiguity=contiguity, compare_baselines=False)
+        done = SizedSchedule(size, renamed(s, f"ccsynth@{format_size(size)}"), time.perf_counter() - t1)
+        synthesized.append(done)
+        if on_size is not None:
+            on_size(done)
+    seconds = time.perf_counter() - t0
+    per_size = plan_baselines(Collective(collective.kind, topology.n_ranks), topology, values)
+    baselines = [renamed(c.schedule, f"{c.name}(c={c.chunk_factor})")
+                 for c in {(c.name, c.chunk_factor): c for cs in per_size.values() for c in cs}.values()]
+    plan = build_plan([d.schedule for d in synthesized] + baselines, topology, values)
+    return SizedPlan(plan, tuple(synthesized), {int(k): v for k, v in per_size.items()}, seconds)
+
+
 def synthesize_plan(
-    topology,
+    topology: Topology,
     collective: Collective,
     sizes: Sequence[int],
     sketch: Sketch | None = None,
@@ -53,15 +123,5 @@ def synthesize_plan(
     progress: ProgressFn | None = None,
 ) -> Plan:
     """A :class:`Plan` for ``collective`` on ``topology``: the fastest schedule per size range of ``sizes``."""
-    sizes = sorted({int(s) for s in sizes})
-    if not sizes or sizes[0] <= 0:
-        raise PlanError(f"sizes must be positive byte counts, got {list(sizes)!r}")
-    synthesized = []
-    for size in sizes:
-        s = synthesize(topology, collective, sketch, options, size, progress=progress, contiguity=contiguity,
-                       compare_baselines=False)
-        synthesized.append(renamed(s, f"ccsynth@{format_size(size)}"))
-    per_size = plan_baselines(Collective(collective.kind, topology.n_ranks), topology, sizes)
-    baselines = [renamed(c.schedule, f"{c.name}(c={c.chunk_factor})")
-                 for c in {(c.name, c.chunk_factor): c for cs in per_size.values() for c in cs}.values()]
-    return build_plan(synthesized + baselines, topology, sizes)
+    return synthesize_sized(topology, collective, sizes, sketch, options, contiguity=contiguity,
+                            stage_progress=(lambda _size: progress) if progress is not None else None).plan

@@ -93,3 +93,10 @@ def test_variable_counts_equal_mpi(k, tmp_path):
 def test_device_buffers_are_staged_when_mpi_is_not_cuda_aware(tmp_path):
     """Host arrays posing as device arrays: staged copies, results equal MPI; staging='never' raises clearly."""
     run_cases(2, "staging", tmp_path=tmp_path, env={"CCSYNTH_CUDA_AWARE": ""})
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_v_collectives_run_explicit_schedules_equal_to_mpi(k, tmp_path):
+    """Alltoallv/Allgatherv: every block at its own size (no padding), random counts with zeros, several dtypes."""
+    got = run_cases(k, "vcounts_explicit", tmp_path=tmp_path)
+    assert all("mismatch BufferMismatchError" in n for n in got["vcounts_explicit"].values()), got

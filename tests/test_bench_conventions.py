@@ -274,3 +274,130 @@ def test_in_place_case_layouts_in_process():
         case.step()
         assert case.wrong() == 0 and case.check(), kind
     assert np.dtype(ctx.dtype) == np.float32
+
+
+# ------------------------------------------------------------------ OMB -z/-k/-l, nccl-tests -o/-r/-g/-t/-a/-z
+def test_more_omb_and_nccl_flags_parse():
+    from ccsynth.cli import build_parser
+
+    p = build_parser()
+    a = p.parse_args(["bench", "allreduce", "-z", "-l"])
+    assert a.tail == (99.0, 90.0, 50.0) and a.in_place
+    assert p.parse_args(["bench", "allreduce", "-z", "50,99"]).tail == (50.0, 99.0)
+    assert p.parse_args(["bench", "allreduce"]).tail is None
+    assert p.parse_args(["bench", "reduce", "-k", "rotate"]).root_rank == (0, True)
+    assert p.parse_args(["bench", "bcast", "-k", "fixed:2"]).root_rank == (2, False)
+    assert p.parse_args(["bench", "bcast", "--root-rank", "1"]).root_rank == (1, False)
+    a = p.parse_args(["bench", "reduce_perf", "-o", "max", "-r", "1", "-a", "3", "-z", "1", "-g", "1", "-t", "1"])
+    assert (a.op, a.root, a.average, a.blocking, a.ngpus, a.nthreads) == ("max", 1, 3, 1, 1, 1)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["allreduce", "-z", "0"], "outside 1-99"),
+    (["reduce", "-k", "sideways"], "fixed:RANK"),
+    (["allreduce", "-k", "1"], "unrecognized arguments"),  # -k is for rooted collectives only
+    (["alltoallv", "-l"], "unrecognized arguments"),  # -l is OMB's for the collectives with MPI_IN_PLACE
+    (["all_reduce_perf", "-o", "xor"], "'xor' is not a reduction op"),
+    (["all_reduce_perf", "-a", "4"], "invalid choice"),
+])
+def test_bad_convention_flags_exit_2(args, needle):
+    proc = _bench(*args, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("args,needle", [
+    (["all_reduce_perf", "-g", "2"], "-g 2 -t 1: ccsynth bench runs one rank per process"),
+    (["all_reduce_perf", "-t", "4"], "-g 1 -t 4"),
+    (["all_reduce_perf", "-o", "avg", "--algo", "mpi"], "avg is ccsynth's and NCCL's"),
+    (["all_reduce_perf", "-o", "avg", "-d", "int32", "--algo", "default"], "op avg needs a floating-point type"),
+    (["reduce_perf", "-r", "2"], "root 2 is not a rank of this 2-rank run"),
+    (["reduce", "-l", "-k", "rotate"], "cannot be combined"),
+])
+def test_flag_values_that_do_not_fit_the_run_are_refused(args, needle):
+    proc = _bench(*args, "-b" if args[0].endswith("_perf") else "-m", "8", *(["-e", "8"] if args[0].endswith("_perf") else []),
+                  ranks=2, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.mpi
+def test_nccl_ops_roots_average_and_blocking_validate(tmp_path):
+    for op in ("prod", "min", "max", "avg"):
+        out = tmp_path / f"{op}.json"
+        proc = _bench("reduce_perf", "-b", "8", "-e", "64", "-f", "2", "-n", "2", "-w", "1", "-o", op, "-r", "1",
+                      "-a", "3", "-z", "1", "--algo", "default,ring" + (",mpi" if op != "avg" else ""),
+                      "--json", str(out), ranks=2)
+        _ok(proc)
+        rows = [ln for ln in proc.stdout.splitlines() if ROW.match(ln)]
+        assert rows and all(ln.split()[3:5] == [op, "1"] for ln in rows), proc.stdout
+        assert "# average: 3 (max over ranks) blocking: 1" in proc.stdout
+        doc = json.loads(out.read_text())
+        assert doc["average_mode"] == 3 and doc["blocking"] is True and not any(doc["n_wrong"].values())
+
+
+@pytest.mark.mpi
+def test_omb_tail_latencies_rotating_roots_and_in_place(tmp_path):
+    out = tmp_path / "z.json"
+    proc = _bench("allreduce", "-m", "8:32", "-i", "6", "-x", "1", "-c", "-z", "50,99", "-l", "--algo", "mpi,default",
+                  "--json", str(out), ranks=2)
+    _ok(proc)
+    assert "P50 Tail Lat(us)" in proc.stdout and "P99 Tail Lat(us)" in proc.stdout and "in place" in proc.stdout
+    doc = json.loads(out.read_text())
+    for rows in doc["results"].values():
+        for r in rows:
+            assert set(r["tail_us"]) == {"p50", "p99"} and r["tail_us"]["p50"] <= r["tail_us"]["p99"]
+            assert r["valid"] is True
+    for name in ("reduce", "bcast"):
+        proc = _bench(name, "-m", "8:64", "-i", "5", "-x", "1", "-c", "-k", "rotate", "--algo", "mpi,default,binomial_tree",
+                      ranks=3)
+        _ok(proc)
+        assert "root: rotate" in proc.stdout
+        rows = [ln for ln in proc.stdout.splitlines() if ln[:1].isdigit() and ("Pass" in ln or "Fail" in ln)]
+        assert len(rows) == 4 * 3 and all("Pass" in r for r in rows), proc.stdout
+
+
+def test_references_of_every_op():
+    from ccsynth.bench import validate as V
+
+    n, count = 3, 5
+    pats = np.stack([V.pattern(r, count, np.float32, n_ranks=n) for r in range(n)]).astype(np.float64)
+    for op, fold in (("sum", np.sum), ("prod", np.prod), ("min", np.min), ("max", np.max)):
+        assert V.expected("allreduce", 0, n, count, np.float32, op=op).tolist() == fold(pats, axis=0).tolist(), op
+    assert np.allclose(V.expected("allreduce", 0, n, count, np.float32, op="avg"), pats.mean(axis=0))
+
+
+# ------------------------------------------------------------------ v-benchmarks with unequal counts
+def test_count_distributions():
+    from ccsynth.bench.omb import count_matrix
+
+    assert count_matrix("alltoallv", 3, 4, "equal").tolist() == [[4] * 3] * 3
+    r = count_matrix("alltoallv", 4, 10, "random", seed=5)
+    assert r.shape == (4, 4) and r.min() >= 0 and r.max() <= 20
+    assert (r == count_matrix("alltoallv", 4, 10, "random", seed=5)).all()  # the same on every rank
+    assert not (r == count_matrix("alltoallv", 4, 10, "random", seed=6)).all()
+    s = count_matrix("alltoallv", 4, 10, "skewed")
+    assert (s.sum(axis=1) == 40).all() and (s[:, 0] == 20).all()
+    g = count_matrix("allgatherv", 3, 7, "skewed")
+    assert g.shape == (1, 3) and g.sum() == 21 and g[0, 0] == 10
+    with pytest.raises(Exception, match="unknown count distribution"):
+        count_matrix("alltoallv", 2, 1, "zipf")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("name,algo", [("alltoallv", "mpi,default,direct"), ("allgatherv", "mpi,default,ring")])
+def test_uneven_count_benchmarks_validate(name, algo, ranks, tmp_path):
+    for how in ("random", "skewed"):
+        out = tmp_path / f"{how}.json"
+        proc = _bench(name, "-m", "8:1K", "-c", "-i", "2", "-x", "1", "--counts", how, "--seed", "11",
+                      "-T", "float64" if how == "random" else "int32", "--algo", algo, "--json", str(out), ranks=ranks)
+        _ok(proc)
+        assert f"counts: {how} (seed 11)" in proc.stdout
+        rows = [ln for ln in proc.stdout.splitlines() if ln[:1].isdigit() and ("Pass" in ln or "Fail" in ln)]
+        assert len(rows) == 8 * len(algo.split(",")) and all("Pass" in r for r in rows), proc.stdout  # 8 B .. 1 KiB
+        doc = json.loads(out.read_text())
+        assert doc["counts"] == how and doc["seed"] == 11
+        ran = {r["algorithm"] for r in doc["results"]["default"]}
+        assert ran == {f"{name}-direct"}, ran  # ccsynth's explicit schedule, every block at its own size

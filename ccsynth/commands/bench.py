@@ -28,13 +28,26 @@ import os
 import sys
 import traceback
 
+import numpy as np
+
 from ccsynth.atomic import check_writable
 from ccsynth.bench import nccl as N
 from ccsynth.bench import nonblocking as NB
 from ccsynth.bench.memory import check_memory
-from ccsynth.bench.omb import BENCHMARKS, LARGE_MESSAGE, WINDOW, Options, agree, run_benchmark, run_interleaved
+from ccsynth.bench.omb import (
+    BENCHMARKS,
+    COUNT_DISTRIBUTIONS,
+    IN_PLACE_KINDS,
+    LARGE_MESSAGE,
+    ROOTED_KINDS,
+    WINDOW,
+    Options,
+    agree,
+    run_benchmark,
+    run_interleaved,
+)
 from ccsynth.bench.predict import Predictor, error_lines, error_table, load_predict_topology
-from ccsynth.bench.validate import DTYPES
+from ccsynth.bench.validate import DTYPES, OPS
 from ccsynth.commands._progress import Progress
 from ccsynth.commands.reshard import register_bench as register_reshard_bench
 from ccsynth.errors import CCSynthError
@@ -118,6 +131,45 @@ def _sizes(default: str):
     return parse
 
 
+#: OMB's -z without a list: P99, P90, P50
+DEFAULT_TAIL = (99.0, 90.0, 50.0)
+
+
+def _percentiles(text: str) -> tuple[float, ...]:
+    """argparse type for OMB's ``-z<P,P,...>``: percentiles from 1 to 99."""
+    out = []
+    for part in text.split(","):
+        try:
+            p = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a percentile (1-99)") from None
+        if not 1 <= p <= 99:
+            raise argparse.ArgumentTypeError(f"percentile {part!r} is outside 1-99")
+        out.append(p)
+    return tuple(out)
+
+
+_percentiles.__name__ = "percentile list"
+
+
+def _root_rank(text: str) -> tuple[int, bool]:
+    """argparse type for OMB's ``-k``: ``fixed:RANK`` (or a bare rank) or ``rotate`` -> (root, rotate)."""
+    t = text.strip().lower()
+    if t == "rotate":
+        return 0, True
+    rank = t.split(":", 1)[1] if t.startswith("fixed:") else t
+    try:
+        r = int(rank)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give fixed:RANK, a rank, or rotate") from None
+    if r < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the root is a rank (0 or more)")
+    return r, False
+
+
+_root_rank.__name__ = "root"
+
+
 def _count(minimum: int, limit: str | None = None):
     """argparse type for a count of at least ``minimum`` and at most the limit named ``limit`` (ccsynth.limits)."""
 
@@ -193,6 +245,19 @@ def _add_nccl(p) -> None:
                    help="check every result (default 1; 0: #wrong reads N/A)")
     p.add_argument("-d", "--datatype", dest="dtype", type=_choice(NCCL_TYPES, "datatype"), default="float32",
                    metavar="TYPE", help="element type: float (default), half, double, int32, int64, uint8")
+    p.add_argument("-o", "--op", type=_choice({o: o for o in OPS}, "reduction op"), default="sum", metavar="OP",
+                   help="reduction op of allreduce, reduce, reduce-scatter: sum (default), prod, min, max, avg "
+                        "(avg is ccsynth's and NCCL's: the MPI library has none)")
+    p.add_argument("-r", "--root", type=_count(0), default=0, metavar="R",
+                   help="root of broadcast and reduce (default 0)")
+    p.add_argument("-g", "--ngpus", type=_count(1), default=1, metavar="1",
+                   help="GPUs per thread: 1 (one rank per process; start more ranks with mpiexec -n)")
+    p.add_argument("-t", "--nthreads", type=_count(1), default=1, metavar="1",
+                   help="threads per process: 1 (one rank per process; start more ranks with mpiexec -n)")
+    p.add_argument("-a", "--average", type=int, choices=(0, 1, 2, 3), default=1, metavar="0-3",
+                   help="time reported across ranks: 0 rank 0's, 1 the average (default), 2 the minimum, 3 the maximum")
+    p.add_argument("-z", "--blocking", type=int, choices=(0, 1), default=0, metavar="0|1",
+                   help="1: wait for the device after every call (on host buffers every call is blocking anyway)")
     _add_buffer(p)
     _add_algo(p)
     p.add_argument("--json", metavar="FILE", help="also write every row as JSON (schema ccsynth.bench.nccl/1)")
@@ -225,6 +290,24 @@ def _add_common(p, b, nonblocking: bool = False) -> None:
                                             "mpi_double (default float32, as OMB)")
         p.add_argument("--chunks", type=_count(1, "MAX_CHUNK_FACTOR"), metavar="K",
                        help="chunk factor of baseline schedules (default: ranks for allreduce, 1 otherwise)")
+    if b.kind is not None and not nonblocking:
+        p.add_argument("-z", "--tail-lat", dest="tail", nargs="?", const=DEFAULT_TAIL, type=_percentiles,
+                       metavar="P,P,...", help="OMB's -z: also print tail latencies, the given percentiles (default "
+                                               "99,90,50) of the per-iteration latency of the slowest rank")
+    if b.kind is not None:
+        if b.kind in ROOTED_KINDS:
+            p.add_argument("-k", "--root-rank", dest="root_rank", type=_root_rank, default=(0, False),
+                           metavar="fixed:R|rotate", help="OMB's -k: the root (fixed:RANK, default fixed:0), or rotate: "
+                                                          "the next rank every iteration")
+        if b.name in ("alltoallv", "allgatherv") and not nonblocking:
+            p.add_argument("--counts", choices=COUNT_DISTRIBUTIONS, default="equal",
+                           help="how the counts spread around Size: equal (OMB's, default), random (uniform from 0 to "
+                                "twice the mean, zeros included) or skewed (half of every rank's data to rank 0, a hot "
+                                "expert)")
+            p.add_argument("--seed", type=_count(0), default=0, metavar="S", help="seed of --counts random (default 0)")
+        if b.kind in IN_PLACE_KINDS and b.name == b.kind and not nonblocking:
+            p.add_argument("-l", "--in-place", dest="in_place", action="store_true",
+                           help="OMB's -l: run with MPI_IN_PLACE (nccl-tests' in-place layout)")
     if b.kind is not None and not nonblocking:
         p.add_argument("--profile", action="store_true",
                        help="time the executor's parts (MPI waits, kernels, starts, Python) for baseline algorithms; "
@@ -316,9 +399,38 @@ def _meta(args, comm, bench) -> dict:
         "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
         "command": "ccsynth " + " ".join(sys.argv[1:]),
     }
+    if bench.kind in ("allreduce", "reduce", "reduce_scatter"):
+        meta["op"] = getattr(args, "op", "sum")
+    if bench.kind in ROOTED_KINDS:
+        root, rotate = _root_of(args)
+        meta["root"] = "rotate" if rotate else root
+    if getattr(args, "in_place", False):
+        meta["in_place"] = True
+    if getattr(args, "tail", None):
+        meta["tail_percentiles"] = list(args.tail)
+    if getattr(args, "counts", "equal") != "equal":
+        meta["counts"] = args.counts
+        meta["seed"] = args.seed
     if bench.metric == "bandwidth":
         meta["window"] = args.window
     return meta
+
+
+def _root_of(args) -> tuple[int, bool]:
+    """(root, rotate) from OMB's ``-k`` or nccl-tests' ``-r`` (default rank 0, fixed)."""
+    if getattr(args, "root_rank", None) is not None:
+        return args.root_rank
+    return int(getattr(args, "root", 0) or 0), False
+
+
+def _check_conventions(options: Options, n: int) -> None:
+    """Flag values that fit the command line but not this run (on every rank alike, before any measurement)."""
+    if options.root >= n:
+        raise CCSynthError(f"root {options.root} is not a rank of this {n}-rank run")
+    if options.in_place and options.rotate_root:
+        raise CCSynthError("-l (in place) and -k rotate cannot be combined: the in-place rows keep the root fixed")
+    if options.op == "avg" and np.dtype(options.dtype).kind != "f":
+        raise CCSynthError(f"op avg needs a floating-point type, not {options.dtype}")
 
 
 def _ranks_here(comm) -> int:
@@ -372,7 +484,14 @@ def _run(args, comm) -> int:
         window=getattr(args, "window", WINDOW),
         chunks=getattr(args, "chunks", None),
         profile=getattr(args, "profile", False),
+        root=_root_of(args)[0],
+        rotate_root=_root_of(args)[1],
+        in_place=getattr(args, "in_place", False),
+        tail=tuple(getattr(args, "tail", None) or ()),
+        counts=getattr(args, "counts", "equal"),
+        seed=getattr(args, "seed", 0),
     )
+    _check_conventions(options, n)
     topo = None
     if getattr(args, "predict", None):
         topo = agree(comm, lambda: load_predict_topology(args.predict, n))
@@ -509,8 +628,13 @@ def _run_nonblocking(args, comm) -> int:
     name = args.bench
     bench = BENCHMARKS[NB.NONBLOCKING[name]]
     rank = comm.Get_rank()
+    root, rotate = _root_of(args)
+    if rotate:
+        raise CCSynthError("-k rotate is for the blocking benchmarks; the non-blocking ones take a fixed root")
     options = Options(sizes=tuple(args.sizes), iters=args.iterations, warmup=args.warmup, validate=args.validation,
-                      full=args.full, buffer=args.buffer, dtype=args.dtype, chunks=args.chunks)
+                      full=args.full, buffer=args.buffer, dtype=args.dtype, chunks=args.chunks, root=root,
+                      tail=tuple(getattr(args, "tail", None) or ()))
+    _check_conventions(options, comm.Get_size())
     ctx, algos = _setup(args, comm, bench, options)
     options = dataclasses.replace(options, sizes=_usable_sizes(bench, options, ctx))
     ctx.options = options
@@ -545,11 +669,16 @@ def _run_nccl(args, comm) -> int:
 
     bench = BENCHMARKS[args.bench]
     rank = comm.Get_rank()
+    if args.ngpus != 1 or args.nthreads != 1:
+        raise CCSynthError(f"-g {args.ngpus} -t {args.nthreads}: ccsynth bench runs one rank per process, one GPU "
+                           f"each (-g 1 -t 1); for more ranks start more processes (mpiexec -n)")
     opts = N.NcclOptions(begin=args.minbytes, end=args.maxbytes, factor=args.stepfactor, step=args.stepbytes,
-                         iters=args.iters, warmup=args.warmup_iters, check=args.check)
+                         iters=args.iters, warmup=args.warmup_iters, check=args.check, average=args.average,
+                         blocking=bool(args.blocking))
     sizes = opts.sizes  # bad -b/-e/-i raise here, on every rank alike
     options = Options(sizes=sizes, iters=opts.iters, warmup=opts.warmup, validate=bool(opts.check),
-                      buffer=args.buffer, dtype=args.dtype)
+                      buffer=args.buffer, dtype=args.dtype, op=args.op, root=args.root)
+    _check_conventions(options, comm.Get_size())
     ctx, algos = _setup(args, comm, bench, options)
     omb_sizes = tuple(N.omb_size(bench, s, ctx) for s in sizes)
     _usable_sizes(bench, dataclasses.replace(options, sizes=omb_sizes), ctx)

@@ -240,39 +240,29 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
 
 
 def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progress: Progress) -> int:
-    from ccsynth.collectives.schedule import Schedule
+    """``--sizes``: :func:`ccsynth.synth.sized_plan.synthesize_sized` (what ``ccsynth.synthesize(sizes=...)``
+    runs too), a ``[k/N]`` counter over the sizes, a table of every size against its best baseline."""
     from ccsynth.collectives.plan import save_plan
     from ccsynth.synth.simulate import simulate
-    from ccsynth.synth.synthesize import synthesize
-    from ccsynth.synth.baseline_search import plan_baselines
-    from ccsynth.synth.tables import build_plan
-    from ccsynth.collectives.spec import Collective
+    from ccsynth.synth.sized_plan import SizedSchedule, synthesize_sized
 
-    t0 = time.perf_counter()
-    synthesized = []
-    counter = progress.counter("size", len(sizes))
-    for size in sizes:
-        t1 = time.perf_counter()
-        s = synthesize(topo, coll, sketch, opts, size, progress=SynthStages(progress, summaries=False, prefix=f"{human(size)} "),
-                       contiguity=not args.no_contiguity, compare_baselines=False)
-        counter.step(f"{human(size)}: {s.meta.get('predicted_us', float('nan')):.3f} us, synthesized in "
-                     f"{time.perf_counter() - t1:.1f} s")
-        s = Schedule(f"ccsynth@{human(size)}", s.collective, s.ops, s.scratch_chunks, s.topology, s.meta)
-        synthesized.append((size, s))
-    seconds = time.perf_counter() - t0
-    # every baseline at its own best chunk factor for every size: the plan picks per size range among them
-    per_size = plan_baselines(Collective(coll.kind, topo.n_ranks), topo, sizes)
-    baselines = []
-    for choice in {(c.name, c.chunk_factor): c for cs in per_size.values() for c in cs}.values():
-        b = choice.schedule
-        baselines.append(Schedule(f"{choice.name}(c={choice.chunk_factor})", b.collective, b.ops, b.scratch_chunks,
-                                  b.topology, b.meta))
-    plan = build_plan([s for _, s in synthesized] + baselines, topo, sizes)
+    counter = progress.counter("size", len(set(sizes)))  # the library synthesizes each size once, smallest first
+
+    def size_done(done: SizedSchedule) -> None:
+        counter.step(f"{human(done.size_bytes)}: {done.schedule.meta.get('predicted_us', float('nan')):.3f} us, "
+                     f"synthesized in {done.seconds:.1f} s")
+
+    sized = synthesize_sized(topo, coll, sizes, sketch, opts, contiguity=not args.no_contiguity,
+                             stage_progress=lambda size: SynthStages(progress, summaries=False,
+                                                                     prefix=f"{human(size)} "),
+                             on_size=size_done)
+    plan, seconds = sized.plan, sized.synthesis_s
     rows = []
     out_rows = []
-    for size, s in synthesized:
+    for done in sized.synthesized:
+        size, s = done.size_bytes, done.schedule
         r = simulate(s, topo, size)
-        bt = per_size[size][0].result if per_size[size] else None
+        bt = sized.baselines[size][0].result if sized.baselines[size] else None
         entry = plan.entry_for(coll.kind, topo.n_ranks, size)
         rows.append((human(size), r.time_us, r.busbw, f"{r.gap:.2f}x", None if bt is None else bt.time_us,
                      "-" if bt is None else f"{bt.time_us / r.time_us:.2f}x", entry.algorithm if entry else "-"))
@@ -302,7 +292,7 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
             "plan": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "algorithm": e.algorithm} for e in plan.entries],
             "output": wrote, "output_format": fmt if wrote else None}))
         return 0
-    print(f"# {coll.kind} on {topo.name} ({topo.n_ranks} ranks): synthesized for {len(sizes)} sizes in {seconds:.1f} s")
+    print(f"# {coll.kind} on {topo.name} ({topo.n_ranks} ranks): synthesized for {len(sized.synthesized)} sizes in {seconds:.1f} s")
     print_table(["size", "synth (us)", "busbw (GB/s)", "gap", "best baseline (us)", "speedup", "plan picks"], rows)
     if wrote:
         what = "MSCCL XML files" if fmt == "msccl-xml" else "plan"

@@ -109,7 +109,7 @@ def run_multidim(args, topo, kind: str, size: int, opts, scheduler: str, fmt: st
                  zip(net.dims, chosen.algorithms_used(), chosen.timing.busy_fraction(), util)])
     if "ir" in figures:
         ir = figures["ir"]
-        print(f"Schedule IR: {ir['ops']} ops, verified; event-driven simulator {ir['time_us']:.3f} us "
+        print(f"Schedule IR: {ir['n_ops']} ops, verified; event-driven simulator {ir['time_us']:.3f} us "
               f"(model {ir['model_us']:.3f} us, {ir['model_error']:.2%} apart)")
     else:
         print(f"(above {MAX_IR_RANKS} ranks: no Schedule IR; the MPI runtime runs the phase plan directly)")

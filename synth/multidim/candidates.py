@@ -33,10 +33,9 @@ from ccsynth.errors import TopologyError
 from ccsynth.synth.multidim.chunks import KINDS
 from ccsynth.synth.multidim.lowering import MAX_IR_RANKS, ir_max_chunks, to_schedule
 from ccsynth.synth.multidim.network import dim_net
-from ccsynth.synth.multidim.search import POLICIES, MultiDimSchedule, schedule_multidim
+from ccsynth.synth.multidim.search import POLICIES, MultiDimSchedule, fastest, schedule_multidim
 from ccsynth.synth.simulate import simulate
 from ccsynth.synth.solver import SolverOptions
-from ccsynth.tolerance import is_less
 from ccsynth.topologies.model import Topology
 
 __all__ = ["MultiDimCandidate", "applies", "best_multidim"]
@@ -70,13 +69,10 @@ def best_multidim(topology: Topology, collective: Collective, size_bytes: float,
         log.info("no multi-dimension candidates on %s: %s", topology.name, e)
         return None
     cap = ir_max_chunks(collective.kind, net)
-    best: MultiDimSchedule | None = None
-    model_us = {}
-    for policy in POLICIES:
-        md = schedule_multidim(net, collective.kind, size_bytes, policy, max_chunks=cap, options=options)
-        model_us[policy] = md.makespan_us
-        if best is None or is_less(md.makespan_us, best.makespan_us):
-            best = md
+    found = [schedule_multidim(net, collective.kind, size_bytes, policy, max_chunks=cap, options=options)
+             for policy in POLICIES]
+    model_us = {policy: md.makespan_us for policy, md in zip(POLICIES, found)}
+    best = fastest(found)
     sched = to_schedule(best, topology)
     verify(sched, topology)
     t = simulate(sched, topology, size_bytes).time_us

@@ -24,9 +24,15 @@ message, with ``b = m / p`` bytes per message:
   Reduce-scatter then reduces the ``p - 1`` received blocks one after
   another at ``local_bw`` (free without it).
 
-Local copies (the allreduce's initial copy, reduce-scatter's and allgather's
-packing) are not charged: the catalog's fabrics have no ``local_bw`` and
-their copies are free in the simulator too.
+A profiled topology's costs are charged as the simulator charges them: a
+message above the ``eager_limit`` pays ``rendezvous_alpha`` more latency,
+a fused receive-reduce pays ``local_overhead`` plus its bytes at
+``local_bw`` (:meth:`~ccsynth.synth.multidim.network.DimNet.reduction_us`),
+the local copies of the lowering (the allreduce's initial copy,
+reduce-scatter's and allgather's packing) are charged before a chunk's
+first phase and after its last (:meth:`PhaseCosts.copies_before`), and
+the model adds ``call_overhead`` once to the makespan
+(:mod:`~ccsynth.synth.multidim.pipeline`).
 
 Example:
     >>> from ccsynth.topologies.catalog import hierarchical
@@ -44,18 +50,20 @@ import math
 from dataclasses import dataclass
 
 from ccsynth.errors import CollectiveError
-from ccsynth.synth.multidim.network import DimNet, DimSpec
+from ccsynth.synth.multidim.network import DimNet, DimSpec, DirectCost
 
 __all__ = ["DirectTiming", "PhaseChoice", "PhaseCosts", "ring_time", "direct_time"]
 
 
 @dataclass(frozen=True)
 class DirectTiming:
-    """When a direct phase's bytes are in, when it is done, and how long its bytes occupy the streams (us)."""
+    """When a direct phase's sends are posted, its bytes are in, it is done; how long its bytes occupy the streams (us)."""
 
     data_end: float
     done: float
     data_us: float
+    posted: float = 0.0  # when its send overheads are done (the send engines are free again)
+    received: float = 0.0  # when its receive overheads (and, on a rank engine, its reductions) are done
 
 
 @dataclass(frozen=True)
@@ -66,11 +74,12 @@ class PhaseChoice:
     time_us: float
 
 
-def ring_time(spec: DimSpec, b: float, *, reduce: bool, local_us_per_byte: float, scope: str) -> float:
+def ring_time(net: DimNet, spec: DimSpec, b: float, *, reduce: bool) -> float:
     """Time of a ring phase with ``b`` bytes per message (see the module docstring)."""
     p = spec.size
     hops = spec.ring
-    red = b * local_us_per_byte if reduce else 0.0
+    scope = net.scope
+    red = net.reduction_us(b) if reduce else 0.0
     got = [0.0] * p  # when position i's receive of the previous step completed (0: the phase's start)
     if scope == "rank":
         engine = [0.0] * p
@@ -81,7 +90,7 @@ def ring_time(spec: DimSpec, b: float, *, reduce: bool, local_us_per_byte: float
                 h = hops[i]
                 post = max(got[i], engine[i]) + h.overhead
                 engine[i] = post
-                start = max(post + h.alpha, stream[i])
+                start = max(post + net.message_alpha(h.alpha, b), stream[i])
                 stream[i] = ends[i] = start + b * h.us_per_byte
             new = [0.0] * p
             for i in range(p):
@@ -99,7 +108,7 @@ def ring_time(spec: DimSpec, b: float, *, reduce: bool, local_us_per_byte: float
             h = hops[i]
             post = max(got[i], send_free[i]) + h.overhead
             send_free[i] = post
-            start = max(post + h.alpha, stream[i])
+            start = max(post + net.message_alpha(h.alpha, b), stream[i])
             stream[i] = end = start + b * h.us_per_byte
             j = (i + 1) % p
             new[j] = max(end, recv_free[j]) + h.overhead + red
@@ -108,27 +117,35 @@ def ring_time(spec: DimSpec, b: float, *, reduce: bool, local_us_per_byte: float
     return max(got)
 
 
-def direct_time(spec: DimSpec, b: float, *, reduce: bool, local_us_per_byte: float, scope: str,
-                start: float = 0.0, data_free: float = -math.inf, recv_free: float = -math.inf) -> DirectTiming:
+def direct_time(net: DimNet, spec: DimSpec, b: float, *, reduce: bool, start: float = 0.0,
+                data_free: float = -math.inf, recv_free: float = -math.inf,
+                send_free: float = -math.inf) -> DirectTiming:
     """Timing of a direct phase with ``b`` bytes per message that may post its sends at ``start``.
 
     ``data_free`` is when the previous phase's bytes on the same connections
     are in (the streams are first come first served: this phase's bytes
-    queue behind them) and ``recv_free`` when the previous phase's receive
-    overheads are done (the receive engines are shared too); both -inf for
-    a phase on idle connections.
+    queue behind them), ``recv_free`` and ``send_free`` when the previous
+    phase's receive and send overheads are done (the engines are shared
+    too: a phase posted while the one before is still posting waits for
+    it); all -inf for a phase on idle connections.
     """
     c = spec.direct
+    if c is None:
+        raise CollectiveError(f"dimension {spec.name!r} of {net.topology!r} cannot run 'direct'")
     k = spec.size - 1
-    red = k * b * local_us_per_byte if reduce else 0.0
-    sends = k * c.overhead if scope == "rank" else c.overhead  # rank scope: the k send overheads queue
-    recvs = k * c.overhead if scope == "rank" else c.overhead
-    first = start + c.overhead
-    data_start = max(first + c.alpha_min, data_free)
+    rank_scope = net.scope == "rank"
+    red = k * net.reduction_us(b) if reduce else 0.0
+    sends = k * c.overhead if rank_scope else c.overhead  # rank scope: the k send overheads queue
+    recvs = k * c.overhead if rank_scope else c.overhead
+    post = max(start, send_free)
+    first = post + c.overhead
+    data_start = max(first + net.message_alpha(c.alpha_min, b), data_free)
     data = k * b * c.us_per_byte
-    data_end = max(data_start + data, start + sends + c.alpha_max + b * c.conn_us_per_byte)
-    done = max(data_end, recv_free) + recvs + red
-    return DirectTiming(data_end, done, data)
+    data_end = max(data_start + data, post + sends + net.message_alpha(c.alpha_max, b) + b * c.conn_us_per_byte)
+    received = max(data_end, recv_free) + recvs
+    done = received + red
+    # local reductions queue on a "rank" engine; on "connection" engines they do not hold the receives up
+    return DirectTiming(data_end, done, data, post + sends, done if rank_scope else received)
 
 
 class PhaseCosts:
@@ -151,17 +168,17 @@ class PhaseCosts:
                 raise CollectiveError(f"dimension {spec.name!r} of {self.net.topology!r} cannot run {algorithm!r}; "
                                       f"it runs {', '.join(spec.algorithms)}")
             b = m / spec.size
-            kw = {"reduce": reduce, "local_us_per_byte": self.net.local_us_per_byte, "scope": self.net.scope}
-            t = ring_time(spec, b, **kw) if algorithm == "ring" else direct_time(spec, b, **kw).done
+            t = (ring_time(self.net, spec, b, reduce=reduce) if algorithm == "ring"
+                 else direct_time(self.net, spec, b, reduce=reduce).done)
             self._memo[key] = t
         return t
 
     def direct(self, d: int, m: float, *, reduce: bool, start: float, data_free: float,
-               recv_free: float) -> DirectTiming:
+               recv_free: float, send_free: float = -math.inf) -> DirectTiming:
         """A direct phase over ``m`` bytes queued behind the dimension's previous one (see :func:`direct_time`)."""
         spec = self.net.dims[d]
-        return direct_time(spec, m / spec.size, reduce=reduce, local_us_per_byte=self.net.local_us_per_byte,
-                           scope=self.net.scope, start=start, data_free=data_free, recv_free=recv_free)
+        return direct_time(self.net, spec, m / spec.size, reduce=reduce, start=start, data_free=data_free,
+                           recv_free=recv_free, send_free=send_free)
 
     def floor(self, d: int, algorithm: str, m: float, *, reduce: bool) -> float:
         """What a phase occupies its dimension at least, whatever overlaps it: a ring phase all of its
@@ -169,23 +186,52 @@ class PhaseCosts:
         if algorithm == "ring":
             return self.time(d, algorithm, m, reduce=reduce)
         spec = self.net.dims[d]
-        return (spec.size - 1) * (m / spec.size) * spec.direct.us_per_byte
+        return (spec.size - 1) * (m / spec.size) * self._direct(d).us_per_byte
+
+    def _direct(self, d: int) -> DirectCost:
+        c = self.net.dims[d].direct
+        if c is None:
+            raise CollectiveError(f"dimension {self.net.dims[d].name!r} of {self.net.topology!r} cannot run 'direct'")
+        return c
 
     def best(self, d: int, m: float, *, reduce: bool) -> PhaseChoice:
         """The faster of the dimension's algorithms for a range of ``m`` bytes (ties: ring)."""
-        best: PhaseChoice | None = None
-        for alg in self.net.dims[d].algorithms:
-            t = self.time(d, alg, m, reduce=reduce)
-            if best is None or t < best.time_us:
-                best = PhaseChoice(alg, t)
-        return best  # type: ignore[return-value]
+        choices = [PhaseChoice(alg, self.time(d, alg, m, reduce=reduce)) for alg in self.net.dims[d].algorithms]
+        return min(choices, key=lambda c: c.time_us)  # min keeps the first of equals: ring before direct
 
     def us_per_byte(self, d: int, algorithm: str) -> float:
         """The algorithm's bandwidth term per byte a rank sends (ring: its slowest hop)."""
         spec = self.net.dims[d]
         if algorithm == "ring":
             return max(h.us_per_byte for h in spec.ring)
-        return spec.direct.us_per_byte
+        return self._direct(d).us_per_byte
+
+    def _copies(self, count: int, each: float) -> float:
+        """``count`` local copies of ``each`` bytes on one rank: in parallel on ``"connection"`` engines (local
+        work does not queue there), one after another on a ``"rank"`` engine; free without local costs."""
+        one = self.net.reduction_us(each)
+        return one * count if self.net.scope == "rank" else one
+
+    def copies_before(self, kind: str, size_bytes: float, chunk: float) -> float:
+        """When a chunk of ``chunk`` bytes may start its first phase: allreduce copies the whole input into
+        the output first (:mod:`~ccsynth.synth.multidim.lowering`), reduce-scatter packs the chunk's ``n``
+        blocks, allgather puts the rank's own block in place."""
+        n = self.net.n_ranks
+        if kind == "allreduce":
+            return self._copies(1, size_bytes)
+        if kind == "reduce_scatter":
+            return self._copies(n, chunk / n)
+        return self._copies(1, chunk / n)
+
+    def copies_after(self, kind: str, chunk: float) -> float:
+        """The local copies after a chunk's last phase: reduce-scatter copies the rank's block out,
+        allgather unpacks the chunk's ``n`` blocks, allreduce none."""
+        n = self.net.n_ranks
+        if kind == "reduce_scatter":
+            return self._copies(1, chunk / n)
+        if kind == "allgather":
+            return self._copies(n, chunk / n)
+        return 0.0
 
     def sent_bytes(self, d: int, m: float) -> float:
         """Bytes one rank sends in a phase over a range of ``m`` bytes (either algorithm): ``m (p - 1) / p``."""

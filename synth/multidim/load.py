@@ -44,7 +44,7 @@ class DimLoads:
         self.costs = costs
         self.halves = 2 if kind == "allreduce" else 1  # allreduce: the allgather phases load the same again
         self.values = [0.0] * net.n_dims
-        self._bw0 = {}
+        self._bw0: dict[tuple[int, str], float] = {}
 
     def _relative_bw(self, d: int, algorithm: str) -> float:
         """``BW_d / BW_0`` for the algorithm (dimension 0 taken at its ring rate, else direct)."""
@@ -64,14 +64,19 @@ class DimLoads:
             b /= p
         return out
 
+    def bytes_to_fill(self, d: int, algorithm: str, gap: float) -> float:
+        """The chunk bytes whose first phase, on dimension ``d`` by ``algorithm``, adds ``gap`` to its load
+        (the inverse of :meth:`cost` for the first phase of an order)."""
+        p = self.net.dims[d].size
+        return gap * self._relative_bw(d, algorithm) * p / (p - 1) / self.halves
+
+    def gap(self) -> float:
+        """The most loaded dimension's load minus the least loaded one's."""
+        return max(self.values) - min(self.values)
+
     def add(self, chunk: ChunkPlan, nbytes: float) -> None:
         for d, x in enumerate(self.cost(chunk, nbytes)):
             self.values[d] += x
-
-    def imbalance(self) -> float:
-        """``(max - min) / max`` of the loads (0 when nothing is loaded)."""
-        hi = max(self.values)
-        return 0.0 if hi <= 0 else (hi - min(self.values)) / hi
 
     def least_loaded_first(self) -> tuple[int, ...]:
         """The dimensions by load, least loaded first (ties: lower dimension first)."""

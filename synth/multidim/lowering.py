@@ -196,6 +196,8 @@ class _Lowering:
 
     def ring(self, d: int, group: list[int], rng: _Range, reduce: bool, wait, ops) -> None:
         order = self.net.dims[d].ring_order
+        if order is None:
+            raise CollectiveError(f"dimension {self.net.dims[d].name!r} of {self.net.topology!r} has no ring")
         p = len(order)
         bs, buf = rng.block, self.work
         for s in range(p - 1):
@@ -245,7 +247,8 @@ def _ir_ops(kind: str, net: DimNet, chunks: int) -> int:
 def ir_max_chunks(kind: str, net: DimNet) -> int:
     """The most chunks (a power of two) whose schedule the IR takes: within ccsynth.limits and :data:`IR_MAX_OPS`.
 
-    Chunks may be up to four units (the flex variant), so the bound holds for every scheduler.
+    It allows four units per chunk in all, more than any scheduler under ``max_chunks`` uses (Themis's flex
+    variant cuts ``k`` units into fewer chunks), so the bound holds for every scheduler.
 
     >>> from ccsynth.topologies.catalog import hierarchical
     >>> from ccsynth.synth.multidim.network import dim_net

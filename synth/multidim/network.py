@@ -30,6 +30,14 @@ simulator charges:
   connection bandwidth)`` (all ``p - 1`` streams share the rank's port),
   one connection's time per byte, and the smallest and largest latency.
 
+The topology's measured costs (``ccsynth topo profile``) come along: the
+per-connection ``alpha`` and ``overhead`` are read from the connections
+themselves; a profiled topology's ``eager_limit`` and ``rendezvous_alpha``
+(:meth:`DimNet.message_alpha`), ``local_bw`` and ``local_overhead``
+(:meth:`DimNet.reduction_us`) and ``call_overhead`` (once per call) are
+kept on the :class:`DimNet` and charged as the event-driven simulator
+charges them.
+
 Groups of one dimension are alike in every catalog fabric; the model reads
 group 0 and, up to :data:`CHECK_GROUPS_MAX_RANKS` ranks, takes the worst
 figure of every group (and drops ``direct`` or ``ring`` where some group
@@ -132,6 +140,24 @@ class DimNet:
     dims: tuple[DimSpec, ...]  # the active dimensions (size >= 2)
     scope: str  # Topology.overhead_scope
     local_us_per_byte: float  # local copies and reductions (0: free)
+    local_overhead: float = 0.0  # Topology.local_overhead: the fixed cost of one local reduction (us)
+    call_overhead: float = 0.0  # Topology.call_overhead: once per collective call (us)
+    eager_limit: float | None = None  # messages above it pay rendezvous_alpha more (None: one protocol)
+    rendezvous_alpha: float = 0.0
+
+    def message_alpha(self, alpha: float, b: float) -> float:
+        """The latency of a message of ``b`` bytes on a connection of latency ``alpha``: the rendezvous
+        handshake is added above the eager limit, as the simulator does (:meth:`Topology.message_alpha`)."""
+        if self.eager_limit is not None and b > self.eager_limit:
+            return alpha + self.rendezvous_alpha
+        return alpha
+
+    def reduction_us(self, b: float) -> float:
+        """What the receiver pays to reduce a received message of ``b`` bytes (fused receive-reduce: its
+        bytes at ``local_bw`` plus ``local_overhead``; free with neither, as in the simulator)."""
+        if b <= 0 or (not self.local_us_per_byte and not self.local_overhead):
+            return 0.0
+        return self.local_overhead + b * self.local_us_per_byte
 
     @property
     def n_dims(self) -> int:
@@ -229,7 +255,8 @@ def _ring_order(t: Topology, group: list[int], stride: int) -> tuple[int, ...] |
     if nat is not None and nat[0] >= top:
         return natural  # no ring has a faster slowest hop
     if p <= RING_SEARCH_MAX_SIZE:
-        best, key = None, None
+        best: tuple[int, ...] | None = None
+        key: tuple[float, float] | None = None
         for rest in itertools.permutations(range(1, p)):
             order = (0, *rest)
             if p > 2 and order[1] > order[-1]:
@@ -237,7 +264,7 @@ def _ring_order(t: Topology, group: list[int], stride: int) -> tuple[int, ...] |
             k = _ring_bw(t, group, order)
             if k is not None and (key is None or k > key):
                 best, key = order, k
-        if best is not None and (nat is None or key > nat):
+        if best is not None and key is not None and (nat is None or key > nat):
             return best
     if nat is not None:
         return natural
@@ -286,4 +313,6 @@ def dim_net(topology: Topology) -> DimNet:
     if not specs:
         raise TopologyError(f"topology {topology.name!r}: every dimension has size 1; there is nothing to schedule")
     local = _us_per_byte(topology.local_bw) if topology.local_bw else 0.0
-    return DimNet(topology.name, topology.n_ranks, sizes, tuple(specs), topology.overhead_scope, local)
+    eager = topology.eager_limit if topology.rendezvous_alpha else None  # the simulator's rule
+    return DimNet(topology.name, topology.n_ranks, sizes, tuple(specs), topology.overhead_scope, local,
+                  topology.local_overhead, topology.call_overhead, eager, topology.rendezvous_alpha)

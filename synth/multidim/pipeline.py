@@ -16,9 +16,13 @@ what 8 do), with the per-message costs of the event-driven simulator:
   come first served);
 * a task's time is the phase time of :class:`~ccsynth.synth.multidim.cost.PhaseCosts`
   (a ring from its start; a direct phase queued behind the previous direct
-  phase's bytes and receive overheads, :func:`~ccsynth.synth.multidim.cost.direct_time`);
+  phase's send overheads, bytes and receive overheads, :func:`~ccsynth.synth.multidim.cost.direct_time`);
 * chunks are independent otherwise, so phases of different chunks on
-  different dimensions overlap: the pipeline.
+  different dimensions overlap: the pipeline;
+* a chunk's first phase waits for the local copies before it, and the
+  collective for every chunk's copies after its last phase
+  (:meth:`~ccsynth.synth.multidim.cost.PhaseCosts.copies_before`; free
+  without a ``local_bw`` or ``local_overhead``, as in the catalog).
 
 All groups of a dimension run in lockstep (they are alike), so one
 representative group stands for all of them: the model is exact for the
@@ -128,6 +132,7 @@ class _Dim:
     last: str | None = None  # algorithm of the last phase started
     data_free: float = -math.inf
     recv_free: float = -math.inf
+    send_free: float = -math.inf
     busy_until: float = 0.0
     busy: float = 0.0
     sent: float = 0.0
@@ -149,15 +154,16 @@ def time_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, ch
     steps = [chunk_steps(net, kind, c) for c in chunks]
     sizes = chunk_bytes(size_bytes, chunks)
     dims = [_Dim([], []) for _ in net.dims]
-    for k, st in enumerate(steps):
-        if st:
-            dims[st[0].dim].ready.append(_key(priority, k, 0))
-    for q in dims:
-        heapq.heapify(q.ready)
+    # local copies before a chunk's first phase and after its last (free without local costs; see cost.py)
+    arrivals = [(costs.copies_before(kind, size_bytes, sizes[k]), k) for k in range(len(chunks)) if steps[k]]
+    heapq.heapify(arrivals)
     running: list[tuple[float, int, int]] = []  # (done, chunk, step)
     tasks: list[Task] = []
     now = makespan = 0.0
     while True:
+        while arrivals and arrivals[0][0] <= now:
+            k = heapq.heappop(arrivals)[1]
+            heapq.heappush(dims[steps[k][0].dim].ready, _key(priority, k, 0))
         for d, q in enumerate(dims):
             while q.ready and q.can_start(steps[q.ready[0][2]][q.ready[0][3]].algorithm):
                 k, i = heapq.heappop(q.ready)[2:]
@@ -165,15 +171,18 @@ def time_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, ch
                 tasks.append(Task(k, i, d, steps[k][i].algorithm, sizes[k] * steps[k][i].fraction, steps[k][i].reduce,
                                   now, done))
                 heapq.heappush(running, (done, k, i))
-        if not running:
+        if not running and not arrivals:
             break
-        now = running[0][0]
-        makespan = max(makespan, now)
+        now = min(running[0][0] if running else math.inf, arrivals[0][0] if arrivals else math.inf)
         while running and running[0][0] <= now:
             done, k, i = heapq.heappop(running)
             dims[steps[k][i].dim].flight.remove(done)
             if i + 1 < len(steps[k]):
                 heapq.heappush(dims[steps[k][i + 1].dim].ready, _key(priority, k, i + 1))
+            else:
+                makespan = max(makespan, done + costs.copies_after(kind, sizes[k]))
+    if tasks:
+        makespan += net.call_overhead  # once per call (0 in the catalog; see DimNet)
     return DimTiming(makespan, tuple(q.busy for q in dims), tuple(q.sent for q in dims), tuple(tasks))
 
 
@@ -181,11 +190,12 @@ def _start(costs: PhaseCosts, q: _Dim, d: int, step, chunk: float, now: float) -
     """Start ``step`` on dimension ``d`` at ``now``; returns when it is done."""
     m = chunk * step.fraction
     if step.algorithm == "direct":
-        t = costs.direct(d, m, reduce=step.reduce, start=now, data_free=q.data_free, recv_free=q.recv_free)
-        q.data_free, q.recv_free, done = t.data_end, t.done, t.done
+        t = costs.direct(d, m, reduce=step.reduce, start=now, data_free=q.data_free, recv_free=q.recv_free,
+                         send_free=q.send_free)
+        q.data_free, q.recv_free, q.send_free, done = t.data_end, t.received, t.posted, t.done
     else:
         done = now + costs.time(d, step.algorithm, m, reduce=step.reduce)
-        q.data_free = q.recv_free = done
+        q.data_free = q.recv_free = q.send_free = done
     q.busy += done - max(now, q.busy_until)
     q.busy_until = max(q.busy_until, done)
     q.sent += costs.sent_bytes(d, m)

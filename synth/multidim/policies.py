@@ -7,14 +7,22 @@
 * :func:`themis_chunks` -- Themis's per-chunk greedy: before each chunk,
   order the dimensions least loaded first (:class:`~ccsynth.synth.multidim.load.DimLoads`,
   the load formula of DESIGN.md), so that the first phase, the one that
-  moves the most bytes, lands on the dimension with the most room; while
-  the loads differ by less than :data:`THEMIS_THRESHOLD` (relative), keep
-  the natural (fixed) order, as Themis does to avoid churning on noise.
-  The allgather phases run each chunk's order reversed.
-* chunk sizes: equal units, or the *flex* variant (:func:`flex_units`):
-  the first and last chunks are smaller (sizes 1, 2, then 4 units, and
-  back down), so that the pipeline fills and drains faster and the greedy's
-  last choices correct the loads at a finer grain.
+  moves the most bytes, lands on the dimension with the most room. The
+  *threshold* is the one of Themis's artifact (ASTRA-sim's offline greedy
+  scheduler, ``OfflineGreedy``): when the bytes that would close the gap
+  between the most and the least loaded dimension (sent first through the
+  least loaded one, :meth:`DimLoads.bytes_to_fill`) are less than
+  :data:`THEMIS_THRESHOLD` of a chunk, the chunk keeps the natural (fixed)
+  order, so that the greedy does not churn on noise. The allgather phases
+  run each chunk's order reversed.
+* :func:`themis_flex_chunks` -- the *flex* variant (the artifact's
+  ``OfflineGreedyFlex``): a chunk's size is not fixed but the bytes that
+  close that gap (in whole units of the nominal chunk, the rest of the data
+  at most), so that one chunk sent least-loaded dimension first brings the
+  least loaded dimension up to the most loaded one; where the gap is worth
+  less than one unit the chunk is one unit in the natural order. It needs
+  fewer chunks than the plain greedy for the same balance, which matters
+  where per-message costs make chunks dear.
 
 Both are deterministic functions of the network, the collective and the
 size, so every rank derives the same chunks.
@@ -26,8 +34,8 @@ Example:
     >>> net = dim_net(hierarchical([(4, 100), (4, 100)]))
     >>> [c.order for c in themis_chunks(net, PhaseCosts(net), "allreduce", 1 << 20, [1] * 4)]
     [(0, 1), (1, 0), (0, 1), (1, 0)]
-    >>> flex_units(8)
-    [1, 2, 4, 4, 4, 4, 2, 1]
+    >>> [(c.order, c.units) for c in themis_flex_chunks(net, PhaseCosts(net), "allreduce", 1 << 20, 8)]
+    [((0, 1), 1), ((0, 1), 1), ((1, 0), 2), ((0, 1), 1), ((0, 1), 1), ((1, 0), 2)]
 """
 
 from __future__ import annotations
@@ -39,24 +47,16 @@ from ccsynth.synth.multidim.cost import PhaseCosts
 from ccsynth.synth.multidim.load import DimLoads
 from ccsynth.synth.multidim.network import DimNet
 
-__all__ = ["THEMIS_THRESHOLD", "FLEX_RAMP", "equal_units", "flex_units", "fixed_chunks", "themis_chunks"]
+__all__ = ["THEMIS_THRESHOLD", "equal_units", "fixed_chunks", "themis_chunks", "themis_flex_chunks"]
 
-#: below this relative load imbalance ((max - min) / max) Themis keeps the natural order
-THEMIS_THRESHOLD = 0.05
-#: chunks of 1, 2, ... 2^(FLEX_RAMP - 1) units open and close the flex variant; the others have 2^FLEX_RAMP
-FLEX_RAMP = 2
+#: Themis keeps the natural order while the bytes that would close the load gap are below this share of a chunk
+#: (1/16: the threshold of Themis's artifact, ASTRA-sim's OfflineGreedy)
+THEMIS_THRESHOLD = 1 / 16
 
 
 def equal_units(k: int) -> list[int]:
     """``k`` chunks of one unit each."""
     return [1] * k
-
-
-def flex_units(k: int) -> list[int]:
-    """``k`` chunks, the first and last ones smaller (see the module docstring); equal below 4 chunks."""
-    r = min(FLEX_RAMP, k // 4)
-    ramp = [1 << i for i in range(r)]
-    return ramp + [1 << r] * (k - 2 * r) + ramp[::-1]
 
 
 def _sizes(size_bytes: float, units: Sequence[int]) -> list[float]:
@@ -70,14 +70,46 @@ def fixed_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, u
     return tuple(make_chunk(net, costs, kind, order, b, u) for b, u in zip(_sizes(size_bytes, units), units))
 
 
+def _gap_bytes(net: DimNet, costs: PhaseCosts, loads: DimLoads, kind: str, order: tuple[int, ...],
+               chunk_bytes: float) -> float:
+    """The chunk bytes that, sent first through ``order[0]`` (the least loaded dimension), close the load gap."""
+    d = order[0]
+    alg = make_chunk(net, costs, kind, order, chunk_bytes).algorithms[0]
+    return loads.bytes_to_fill(d, alg, loads.gap())
+
+
 def themis_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, units: Sequence[int]) -> tuple[ChunkPlan, ...]:
-    """Themis's greedy: each chunk least-loaded dimension first (see the module docstring)."""
+    """Themis's greedy: each chunk least-loaded dimension first, above the threshold (see the module docstring)."""
     loads = DimLoads(net, costs, kind)
     natural = natural_order(net)
     out = []
     for b, u in zip(_sizes(size_bytes, units), units):
-        order = natural if loads.imbalance() < THEMIS_THRESHOLD else loads.least_loaded_first()
+        order = loads.least_loaded_first()
+        if _gap_bytes(net, costs, loads, kind, order, b) < THEMIS_THRESHOLD * b:
+            order = natural
         chunk = make_chunk(net, costs, kind, order, b, u)
         loads.add(chunk, b)
         out.append(chunk)
+    return tuple(out)
+
+
+def themis_flex_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, k: int) -> tuple[ChunkPlan, ...]:
+    """Themis's flex variant over ``k`` units of ``size_bytes / k`` bytes (see the module docstring)."""
+    loads = DimLoads(net, costs, kind)
+    natural = natural_order(net)
+    unit = size_bytes / k
+    left = k
+    out = []
+    while left > 0:
+        order = loads.least_loaded_first()
+        fill = _gap_bytes(net, costs, loads, kind, order, unit) / unit
+        if fill < 1:
+            order, u = natural, 1
+        else:
+            u = min(left, int(fill + 0.5))
+        b = u * unit
+        chunk = make_chunk(net, costs, kind, order, b, u)
+        loads.add(chunk, b)
+        out.append(chunk)
+        left -= u
     return tuple(out)

@@ -8,7 +8,7 @@ scheduler      chunks and their dimension orders
 ============== ===================================================================
 ``fixed``      ascending order for every chunk (:func:`~.policies.fixed_chunks`)
 ``themis``     Themis's greedy, least-loaded dimension first (:func:`~.policies.themis_chunks`)
-``themis-flex`` the same over chunks whose sizes taper at both ends (:func:`~.policies.flex_units`)
+``themis-flex`` Themis's flex variant: each chunk sized to close the load gap (:func:`~.policies.themis_flex_chunks`)
 ``lp``         the lattice LP's orders, rounded to chunks (:func:`~.lp.lp_chunks`); its
                optimum ``T*`` is reported as the bound it is measured against
 ``auto``       every scheduler above; the fastest in the model wins (ties: the order above)
@@ -16,13 +16,14 @@ scheduler      chunks and their dimension orders
 
 Every scheduler tries the same chunk counts (:func:`chunk_counts`: 1, 2, 4,
 ... while a chunk keeps :data:`MIN_CHUNK_BYTES` and the count stays within
-:data:`MAX_CHUNKS`), each under both queue priorities of the
+:data:`MAX_CHUNKS`, then the counts between the best one and its neighbours,
+:func:`refine_counts`), each under both queue priorities of the
 dimension-level model (:data:`~.pipeline.PRIORITIES`), and keeps the
 fastest in that model (:func:`~.pipeline.time_chunks`): more chunks
 pipeline better but pay every phase's latency and message overheads once
 more each, and the time is not convex in the count (Themis's greedy has
 nothing to balance with one chunk), so every count is tried; there are at
-most 11. Comparisons are therefore at each scheduler's own best chunk
+most 14. Comparisons are therefore at each scheduler's own best chunk
 count, as for the baselines (:mod:`ccsynth.synth.baseline_search`).
 
 ``lp`` keeps the fastest of its two flows' roundings (equal chunks, and
@@ -54,7 +55,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ccsynth.errors import CollectiveError, SizeError
 from ccsynth.synth.multidim.chunks import ChunkPlan, check_kind
@@ -62,7 +63,7 @@ from ccsynth.synth.multidim.cost import PhaseCosts
 from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, weighted_chunks
 from ccsynth.synth.multidim.network import DimNet, dim_net
 from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
-from ccsynth.synth.multidim.policies import equal_units, fixed_chunks, flex_units, themis_chunks
+from ccsynth.synth.multidim.policies import equal_units, fixed_chunks, themis_chunks, themis_flex_chunks
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.tolerance import is_less
 from ccsynth.topologies.model import Topology
@@ -72,9 +73,12 @@ __all__ = [
     "POLICIES",
     "MAX_CHUNKS",
     "MIN_CHUNK_BYTES",
+    "REFINE",
+    "refine_counts",
     "MultiDimSchedule",
     "chunk_counts",
     "check_scheduler",
+    "fastest",
     "schedule_multidim",
     "compare_schedulers",
 ]
@@ -89,6 +93,9 @@ POLICIES = ("fixed", "themis", "themis-flex", "lp")
 MAX_CHUNKS = 1024
 #: more chunks are tried only while a chunk keeps at least this many bytes
 MIN_CHUNK_BYTES = 4096
+#: after the powers of two, the counts at these multiples of the best one are tried too (the model's time
+#: is not convex in the count: per-message costs against fill and drain, and the LP's rounding)
+REFINE = (0.75, 1.25, 1.5)
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,17 @@ class MultiDimSchedule:
         }
 
 
+def fastest(schedules: Iterable[MultiDimSchedule]) -> MultiDimSchedule:
+    """The fastest of ``schedules`` in the model (ties: the first); CollectiveError if there is none."""
+    best: MultiDimSchedule | None = None
+    for s in schedules:
+        if best is None or is_less(s.makespan_us, best.makespan_us):
+            best = s
+    if best is None:
+        raise CollectiveError("no multi-dimension schedule to choose from")
+    return best
+
+
 def check_scheduler(name: str) -> str:
     """The canonical scheduler name (``themis_flex`` -> ``themis-flex``); CollectiveError for an unknown one."""
     key = str(name).strip().lower().replace("_", "-")
@@ -194,8 +212,7 @@ class _Run:
         if self.policy == "themis":
             return self._timed(themis_chunks(net, costs, kind, size, equal_units(k)), "greedy")
         if self.policy == "themis-flex":
-            return self._timed(themis_chunks(net, costs, kind, size, flex_units(k)), "greedy, tapered chunks")
-        best: MultiDimSchedule | None = None
+            return self._timed(themis_flex_chunks(net, costs, kind, size, k), "greedy, chunks sized to the load gap")
         bound = None
         candidates = []
         for charge in CHARGES:
@@ -210,10 +227,7 @@ class _Run:
         # roundings must beat
         candidates.append((themis_chunks(net, costs, kind, size, equal_units(k)), "Themis warm start"))
         candidates.append((fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed-order warm start"))
-        for chunks, origin in candidates:
-            s = self._timed(chunks, origin)
-            if best is None or is_less(s.makespan_us, best.makespan_us):
-                best = s
+        best = fastest(self._timed(chunks, origin) for chunks, origin in candidates)
         return replace(best, lp_bound_us=bound)
 
     def _timed(self, chunks: tuple[ChunkPlan, ...], origin: str) -> MultiDimSchedule:
@@ -223,16 +237,36 @@ class _Run:
         return MultiDimSchedule(self.policy, self.kind, self.size, self.net, chunks, timing, origin=origin)
 
 
-def _search(run: _Run, counts: Sequence[int]) -> MultiDimSchedule:
-    """Every chunk count of ``counts``; the fastest in the model (ties: fewer chunks)."""
-    best: MultiDimSchedule | None = None
-    tried = []
+def refine_counts(best: int, counts: Sequence[int]) -> tuple[int, ...]:
+    """The counts between the best power of two and its neighbours (:data:`REFINE`), not tried yet.
+
+    >>> refine_counts(32, (1, 2, 4, 8, 16, 32, 64))
+    (24, 40, 48)
+    """
+    hi = max(counts)
+    out = sorted({round(best * f) for f in REFINE} - set(counts))
+    return tuple(k for k in out if 1 <= k <= min(hi, MAX_CHUNKS))
+
+
+def _search(run: _Run, counts: Sequence[int], refine: bool = True) -> MultiDimSchedule:
+    """Every chunk count of ``counts``, then (``refine``) the counts between the best one and its
+    neighbours; the fastest in the model (ties: fewer units)."""
+    found: dict[int, MultiDimSchedule] = {}
     for k in counts:
-        s = run.at(k)
-        tried.append((k, s.makespan_us))
-        if best is None or is_less(s.makespan_us, best.makespan_us):
-            best = s
-    return replace(best, tried=tuple(tried))  # counts is never empty, so best is set
+        found[k] = run.at(k)
+
+    def best_k() -> int:
+        k0 = min(found)
+        for k in sorted(found):
+            if is_less(found[k].makespan_us, found[k0].makespan_us):
+                k0 = k
+        return k0
+
+    if refine and len(counts) > 1:
+        for k in refine_counts(best_k(), counts):
+            found[k] = run.at(k)
+    tried = tuple((k, found[k].makespan_us) for k in sorted(found))
+    return replace(found[best_k()], tried=tried)
 
 
 def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float, scheduler: str = "auto", *,
@@ -263,15 +297,14 @@ def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float,
     options = options or SolverOptions()
     t0 = time.perf_counter()
     policies = POLICIES if name == "auto" else (name,)
-    best: MultiDimSchedule | None = None
+    found = []
     for policy in policies:
         s = _search(_Run(net, costs, kind, size, policy, options, weighted=max_chunks is None), counts)
         log.info("%s on %s, %s bytes: %d chunks, %.3f us in the dimension model", policy, net.topology, f"{size:.0f}",
                  s.n_chunks, s.makespan_us)
-        if best is None or is_less(s.makespan_us, best.makespan_us):
-            best = s
+        found.append(s)
     log.debug("scheduled in %.3f s", time.perf_counter() - t0)
-    return best
+    return fastest(found)
 
 
 def compare_schedulers(topology: Topology | DimNet, kind: str, size_bytes: float,

@@ -381,16 +381,87 @@ def case_vcounts() -> str:
     same("Ialltoallv", a2a, a2a_ref)
     same("Iallgatherv", ag, ag_ref)
     same("Ireduce_scatter", rs, rs_ref)
-    # very skewed counts: too much padding, so the MPI library runs it (and says so)
+    # very skewed counts: one block of 5000 among ones runs on the explicit schedule, every block at its size
     big = np.ones((N, N), np.int64)
-    big[0, 1] = 5000  # one block of 5000 among ones: padding every block to it would cost ~N*N/1 times more
+    big[0, 1] = 5000
     sc, rc = big[RANK], big[:, RANK]
     send = np.ones(sc.sum())
     recv = np.empty(rc.sum())
     c.Alltoallv([send, sc], [recv, rc])
-    check(c.last_algorithm == "mpi" and np.all(recv == 1), f"skewed Alltoallv ran {c.last_algorithm}")
+    check(c.last_algorithm == "alltoallv-direct" and np.all(recv == 1), f"skewed Alltoallv ran {c.last_algorithm}")
     c.Free()
     return f"{len(ran)} calls"
+
+
+def case_vcounts_explicit() -> str:
+    """Alltoallv/Allgatherv on explicit schedules: random counts (zeros included), gaps between blocks, several
+    dtypes, equal to MPI; no padding (the schedule's pieces are the counts); counts that disagree raise."""
+    c = ccsynth.Communicator(WORLD)
+    rng = np.random.default_rng(7)  # the same on every rank
+    trials = 0
+    for trial in range(6):
+        counts = rng.integers(0, (2, 9, 300)[trial % 3] + 1, size=(N, N))
+        counts[rng.random((N, N)) < 0.3] = 0  # zeros
+        if trial == 5:
+            counts[:] = 0
+            counts[0, N - 1] = 100_000  # one huge block among empty ones
+        sc, rc = counts[RANK], counts[:, RANK]
+        gap = int(rng.integers(0, 4))
+        sd = (np.concatenate([[0], np.cumsum(sc)[:-1]]) + gap * np.arange(N)).astype(np.int64)
+        rd = np.concatenate([[0], np.cumsum(rc[::-1])[:-1]])[::-1].astype(np.int64) + gap  # blocks in reverse order
+        for dtype in (np.float32, np.float64, np.int64, np.int8, np.complex128):
+            send = (np.arange(sc.sum() + gap * N) % 100 + 7 * RANK).astype(dtype)
+            recv = np.full(rc.sum() + gap * N + 2, -1, dtype)
+            ref = recv.copy()
+            c.Alltoallv([send, (sc, sd)], [recv, (rc, rd)])
+            WORLD.Alltoallv([send, (sc, sd)], [ref, (rc, rd)])
+            check(np.array_equal(recv, ref), f"Alltoallv trial {trial} {np.dtype(dtype).name}: {recv[:8]} != {ref[:8]}")
+            check(c.last_algorithm == "alltoallv-direct", f"Alltoallv ran {c.last_algorithm}")
+            gc_ = counts[(trial + 1) % N]
+            gd = (np.concatenate([[0], np.cumsum(gc_)[:-1]]) + gap * np.arange(N)).astype(np.int64)
+            mine = (np.arange(gc_[RANK]) + 3 * RANK).astype(dtype)
+            out = np.full(gc_.sum() + gap * N, -1, dtype)
+            gref = out.copy()
+            c.Allgatherv(mine, [out, (gc_, gd)])
+            WORLD.Allgatherv(mine, [gref, (gc_, gd)])
+            check(np.array_equal(out, gref), f"Allgatherv trial {trial} {np.dtype(dtype).name}")
+            check(c.last_algorithm == "allgatherv-direct", f"Allgatherv ran {c.last_algorithm}")
+            trials += 2
+    # in place: the own block is already where it belongs
+    gc_ = np.arange(N) + 1
+    gd = np.concatenate([[0], np.cumsum(gc_)[:-1]])
+    out = np.full(gc_.sum(), -1.0)
+    out[gd[RANK]:gd[RANK] + gc_[RANK]] = RANK
+    c.Allgatherv(MPI.IN_PLACE, [out, gc_])
+    check(np.array_equal(out, np.repeat(np.arange(N, dtype=float), gc_)), f"in-place Allgatherv: {out}")
+    # a rank that expects another count than its peer sends: every rank raises
+    counts = np.ones((N, N), np.int64)
+    rc = counts[:, RANK].copy()
+    if RANK == 1:
+        rc[0] = 2
+    try:
+        c.Alltoallv([np.ones(N), counts[RANK]], [np.empty(rc.sum()), rc])
+    except ccsynth.CCSynthError as e:
+        note = type(e).__name__
+    else:
+        raise AssertionError("mismatched Alltoallv counts were not caught")
+    # Allgatherv counts that disagree (rank 1 expects 2 elements of rank 0, which sends 1): the receive's
+    # length check raises on rank 1 (ranks whose own messages all arrived may have finished the call)
+    gc_ = np.ones(N, np.int64)
+    if RANK == 1:
+        gc_[0] = 2
+    note2 = "-"
+    try:
+        c.Allgatherv(np.ones(int(gc_[RANK])), [np.empty(gc_.sum()), gc_])
+    except ccsynth.CCSynthError as e:
+        note2 = type(e).__name__
+    check(RANK != 1 or note2 == "BufferMismatchError", f"rank 1 did not see the short message: {note2}")
+    out = np.empty(N)
+    c.Allgatherv(np.full(1, float(RANK)), [out, np.ones(N, np.int64)])  # the communicator goes on
+    check(np.array_equal(out, np.arange(N, dtype=float)), f"Allgatherv after a failed one: {out}")
+    check(len(c._vschedules) <= 64, "the explicit schedule cache grows without bound")
+    c.Free()
+    return f"{trials} calls, mismatch {note}, {note2}"
 
 
 def case_split_dup() -> str:
@@ -406,9 +477,31 @@ def case_split_dup() -> str:
     check(half.Get_size() == 1 or half.last_algorithm != "mpi", f"split ran {half.last_algorithm}")
     none = c.Split(MPI.UNDEFINED if RANK == 0 else 0, RANK)
     check((none is None) == (RANK == 0), "a rank with MPI.UNDEFINED gets None")
-    for x in (d, half, none, c):
+    # it is an MPI.Intracomm on the same communicator: mpi4py's own methods work on it, mpi4py's functions take it
+    for x in (c, d, half):
+        check(isinstance(x, MPI.Intracomm) and isinstance(x, MPI.Comm) and x == x.comm, f"{x!r} is not an Intracomm")
+    check(c.allreduce(RANK) == N * (N - 1) // 2 and c.Get_group().Get_size() == N, "mpi4py's allreduce/Get_group")
+    check(c.bcast("x" if RANK == 0 else None, root=0) == "x", "mpi4py's pickle bcast")
+    if N > 1:
+        if RANK == 0:
+            c.Send(np.arange(3.0), dest=1, tag=5)
+        elif RANK == 1:
+            got = np.empty(3)
+            c.Recv(got, source=0, tag=5)
+            same("Send/Recv on the ccsynth communicator", got, np.arange(3.0))
+    other = MPI.Intracomm(c)  # a plain mpi4py handle made from it
+    check(MPI.Comm.Compare(other, WORLD) == MPI.IDENT, "a plain handle made from it is the same communicator")
+    grp = c.Create_group(c.Get_group())
+    check(isinstance(grp, ccsynth.Communicator) and grp.Get_size() == N, f"Create_group gave {type(grp)}")
+    clone, req = c.Idup()
+    req.Wait()
+    out = np.empty(2)
+    clone.Allreduce(np.ones(2), out)
+    same("allreduce on an Idup", out, np.full(2, float(N)))
+    for x in (d, half, none, grp, clone, c):
         if x is not None:
             x.Free()
+    check(WORLD.allreduce(1) == N, "Free of a ccsynth communicator left the wrapped one usable")
     return "ok"
 
 

@@ -1,0 +1,84 @@
+"""A ccsynth communicator is an mpi4py Intracomm on the communicator it wraps (one process; more ranks in
+tests/mpi_workers/api_worker.py case split_dup)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import ccsynth
+from ccsynth.collectives.communicator import Communicator as Runtime
+from ccsynth.errors import CCSynthError
+
+
+def test_isinstance_and_the_same_communicator():
+    c = ccsynth.Communicator(MPI.COMM_SELF)
+    try:
+        assert isinstance(c, MPI.Intracomm) and isinstance(c, MPI.Comm) and isinstance(c, Runtime)
+        assert c == MPI.COMM_SELF and c.comm is MPI.COMM_SELF
+        assert MPI.Comm.Compare(c, MPI.COMM_SELF) == MPI.IDENT
+    finally:
+        c.Free()
+
+
+def test_mpi4py_methods_ccsynth_does_not_override_work_on_it():
+    c = ccsynth.Communicator(MPI.COMM_SELF)
+    try:
+        assert c.allreduce(3) == 3 and c.bcast("x") == "x" and c.gather(1) == [1]
+        assert c.Get_group().Get_size() == 1 and c.Get_topology() == MPI.UNDEFINED
+        assert c.py2f() == MPI.COMM_SELF.py2f() and not c.Is_inter() and c.Get_name()
+        c.Barrier()
+        req = c.Isend(np.arange(2.0), dest=0, tag=3)
+        got = np.empty(2)
+        c.Recv(got, source=0, tag=3)
+        req.Wait()
+        assert got.tolist() == [0.0, 1.0]
+        out = np.empty(1)
+        c.Gather(np.ones(1), out)  # not scheduled by ccsynth: mpi4py's, said so
+        assert c.last_algorithm == "mpi" and out[0] == 1.0
+    finally:
+        c.Free()
+
+
+@pytest.mark.parametrize("make", ["Dup", "Clone", "Split", "Create_group", "Dup_with_info", "Idup", "Create"])
+def test_new_communicators_are_ccsynth_communicators(make):
+    c = ccsynth.Communicator(MPI.COMM_SELF)
+    new = {
+        "Dup": lambda: c.Dup(), "Clone": lambda: c.Clone(), "Split": lambda: c.Split(0, 0),
+        "Create_group": lambda: c.Create_group(c.Get_group()), "Dup_with_info": lambda: c.Dup_with_info(MPI.INFO_NULL),
+        "Idup": lambda: c.Idup()[0], "Create": lambda: c.Create(c.Get_group()),
+    }[make]()
+    try:
+        assert type(new) is ccsynth.Communicator and new.last_algorithm == ""  # constructed, not a bare handle
+        out = np.empty(2)
+        new.Allreduce(np.ones(2), out)
+        assert out.tolist() == [1.0, 1.0]
+    finally:
+        new.Free()
+        c.Free()
+
+
+def test_free_and_garbage_collection_leave_the_wrapped_communicator_alone():
+    base = MPI.COMM_SELF.Dup()
+    c = ccsynth.Communicator(base)
+    c.Free()
+    c.free()  # a second release is a no-op
+    assert base.allreduce(1) == 1
+    c2 = ccsynth.Communicator(base)
+    del c2
+    gc.collect()
+    assert base.allreduce(2) == 2
+    inner = ccsynth.Communicator(base)
+    wrapped = ccsynth.Communicator(inner)  # a ccsynth communicator wraps what the other wraps
+    assert wrapped.comm is base
+    wrapped.Free()
+    inner.Free()
+    base.Free()
+
+
+def test_only_intracommunicators_are_wrapped():
+    with pytest.raises(CCSynthError, match="mpi4py communicator"):
+        ccsynth.Communicator("world")
