@@ -60,8 +60,8 @@ from ccsynth.synth.baselines import applicable_baselines
 from ccsynth.topologies import fully_connected
 from ccsynth.units import format_size
 
-__all__ = ["RANKS", "COLLECTIVES", "SIZES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "markdown",
-           "main"]
+__all__ = ["RANKS", "COLLECTIVES", "SIZES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
+           "markdown", "main"]
 
 RANKS = (2, 4)
 COLLECTIVES = ("allreduce", "allgather")
@@ -158,7 +158,15 @@ def fastest_rows(docs: list[dict]) -> dict:
 # ------------------------------------------------------------------ report
 def _results(doc: dict, label: str = "") -> dict[str, list[SimpleNamespace]]:
     """The rows of a ``--json`` bench document by algorithm (``plan:FILE`` shortened to ``plan``), as records."""
-    return {f"{label}{_short(name)}": [SimpleNamespace(**r) for r in rows] for name, rows in doc["results"].items()}
+    return {f"{label}{_short(name)}": [_row(r) for r in rows] for name, rows in doc["results"].items()}
+
+
+def _row(r: dict) -> SimpleNamespace:
+    """A bench JSON row as a record; ``size`` is its ``size_bytes`` (``ccsynth.bench/1`` rows name it so)."""
+    row = SimpleNamespace(**r)
+    if not hasattr(row, "size"):
+        row.size = r["size_bytes"]
+    return row
 
 
 def _sz(n: int) -> str:
@@ -209,6 +217,17 @@ class PlanSummary:
     within_5pct: float  # share of sizes: plan <= 1.05 x default
     predicted_sizes: int  # sizes where the model predicts a clear winner (>5% apart)
     winner_agrees: float  # share of those where the measured winner is the predicted one
+    same_algorithm: int = 0  # sizes where the plan runs the default plan's own algorithm (a tie by construction)
+    same_or_faster: float = 0.0  # share of sizes: plan <= default, or the default's own algorithm
+
+
+def _same_algorithm(plan_algo: str, default_algo: str) -> bool:
+    """Whether the plan's row names the default plan's algorithm (``ring(c=2)`` against ``ring``).
+
+    The chunk factor is not compared: the default plan's is the one the plan
+    tables build it at (:func:`ccsynth.synth.default_plan.default_chunk_factor`).
+    """
+    return plan_algo.split("(")[0] == default_algo.split("(")[0] and "@" not in plan_algo
 
 
 def _plan_table(results: dict[str, list]) -> tuple[list[str], PlanSummary]:
@@ -217,13 +236,16 @@ def _plan_table(results: dict[str, list]) -> tuple[list[str], PlanSummary]:
     lines = ["| size | mpi (us) | default (us) | plan (us) | plan / default | plan / mpi | default / mpi | "
              "predicted plan / default | plan runs |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    wins = ties = called = agreed = 0
+    wins = ties = called = agreed = same = same_or_faster = 0
     for r in results["mpi"]:
         size = r.size
         d, p = by["default"][size], by["plan"][size]
         m = r.median_us
         wins += p.median_us <= d.median_us
         ties += p.median_us <= 1.05 * d.median_us
+        is_same = _same_algorithm(str(p.algorithm), str(d.algorithm))
+        same += is_same
+        same_or_faster += is_same or p.median_us <= d.median_us
         pd, pp = getattr(d, "predicted_us", None), getattr(p, "predicted_us", None)
         pred = "-"
         if pd and pp:
@@ -234,7 +256,8 @@ def _plan_table(results: dict[str, list]) -> tuple[list[str], PlanSummary]:
         lines.append(f"| {_sz(size)} | {m:.1f} | {d.median_us:.1f} | {p.median_us:.1f} | {p.median_us / d.median_us:.2f} | "
                      f"{p.median_us / m:.2f} | {d.median_us / m:.2f} | {pred} | {p.algorithm} |")
     n = len(results["mpi"])
-    return lines + [""], PlanSummary(n, wins / n, ties / n, called, agreed / called if called else float("nan"))
+    return lines + [""], PlanSummary(n, wins / n, ties / n, called, agreed / called if called else float("nan"),
+                                     same, same_or_faster / n)
 
 
 def _ratio_to_mpi(results: dict[str, list]) -> list[str]:
@@ -275,9 +298,45 @@ def _profile_lines(case: dict) -> list[str]:
     return lines + [""]
 
 
+def summary(cases: list[dict]) -> list[str]:
+    """The two tables the issue's targets are read from: median error per size band per case, and the plan
+    against the default plan per case."""
+    cols: list[tuple[str, dict[str, list]]] = [(f"{kind} {case['n']}r", _results(run["json"]))
+                                               for case in cases for kind, run in case["runs"].items()]
+    if not cols:
+        return []
+    bands: dict[tuple[int, str], dict[str, float]] = {}
+    for label, results in cols:
+        for d in error_table(results):
+            bands.setdefault((d.lo, d.label), {})[label] = d.median
+    out = ["### Summary", "", "Median |measured / predicted - 1| per size band (target: "
+           f"{100 * TARGET_SMALL:.0f}% below 64 KiB, {100 * TARGET_LARGE:.0f}% from 64 KiB; bold: met):", "",
+           "| sizes | " + " | ".join(label for label, _ in cols) + " |", "|---|" + "---:|" * len(cols)]
+    for (lo, text), per in sorted(bands.items()):
+        target = TARGET_LARGE if lo >= BAND_ANCHOR else TARGET_SMALL
+        cells = []
+        for label, _ in cols:
+            v = per.get(label)
+            cells.append("-" if v is None else (f"**{100 * v:.0f}%**" if v <= target else f"{100 * v:.0f}%"))
+        out.append(f"| {text} | " + " | ".join(cells) + " |")
+    out += ["", f"Synthesized plan against the default plan (share of sizes; target {100 * TARGET_PLAN_SHARE:.0f}% "
+            "at least as fast):", "",
+            "| case | plan <= default | plan <= 1.05 x default | plan runs the default's algorithm | "
+            "<= default or its algorithm | model calls a winner (>5%) | measured winner = predicted |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for label, results in cols:
+        _, ps = _plan_table(results)
+        agree = f"{100 * ps.winner_agrees:.0f}%" if ps.predicted_sizes else "-"
+        out.append(f"| {label} | {100 * ps.at_least_as_fast:.0f}% | {100 * ps.within_5pct:.0f}% | "
+                   f"{ps.same_algorithm} of {ps.sizes} | {100 * ps.same_or_faster:.0f}% | "
+                   f"{ps.predicted_sizes} of {ps.sizes} | {agree} |")
+    return out + [""]
+
+
 def markdown(cases: list[dict], commands: list[str]) -> str:
-    """The report: commands, profiles, prediction error per band, plan against default and MPI."""
-    out = ["### Commands", "", "```"] + commands + ["```", ""]
+    """The report: the summary, commands, profiles, prediction error per band, plan against default and MPI."""
+    out = summary(cases)
+    out += ["### Commands", "", "```"] + commands + ["```", ""]
     out += ["### Profiles", ""]
     for case in cases:
         out += _profile_lines(case)
@@ -305,7 +364,8 @@ def markdown(cases: list[dict], commands: list[str]) -> str:
                      "the model predicts plan and default within 5% at every size")
             out += [f"**{kind}, {case['n']} ranks** (synthesis {run['synth_s']:.1f} s{runs_note}): plan at least as fast as the "
                     f"default plan at {100 * ps.at_least_as_fast:.0f}% of {ps.sizes} sizes "
-                    f"({100 * ps.within_5pct:.0f}% within 5%; target {100 * TARGET_PLAN_SHARE:.0f}%); {agree}.", ""]
+                    f"({100 * ps.within_5pct:.0f}% within 5%; target {100 * TARGET_PLAN_SHARE:.0f}%; it runs the "
+                    f"default plan's own algorithm at {ps.same_algorithm}); {agree}.", ""]
             out += lines
             out += ["Median latency / MPI's per size band:", ""] + _ratio_to_mpi(results)
     return "\n".join(out)

@@ -65,7 +65,15 @@ what collectives will see:
      eager sends to a rendezvous (MPICH's shared memory: near 8 KiB), and
      the step is its extra latency (``Topology.eager_limit``,
      ``rendezvous_alpha``; the largest size still fast, and a search for
-     the step); then the bandwidth is fitted once more with it.
+     the step); then the bandwidth is fitted once more with it;
+  5. the size-dependent cost (after PLogP's ``g(m)``, :mod:`ccsynth.topologies.curve`):
+     one bandwidth does not describe both the data that stays in the
+     caches and the data that streams from memory, so every probe size
+     (the schedule's size, its working set) whose messages carry
+     :data:`CURVE_MIN_BYTES` or more (the ladder's chains, the bandwidth
+     windows) gets a factor of its own -- the cost of its bytes relative
+     to the fitted bandwidth -- searched with the figures above fixed
+     (:func:`fit_curve`): ``Topology.message_curve``.
 
 Local reductions and copies are timed directly on the backend's kernels
 (:func:`measure_kernels`), on all ranks at once, on buffers larger than
@@ -73,7 +81,10 @@ the caches: ``local_bw`` is the rate of the fused receive-reduce-copy
 (``dst = a + b``), which reducing collectives run most; copies and plain
 reductions run within about 25% of it. The same kernel called over and
 over on two floats gives the fixed cost of a kernel call
-(``local_overhead``; 1-5 us here, as much as a message's overhead).
+(``local_overhead``; 1-5 us here, as much as a message's overhead), and on
+buffers of :data:`LOCAL_LADDER` sizes the size-dependent cost of local
+work (``Topology.local_curve``, :func:`local_curve`: a 256 KiB reduction
+in the caches runs several times faster than a 16 MiB one).
 Where a node runs at least three ranks, one pair streaming alone is timed
 too (:func:`_pair_pattern`); if every pattern's ranks together get less
 than ``1 - PORT_MARGIN`` of what that pair alone gets per link, the node
@@ -108,14 +119,15 @@ from ccsynth.errors import CCSynthError
 from ccsynth.kernels.base import get_backend
 from ccsynth.synth.executor_model import ExecutorSettings, lower_for_executor
 from ccsynth.synth.simulate import TaskGraph, simulate_graph
-from ccsynth.topologies.model import Link, SharedPort, Topology
+from ccsynth.topologies.curve import SizeCurve
+from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Link, SharedPort, Topology
 from ccsynth.units import format_size
 
 __all__ = [
     "DEFAULT_SIZES", "QUICK_SIZES", "PORT_MARGIN", "ProfileOptions", "Pattern", "Probe", "Sample", "LinkFit",
     "ProtocolFit", "FitResult", "KernelRates", "MachineProfile", "patterns", "plan_probes", "probe_schedule",
-    "measure_probe", "measure_kernels", "fit_hops", "fit_overhead", "fit_bandwidth", "fit_protocol", "fit_patterns",
-    "build_topology", "profile_machine",
+    "measure_probe", "measure_kernels", "local_curve", "fit_hops", "fit_overhead", "fit_bandwidth", "fit_protocol",
+    "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
 ]
 
 log = logging.getLogger(__name__)
@@ -136,6 +148,11 @@ KERNEL_BYTES = 16 << 20  # local kernels are timed on buffers this large (beyond
 KERNEL_SECONDS = 0.25  # ... for this long each (quick: a fifth)
 ITERS_SMALL, WARMUP_SMALL = 120, 10
 ITERS_LARGE, WARMUP_LARGE = 12, 2
+#: probes whose messages carry at least this many bytes give a point of the message curve, at the probe's size
+#: (below, a message's bytes are a small part of its time, and a factor fitted there would be noise)
+CURVE_MIN_BYTES = 4 << 10
+#: buffer sizes of the local-kernel ladder (the local curve); KERNEL_BYTES is its last point
+LOCAL_LADDER = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 PASSES = 3  # every probe is measured in this many passes over all of them; the fastest pass counts
 QUICK_ITERS_SMALL, QUICK_ITERS_LARGE = 15, 3
 
@@ -290,6 +307,7 @@ class KernelRates:
     fused: float
     nbytes: int
     call_us: float = 0.0  # one call of the fused kernel on 8 bytes: the fixed cost of a kernel call
+    ladder: tuple[tuple[int, float], ...] = ()  # (buffer bytes, us per call of the fused kernel) at LOCAL_LADDER
 
     @property
     def local_bw(self) -> float:
@@ -327,6 +345,9 @@ class MachineProfile:
             "shared_ports": [{"name": p.name, "bw_GBps": p.bw} for p in self.ports],
             "eager_limit_bytes": self.protocol.eager_limit,
             "rendezvous_alpha_us": self.protocol.rendezvous_alpha,
+            "message_curve": None if self.topology.message_curve is None else self.topology.message_curve.to_dict(),
+            "local_curve": None if self.topology.local_curve is None else self.topology.local_curve.to_dict(),
+            "local_ladder_us": [[m, t] for m, t in self.kernels.ladder],
             "pair_bw_GBps": {str(k): v for k, v in self.pair_bw.items()},
             "samples": [{"probe": s.probe.describe(), "measured_us": s.measured_us} for s in self.samples],
             "hosts": list(self.hosts),
@@ -469,9 +490,42 @@ def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SE
         if elapsed >= seconds / 2:
             break
     rates.append(elapsed / calls * 1e6)
+    # the size-dependent cost: the fused kernel on buffers of every LOCAL_LADDER size
+    ladder = [m for m in LOCAL_LADDER if m < count * 4]
+    for m in ladder:
+        k = max(1, m // 4)
+        x, y, z = (be.zeros(k, np.float32) for _ in range(3))
+        batch = max(1, (256 << 10) // m)
+        fused(x, y, z)
+        comm.Barrier()
+        calls = 0
+        t0 = time.perf_counter()
+        while True:
+            for _ in range(batch):
+                fused(x, y, z)
+            calls += batch
+            elapsed = time.perf_counter() - t0
+            if elapsed >= seconds / 4:
+                break
+        rates.append(elapsed / calls * 1e6)
     all_rates = np.array(comm.allgather(rates))
     med = np.median(all_rates, axis=0)
-    return KernelRates(float(med[0]), float(med[1]), float(med[2]), count * 4, float(med[3]))
+    return KernelRates(float(med[0]), float(med[1]), float(med[2]), count * 4, float(med[3]),
+                       tuple((m, float(t)) for m, t in zip(ladder, med[4:])))
+
+
+def local_curve(kernels: KernelRates) -> SizeCurve | None:
+    """The local curve of the kernel ladder: per size, the us of its bytes (a call's time less the fixed
+    cost of a call) relative to ``local_bw`` (the rate on the largest buffers); None without a ladder."""
+    if not kernels.ladder:
+        return None
+    rate = kernels.local_bw * BYTES_PER_US_PER_GBPS  # bytes per us
+    sizes, factors = [], []
+    for m, us in [*kernels.ladder, (kernels.nbytes, kernels.nbytes / rate + kernels.call_us)]:
+        f = max(us - kernels.call_us, 0.0) * rate / m
+        sizes.append(float(m))
+        factors.append(min(max(f, CURVE_RANGE[0]), CURVE_RANGE[1]))
+    return SizeCurve(tuple(sizes), tuple(factors))
 
 
 # ------------------------------------------------------------------ fitting
@@ -491,15 +545,17 @@ class _Predictor:
         return g
 
     def time(self, probe: Probe, alpha: float, overhead: float, bw: float, call: float,
-             protocol: ProtocolFit = NO_SWITCH) -> float:
+             protocol: ProtocolFit = NO_SWITCH, curve: SizeCurve | None = None) -> float:
         links = tuple(Link(r, d, max(alpha, 0.0), bw, overhead) for r, d in probe.pattern.pairs)
         topo = Topology("candidate", self.n, links=links, overhead_scope="rank", call_overhead=call,
-                        eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha)
+                        eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
+                        message_curve=curve)
         return simulate_graph(self.graph(probe), topo).time_us
 
-    def fitted(self, probe: Probe, f: LinkFit, call: float, protocol: ProtocolFit) -> float:
+    def fitted(self, probe: Probe, f: LinkFit, call: float, protocol: ProtocolFit,
+               curve: SizeCurve | None = None) -> float:
         """The predicted time of ``probe`` with the figures ``f`` of its pattern."""
-        return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol)
+        return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol, curve)
 
 
 def _log_error(pred: Callable[[Probe], float], samples: Sequence[Sample]) -> float:
@@ -600,6 +656,44 @@ def fit_protocol(predictor: _Predictor, ladder: Sequence[Sample], fits: dict[Pat
     return best
 
 
+#: the range a curve factor is searched in (and a local factor clamped to): caches against memory make 3-4x
+#: (bench/RESULTS.md); a fit beyond 10x either way is a load spike, not the machine
+CURVE_RANGE = (0.1, 10.0)
+
+
+def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult) -> SizeCurve | None:
+    """The message curve (PLogP's ``g(m)``) that explains the probes of every size best, the figures of ``result``
+    fixed; None where no probe moves :data:`CURVE_MIN_BYTES` or more per message.
+
+    A probe counts at its schedule's size (``Probe.size_bytes``, the
+    working set the simulator indexes the curve by). Each size is fitted by
+    a one-dimensional search (on the factor's logarithm, within
+    :data:`CURVE_RANGE`) over the probes of that size; the simulator applies
+    one factor per call, so the sizes are independent.
+    """
+    fits = {f.pattern: f for f in result.fits}
+    by_size: dict[int, list[Sample]] = {}
+    for s in samples:
+        if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits:
+            by_size.setdefault(s.probe.size_bytes, []).append(s)
+    if not by_size:
+        return None
+    sizes: list[float] = []
+    factors: list[float] = []
+    for m in sorted(by_size):
+        mine = by_size[m]
+
+        def err(log_f: float, m: int = m, mine: list[Sample] = mine) -> float:
+            curve = SizeCurve((float(m),), (math.exp(log_f),))
+            return _log_error(lambda p: predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol,
+                                                         curve), mine)
+
+        f = math.exp(_minimize(err, math.log(CURVE_RANGE[0]), math.log(CURVE_RANGE[1]), steps=16, rounds=20))
+        sizes.append(float(m))
+        factors.append(f)
+    return SizeCurve(tuple(sizes), tuple(factors))
+
+
 def _split(samples: Sequence[Sample]):
     chains = [s for s in samples if s.probe.shape == "chain" and s.probe.nbytes <= SMALL]
     windows = [s for s in samples if s.probe.shape == "window" and s.probe.nbytes <= SMALL]
@@ -648,6 +742,7 @@ def build_topology(
     n: int, fits: Sequence[LinkFit], call: float, kernels: KernelRates, nodes: Sequence[int], *,
     ports: dict[int, SharedPort] | None = None, pair_bw: dict[int, float] | None = None, name: str = "profiled",
     description: str = "", sources: Sequence[str] = (), protocol: ProtocolFit = NO_SWITCH,
+    message_curve: SizeCurve | None = None, local_curve: SizeCurve | None = None,
 ) -> Topology:
     """The ccsynth topology of the fitted figures: a link per ordered pair, with its pattern's figures.
 
@@ -668,7 +763,8 @@ def build_topology(
     return Topology(name, n, links=tuple(links), shared_ports=tuple(ports.values()), nodes=tuple(nodes),
                     description=description, sources=tuple(sources), local_bw=kernels.local_bw,
                     local_overhead=kernels.call_us, overhead_scope="rank",
-                    call_overhead=call, eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha)
+                    call_overhead=call, eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
+                    message_curve=message_curve, local_curve=local_curve)
 
 
 def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int, float]) -> dict[int, SharedPort]:
@@ -758,11 +854,13 @@ def profile_machine(
         ref = same[0] if same else fits[0]
         pair_bw[node] = fit_bandwidth(predictor, ps, ref.alpha, ref.overhead, call, protocol)
     ports = _node_ports(fits, nodes, pair_bw)
+    curve = fit_curve(predictor, samples, result)
     lib = MPI.Get_library_version().strip().splitlines()[0].strip()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     topo = build_topology(
         n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}", protocol=protocol,
+        message_curve=curve, local_curve=local_curve(kernels),
         description=_describe(n, hosts, nodes, cores, lib),
         sources=(f"ccsynth topo profile on {hosts[0]} at {when}, load average {load}, "
                  f"{len(samples) + sum(len(v) for v in pair_samples.values())} probes",),

@@ -35,6 +35,7 @@ from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError, PlanError
 from ccsynth.formats.files import get_topology, load_sketch
 from ccsynth.synth.sized_plan import synthesize_plan
+from ccsynth.synth.tables import DEFAULT_MARGIN
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.synth.synthesize import SUPPORTED, synthesize as _synthesize
 from ccsynth.topologies.model import Topology
@@ -53,8 +54,13 @@ def synthesize(
     options: SolverOptions | None = None,
     time_limit: float | None = None,
     contiguity: bool = True,
+    margin: float | None = DEFAULT_MARGIN,
 ) -> Schedule | Plan:
     """A verified Schedule (``size=``, or neither) or a Plan (``sizes=``); see the module doc.
+
+    ``margin`` (plans only): a candidate replaces the default plan's algorithm
+    at a size only when predicted faster by more than this fraction
+    (:data:`~ccsynth.synth.tables.DEFAULT_MARGIN`; None: the fastest wins).
 
     Example:
         >>> import ccsynth
@@ -81,7 +87,7 @@ def synthesize(
         options = SolverOptions(time_limit=time_limit)
     if sizes is not None:
         values = parse_sizes(sizes) if isinstance(sizes, str) else [parse_size(s) for s in sizes]
-        return synthesize_plan(topo, coll, values, sketch, options, contiguity=contiguity)
+        return synthesize_plan(topo, coll, values, sketch, options, contiguity=contiguity, default_margin=margin)
     nbytes = parse_size(size) if size is not None else None
     if nbytes is not None and nbytes <= 0:
         raise PlanError(f"size must be positive, got {size!r}")

@@ -751,9 +751,12 @@ def lower_bound(collective: Collective, topology: Topology, size_bytes: float) -
     ``time_us = max(latency_us, bandwidth_us)``; ``bandwidth_us`` is the best
     of the cut and aggregate bounds; ``which`` names the winner. The bound
     does not depend on the chunk factor. Results are cached per topology.
+    A topology with size-dependent costs is bounded at their fastest point
+    (:meth:`~ccsynth.topologies.model.Topology.fastest`).
 
     Raises :class:`~ccsynth.errors.TopologyError` if the rank counts differ.
     """
+    topology = topology.fastest  # size-dependent costs at their fastest point: a bound never exceeds a time
     n = collective.n_ranks
     if topology.n_ranks != n:
         raise TopologyError(

@@ -79,14 +79,14 @@ from ccsynth.collectives.runtime.constants import (
     W_COPY,
 )
 from ccsynth.collectives.runtime.layout import Layout, build_layout
-from ccsynth.collectives.runtime.local_program import build_local_program
+from ccsynth.collectives.runtime.local_program import LocalProgram, build_local_program
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import ScheduleError, SizeError
 from ccsynth.graphs import topological_order
 from ccsynth.synth.simulate import SimResult, Task, TaskGraph, simulate_graph
 from ccsynth.topologies.model import Topology
 
-__all__ = ["ExecutorSettings", "lower_for_executor", "simulate_run", "default_slice_bytes"]
+__all__ = ["ExecutorSettings", "executor_programs", "lower_for_executor", "simulate_run", "default_slice_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +120,20 @@ def _block_count(schedule: Schedule, size_bytes: float, itemsize: int) -> int:
     return int(size_bytes // (blocks * itemsize))
 
 
-def lower_for_executor(schedule: Schedule, size_bytes: float, settings: ExecutorSettings | None = None) -> TaskGraph:
+def executor_programs(schedule: Schedule, settings: ExecutorSettings | None = None) -> tuple[LocalProgram, ...]:
+    """Every rank's local program of ``schedule`` (the size-independent compile step; the executor too builds it
+    once and lays it out per size). Pass it to :func:`lower_for_executor` to lower one schedule at many sizes."""
+    settings = settings or ExecutorSettings()
+    n = schedule.collective.n_ranks
+    return tuple(build_local_program(schedule, q, q, fuse_ops=settings.fuse) for q in range(n))
+
+
+def lower_for_executor(schedule: Schedule, size_bytes: float, settings: ExecutorSettings | None = None, *,
+                       programs: tuple[LocalProgram, ...] | None = None) -> TaskGraph:
     """The tasks ccsynth's executor runs for one call of ``schedule`` at ``size_bytes`` (see the module docstring).
 
+    ``programs``: :func:`executor_programs` of ``schedule`` with the same
+    settings, when lowering it at several sizes (built here otherwise).
     Raises :class:`ScheduleError` where the executor would refuse the
     schedule (a race, a cycle) or the size (a count its chunks cannot
     split), :class:`SizeError` for a bad size.
@@ -138,8 +149,10 @@ def lower_for_executor(schedule: Schedule, size_bytes: float, settings: Executor
     n, cf = coll.n_ranks, coll.chunk_factor
     layouts: list[Layout] = []
     levels_ok = True
+    if programs is None:
+        programs = executor_programs(schedule, settings)
     for q in range(n):
-        program = build_local_program(schedule, q, q, fuse_ops=settings.fuse)
+        program = programs[q]
         if not program.uneven_ok and m % cf:
             raise ScheduleError(
                 f"schedule {schedule.name!r} keeps chunks in slots of other sizes, so it needs an element count per "

@@ -50,7 +50,11 @@ def _capacity(topology: Topology, srcs, dsts) -> float:
 
 
 def explicit_lower_bound(collective: ExplicitCollective, topology: Topology, size_bytes: float) -> Bound:
-    """The cut bound (us) of ``collective`` on ``topology`` for a message (tensor) of ``size_bytes``."""
+    """The cut bound (us) of ``collective`` on ``topology`` for a message (tensor) of ``size_bytes``.
+
+    Size-dependent costs count at their fastest point (:meth:`~ccsynth.topologies.model.Topology.fastest`).
+    """
+    topology = topology.fastest
     n = collective.n_ranks
     if topology.n_ranks != n:
         raise TopologyError(f"topology {topology.name!r} has {topology.n_ranks} ranks but the collective has {n}")

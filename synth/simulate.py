@@ -23,7 +23,13 @@ Model
   (``Connection.resources``: the link, or the switch's egress and ingress
   ports, plus shared NIC ports; bandwidths from ``topology.resource_bw``).
   Alone on its resources a transfer takes ``alpha + bytes / bw``, i.e.
-  ``Connection.time_us``. Where the topology has an ``eager_limit``, a
+  ``Connection.time_us``. Where the topology has a ``message_curve``
+  (size-dependent costs, :mod:`ccsynth.topologies.curve`), every message
+  of a call of ``size_bytes`` moves ``f(size_bytes)`` times its bytes
+  through its resources (``local_curve``: local work costs ``f`` times
+  its bytes at ``local_bw``); the factor is the call's, by its working
+  set, not each message's own (why: the curve's module docstring). Where
+  the topology has an ``eager_limit``, a
   message of more bytes than that goes by a rendezvous protocol: its
   latency is ``alpha + rendezvous_alpha`` (the handshake;
   :meth:`~ccsynth.topologies.model.Topology.message_alpha`).
@@ -441,9 +447,13 @@ def _maxmin(
 
 
 def _run(
-    p: _Prepared, chunk_bytes: float, local_bw: float | None, rec: Recorder | None = None
+    p: _Prepared, chunk_bytes: float, local_bw: float | None, rec: Recorder | None = None,
+    message_factor: float = 1.0, local_factor: float = 1.0,
 ) -> tuple[float, dict[str, float]]:
     """Simulate once; returns (makespan in us, busy time per resource name).
+
+    ``message_factor`` and ``local_factor``: the call's size-dependent costs
+    (see the module docstring), 1.0 without curves.
 
     ``rec`` (optional) is told when every phase of every transfer, every
     engine's work and every op ends (see :mod:`ccsynth.synth.trace`).
@@ -457,7 +467,9 @@ def _run(
     ndeps = list(p.ndeps)
     ready = bytearray(n)
     done = bytearray(n)
-    local_cost = chunk_bytes / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
+    # the call's size-dependent factors (1.0: the constants) scale what a unit costs, not what it is
+    local_cost = chunk_bytes * local_factor / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
+    data_unit = chunk_bytes * message_factor  # bytes a unit's data phase moves through its resources
     local_call = p.local_overhead if chunk_bytes > 0 else 0.0  # the fixed cost of a kernel call that moves bytes
     # timed events other than transfer ends: (time, op id, _EV_DONE / _EV_DATA / _EV_POSTED)
     heap: list[tuple[float, int, int]] = []
@@ -555,6 +567,7 @@ def _run(
             finish(s)
             received(partner[s])
             return
+        nbytes = count[s] * data_unit
         c = cls[s]
         for r in class_res[c]:
             res_bytes[r] += nbytes
@@ -598,7 +611,7 @@ def _run(
             s = q.popleft()
             if rec is not None:
                 rec.data_start[s] = now
-            cur[c], rem[c], tupd[c] = s, count[s] * chunk_bytes, now
+            cur[c], rem[c], tupd[c] = s, count[s] * data_unit, now
             t_next[c] = now + rem[c] / rate[c]
             return
         busy[c] = 0
@@ -707,7 +720,9 @@ def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool 
     coll = p.schedule.collective
     chunk_bytes = coll.chunk_bytes(size) if p.unit_is_chunk else 1.0
     rec = Recorder(p.n_ops) if trace else None
-    time_us, busy = _run(p, chunk_bytes, local_bw, rec)
+    mcurve, lcurve = topology.message_curve, topology.local_curve
+    time_us, busy = _run(p, chunk_bytes, local_bw, rec, mcurve.factor(size) if mcurve is not None else 1.0,
+                         lcurve.factor(size) if lcurve is not None else 1.0)
     if p.n_ops:
         time_us += topology.call_overhead
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)

@@ -5,9 +5,11 @@
 synthesize a schedule at every size
 (:func:`~ccsynth.synth.synthesize.synthesize`, without the comparison with
 baselines), add every applicable baseline at its own best chunk factor per
-size (:func:`~ccsynth.synth.baseline_search.plan_baselines`), and let
-:func:`~ccsynth.synth.tables.build_plan` keep the fastest in simulation per
-size range. Synthesized schedules are named ``ccsynth@<size>`` and
+size (:func:`~ccsynth.synth.baseline_search.plan_baselines`) and the
+default plan's own algorithm, and let :func:`~ccsynth.synth.tables.build_plan`
+keep the fastest in simulation per size range -- the default plan's choice
+unless another is predicted faster by more than the model's error
+(:data:`~ccsynth.synth.tables.DEFAULT_MARGIN`). Synthesized schedules are named ``ccsynth@<size>`` and
 baselines ``<name>(c=<chunk factor>)``, so the plan says what won where.
 
 :func:`synthesize_sized` is the same computation returning the pieces as
@@ -41,7 +43,7 @@ from ccsynth.synth.baseline_search import BaselineChoice, plan_baselines
 from ccsynth.synth.sketch import Sketch
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.synth.synthesize import ProgressFn, synthesize
-from ccsynth.synth.tables import build_plan
+from ccsynth.synth.tables import DEFAULT_MARGIN, build_plan
 from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
 
@@ -88,6 +90,7 @@ def synthesize_sized(
     contiguity: bool = True,
     stage_progress: Callable[[int], ProgressFn | None] | None = None,
     on_size: Callable[[SizedSchedule], None] | None = None,
+    default_margin: float | None = DEFAULT_MARGIN,
 ) -> SizedPlan:
     """:func:`synthesize_plan` with its pieces (see the module docstring for the hooks)."""
     values = sorted({int(s) for s in sizes})
@@ -108,7 +111,7 @@ def synthesize_sized(
     per_size = plan_baselines(Collective(collective.kind, topology.n_ranks), topology, values)
     baselines = [renamed(c.schedule, f"{c.name}(c={c.chunk_factor})")
                  for c in {(c.name, c.chunk_factor): c for cs in per_size.values() for c in cs}.values()]
-    plan = build_plan([d.schedule for d in synthesized] + baselines, topology, values)
+    plan = build_plan([d.schedule for d in synthesized] + baselines, topology, values, default_margin=default_margin)
     return SizedPlan(plan, tuple(synthesized), {int(k): v for k, v in per_size.items()}, seconds)
 
 
@@ -121,7 +124,13 @@ def synthesize_plan(
     *,
     contiguity: bool = True,
     progress: ProgressFn | None = None,
+    default_margin: float | None = DEFAULT_MARGIN,
 ) -> Plan:
-    """A :class:`Plan` for ``collective`` on ``topology``: the fastest schedule per size range of ``sizes``."""
+    """A :class:`Plan` for ``collective`` on ``topology``: the fastest schedule per size range of ``sizes``.
+
+    The default plan's algorithm stays at a size unless a candidate is predicted faster by more than
+    ``default_margin`` (:func:`~ccsynth.synth.tables.build_plan`; None: the fastest wins).
+    """
     return synthesize_sized(topology, collective, sizes, sketch, options, contiguity=contiguity,
-                            stage_progress=(lambda _size: progress) if progress is not None else None).plan
+                            stage_progress=(lambda _size: progress) if progress is not None else None,
+                            default_margin=default_margin).plan

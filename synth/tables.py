@@ -1,5 +1,11 @@
 """Per-size algorithm tables: simulate candidates at many sizes, keep the fastest.
 
+On a topology of processes run by ccsynth's executor (``overhead_scope``
+``"rank"``, what ``ccsynth topo profile`` writes) candidates are simulated
+as the executor runs them (:mod:`ccsynth.synth.executor_model`), the model
+``ccsynth bench --predict`` checks against measured runs; elsewhere as
+their own ops (:func:`ccsynth.synth.simulate.simulate`).
+
 :func:`build_plan` simulates every candidate schedule of a collective at
 every message size (:func:`ccsynth.synth.simulate.simulate`), picks the
 fastest per size -- on a tie (within :data:`TIE_REL`) the one with fewer ops,
@@ -14,6 +20,21 @@ is the winner's simulated time at the largest measured size of its range.
 ``plan.meta["tables"]`` keeps, per collective, the sizes, each candidate's
 simulated times and the winner per size, for :func:`plan_table` (and the
 CLI) to print.
+
+**The default plan's choice stays unless beaten by a margin.** A model with a
+known error cannot call a winner closer than that error: measured on this
+project's machines (``bench/RESULTS.md``, issue 10), candidates predicted
+10-40% faster than the default plan were measured up to 2x slower. With
+``default_margin`` (what ``ccsynth synth --sizes`` and
+``ccsynth.synthesize(sizes=...)`` pass: :data:`DEFAULT_MARGIN`, or
+``--margin``), the algorithm the built-in default plan
+(:mod:`ccsynth.synth.default_plan`) runs at a size is always a candidate
+there (built for this topology, at the default plan's chunk factor), and
+another candidate replaces it only when predicted faster by more than the
+margin: ``t_candidate < (1 - margin) * t_default``. Where the default's
+algorithm does not apply to the topology, the fastest candidate wins as
+without a margin. ``plan.meta["tables"]`` then also names the default's
+algorithm per size and the margin.
 
 :func:`candidates_for` builds every baseline that applies to a collective on
 a topology; the synthesizer adds its schedules to that list.
@@ -36,19 +57,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from ccsynth.collectives.plan import Plan, PlanEntry
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective, canonical_kind
-from ccsynth.errors import CCSynthError, PlanError
+from ccsynth.errors import CCSynthError, PlanError, ScheduleError
 from ccsynth.synth.baselines import applicable_baselines, make_baseline
-from ccsynth.synth.simulate import simulate_sizes
+from ccsynth.synth.default_plan import default_entries
+from ccsynth.synth.executor_model import executor_programs, lower_for_executor
+from ccsynth.synth.simulate import simulate_graph, simulate_sizes
 from ccsynth.tolerance import REL
 from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
-
-__all__ = ["TIE_REL", "PLAN_HEADERS", "candidates_for", "build_plan", "plan_table"]
 
 log = logging.getLogger(__name__)
 
 #: Simulated times this close (relative) count as a tie.
 TIE_REL = REL
+#: A candidate replaces the default plan's algorithm at a size only when predicted faster by more than
+#: this fraction: the cost model's measured median error from 64 KiB up (the issue-10 target it is held
+#: to; bench/RESULTS.md "Predicted against measured"). ``ccsynth synth --sizes ... --margin M`` overrides it.
+DEFAULT_MARGIN = 0.25
+#: On a topology run by ccsynth's executor, a candidate of more ops than this is no candidate: the executor's
+#: compile step (its local program) grows faster than linearly with the ops -- measured 68 s for a 12,300-op
+#: ring at chunk factor 1024 on 4 ranks, which every first call of the plan would pay too.
+EXECUTOR_MAX_OPS = 4096
 
 Candidates = Mapping[tuple[str, int], Sequence[Schedule]] | Iterable[Schedule]
 
@@ -97,16 +126,50 @@ def _labels(scheds: list[Schedule]) -> list[str]:
     return out
 
 
-def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int], *, local_bw: float | None = None) -> Plan:
+def _default_choices(kind: str, n: int, topology: Topology, sizes: Sequence[int]) -> list[Schedule | None]:
+    """Per size, the default plan's algorithm for ``kind`` on ``n`` ranks built for ``topology`` (None where it
+    has no row or its algorithm does not apply to the topology)."""
+    built: dict[tuple[str, int], Schedule | None] = {}
+    out: list[Schedule | None] = []
+    for size in sizes:
+        entry = next((e for e in default_entries(kind, n) if e.min_bytes <= size and
+                      (e.max_bytes is None or size < e.max_bytes)), None)
+        if entry is None:
+            out.append(None)
+            continue
+        coll = entry.schedule.collective
+        key = (entry.algorithm, coll.chunk_factor)
+        if key not in built:
+            sched = None
+            if entry.algorithm in applicable_baselines(coll, topology):
+                try:
+                    b = make_baseline(entry.algorithm, coll, topology)
+                    sched = Schedule(f"{entry.algorithm}(c={coll.chunk_factor})", b.collective, b.ops,
+                                     b.scratch_chunks, b.topology, b.meta)
+                except CCSynthError as e:  # pragma: no cover - applicable baselines build
+                    log.warning("default plan's %s does not build on %s: %s", entry.algorithm, topology.name, e)
+            built[key] = sched
+        out.append(built[key])
+    return out
+
+
+def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int], *, local_bw: float | None = None,
+               default_margin: float | None = None) -> Plan:
     """The fastest candidate per size range, for every collective given.
 
     ``candidates``: a flat list of schedules, or a dict ``(kind, n_ranks) ->
     list of schedules``; they must be verified (baselines and synthesized
     schedules are). ``sizes``: the message sizes (bytes) to simulate at.
     ``local_bw`` is passed to the simulator (cost of local copies).
-    Raises :class:`PlanError` for no sizes, no candidates, or a candidate
-    whose rank count differs from the topology's.
+    ``default_margin`` (a fraction, e.g. :data:`DEFAULT_MARGIN`): the
+    default plan's algorithm is a candidate at every size and is replaced
+    only by one predicted faster by more than this (see the module
+    docstring); None: the fastest candidate wins.
+    Raises :class:`PlanError` for no sizes, no candidates, a bad margin, or a
+    candidate whose rank count differs from the topology's.
     """
+    if default_margin is not None and not (0.0 <= default_margin < 1.0):
+        raise PlanError(f"the default plan's margin must be a fraction in [0, 1), got {default_margin!r}")
     sizes = sorted({int(s) for s in sizes})
     if not sizes:
         raise PlanError("no message sizes to build a plan for")
@@ -123,11 +186,22 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
                 f"candidate {scheds[0].name!r} ({kind} on {n} ranks) does not fit topology {topology.name!r} "
                 f"({topology.n_ranks} ranks)"
             )
+        defaults: list[int | None] = [None] * len(sizes)
+        if default_margin is not None:
+            scheds = list(scheds)
+            labels = _labels(scheds)
+            for j, choice in enumerate(_default_choices(kind, n, topology, sizes)):
+                if choice is None:
+                    continue
+                if choice.name not in labels:
+                    scheds.append(choice)
+                    labels.append(choice.name)
+                defaults[j] = labels.index(choice.name)
         labels = _labels(scheds)
         times = []
         for s, label in zip(scheds, labels):
             log.info("simulating %s (%s, %d ops) at %d sizes", label, kind, len(s.ops), len(sizes))
-            times.append([r.time_us for r in simulate_sizes(s, topology, sizes, local_bw=local_bw)])
+            times.append(_times(s, topology, sizes, local_bw))
         winners = []
         for j in range(len(sizes)):
             best = None
@@ -143,6 +217,10 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
                     best = i
             if best is None:
                 raise PlanError(f"no candidate for {kind} on {n} ranks has a finite simulated time at {sizes[j]} bytes")
+            dj = defaults[j]
+            if (dj is not None and default_margin is not None and best != dj and math.isfinite(times[dj][j])
+                    and not times[best][j] < (1.0 - default_margin) * times[dj][j]):
+                best = dj  # not faster than the default's algorithm by more than the margin: keep it
             winners.append(best)
         # merge runs of one winner; boundaries at geometric midpoints
         start = 0
@@ -163,9 +241,46 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
                     {"algorithm": label, "ops": len(s.ops), "times_us": t} for s, label, t in zip(scheds, labels, times)
                 ],
                 "winners": [labels[w] for w in winners],
+                **({"default_margin": default_margin, "defaults": [None if d is None else labels[d] for d in defaults]}
+                   if default_margin is not None else {}),
             }
         )
     return Plan(tuple(entries), topology.name, {"sizes": sizes, "tables": tables})
+
+
+def _times(schedule: Schedule, topology: Topology, sizes: Sequence[int], local_bw: float | None) -> list[float]:
+    """The simulated time (us) of ``schedule`` at every size, in the model of the runtime that will run it.
+
+    A topology of ``overhead_scope="rank"`` is one of processes driven by
+    ccsynth's own executor (what ``ccsynth topo profile`` writes): a plan for
+    it is judged as the executor runs it (:func:`~ccsynth.synth.executor_model.lower_for_executor`:
+    pipeline slices, fused copies), the very prediction ``ccsynth bench
+    --predict`` prints; a size the executor cannot split a schedule's
+    chunks at gets an infinite time, and so does a schedule of more than
+    :data:`EXECUTOR_MAX_OPS` ops at every size. Otherwise (GPU runtimes, every catalog
+    topology) the schedule's own ops are simulated.
+    """
+    if topology.overhead_scope != "rank":
+        return [r.time_us for r in simulate_sizes(schedule, topology, sizes, local_bw=local_bw)]
+    if len(schedule.ops) > EXECUTOR_MAX_OPS:
+        log.info("%s has %d ops: more than the executor compiles in seconds (%d); not a candidate",
+                 schedule.name, len(schedule.ops), EXECUTOR_MAX_OPS)
+        return [math.inf] * len(sizes)
+    out = []
+    try:
+        programs = executor_programs(schedule)
+    except ScheduleError as e:
+        log.warning("%s does not compile for the executor: %s", schedule.name, e)
+        return [math.inf] * len(sizes)
+    for size in sizes:
+        try:
+            graph = lower_for_executor(schedule, size, programs=programs)
+        except ScheduleError as e:
+            log.debug("%s does not run at %d bytes in the executor: %s", schedule.name, size, e)
+            out.append(math.inf)
+            continue
+        out.append(simulate_graph(graph, topology, local_bw=local_bw).time_us)
+    return out
 
 
 def _midpoint(a: int, b: int) -> int:
@@ -215,4 +330,5 @@ def plan_table(plan: Plan, *, times: bool = False, human: bool = True) -> tuple[
     return headers, rows
 
 
-__all__ = ["build_plan", "candidates_for", "plan_table", "PLAN_HEADERS", "TIE_REL"]
+__all__ = ["build_plan", "candidates_for", "plan_table", "PLAN_HEADERS", "TIE_REL", "DEFAULT_MARGIN",
+           "EXECUTOR_MAX_OPS"]

@@ -126,3 +126,20 @@ def test_a_listed_command_without_its_module_fails_loudly(monkeypatch):
     monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, "no_such_command"))
     with pytest.raises(ModuleNotFoundError, match="ccsynth.commands.no_such_command"):
         cli.build_parser()
+
+
+def test_synth_sizes_margin_keeps_or_replaces_the_default_choice(capsys):
+    """--margin: a plan keeps the default plan's algorithm unless beaten by more than the margin; 0: fastest wins."""
+    assert main(["synth", "-t", "fully_connected:2", "-c", "allgather", "--sizes", "1K,1M", "--json"]) == 0
+    kept = json.loads(capsys.readouterr().out)
+    assert kept["default_margin"] == 0.25
+    assert main(["synth", "-t", "fully_connected:2", "-c", "allgather", "--sizes", "1K,1M", "--margin", "0", "--json"]) == 0
+    fastest = json.loads(capsys.readouterr().out)
+    assert fastest["default_margin"] == 0.0
+    assert {r["algorithm"].split("(")[0] for r in kept["plan"]} <= {"recursive_doubling", "ring"} | {
+        r["algorithm"] for r in fastest["plan"]}
+
+
+def test_synth_sizes_bad_margin_is_a_user_error(tmp_path):
+    code, out, err = run_cli("synth", "-t", "fully_connected:2", "-c", "allgather", "--sizes", "1K", "--margin", "2")
+    assert_user_error(code, out, err, "margin")

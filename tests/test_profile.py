@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from ccsynth.bench.profile import (
-    NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports, _pair_pattern,
-    _Predictor,
-    build_topology, fit_patterns, patterns, plan_probes, probe_schedule,
+    CURVE_MIN_BYTES, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
+    _pair_pattern, _Predictor,
+    build_topology, fit_curve, fit_patterns, local_curve, patterns, plan_probes, probe_schedule,
 )
 from ccsynth.synth.executor_model import lower_for_executor
-from ccsynth.topologies.io import load_topology
+from ccsynth.topologies.curve import SizeCurve
+from ccsynth.topologies.io import load_topology, topology_to_json
 
 VENV_BIN = Path(sys.executable).parent
 MPIEXEC = VENV_BIN / "mpiexec"
@@ -254,3 +255,45 @@ def test_bench_predict_keeps_the_fastest_run_of_each_row():
     assert [r["median_us"] for r in merged["results"]["mpi"]] == [5.0, 3.0]
     assert [r["median_us"] for r in merged["results"]["ring"]] == [10.0, 6.0]
     assert merged["n_ranks"] == 2 and all(r["predicted_us"] == 1.0 for r in merged["results"]["ring"])
+
+
+# ------------------------------------------------------------------ size-dependent costs
+def test_fit_curve_recovers_a_known_message_curve_from_synthetic_timings():
+    """Timings made with a curve (cache-resident mid sizes twice as fast): the fitted curve predicts them."""
+    pats = patterns([0, 0])
+    pred = _Predictor(2)
+    true = SizeCurve((16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20), (0.8, 0.5, 0.5, 0.7, 1.0, 1.0))
+    samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, true)) for p in plan_probes(pats, ProfileOptions())]
+    result = fit_patterns(2, samples, pred)
+    curve = fit_curve(pred, samples, result)
+    # a point per probe size whose messages carry CURVE_MIN_BYTES or more: 2 rounds x 2 ranks x 4 KiB first
+    assert curve is not None and curve.sizes[0] == 4 * CURVE_MIN_BYTES
+    [f] = result.fits
+    # the cost of a call's bytes, f * m / bw, is the true one (bw and the factors may trade off)
+    for m in (65536, 1 << 20, 16 << 20):
+        assert curve.factor(m) / f.bw == pytest.approx(true.factor(m) / 3.0, rel=0.05)
+    errors = [abs(pred.fitted(s.probe, f, result.call_overhead, result.protocol, curve) / s.measured_us - 1)
+              for s in samples if s.probe.nbytes >= CURVE_MIN_BYTES]
+    assert max(errors) < 0.03
+
+
+def test_local_curve_from_the_kernel_ladder():
+    # 1 GB/s on 16 MiB; 1 us a call; 64 KiB buffers in 1 + 16.384 us (4x faster), 1 MiB at the full rate
+    k = KernelRates(1.0, 1.0, 1.0, 1 << 24, 1.0, ((65536, 1.0 + 65.536 / 4), (1 << 20, 1.0 + 1048.576)))
+    c = local_curve(k)
+    assert c.sizes == (65536.0, float(1 << 20), float(1 << 24))
+    assert c.factors == pytest.approx((0.25, 1.0, 1.0))
+    assert local_curve(KernelRates(1.0, 1.0, 1.0, 1 << 24, 1.0)) is None
+
+
+def test_profiled_topology_file_round_trips_its_curves(tmp_path):
+    pats = patterns([0, 0])
+    fits = [LinkFit(p, 1.0, 0.5, 4.0) for p in pats]
+    msg = SizeCurve((4096.0, 65536.0), (0.7, 1.1))
+    loc = SizeCurve((4096.0, 1 << 24), (0.2, 1.0))
+    t = build_topology(2, fits, 2.0, KernelRates(8.0, 6.0, 5.0, 1 << 24), [0, 0], name="m", message_curve=msg,
+                       local_curve=loc)
+    path = tmp_path / "m.json"
+    path.write_text(topology_to_json(t))
+    back = load_topology(path)
+    assert back == t and back.message_curve == msg and back.local_curve == loc

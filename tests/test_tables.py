@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,7 +12,10 @@ from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import PlanError
 from ccsynth.collectives.plan import load_plan, save_plan
-from ccsynth.synth.tables import build_plan, candidates_for, plan_table
+from ccsynth.synth import tables
+from ccsynth.synth.baselines import make_baseline
+from ccsynth.synth.executor_model import simulate_run
+from ccsynth.synth.tables import DEFAULT_MARGIN, build_plan, candidates_for, plan_table
 from ccsynth.topologies.model import Link, SharedPort, Topology
 
 N = 4
@@ -156,3 +160,62 @@ def test_bad_input():
         build_plan({("allgather", N): [ring_allreduce()]}, topo, [1024])
     with pytest.raises(PlanError, match="positive"):
         build_plan([ring_allreduce()], topo, [0, 1024])
+
+
+# ------------------------------------------------------------------ the default plan's margin
+def _margin_case(monkeypatch, candidate_us: float, margin: float | None = DEFAULT_MARGIN):
+    """A plan for allgather on 2 ranks at 1 KiB (the default plan: recursive doubling) with one other candidate,
+    simulated times fixed: the default's algorithm 100 us, the candidate ``candidate_us``."""
+    topo = Topology("fc2", 2, links=(Link(0, 1, ALPHA, BW), Link(1, 0, ALPHA, BW)))
+    ring = make_baseline("ring", Collective("allgather", 2), topo)
+    fast = Schedule("fast", ring.collective, ring.ops, ring.scratch_chunks, ring.topology, ring.meta)
+
+    def fake(schedule, topology, sizes, *, local_bw=None):
+        t = candidate_us if schedule.name == "fast" else 100.0
+        return [SimpleNamespace(time_us=t) for _ in sizes]
+
+    monkeypatch.setattr(tables, "simulate_sizes", fake)
+    return build_plan([fast], topo, [1024], default_margin=margin)
+
+
+def test_a_candidate_a_little_faster_does_not_replace_the_default_choice(monkeypatch):
+    plan = _margin_case(monkeypatch, 97.0)  # 3% faster: within the model's error
+    [entry] = plan.entries
+    assert entry.algorithm == "recursive_doubling(c=1)"
+    table = plan.meta["tables"][0]
+    assert table["defaults"] == ["recursive_doubling(c=1)"] and table["default_margin"] == DEFAULT_MARGIN
+
+
+def test_a_candidate_much_faster_replaces_the_default_choice(monkeypatch):
+    plan = _margin_case(monkeypatch, 70.0)  # 30% faster: beyond the margin
+    assert [e.algorithm for e in plan.entries] == ["fast"]
+
+
+def test_without_a_margin_the_fastest_wins_and_the_default_is_no_candidate(monkeypatch):
+    assert [e.algorithm for e in _margin_case(monkeypatch, 97.0, margin=0.0).entries] == ["fast"]
+    plan = _margin_case(monkeypatch, 130.0, margin=None)  # the old policy: only the candidates given
+    assert [e.algorithm for e in plan.entries] == ["fast"]
+    assert "defaults" not in plan.meta["tables"][0]
+
+
+def test_the_default_choice_is_always_a_candidate_and_a_bad_margin_is_refused(monkeypatch):
+    plan = _margin_case(monkeypatch, 130.0)  # the only candidate given is slower: the default's algorithm wins
+    assert [e.algorithm for e in plan.entries] == ["recursive_doubling(c=1)"]
+    with pytest.raises(PlanError, match="margin"):
+        _margin_case(monkeypatch, 50.0, margin=1.5)
+
+
+def test_on_an_executor_machine_candidates_are_judged_as_the_executor_runs_them(monkeypatch):
+    """overhead_scope "rank": the executor model's times; a candidate too large to compile is no candidate."""
+    topo = Topology("cpu2", 2, links=(Link(0, 1, ALPHA, BW, 0.5), Link(1, 0, ALPHA, BW, 0.5)), overhead_scope="rank",
+                    local_bw=5.0)
+    small = make_baseline("ring", Collective("allreduce", 2, 2), topo)
+    big = make_baseline("ring", Collective("allreduce", 2, 64), topo)
+    big = Schedule("big", big.collective, big.ops, big.scratch_chunks, big.topology, big.meta)
+    plan = build_plan([small, big], topo, [1 << 20])
+    times = {c["algorithm"]: c["times_us"][0] for c in plan.meta["tables"][0]["candidates"]}
+    assert times["ring"] == pytest.approx(simulate_run(small, topo, 1 << 20).time_us)
+    monkeypatch.setattr(tables, "EXECUTOR_MAX_OPS", len(big.ops) - 1)
+    plan = build_plan([small, big], topo, [1 << 20])
+    assert math.isinf({c["algorithm"]: c["times_us"][0] for c in plan.meta["tables"][0]["candidates"]}["big"])
+    assert [e.algorithm for e in plan.entries] == ["ring"]

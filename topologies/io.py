@@ -12,6 +12,9 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "overhead_scope": "rank",                     # "connection" (default, GPUs) or "rank" (CPUs)
       "call_overhead_us": 3.0,                      # fixed cost per collective call (optional: 0)
       "eager_limit_bytes": 8000, "rendezvous_alpha_us": 4.0,  # larger messages: more latency (optional)
+      "message_curve": {"version": 1, "sizes_bytes": [4096, 65536, 16777216],   # size-dependent costs
+                        "factors": [0.6, 0.5, 1.0]},                           # (optional, PLogP's g(m))
+      "local_curve":   {"version": 1, "sizes_bytes": [...], "factors": [...]},  # the same for local work
       "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0, "overhead_us": 1.35}, ...],
       "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7,
                         "overhead_us": 1.35}],
@@ -34,7 +37,12 @@ and ``overhead_scope`` (which work shares a serial engine: ``connection``,
 the default, or ``rank``), ``call_overhead_us`` (the fixed cost of one
 call of a collective; 0 when left out, as in every catalog topology) and
 ``eager_limit_bytes`` with ``rendezvous_alpha_us`` (messages of more than
-that many bytes pay that much more latency; left out: one protocol).
+that many bytes pay that much more latency; left out: one protocol), and
+``message_curve`` / ``local_curve`` (size-dependent costs, see
+:mod:`ccsynth.topologies.curve`: a message, or a local copy or reduction,
+of ``m`` bytes costs ``f(m) * m`` bytes of the constant model, ``f``
+piecewise-linear between the sizes given; each curve object has its own
+``version``, 1; left out: the constants alone, exactly as before).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
 link). Bandwidths are GB/s per direction, latencies microseconds.
@@ -66,6 +74,7 @@ from ccsynth.atomic import write_text
 from ccsynth.errors import TopologyError
 from ccsynth.limits import check as check_limit, check_min as check_limit_min
 from ccsynth.reading import parse_json, read_text
+from ccsynth.topologies.curve import CURVE_VERSION, SizeCurve
 from ccsynth.topologies.model import OVERHEAD_SCOPES, Dimension, Link, SharedPort, Spine, Switch, Topology
 
 FORMAT = "ccsynth.topology"
@@ -73,6 +82,7 @@ VERSION = 1
 
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
              "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
+             "message_curve", "local_curve",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -107,6 +117,10 @@ def topology_to_dict(topology: Topology) -> dict:
         d["eager_limit_bytes"] = float(t.eager_limit)
     if t.rendezvous_alpha:
         d["rendezvous_alpha_us"] = float(t.rendezvous_alpha)
+    if t.message_curve is not None:
+        d["message_curve"] = t.message_curve.to_dict()
+    if t.local_curve is not None:
+        d["local_curve"] = t.local_curve.to_dict()
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -342,6 +356,8 @@ def _topology_from_dict(d: Any) -> Topology:
     if "eager_limit_bytes" in d:
         eager_limit = _number(d["eager_limit_bytes"], "eager_limit_bytes", positive=False)
     rendezvous_alpha = _number(d.get("rendezvous_alpha_us", 0.0), "rendezvous_alpha_us", positive=False)
+    message_curve = _curve(d, "message_curve")
+    local_curve = _curve(d, "local_curve")
     scope = d.get("overhead_scope", "connection")
     if scope not in OVERHEAD_SCOPES:
         raise TopologyError(f"overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, got {scope!r}")
@@ -364,7 +380,35 @@ def _topology_from_dict(d: Any) -> Topology:
         eager_limit=eager_limit,
         rendezvous_alpha=rendezvous_alpha,
         spines=tuple(spines),
+        message_curve=message_curve,
+        local_curve=local_curve,
     )
+
+
+_CURVE_KEYS = ("version", "sizes_bytes", "factors")
+
+
+def _curve(d: Mapping, key: str) -> SizeCurve | None:
+    """The size curve under ``key`` (None when left out); every problem names the key."""
+    if key not in d:
+        return None
+    e = d[key]
+    if not isinstance(e, Mapping):
+        raise TopologyError(f"{key} must be an object with sizes_bytes and factors, got {type(e).__name__}")
+    for k in e:
+        if k not in _CURVE_KEYS and not str(k).startswith("_"):
+            raise TopologyError(f"{key}: unknown key {k!r} (known: {', '.join(_CURVE_KEYS)})")
+    version = e.get("version", CURVE_VERSION)
+    if version != CURVE_VERSION:
+        raise TopologyError(f"{key}: version {version!r} is not supported (this ccsynth reads version {CURVE_VERSION})")
+    sizes = [_number(x, f"{key}.sizes_bytes[{i}]", positive=True)
+             for i, x in enumerate(_list(_get(e, "sizes_bytes", key), f"{key}.sizes_bytes"))]
+    factors = [_number(x, f"{key}.factors[{i}]", positive=True)
+               for i, x in enumerate(_list(_get(e, "factors", key), f"{key}.factors"))]
+    try:
+        return SizeCurve(tuple(sizes), tuple(factors))
+    except TopologyError as err:
+        raise TopologyError(f"{key}: {err}") from None
 
 
 def _overhead(entry: Mapping, where: str) -> float:

@@ -31,6 +31,13 @@ Units used everywhere in ccsynth:
   latency (MPI libraries send small messages eagerly and large ones after a
   handshake; MPICH's shared-memory path switches near 8 KiB). None: one
   protocol for every size, as in the catalog.
+* ``Topology.message_curve`` and ``Topology.local_curve`` (optional
+  :class:`~ccsynth.topologies.curve.SizeCurve`, default None): size-dependent
+  costs (after PLogP's ``g(m)``): in a call of ``S`` bytes every message's
+  bytes cost ``f(S)`` times their time at the connection's ``bw`` (local
+  copies and reductions at ``local_bw``), ``f`` piecewise-linear between
+  measured sizes. None: the constants alone, as in the catalog. :meth:`Topology.fastest` is the
+  topology at the curves' fastest points, what lower bounds use.
 * ``Topology.call_overhead`` (us, default 0): the fixed cost of one call of a
   collective -- entering and leaving the runtime, ranks starting at slightly
   different times -- added once per call whatever the schedule. Measured by
@@ -89,6 +96,7 @@ from collections.abc import Iterator
 import networkx as nx
 
 from ccsynth.errors import TopologyError
+from ccsynth.topologies.curve import SizeCurve
 from ccsynth.limits import check as check_limit, check_min as check_limit_min
 
 BYTES_PER_US_PER_GBPS = 1e3
@@ -363,6 +371,9 @@ class Topology:
     rendezvous_alpha: float = 0.0
     # upper tiers of fat trees joining leaf switches (see :class:`Spine`)
     spines: tuple[Spine, ...] = ()
+    # size-dependent costs of messages and of local copies/reductions (None: the constants alone)
+    message_curve: SizeCurve | None = None
+    local_curve: SizeCurve | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -426,6 +437,35 @@ class Topology:
                 self._rank_ok(r, f"shared port {sp.name!r}")
             _check_bw(sp.bw, f"topology {self.name!r}: bandwidth of shared port {sp.name!r}")
         self._check_dims()
+        for what, curve in (("message_curve", self.message_curve), ("local_curve", self.local_curve)):
+            if curve is not None and not isinstance(curve, SizeCurve):
+                raise TopologyError(f"topology {self.name!r}: {what} must be a SizeCurve, got {type(curve).__name__}")
+
+    @cached_property
+    def fastest(self) -> Topology:
+        """This topology with every message and local copy at its curve's fastest point, curves dropped.
+
+        Every bandwidth is divided by ``message_curve.fastest`` and ``local_bw``
+        by ``local_curve.fastest``: no message of any size moves faster than
+        that (see :mod:`ccsynth.topologies.curve`), so a lower bound computed
+        on it never exceeds a time simulated with the curves. Without curves:
+        the topology itself.
+        """
+        if self.message_curve is None and self.local_curve is None:
+            return self
+        f = self.message_curve.fastest if self.message_curve is not None else 1.0
+        lf = self.local_curve.fastest if self.local_curve is not None else 1.0
+        return replace(
+            self,
+            links=tuple(replace(l, bw=l.bw / f) for l in self.links),
+            switches=tuple(replace(sw, bw=sw.bw / f) for sw in self.switches),
+            spines=tuple(sp if sp.uplink_bw is None else replace(sp, uplink_bw=sp.uplink_bw / f) for sp in self.spines),
+            shared_ports=tuple(replace(p, bw=p.bw / f) for p in self.shared_ports),
+            dims=tuple(replace(d, bw=d.bw / f) for d in self.dims),
+            local_bw=None if self.local_bw is None else self.local_bw / lf,
+            message_curve=None,
+            local_curve=None,
+        )
 
     def message_alpha(self, alpha: float, nbytes: float) -> float:
         """The latency of a message of ``nbytes`` on a connection of latency ``alpha`` (the protocol's share added)."""

@@ -46,6 +46,10 @@ def register(sub) -> None:
     g.add_argument("--sizes", default=None, metavar="MIN:MAX",
                    help="synthesize for every size of a range (powers of two, e.g. 1K:1G) or list (1K,1M) "
                         "and write a plan picking the fastest schedule per size range")
+    p.add_argument("--margin", type=float, default=None, metavar="M",
+                   help="with --sizes: another algorithm replaces the default plan's at a size only when predicted "
+                        "faster by more than this fraction (default 0.25, the model's measured error; 0: the "
+                        "fastest in simulation always wins)")
     p.add_argument("--scheduler", default=None, metavar="S",
                    help="on a topology with dimensions: the multi-dimension schedulers (fixed, themis, themis-flex, "
                         "lp or auto) side by side, no MILPs; the chosen one is written with -o (up to 128 ranks)")
@@ -245,6 +249,9 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
     from ccsynth.collectives.plan import save_plan
     from ccsynth.synth.simulate import simulate
     from ccsynth.synth.sized_plan import SizedSchedule, synthesize_sized
+    from ccsynth.synth.tables import DEFAULT_MARGIN
+
+    margin = DEFAULT_MARGIN if args.margin is None else args.margin
 
     counter = progress.counter("size", len(set(sizes)))  # the library synthesizes each size once, smallest first
 
@@ -255,7 +262,7 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
     sized = synthesize_sized(topo, coll, sizes, sketch, opts, contiguity=not args.no_contiguity,
                              stage_progress=lambda size: SynthStages(progress, summaries=False,
                                                                      prefix=f"{human(size)} "),
-                             on_size=size_done)
+                             on_size=size_done, default_margin=margin)
     plan, seconds = sized.plan, sized.synthesis_s
     rows = []
     out_rows = []
@@ -290,10 +297,12 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
         print_json(json_doc("synth.sizes", {
             "topology": topo.name, "collective": coll.kind, "sizes": out_rows, "synthesis_s": seconds,
             "plan": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "algorithm": e.algorithm} for e in plan.entries],
-            "output": wrote, "output_format": fmt if wrote else None}))
+            "default_margin": margin, "output": wrote, "output_format": fmt if wrote else None}))
         return 0
     print(f"# {coll.kind} on {topo.name} ({topo.n_ranks} ranks): synthesized for {len(sized.synthesized)} sizes in {seconds:.1f} s")
     print_table(["size", "synth (us)", "busbw (GB/s)", "gap", "best baseline (us)", "speedup", "plan picks"], rows)
+    print(f"# the plan keeps the default plan's algorithm at a size unless another is predicted faster by more "
+          f"than {100 * margin:g}% (--margin)")
     if wrote:
         what = "MSCCL XML files" if fmt == "msccl-xml" else "plan"
         print(f"wrote {wrote} ({what}, {len(plan.entries)} size range(s))")

@@ -98,6 +98,9 @@ def run(args) -> int:
         extras.append(f"{topo.call_overhead:g} us per call")
     if topo.eager_limit is not None and topo.rendezvous_alpha:
         extras.append(f"messages above {topo.eager_limit:g} B: {topo.rendezvous_alpha:g} us more latency")
+    for what, curve in (("message", topo.message_curve), ("local", topo.local_curve)):
+        if curve is not None:
+            extras.append(f"{what} cost by size: " + ", ".join(f"{m:g} B x{f:.2f}" for m, f in zip(curve.sizes, curve.factors)))
     if extras:
         print("; ".join(extras))
     if topo.dims:
@@ -190,6 +193,10 @@ def _summary(prof) -> None:
               f"{prof.protocol.rendezvous_alpha:.3g} us more latency (rendezvous)")
     else:
         print("protocol switch: none found (every size pays the same latency)")
+    for what, curve in (("message", prof.topology.message_curve), ("local work", prof.topology.local_curve)):
+        if curve is not None:
+            print(f"{what} cost by size (x the constant rate; PLogP g(m)): "
+                  + ", ".join(f"{format_size(int(m))} {f:.2f}" for m, f in zip(curve.sizes, curve.factors)))
     k = prof.kernels
     print(f"local work {k.local_bw:.3g} GB/s (kernels, every rank at once, {format_size(k.nbytes)} buffers: "
           f"receive-reduce-copy {k.fused:.3g}, sum {k.reduce:.3g}, copy {k.copy:.3g}) and {k.call_us:.3g} us per "

@@ -1,0 +1,164 @@
+"""Size-dependent costs (topologies/curve.py): the curve, the simulator's use of it, bounds, the topology file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ccsynth.collectives.builder import ScheduleBuilder
+from ccsynth.collectives.spec import Collective
+from ccsynth.errors import TopologyError
+from ccsynth.synth.baselines import make_baseline
+from ccsynth.synth.executor_model import simulate_run
+from ccsynth.synth.simulate import simulate
+from ccsynth.topologies import fully_connected
+from ccsynth.topologies.curve import SizeCurve
+from ccsynth.topologies.io import topology_from_dict, topology_to_dict, topology_to_json
+from ccsynth.topologies.model import Link, Topology
+
+
+def pair(curve: SizeCurve | None = None, local_curve: SizeCurve | None = None, **kw) -> Topology:
+    # 1 us latency, 10 GB/s = 1e4 bytes per us
+    return Topology("pair", 2, links=(Link(0, 1, 1.0, 10.0), Link(1, 0, 1.0, 10.0)), message_curve=curve,
+                    local_curve=local_curve, **kw)
+
+
+def exchange():
+    """Each rank sends its one chunk to the other (allgather on 2 ranks): one message each way."""
+    b = ScheduleBuilder(Collective("allgather", 2), "pairwise")
+    _ = b.transfer(0, 1, ("i", 0), ("o", 0))
+    _ = b.transfer(1, 0, ("i", 0), ("o", 1))
+    return b.build()
+
+
+# ------------------------------------------------------------------ the curve
+def test_cost_is_piecewise_linear_between_points_and_flat_factor_outside():
+    c = SizeCurve((10_000, 40_000), (0.5, 1.0))
+    assert c.cost_bytes(10_000) == 5_000
+    assert c.cost_bytes(40_000) == 40_000
+    # halfway in bytes between the points: halfway in cost, 5000 + (40000 - 5000) / 2
+    assert c.cost_bytes(25_000) == pytest.approx(22_500)
+    assert c.cost_bytes(2_000) == 1_000  # below: the first factor
+    assert c.cost_bytes(100_000) == 100_000  # above: the last factor
+    assert c.cost_bytes(0) == 0
+    assert c.fastest == 0.5
+    assert c.factor(25_000) == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("sizes, factors", [((), ()), ((1, 2), (1.0,)), ((2, 1), (1.0, 1.0)), ((0,), (1.0,)),
+                                            ((1,), (0.0,)), ((1,), (float("nan"),)), ((1,), (1e9,))])
+def test_bad_curves_are_refused(sizes, factors):
+    with pytest.raises(TopologyError):
+        SizeCurve(sizes, factors)
+
+
+# ------------------------------------------------------------------ the simulator, by hand
+@pytest.mark.parametrize("size, expected", [
+    # the call's size picks the factor; each message (half the size) moves factor x its bytes
+    (10_000, 1.0 + 0.5 * 5_000 / 1e4),  # on the first point: half its bytes' time
+    (40_000, 1.0 + 20_000 / 1e4),  # the last point, factor 1
+    (25_000, 1.0 + 0.9 * 12_500 / 1e4),  # cost interpolated: (5000 + 35000 / 2) / 25000 = 0.9
+    (400_000, 1.0 + 200_000 / 1e4),  # beyond the last point: factor 1
+    (2_000, 1.0 + 0.5 * 1_000 / 1e4),  # below the first point: its factor
+])
+def test_simulator_charges_every_message_the_calls_factor(size, expected):
+    t = pair(SizeCurve((10_000, 40_000), (0.5, 1.0)))
+    assert simulate(exchange(), t, size).time_us == pytest.approx(expected)
+
+
+def test_without_a_curve_the_constants_alone():
+    assert simulate(exchange(), pair(), 20_000).time_us == pytest.approx(1.0 + 1.0)
+    # a curve of factor 1 everywhere is the constant model
+    assert simulate(exchange(), pair(SizeCurve((1.0,), (1.0,))), 50_000).time_us == \
+        simulate(exchange(), pair(), 50_000).time_us
+
+
+def test_curve_cost_shares_bandwidth_and_queues_on_a_stream():
+    """Two messages on one connection and channel: the data phases run one after another, each at its cost;
+    the factor is the call's (40 KB), not the message's (10 KB)."""
+    b = ScheduleBuilder(Collective("allgather", 2, 2), "two")
+    for j in range(2):
+        b.transfer(0, 1, ("i", j), ("o", j))
+        b.transfer(1, 0, ("i", j), ("o", 2 + j))
+    s = b.build()
+    t = pair(SizeCurve((1_000, 100_000), (0.25, 1.0)))
+    # 40 KB: e = 250 + (100000 - 250) * 39000 / 99000 bytes for 40 KB; each 10 KB chunk a quarter of that
+    factor = (250 + (100_000 - 250) * 39_000 / 99_000) / 40_000
+    assert simulate(s, t, 40_000).time_us == pytest.approx(1.0 + 2 * factor * 10_000 / 1e4)
+
+
+def test_local_curve_scales_local_copies_and_reductions():
+    b = ScheduleBuilder(Collective("allgather", 2), "copies")
+    for r in range(2):
+        b.copy(r, ("i", 0), ("o", r))
+    s = b.build()
+    base = dict(local_bw=1.0, local_overhead=0.5)  # 1e3 bytes per us, 0.5 us a call
+    curve = SizeCurve((1_000, 16_000), (0.5, 1.0))
+    assert simulate(s, pair(**base), 8_000).time_us == pytest.approx(0.5 + 4.0)
+    # a call of 8 KB: factor (500 + 15500 * 7000 / 15000) / 8000; each copy moves 4 KB
+    factor = (500 + 15_500 * 7 / 15) / 8_000
+    assert simulate(s, pair(local_curve=curve, **base), 8_000).time_us == pytest.approx(0.5 + factor * 4.0)
+
+
+def test_executor_model_uses_the_curves():
+    ring = make_baseline("ring", Collective("allreduce", 2, 2), fully_connected(2))
+    t0 = Topology("fc2", 2, links=(Link(0, 1, 1.0, 2.0, 0.5), Link(1, 0, 1.0, 2.0, 0.5)), local_bw=2.0,
+                  overhead_scope="rank")
+    fast = SizeCurve((4096.0, 1 << 20), (0.5, 0.5))
+    t1 = Topology("fc2", 2, links=t0.links, local_bw=2.0, overhead_scope="rank", message_curve=fast, local_curve=fast)
+    a, b = simulate_run(ring, t0, 1 << 20).time_us, simulate_run(ring, t1, 1 << 20).time_us
+    assert b < 0.6 * a
+
+
+# ------------------------------------------------------------------ bounds
+def test_fastest_scales_every_bandwidth_by_the_fastest_factor():
+    t = pair(SizeCurve((1_000, 10_000), (2.0, 0.5)), SizeCurve((1_000.0,), (0.25,)), local_bw=3.0)
+    f = t.fastest
+    assert f.message_curve is None and f.local_curve is None
+    assert [l.bw for l in f.links] == [20.0, 20.0]
+    assert f.local_bw == 12.0
+    assert pair().fastest is not None and pair().fastest == pair()
+
+
+curves = st.lists(st.tuples(st.floats(1.0, 1e7), st.floats(0.05, 20.0)), min_size=1, max_size=5).map(
+    lambda pts: sorted(dict(pts).items())).map(lambda pts: SizeCurve(tuple(m for m, _ in pts), tuple(f for _, f in pts)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(curve=curves, local=st.one_of(st.none(), curves), size=st.floats(1.0, 1e8),
+       algo=st.sampled_from(["ring", "recursive_doubling", "direct", "one_shot"]))
+def test_bounds_never_above_the_simulated_time_with_curves(curve, local, size, algo):
+    topo = fully_connected(4)
+    t = Topology("fc4c", 4, links=tuple(Link(c.src, c.dst, c.alpha, c.bw, c.overhead) for c in topo.connections()),
+                 local_bw=5.0, message_curve=curve, local_curve=local)
+    s = make_baseline(algo, Collective("allreduce", 4, 4 if algo == "ring" else 1), t)
+    r = simulate(s, t, size)
+    assert r.lower_bound_us <= r.time_us * (1 + 1e-9)
+
+
+# ------------------------------------------------------------------ the topology file
+def test_topology_file_round_trips_the_curves():
+    t = pair(SizeCurve((4096, 65536), (0.6, 1.0)), SizeCurve((1024.0, 1 << 24), (0.3, 1.0)), local_bw=4.0)
+    d = json.loads(topology_to_json(t))
+    assert d["message_curve"] == {"version": 1, "sizes_bytes": [4096.0, 65536.0], "factors": [0.6, 1.0]}
+    assert topology_from_dict(d) == t
+    # no curve: no key, and the file reads as before
+    assert "message_curve" not in topology_to_dict(pair())
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"sizes_bytes": [1, 2], "factors": [1.0]}, "as many factors"),
+    ({"sizes_bytes": [1], "factors": [1.0], "version": 2}, "version"),
+    ({"sizes_bytes": [1], "factors": [1.0], "points": 3}, "unknown key"),
+    ([1, 2], "must be an object"),
+    ({"sizes_bytes": [2, 1], "factors": [1.0, 1.0]}, "increase"),
+])
+def test_bad_curves_in_a_file_name_the_key(bad, message):
+    d = topology_to_dict(pair())
+    d["message_curve"] = bad
+    with pytest.raises(TopologyError, match=message) as e:
+        topology_from_dict(d)
+    assert "message_curve" in str(e.value)
