@@ -196,13 +196,23 @@ def _by_root(trees: Iterable[PackedTree], inward: bool) -> dict[int, list[Packed
     return out
 
 
-def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_dep: tuple[int, ...]) -> None:
+def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_dep: tuple[int, ...],
+               window: int = 1) -> None:
     """Chunk ``slot`` down ``tree``: the root sends ``src`` (after ``root_dep``), relays forward ``slot``.
 
     A rank's sends of the chunk that share a resource (its switch egress
-    port, its NIC) go one after another, children with the larger subtree
+    port, its NIC) go ``window`` at a time, children with the larger subtree
     first: shared fairly they would all finish last, and no child could
-    forward before the end.
+    forward before the end. One at a time leaves the port idle for every
+    message's overhead and latency (the next send is posted only when the
+    previous one is done), which the other chunks in flight hide when
+    there are several; :func:`lower_out_trees` passes ``WINDOW`` when the
+    collective has one chunk per root (dgx_a100x128's allgather: 127 sends
+    of 1 MiB through each NIC, each idle for 8.3 us of its 42 us, a 1.22x
+    schedule). Two at a time also keep a port busy while another resource
+    slows the send in flight (an oversubscribed spine), at the cost of the
+    first child's data arriving later; the search
+    (:mod:`~ccsynth.synth.trees.search`) tries two at its best chunk factor.
     """
     kids: dict[int, list[int]] = {}
     for p, v in tree.arcs():
@@ -213,18 +223,18 @@ def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_d
     while frontier:
         nxt = []
         for p in frontier:
-            last: dict[str, int] = {}  # per resource, the last send of this chunk from p through it
+            behind: dict[str, list[int]] = {}  # per resource, the sends of this chunk from p through it
             first = root_dep if p == tree.root else (got[p],)
             for v in sorted(kids.get(p, ()), key=lambda v: (-size[v], em.offset(p, v))):
                 res = em.resources(p, v)
                 deps = list(first)
-                # the latest earlier send sharing a resource (send ids grow in send order)
-                prior = max((last[r] for r in res if r in last), default=None)
-                if prior is not None:
-                    deps.append(prior)
+                for r in res:
+                    prev = behind.setdefault(r, [])
+                    if len(prev) >= window:
+                        deps.append(prev[-window])
                 sid, got[v] = em.transfer(p, v, src if p == tree.root else slot, slot, send_deps=deps)
                 for r in res:
-                    last[r] = sid
+                    behind[r].append(sid)
                 nxt.append(v)
         frontier = nxt
 
@@ -233,7 +243,7 @@ def _subtree_sizes(tree: PackedTree, kids: dict[int, list[int]]) -> dict[int, in
     order = [tree.root]
     for u in order:
         order.extend(kids.get(u, ()))
-    size = {}
+    size: dict[int, int] = {}
     for u in reversed(order):
         size[u] = 1 + sum(size[v] for v in kids.get(u, ()))
     return size
@@ -250,7 +260,7 @@ def _reduce_up(em: _Emitter, tree: PackedTree, own: Chunks, out: Chunks, order_k
     order = [tree.root] + [v for _, v in tree.arcs()]
     for v in order[1:]:
         kids.setdefault(tree.parent[v], []).append(v)
-    sent: dict[int, tuple[int, Chunks]] = {}  # child -> (its last op, the chunk it sends)
+    sent: dict[int, tuple[tuple[int, ...], Chunks]] = {}  # child -> (the ops its send waits for, the chunk it sends)
     for v in reversed(order):
         mine = kids.get(v, [])
         if v != tree.root and not mine:
@@ -290,18 +300,28 @@ def _plan(trees: Sequence[PackedTree], collective: Collective, kinds: tuple[str,
     return {q: _assign(ts, collective.chunk_factor) for q, ts in roots.items()}
 
 
-def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology) -> Schedule:
-    """Allgather (every rank a root) or broadcast (the collective's root) along out-trees (module docstring)."""
+def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology,
+                    window: int | None = None) -> Schedule:
+    """Allgather (every rank a root) or broadcast (the collective's root) along out-trees (module docstring).
+
+    ``window``: how many of a rank's sends of one chunk share a port at once (:func:`_broadcast`; default
+    :data:`WINDOW` with one chunk per root, else 1).
+    """
     kind, c = collective.kind, collective.chunk_factor
     plan = _plan(trees, collective, ("allgather", "broadcast"), inward=False)
     em = _Emitter(topology)
+    if window is None:
+        # one chunk per root: nothing else in flight hides a message's overhead and latency (see _broadcast)
+        window = WINDOW if c == 1 else 1
+    if window < 1:
+        raise CollectiveError(f"a send window holds at least one send, not {window}")
     for j in range(c):
         for q in sorted(plan):
             slot = em.at("o", q * c + j if kind == "allgather" else j)
             src = em.at("i", j)
             em.copy(q, src, slot)
-            _broadcast(em, plan[q][j], src, slot, ())
-    return em.build(collective, algorithm=NAME, trees=sum(len(set(t)) for t in plan.values()))
+            _broadcast(em, plan[q][j], src, slot, (), window)
+    return em.build(collective, algorithm=NAME, trees=sum(len(set(t)) for t in plan.values()), send_window=window)
 
 
 def lower_in_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology) -> Schedule:

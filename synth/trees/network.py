@@ -286,12 +286,14 @@ def flow_network(topology: Topology) -> FlowNetwork:
         hubs: dict[frozenset[int], int] = {}
         for a, ds in plain.items():
             key = frozenset(ds) | {a}
-            hub = hubs.get(key)
-            if hub is None:
+            found = hubs.get(key)
+            if found is None:
                 hub = hubs[key] = b.node(f"{sw.name}:hub{len(hubs)}")
                 for d in ds:
                     b.arc(hub, rx[d])
                 b.arc(hub, rx[a])
+            else:
+                hub = found
             b.arc(tx[a], hub)
     spine_notes = [_spine(b, topology, sp, leaf_tx, leaf_rx, chain_of) for sp in topology.spines]
     exact, why = _check_segments(b, n, entries, topology, gone)
@@ -343,7 +345,7 @@ def _spine(b: _Builder, topology: Topology, sp, leaf_tx: dict[int, int], leaf_rx
     members = [r for leaf in sp.leaves for r in idx_switch[leaf].ranks]
     notes = []
     if chain_of and any(chain_of.get((a, d)) for a in members for d in topology.neighbors_out(a)
-                        if topology.connection(a, d).via == sp.name):
+                        if (conn := topology.connection(a, d)) is not None and conn.via == sp.name):
         notes.append(f"shared ports on pairs through spine {sp.name} left out")
     if sp.uplink_bw is not None:
         hub = b.node(f"{sp.name}")
@@ -425,13 +427,13 @@ def _check_segments(b: _Builder, n: int, entries: dict[int, tuple[int, str | Non
     if not entries:
         return True, ""
     out: dict[int, list[tuple[int, str | None]]] = {}
-    for (u, v), (_, res) in b.arcs.items():
-        out.setdefault(u, []).append((v, res))
+    for (u, v), (_, arc_res) in b.arcs.items():
+        out.setdefault(u, []).append((v, arc_res))
     steps = 0
     for entry, (origin, first_res) in entries.items():
         # (node, resources so far); entries that are ranks start from their own out-arcs into port nodes
-        start = [first_res] if first_res is not None else []
-        stack = [(entry, tuple(start), frozenset((entry,)))]
+        start: tuple[str, ...] = (first_res,) if first_res is not None else ()
+        stack: list[tuple[int, tuple[str, ...], frozenset[int]]] = [(entry, start, frozenset((entry,)))]
         while stack:
             node, res, seen = stack.pop()
             for v, r in out.get(node, ()):

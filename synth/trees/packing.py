@@ -409,10 +409,10 @@ def _expand(lp: _LP, values: np.ndarray, group: Translations, inward: bool | Non
                 if perm is None:
                     par = parent
                 else:
-                    par = [-1] * len(parent)
+                    moved = [-1] * len(parent)
                     for u, p in enumerate(parent):
-                        par[perm[u]] = perm[p] if p >= 0 else -1
-                    par = tuple(par)
+                        moved[perm[u]] = perm[p] if p >= 0 else -1
+                    par = tuple(moved)
                 direction = col_in if inward is None else inward
                 out.append(PackedTree(perm[q] if perm else q, tuple(par), v / total, direction))
     return out
