@@ -1321,17 +1321,16 @@ class Communicator(MPI.Intracomm):
         program.run(self._channel, self._mpi, self._backend_for(recv), send, recv, in_offsets, out_offsets)
         self.last_algorithm = program.schedule.name
 
-    def _padding(self, kind: str, largest: int, real: int, dtype, name: str, fallback) -> Padding | None:
-        """The padded block for a v-call (None: too much padding, the MPI library ran it)."""
+    def _padding(self, largest: int, real: int, dtype, fallback) -> Padding | None:
+        """The padded block for a Reduce_scatter with counts (None: too much padding, the MPI library ran it)."""
         n = self._size
-        sched = self._schedule_for(kind, n * max(largest, 1) * np.dtype(dtype).itemsize)
+        sched = self._schedule_for("reduce_scatter", n * max(largest, 1) * np.dtype(dtype).itemsize)
         quantum = sched.collective.chunk_factor if sched is not None else 1
-        blocks = n * n if kind == "alltoall" else n
-        pad = Padding.of([0] * blocks, quantum, largest)
-        padded = blocks * pad.block
+        pad = Padding.of([0] * n, quantum, largest)
+        padded = n * pad.block
         if real and padded > MAX_PADDING * real:
-            self._plain(name, f"counts this uneven (largest {largest}, {real} elements in all) would pad the "
-                        f"messages to {padded / real:.1f}x their size", fallback)
+            self._plain("Reduce_scatter", f"counts this uneven (largest {largest}, {real} elements in all) would "
+                        f"pad the messages to {padded / real:.1f}x their size", fallback)
             return None
         return pad
 
@@ -1408,7 +1407,7 @@ class Communicator(MPI.Intracomm):
             raise BufferMismatchError(f"recvbuf has {r.count} element(s); recvcounts gives rank {me} {int(c[me])}")
         self._check_op_dtype(opname, s.dtype)
         out = r.array[:int(c[me])]
-        pad = self._padding("reduce_scatter", int(c.max(initial=0)), total, s.dtype, "Reduce_scatter",
+        pad = self._padding(int(c.max(initial=0)), total, s.dtype,
                             lambda: self._coll_comm().Ireduce_scatter(sendbuf, recvbuf, recvcounts, mpi_op))
         if pad is None:
             self._finish_avg(opname, out)
