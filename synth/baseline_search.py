@@ -21,7 +21,23 @@ through this module:
 * :func:`baseline_choices` / :func:`best_baseline` -- every applicable
   baseline at its best, fastest first;
 * :func:`plan_baselines` -- the same for many sizes at once (schedules
-  built once), for per-size plans.
+  built once), for per-size plans;
+* :func:`baselines_against` -- the search ``ccsynth synth`` runs: every
+  applicable baseline at its best chunk factor *where it could beat* a
+  given time (the synthesized schedule's). A schedule whose static bound
+  (:func:`~ccsynth.synth.simulate.static_bound`: its busiest resource's
+  bytes, its busiest engine's per-message overheads) already exceeds that
+  time cannot beat it and is not simulated; when the *volume* part does,
+  no factor of that baseline can (a chunk factor cuts every block into
+  pieces that take the block's own routes, so every resource carries the
+  same bytes at every factor: ``tests/test_baseline_search.py`` checks it
+  for every baseline), and the baseline's other factors are not even
+  built. Such baselines are reported with the bound they exceeded
+  (:class:`Outrun`), never with a time. Schedules are built unverified
+  during the search (the builders are verified by their tests); the one
+  returned for use is verified (:func:`verified`). At 256 ranks this is
+  what lets the comparison finish: a 1-million-op ring schedule costs
+  tens of seconds to build, verify and simulate, its bound a fraction.
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -43,9 +59,10 @@ from collections.abc import Sequence
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, CollectiveError
-from ccsynth.synth.baselines import BASELINES, make_baseline, min_chunk_factor, why_not
-from ccsynth.synth.simulate import SimResult, simulate
-from ccsynth.tolerance import is_less
+from ccsynth.collectives.verify import verify
+from ccsynth.synth.baselines import BASELINES, get_baseline, make_baseline, min_chunk_factor, why_not
+from ccsynth.synth.simulate import SimResult, simulate, static_bound
+from ccsynth.tolerance import is_greater, is_less
 from ccsynth.topologies.model import Topology
 
 __all__ = [
@@ -58,6 +75,10 @@ __all__ = [
     "baseline_choices",
     "best_baseline",
     "plan_baselines",
+    "Outrun",
+    "BaselineSearch",
+    "baselines_against",
+    "verified",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,33 +117,77 @@ def chunk_factor_ladder(name: str, kind: str, topology: Topology, size_bytes: fl
     return tuple(out)
 
 
-class _Builds:
-    """Baseline schedules built once per (name, chunk factor); None where the baseline cannot build."""
+class Outrun(NamedTuple):
+    """A baseline left out of a comparison: at chunk factor ``chunk_factor`` (and, with ``every_factor``, at
+    all of its factors) it takes at least ``bound_us``, more than the time it had to beat."""
 
-    def __init__(self, collective: Collective, topology: Topology):
+    name: str
+    chunk_factor: int
+    bound_us: float
+    every_factor: bool
+
+
+class BaselineSearch(NamedTuple):
+    """What :func:`baselines_against` found: the baselines that could compete, each at its best chunk factor
+    (fastest first), and those proven slower than the time to beat."""
+
+    choices: list[BaselineChoice]
+    outrun: list[Outrun]
+
+
+class _Builds:
+    """Baseline schedules built once per (name, chunk factor); None where the baseline cannot build.
+
+    ``checked=False``: built without :func:`~ccsynth.collectives.verify.verify` (the search's own use;
+    see the module docstring).
+    """
+
+    def __init__(self, collective: Collective, topology: Topology, checked: bool = True):
         self.kind, self.n, self.root = collective.kind, collective.n_ranks, collective.root
         self.topology = topology
+        self.checked = checked
         self.cache: dict[tuple[str, int], Schedule | None] = {}
 
     def get(self, name: str, factor: int) -> Schedule | None:
         key = (name, factor)
         if key not in self.cache:
+            coll = Collective(self.kind, self.n, factor, self.root)
             try:
-                self.cache[key] = make_baseline(name, Collective(self.kind, self.n, factor, self.root), self.topology)
+                self.cache[key] = make_baseline(name, coll, self.topology) if self.checked else \
+                    get_baseline(name).build(coll, self.topology)
             except CCSynthError as e:
                 log.debug("baseline %s at chunk factor %d: %s", name, factor, e)
                 self.cache[key] = None
         return self.cache[key]
 
 
-def _search(name: str, builds: _Builds, size_bytes: float) -> BaselineChoice | None:
-    """Walk baseline ``name``'s ladder at ``size_bytes``; stop after WORSE_IN_A_ROW slower factors."""
+def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = None,
+            outrun: list[Outrun] | None = None) -> BaselineChoice | None:
+    """Walk baseline ``name``'s ladder at ``size_bytes``; stop after WORSE_IN_A_ROW slower factors.
+
+    With ``beat``: a factor whose static bound exceeds ``beat`` counts as slower and is not simulated; if its
+    volume alone does, the walk stops (no factor can beat it: module docstring). Those go to ``outrun``.
+    """
     best: BaselineChoice | None = None
     worse = 0
     for factor in chunk_factor_ladder(name, builds.kind, builds.topology, size_bytes):
         sched = builds.get(name, factor)
         if sched is None:
             continue
+        if beat is not None:
+            b = static_bound(sched, builds.topology, size_bytes)
+            if is_greater(b.time_us, beat):
+                every = is_greater(b.volume_us + b.call_us, beat)
+                log.info("baseline %s at chunk factor %d: at least %.3f us (%s), slower than %.3f us", name, factor,
+                         b.time_us, "its bytes, at every factor" if every else "its per-message overheads", beat)
+                if outrun is not None:
+                    outrun.append(Outrun(name, factor, b.time_us, every))
+                if every:
+                    break
+                worse += 1
+                if worse >= WORSE_IN_A_ROW:
+                    break
+                continue
         r = simulate(sched, builds.topology, size_bytes)
         if best is None or is_less(r.time_us, best.result.time_us):
             best, worse = BaselineChoice(name, factor, r, sched), 0
@@ -181,3 +246,35 @@ def plan_baselines(collective: Collective, topology: Topology, sizes: Sequence[f
         choices.sort(key=lambda c: c.result.time_us)
         out[size] = choices
     return out
+
+
+def baselines_against(collective: Collective, topology: Topology, size_bytes: float, beat: float) -> BaselineSearch:
+    """Every applicable baseline at its best chunk factor, where it could be faster than ``beat`` us.
+
+    The choices come fastest first, their schedules unverified (:func:`verified` before use); a baseline
+    whose every candidate factor is proven slower than ``beat`` (or whose walk stopped on such factors before
+    reaching one that is not) appears only in ``outrun``, with the bound of its first factor. A factor is
+    left out only when it is provably slower than ``beat`` (see the module docstring); the ladder's stopping
+    rule counts it as a slower factor (the per-message overheads, which grow with the factor, are what
+    prove it then).
+    """
+    builds = _Builds(collective, topology, checked=False)
+    choices: list[BaselineChoice] = []
+    outrun: list[Outrun] = []
+    for name in _applicable(collective, topology):
+        mine: list[Outrun] = []
+        choice = _search(name, builds, size_bytes, beat, mine)
+        if choice is not None:
+            choices.append(choice)
+            log.info("baseline %s: best at chunk factor %d, %.3f us", name, choice.chunk_factor,
+                     choice.result.time_us)
+        elif mine:
+            outrun.append(mine[0])
+    choices.sort(key=lambda c: c.result.time_us)  # stable
+    return BaselineSearch(choices, outrun)
+
+
+def verified(choice: BaselineChoice, topology: Topology) -> BaselineChoice:
+    """``choice`` after :func:`~ccsynth.collectives.verify.verify` of its schedule (raises if it fails)."""
+    verify(choice.schedule, topology)
+    return choice
