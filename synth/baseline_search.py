@@ -37,7 +37,11 @@ through this module:
   during the search (the builders are verified by their tests); the one
   returned for use is verified (:func:`verified`). At 256 ranks this is
   what lets the comparison finish: a 1-million-op ring schedule costs
-  tens of seconds to build, verify and simulate, its bound a fraction.
+  tens of seconds to build, verify and simulate, its bound a fraction;
+  the ring family's bytes come without building at all
+  (:func:`ring_volume_us`), and no factor beyond :data:`MAX_OPS` ops is
+  built (the packed trees' own op budget: both sides of the comparison
+  get the same).
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -61,9 +65,11 @@ from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, CollectiveError
 from ccsynth.collectives.verify import verify
 from ccsynth.synth.baselines import BASELINES, get_baseline, make_baseline, min_chunk_factor, why_not
-from ccsynth.synth.simulate import SimResult, simulate, static_bound
+from ccsynth.synth.baselines import multi_ring, ring
+from ccsynth.synth.baselines._util import split
+from ccsynth.synth.simulate import SimResult, simulate, simulate_below
 from ccsynth.tolerance import is_greater, is_less
-from ccsynth.topologies.model import Topology
+from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
 __all__ = [
     "MIN_CHUNK_BYTES",
@@ -79,6 +85,9 @@ __all__ = [
     "BaselineSearch",
     "baselines_against",
     "verified",
+    "RING_FAMILY",
+    "MAX_OPS",
+    "ring_volume_us",
 ]
 
 log = logging.getLogger(__name__)
@@ -89,6 +98,9 @@ MIN_CHUNK_BYTES = 512
 MAX_SEARCH_CHUNKS = 4096
 #: the search along the ladder stops after this many factors in a row slower than the best
 WORSE_IN_A_ROW = 2
+#: :func:`baselines_against` builds no baseline schedule beyond this many ops (estimated from the factor before;
+#: the smallest factor is always built): the op budget of the packed-tree search (``ccsynth.synth.trees.search``)
+MAX_OPS = 3_000_000
 
 
 class BaselineChoice(NamedTuple):
@@ -153,12 +165,52 @@ class _Builds:
         if key not in self.cache:
             coll = Collective(self.kind, self.n, factor, self.root)
             try:
-                self.cache[key] = make_baseline(name, coll, self.topology) if self.checked else \
+                sched = make_baseline(name, coll, self.topology) if self.checked else \
                     get_baseline(name).build(coll, self.topology)
             except CCSynthError as e:
                 log.debug("baseline %s at chunk factor %d: %s", name, factor, e)
-                self.cache[key] = None
+                sched = None
+            if not self.checked:  # the search's own builds are asked for once: kept only by what it returns
+                return sched
+            self.cache[key] = sched
         return self.cache[key]
+
+
+#: the baselines whose bytes per resource :func:`ring_volume_us` computes without building them
+RING_FAMILY = ("ring", "multi_ring")
+
+
+def ring_volume_us(name: str, collective: Collective, topology: Topology, size_bytes: float) -> float | None:
+    """The busiest resource's bytes at full bandwidth (us) of ring-family baseline ``name``, without building it.
+
+    For allgather and reduce-scatter ring ``k`` of the baseline's rings carries the ``k``-th group of every
+    piece's chunks (:func:`~ccsynth.synth.baselines._util.ring_collective`), ``n - 1`` pieces' groups over
+    each of its edges; a resource carries what the ring edges through it carry. Equal to the ``volume_us`` of
+    :func:`~ccsynth.synth.simulate.static_bound` on the built schedule (``tests/test_baseline_search.py``);
+    None for other baselines and kinds, or when the baseline does not apply.
+    """
+    kind, n, c = collective.kind, collective.n_ranks, collective.chunk_factor
+    if name not in RING_FAMILY or kind not in ("allgather", "reduce_scatter"):
+        return None
+    try:
+        rings = [list(ring.check(collective, topology))] if name == "ring" else \
+            [list(r) for r in multi_ring.check(collective, topology)]
+    except CCSynthError:
+        return None
+    groups = split(range(c), len(rings))
+    mcurve = topology.message_curve
+    chunk = collective.chunk_bytes(size_bytes) * (mcurve.factor(size_bytes) if mcurve is not None else 1.0)
+    res_bytes: dict[str, float] = {}
+    for order, grp in zip(rings, groups):
+        edge_bytes = (n - 1) * len(grp) * chunk
+        for i, a in enumerate(order):
+            conn = topology.connection(a, order[(i + 1) % n])
+            if conn is None:
+                return None
+            for r in conn.resources:
+                res_bytes[r] = res_bytes.get(r, 0.0) + edge_bytes
+    bw = topology.resource_bw
+    return max((v / (bw[r] * BYTES_PER_US_PER_GBPS) for r, v in res_bytes.items()), default=0.0)
 
 
 def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = None,
@@ -170,13 +222,29 @@ def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = 
     """
     best: BaselineChoice | None = None
     worse = 0
+    last: tuple[int, int] | None = None  # the last factor built and its op count
     for factor in chunk_factor_ladder(name, builds.kind, builds.topology, size_bytes):
+        if beat is not None and best is None and worse == 0:
+            # the ring family's bytes without building its (at 1,024 ranks: 2-17 million op) schedules
+            coll = Collective(builds.kind, builds.n, factor, builds.root)
+            volume = ring_volume_us(name, coll, builds.topology, size_bytes)
+            if volume is not None and is_greater(volume + builds.topology.call_overhead, beat):
+                log.info("baseline %s at chunk factor %d: at least %.3f us (its bytes, at every factor), slower "
+                         "than %.3f us", name, factor, volume + builds.topology.call_overhead, beat)
+                if outrun is not None:
+                    outrun.append(Outrun(name, factor, volume + builds.topology.call_overhead, True))
+                break
+        if beat is not None and last is not None and last[1] * factor / last[0] > MAX_OPS:
+            log.info("baseline %s at chunk factor %d: not tried (about %d ops, over MAX_OPS)", name, factor,
+                     last[1] * factor / last[0])
+            break
         sched = builds.get(name, factor)
         if sched is None:
             continue
+        last = (factor, len(sched.ops))
         if beat is not None:
-            b = static_bound(sched, builds.topology, size_bytes)
-            if is_greater(b.time_us, beat):
+            b, r = simulate_below(sched, builds.topology, size_bytes, beat)
+            if r is None:
                 every = is_greater(b.volume_us + b.call_us, beat)
                 log.info("baseline %s at chunk factor %d: at least %.3f us (%s), slower than %.3f us", name, factor,
                          b.time_us, "its bytes, at every factor" if every else "its per-message overheads", beat)
@@ -188,7 +256,8 @@ def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = 
                 if worse >= WORSE_IN_A_ROW:
                     break
                 continue
-        r = simulate(sched, builds.topology, size_bytes)
+        else:
+            r = simulate(sched, builds.topology, size_bytes)
         if best is None or is_less(r.time_us, best.result.time_us):
             best, worse = BaselineChoice(name, factor, r, sched), 0
         else:

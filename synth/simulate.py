@@ -941,8 +941,25 @@ class StaticBound:
 
 def static_bound(schedule: Schedule, topology: Topology, size_bytes: float) -> StaticBound:
     """:class:`StaticBound` of ``schedule`` on ``topology`` at ``size_bytes`` (same errors as :func:`simulate`)."""
-    size = _check_args(size_bytes, None)
+    return _static(_Prepared(schedule, topology), topology, size_bytes)
+
+
+def simulate_below(schedule: Schedule, topology: Topology, size_bytes: float,
+                   beat: float) -> tuple[StaticBound, SimResult | None]:
+    """The schedule's :class:`StaticBound`, and its :func:`simulate` result unless the bound exceeds ``beat`` us.
+
+    The schedule is prepared once for both (a search that prunes by the bound pays no second preparation).
+    """
     p = _Prepared(schedule, topology)
+    bound = _static(p, topology, size_bytes)
+    if is_greater(bound.time_us, beat):
+        return bound, None
+    return bound, _result(p, topology, size_bytes, None)
+
+
+def _static(p: _Prepared, topology: Topology, size_bytes: float) -> StaticBound:
+    size = _check_args(size_bytes, None)
+    schedule = p.schedule
     if not p.n_ops:
         return StaticBound(0.0, 0.0, 0.0)
     mcurve = topology.message_curve
@@ -969,4 +986,7 @@ def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | No
     return _result(_Prepared(graph, topology), topology, graph.size_bytes, local_bw)
 
 
-__all__ = ["SimResult", "StaticBound", "Task", "TaskGraph", "simulate", "simulate_sizes", "simulate_graph", "static_bound"]
+__all__ = [
+    "SimResult", "StaticBound", "Task", "TaskGraph", "simulate", "simulate_below", "simulate_sizes", "simulate_graph",
+    "static_bound",
+]

@@ -90,3 +90,21 @@ def test_unchecked_builds_are_the_verified_schedules():
         f = min_chunk_factor(name, "allreduce", topo)
         a, b = _Builds(coll, topo).get(name, f), _Builds(coll, topo, checked=False).get(name, f)
         assert a is not None and b is not None and a.ops == b.ops
+
+
+@pytest.mark.parametrize("topo_name", ["dgx1", "ndv2x2", "dgx_a100x2", "ring:5"])
+@pytest.mark.parametrize("kind", ["allgather", "reduce_scatter"])
+def test_the_ring_familys_bytes_without_building_equal_the_built_schedules(topo_name, kind):
+    from ccsynth.synth.baseline_search import RING_FAMILY, ring_volume_us
+
+    topo = get_topology(topo_name)
+    size = 3 << 20
+    for name in RING_FAMILY:
+        coll = Collective(kind, topo.n_ranks, min_chunk_factor(name, kind, topo) * 2)
+        try:
+            sched = make_baseline(name, coll, topo)
+        except CCSynthError:
+            assert ring_volume_us(name, coll, topo, size) is None
+            continue
+        assert ring_volume_us(name, coll, topo, size) == pytest.approx(static_bound(sched, topo, size).volume_us,
+                                                                       rel=1e-12)
