@@ -910,6 +910,24 @@ def simulate(
     return _result(_Prepared(schedule, topology), topology, size_bytes, local_bw, trace)
 
 
+def known_result(schedule: Schedule, topology: Topology, size_bytes: float, time_us: float) -> SimResult:
+    """The :class:`SimResult` of a schedule whose simulated time at ``size_bytes`` is known already.
+
+    For a caller that simulated the schedule itself (the synthesizer records it as ``meta["predicted_us"]``):
+    the bound, bandwidths and gap as :func:`simulate` gives them, without running the schedule again (at
+    1,024 ranks a simulation costs tens of CPU seconds). ``busy_us`` is left empty.
+    """
+    size = _check_args(size_bytes, None)
+    coll = schedule.collective
+    bound: Bound = explicit_lower_bound(coll, topology, size) if isinstance(coll, ExplicitCollective) else \
+        lower_bound(coll, topology, size)
+    algbw = size / (time_us * BYTES_PER_US_PER_GBPS) if time_us > 0 else (math.inf if size > 0 else 0.0)
+    gap = time_us / bound.time_us if bound.time_us > 0 else (1.0 if time_us <= 0 else math.inf)
+    return SimResult(size_bytes=size_bytes, time_us=time_us, algbw=algbw, busbw=algbw * coll.busbw_factor(),
+                     lower_bound_us=bound.time_us, gap=gap, n_ops=len(schedule.ops), bound_which=bound.which,
+                     schedule=schedule.name, topology=topology.name)
+
+
 def simulate_sizes(
     schedule: Schedule, topology: Topology, sizes: Iterable[float], *, local_bw: float | None = None
 ) -> list[SimResult]:
@@ -987,6 +1005,6 @@ def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | No
 
 
 __all__ = [
-    "SimResult", "StaticBound", "Task", "TaskGraph", "simulate", "simulate_below", "simulate_sizes", "simulate_graph",
-    "static_bound",
+    "SimResult", "StaticBound", "Task", "TaskGraph", "known_result", "simulate", "simulate_below", "simulate_sizes",
+    "simulate_graph", "static_bound",
 ]

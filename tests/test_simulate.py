@@ -681,3 +681,14 @@ def test_large_components_take_the_vectorised_sharing_with_the_same_times():
     finally:
         sim.SMALL_COMPONENT = old
     assert fast == pytest.approx(slow, rel=1e-12)
+
+
+def test_a_known_time_gives_the_result_simulate_gives():
+    from ccsynth.synth.baselines import make_baseline
+    from ccsynth.synth.simulate import known_result
+
+    t = catalog.dgx1()
+    s = make_baseline("ring", Collective("allgather", 8, 2), t)
+    r = simulate(s, t, 1 << 24)
+    k = known_result(s, t, 1 << 24, r.time_us)
+    assert k.to_dict() == r.to_dict()
