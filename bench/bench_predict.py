@@ -23,10 +23,14 @@ where the model predicts it wins (the predicted and the measured winner of
 plan against default agree).
 
 Run (prints the commands it runs on stderr; ``--out DIR`` keeps every file,
-``--report DIR`` prints the report of a run again)::
+``--report DIR`` prints the report of a run again, ``--repredict DIR``
+recomputes every prediction of a saved run with the model as it is now --
+on the run's own profiles or on ``--topology FILE[,FILE]`` -- and prints
+the report of that, ``--rows`` adds every predicted row)::
 
     python -m ccsynth.bench.bench_predict --out /tmp/predict --max-load 3
     python -m ccsynth.bench.bench_predict --ranks 2 --collectives allreduce --sizes 8:1M --quick
+    python -m ccsynth.bench.bench_predict --repredict /tmp/predict --rows
 
 The machine's load average is printed before and after each step: the
 2-core development machine is shared, and every figure depends on it.
@@ -54,14 +58,15 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ccsynth.bench.predict import BAND_ANCHOR, band_of, error_table
+from ccsynth.bench.predict import BAND_ANCHOR, band_of, error_table, repredict_document
 from ccsynth.collectives.spec import Collective
 from ccsynth.synth.baselines import applicable_baselines
 from ccsynth.topologies import fully_connected
+from ccsynth.topologies.io import load_topology, topology_to_dict
 from ccsynth.units import format_size
 
 __all__ = ["RANKS", "COLLECTIVES", "SIZES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
-           "markdown", "main"]
+           "markdown", "repredict_cases", "row_lines", "main"]
 
 RANKS = (2, 4)
 COLLECTIVES = ("allreduce", "allgather")
@@ -371,6 +376,37 @@ def markdown(cases: list[dict], commands: list[str]) -> str:
     return "\n".join(out)
 
 
+def repredict_cases(cases: list[dict], folder: str | Path, topologies=()) -> list[dict]:
+    """``cases`` (a run's ``cases.json``) with every prediction recomputed by the current model
+    (:func:`ccsynth.bench.predict.repredict_document`), on the case's own profile or on the topology of
+    ``topologies`` with its rank count."""
+    by_n = {t.n_ranks: t for t in topologies}
+    out = []
+    for case in cases:
+        topo = by_n.get(case["n"])
+        if topo is None:
+            path = Path(case["machine"])
+            topo = load_topology(path if path.exists() else Path(folder) / path.name)
+        runs = {kind: dict(run, json=repredict_document(run["json"], topo, folder)) for kind, run in case["runs"].items()}
+        out.append(dict(case, topology=topology_to_dict(topo), runs=runs))
+    return out
+
+
+def row_lines(cases: list[dict]) -> list[str]:
+    """Every predicted row: measured, predicted and their ratio, per case, column and size."""
+    out = ["| case | algorithm | size | ran | measured (us) | predicted (us) | measured / predicted |",
+           "|---|---|---:|---|---:|---:|---:|"]
+    for case in cases:
+        for kind, run in case["runs"].items():
+            for name, rows in _results(run["json"]).items():
+                for r in rows:
+                    pred = getattr(r, "predicted_us", None)
+                    if pred:
+                        out.append(f"| {kind} {case['n']}r | {name} | {_sz(r.size)} | {r.algorithm} | "
+                                   f"{r.median_us:.1f} | {pred:.1f} | {r.median_us / pred:.2f} |")
+    return out + [""]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ccsynth.bench.bench_predict", description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", default=",".join(map(str, RANKS)), help="rank counts, comma separated (default 2,4)")
@@ -387,11 +423,23 @@ def main(argv=None) -> int:
                    help="run every bench R times and keep, per algorithm and size, the fastest median (default 1)")
     p.add_argument("--report", metavar="DIR",
                    help="run nothing: print the report of an earlier run from DIR/cases.json and DIR/commands.txt")
+    p.add_argument("--repredict", metavar="DIR",
+                   help="run nothing: recompute every prediction of an earlier run in DIR with the current model "
+                        "and print its report")
+    p.add_argument("--topology", metavar="FILE[,FILE]",
+                   help="with --repredict: predict on these topology files (one per rank count) instead of the "
+                        "run's own profiles")
+    p.add_argument("--rows", action="store_true", help="with --repredict or --report: also print every predicted row")
     args = p.parse_args(argv)
-    if args.report:
-        folder = Path(args.report)
-        text = markdown(json.loads((folder / "cases.json").read_text()),
-                        (folder / "commands.txt").read_text().splitlines())
+    if args.repredict or args.report:
+        folder = Path(args.repredict or args.report)
+        cases = json.loads((folder / "cases.json").read_text())
+        if args.repredict:
+            topos = [load_topology(f) for f in args.topology.split(",")] if args.topology else []
+            cases = repredict_cases(cases, folder, topos)
+        text = markdown(cases, (folder / "commands.txt").read_text().splitlines())
+        if args.rows:
+            text += "\n\n### Every predicted row\n\n" + "\n".join(row_lines(cases))
         print(text)
         if args.markdown:
             Path(args.markdown).write_text(text + "\n")
