@@ -9,7 +9,9 @@ For every rank count (2 and 4 by default):
    and MPI's own collective side by side (``--interleave``), each row with
    the simulator's prediction: ``mpiexec -n N ccsynth bench C -m 8:16M -c
    --algo mpi,default,plan:plan_C{N}.json,<baselines> --predict machine{N}.json
-   --interleave --json bench_C{N}.json`` (the issue names 8 B to 64 MiB;
+   --interleave --json bench_C{N}.json``, with ``CCSYNTH_CACHE_BYTES`` at
+   :data:`BENCH_CACHE_BYTES` so that the interleaved baselines keep their
+   buffers as a program running one of them would (the issue names 8 B to 64 MiB;
    ``--sizes 8:64M`` runs that, several times longer on 2 shared cores).
 
 Then it prints, as Markdown (for ``bench/RESULTS.md``): the fitted figures
@@ -65,7 +67,7 @@ from ccsynth.topologies import fully_connected
 from ccsynth.topologies.io import load_topology, topology_to_dict
 from ccsynth.units import format_size
 
-__all__ = ["RANKS", "COLLECTIVES", "SIZES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
+__all__ = ["RANKS", "COLLECTIVES", "SIZES", "BENCH_CACHE_BYTES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
            "markdown", "repredict_cases", "row_lines", "main"]
 
 RANKS = (2, 4)
@@ -96,12 +98,22 @@ def _bin(name: str) -> str:
     return str(here) if here.exists() else name
 
 
-def _run(cmd: list[str], log: list[str], max_load: float | None = None, max_wait: float = 0.0) -> None:
+#: the executor's byte budget for kept buffers during the benches (``CCSYNTH_CACHE_BYTES``): the baselines'
+#: compiled schedules share one budget per communicator, and with ``--interleave`` the default (32 MiB, or twice
+#: the largest message) made them drop and reallocate one another's buffers every call from 8 MiB up
+#: (run C: ring, recursive doubling and halving 3-10x slower at 8-16 MiB than the same schedules in the plans)
+BENCH_CACHE_BYTES = 1 << 30
+
+
+def _run(cmd: list[str], log: list[str], max_load: float | None = None, max_wait: float = 0.0,
+         env: dict[str, str] | None = None) -> None:
     _wait_for_quiet(max_load, max_wait)
     text = " ".join(shlex.quote(c) for c in cmd)
+    if env:
+        text = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + text
     log.append(text)
     print(f"# [{time.strftime('%H:%M:%S')}, load {_load()}] {text}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env} if env else None)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
         raise SystemExit(f"command failed ({proc.returncode}): {text}")
@@ -137,7 +149,7 @@ def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], 
                                        str(machine), "--interleave", "--json", str(js)]
             if quick:
                 cmd += ["-i", "5", "-x", "1"]
-            _run(cmd, log, max_load, max_wait)
+            _run(cmd, log, max_load, max_wait, env={"CCSYNTH_CACHE_BYTES": str(BENCH_CACHE_BYTES)})
             loads[f"after {kind}" + (f" #{rep + 1}" if repeats > 1 else "")] = _load()
             docs.append(json.loads(js.read_text()))
         result["runs"][kind] = {"json": fastest_rows(docs), "plan": f"plan:{plan}", "synth_s": synth_s,

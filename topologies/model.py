@@ -466,9 +466,10 @@ class Topology:
         by ``local_curve.fastest``: no message of any size moves faster than
         that (see :mod:`ccsynth.topologies.curve`), so a lower bound computed
         on it never exceeds a time simulated with the curves. Without curves:
-        the topology itself.
+        the topology itself. The forward curve (factors >= 1: only ever
+        slower) is dropped too.
         """
-        if self.message_curve is None and self.local_curve is None:
+        if self.message_curve is None and self.local_curve is None and self.forward_curve is None:
             return self
         f = self.message_curve.fastest if self.message_curve is not None else 1.0
         lf = self.local_curve.fastest if self.local_curve is not None else 1.0
