@@ -99,6 +99,16 @@ Evicting the last level too made the probes slower than the benchmark's
 calls from 8 KiB to 256 KiB (whose data stays there): the median error
 of run C's rows doubled there (bench/RESULTS.md).
 
+The topology says ``async_progress: false``: MPICH (without a progress
+thread) moves a large message's bytes only while the ranks are inside MPI,
+and the executor enters MPI to wait only when nothing else is ready, so a
+message cannot overlap a local copy or reduction of either rank
+(:mod:`ccsynth.synth.simulate`). Measured in run C: a 2-rank allgather
+copies its own block and exchanges the other; the executor's order of the
+two (recursive doubling copies first, ring sends first) made no
+difference (203 and 200 us at 1 MiB), while a model that let the ring's
+transfer overlap its copy predicted it 1.7x too fast.
+
 Local reductions and copies are timed directly on the backend's kernels
 (:func:`measure_kernels`), on all ranks at once, on buffers larger than
 the caches: ``local_bw`` is the rate of the fused receive-reduce-copy
@@ -617,7 +627,7 @@ class _Predictor:
         links = tuple(Link(r, d, max(alpha, 0.0), bw, overhead) for r, d in probe.pattern.pairs)
         topo = Topology("candidate", self.n, links=links, overhead_scope="rank", call_overhead=call,
                         eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
-                        message_curve=curve, forward_curve=forward)
+                        message_curve=curve, forward_curve=forward, async_progress=False)
         return simulate_graph(self.graph(probe), topo).time_us
 
     def fitted(self, probe: Probe, f: LinkFit, call: float, protocol: ProtocolFit,
@@ -867,7 +877,8 @@ def build_topology(
                     description=description, sources=tuple(sources), local_bw=kernels.local_bw,
                     local_overhead=kernels.call_us, overhead_scope="rank",
                     call_overhead=call, eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
-                    message_curve=message_curve, local_curve=local_curve, forward_curve=forward_curve)
+                    message_curve=message_curve, local_curve=local_curve, forward_curve=forward_curve,
+                    async_progress=False)
 
 
 def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int, float]) -> dict[int, SharedPort]:

@@ -40,6 +40,15 @@ Model
   curve): passing on what was just received costs more than sending the
   call's own input (measured by the forward probes of ``ccsynth topo
   profile``). Without one every message is alike, as before.
+* **Progress.** Where the topology says ``async_progress=False`` (with
+  ``overhead_scope="rank"``: MPI without a progress thread, as ccsynth's
+  executor over MPICH's shared memory), a transfer's data phase starts
+  only once the sender's and the receiver's engines are both idle: a rank
+  moves a message's bytes only inside MPI, and the executor enters MPI to
+  wait only when it has nothing else ready. A local copy or reduction
+  queued on either rank therefore delays the data (it cannot overlap the
+  transfer's start), as the executor's order of ready work decides.
+  Default True: data flows whatever the engines do, as before.
 * **Streams: one transfer at a time per connection and channel.** The data
   phases of the transfers from ``a`` to ``b`` on one channel (``Op.channel``)
   run one after another, first come first served (by the time their latency
@@ -323,6 +332,7 @@ class _Prepared:
         self.reduces = [op.kind == "recv" and op.reduce for op in ops]
         # sends that pass on what a receive of the same call brought (only where the topology charges them)
         self.forwards = _forwarded_sends(ops) if topology.forward_curve is not None else None
+        self.async_progress = topology.async_progress or topology.overhead_scope != "rank"
         # the engine of each op (see the module docstring); its rank, for the busy-time report
         self.engine, self.engine_rank = _engines(ops, topology.overhead_scope)
         self.class_alpha: list[float] = []
@@ -497,6 +507,7 @@ def _run(
     # the call's size-dependent factors (1.0: the constants) scale what a unit costs, not what it is
     local_cost = chunk_bytes * local_factor / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
     data_unit = chunk_bytes * message_factor  # bytes a unit's data phase moves through its resources
+    hold = not p.async_progress  # a transfer's data phase waits for both engines (see the module docstring)
     # units each op's data phase moves: forwarded sends move forward_factor times theirs
     fwd = p.forwards
     dcount = count if fwd is None or forward_factor == 1.0 else \
@@ -587,6 +598,12 @@ def _run(
 
     def start_data(s: int) -> None:
         nonlocal n_busy
+        if hold:
+            # no asynchronous progress: the bytes move once both ranks' engines are idle
+            t_free = max(free_at[engine_of[s]], free_at[engine_of[partner[s]]])
+            if t_free > now + EVENT_REL * max(1.0, now):
+                push(heap, (t_free, s, _EV_DATA))
+                return
         nbytes = count[s] * chunk_bytes
         if rec is not None:
             rec.data_ready[s] = now

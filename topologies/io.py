@@ -16,6 +16,7 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
                         "factors": [0.6, 0.5, 1.0]},                           # (optional, PLogP's g(m))
       "local_curve":   {"version": 1, "sizes_bytes": [...], "factors": [...]},  # the same for local work
       "forward_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # forwarded messages (>= 1)
+      "async_progress": false,                      # bytes move only while both ranks wait (optional: true)
       "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0, "overhead_us": 1.35}, ...],
       "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7,
                         "overhead_us": 1.35}],
@@ -46,7 +47,9 @@ piecewise-linear between the sizes given; each curve object has its own
 ``version``, 1; left out: the constants alone, exactly as before), and
 ``forward_curve`` (factors of at least 1: what a message that passes on
 data received in the same call costs more, see
-:mod:`ccsynth.topologies.model`; left out: nothing).
+:mod:`ccsynth.topologies.model`; left out: nothing) and ``async_progress``
+(false: a message's bytes move only while both ranks' engines are idle;
+left out: true, as before).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
 link). Bandwidths are GB/s per direction, latencies microseconds.
@@ -86,7 +89,7 @@ VERSION = 1
 
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
              "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
-             "message_curve", "local_curve", "forward_curve",
+             "message_curve", "local_curve", "forward_curve", "async_progress",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -127,6 +130,8 @@ def topology_to_dict(topology: Topology) -> dict:
         d["local_curve"] = t.local_curve.to_dict()
     if t.forward_curve is not None:
         d["forward_curve"] = t.forward_curve.to_dict()
+    if not t.async_progress:
+        d["async_progress"] = False
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -365,6 +370,9 @@ def _topology_from_dict(d: Any) -> Topology:
     message_curve = _curve(d, "message_curve")
     local_curve = _curve(d, "local_curve")
     forward_curve = _curve(d, "forward_curve")
+    async_progress = d.get("async_progress", True)
+    if not isinstance(async_progress, bool):
+        raise TopologyError(f"async_progress must be true or false, got {json_type_name(async_progress)}")
     scope = d.get("overhead_scope", "connection")
     if scope not in OVERHEAD_SCOPES:
         raise TopologyError(f"overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, got {scope!r}")
@@ -390,6 +398,7 @@ def _topology_from_dict(d: Any) -> Topology:
         message_curve=message_curve,
         local_curve=local_curve,
         forward_curve=forward_curve,
+        async_progress=async_progress,
     )
 
 

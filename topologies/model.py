@@ -49,6 +49,12 @@ Units used everywhere in ccsynth:
   independent one (the receiving core's copy leaves the data where the
   next copy must fetch it again: measured, not modelled further). None:
   every message alike, as in the catalog.
+* ``Topology.async_progress`` (default True): False says that the MPI
+  library moves a message's bytes only while both ranks are inside it (no
+  progress thread; ccsynth's executor enters MPI to wait only when it has
+  nothing else ready), so a transfer's data starts only once the sender's
+  and the receiver's engines are idle (``overhead_scope="rank"`` only;
+  :mod:`ccsynth.synth.simulate`). ``ccsynth topo profile`` writes False.
 * ``Topology.call_overhead`` (us, default 0): the fixed cost of one call of a
   collective -- entering and leaving the runtime, ranks starting at slightly
   different times -- added once per call whatever the schedule. Measured by
@@ -387,6 +393,8 @@ class Topology:
     local_curve: SizeCurve | None = None
     # what a forwarded message costs more (factors >= 1; None: nothing), see the module docstring
     forward_curve: SizeCurve | None = None
+    # False (with overhead_scope "rank"): a message's bytes start moving only when both ranks' engines are idle
+    async_progress: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -454,6 +462,8 @@ class Topology:
                             ("forward_curve", self.forward_curve)):
             if curve is not None and not isinstance(curve, SizeCurve):
                 raise TopologyError(f"topology {self.name!r}: {what} must be a SizeCurve, got {type(curve).__name__}")
+        if not isinstance(self.async_progress, bool):
+            raise TopologyError(f"topology {self.name!r}: async_progress must be true or false, got {self.async_progress!r}")
         if self.forward_curve is not None and self.forward_curve.fastest < 1.0:
             raise TopologyError(f"topology {self.name!r}: forward_curve factors must be at least 1 (a forwarded "
                                 f"message costs more, never less), got {self.forward_curve.fastest:g}")
