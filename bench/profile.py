@@ -542,6 +542,8 @@ def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SE
     be = get_backend("numpy")
     count = max(1, nbytes // 4)
     a, b, c = (be.zeros(count, np.float32) for _ in range(3))
+    for buf in (a, b, c):
+        buf.fill(1.0)  # written: zeroed pages would all read the kernel's one zero page
     red, fused = be.reducer("sum"), be.fused_reducer("sum")
     rates = []
     for kernel in (lambda: be.copy(a, b), lambda: red(a, b), lambda: fused(a, b, c)):
@@ -574,6 +576,8 @@ def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SE
     for m in ladder:
         k = max(1, m // 4)
         x, y, z = (be.zeros(k, np.float32) for _ in range(3))
+        for buf in (x, y, z):
+            buf.fill(1.0)
         batch = max(1, (256 << 10) // m)
         fused(x, y, z)
         comm.Barrier()
