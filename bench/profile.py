@@ -756,26 +756,34 @@ def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResul
     one factor per call, so the sizes are independent.
     """
     fits = {f.pattern: f for f in result.fits}
+    mine = [s for s in samples if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits and s.probe.shape != "forward"]
+    fitted = _factor_per_size(mine, math.log(CURVE_RANGE[0]), lambda p, c: predictor.fitted(
+        p, fits[p.pattern], result.call_overhead, result.protocol, c))
+    return None if fitted is None else SizeCurve(*fitted)
+
+
+def _factor_per_size(samples: Sequence[Sample], log_lo: float,
+                     predict: Callable[[Probe, SizeCurve], float]) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """Per probe size (``Probe.size_bytes``) of ``samples``, the factor in ``[exp(log_lo), CURVE_RANGE[1]]``
+    whose one-point curve makes ``predict`` fit that size's probes best (a search on the factor's logarithm);
+    (sizes, factors) in increasing size, or None without samples."""
     by_size: dict[int, list[Sample]] = {}
     for s in samples:
-        if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits and s.probe.shape != "forward":
-            by_size.setdefault(s.probe.size_bytes, []).append(s)
+        by_size.setdefault(s.probe.size_bytes, []).append(s)
     if not by_size:
         return None
     sizes: list[float] = []
     factors: list[float] = []
     for m in sorted(by_size):
-        mine = by_size[m]
+        group = by_size[m]
 
-        def err(log_f: float, m: int = m, mine: list[Sample] = mine) -> float:
+        def err(log_f: float, m: int = m, group: list[Sample] = group) -> float:
             curve = SizeCurve((float(m),), (math.exp(log_f),))
-            return _log_error(lambda p: predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol,
-                                                         curve), mine)
+            return _log_error(lambda p: predict(p, curve), group)
 
-        f = math.exp(_minimize(err, math.log(CURVE_RANGE[0]), math.log(CURVE_RANGE[1]), steps=16, rounds=20))
         sizes.append(float(m))
-        factors.append(f)
-    return SizeCurve(tuple(sizes), tuple(factors))
+        factors.append(math.exp(_minimize(err, log_lo, math.log(CURVE_RANGE[1]), steps=16, rounds=20)))
+    return tuple(sizes), tuple(factors)
 
 
 def fit_forward_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult,
@@ -789,27 +797,12 @@ def fit_forward_curve(predictor: _Predictor, samples: Sequence[Sample], result: 
     feel it.
     """
     fits = {f.pattern: f for f in result.fits}
-    by_size: dict[int, list[Sample]] = {}
-    for s in samples:
-        if s.probe.pattern in fits and s.probe.shape == "forward":
-            by_size.setdefault(s.probe.size_bytes, []).append(s)
-    if not by_size:
+    mine = [s for s in samples if s.probe.pattern in fits and s.probe.shape == "forward"]
+    fitted = _factor_per_size(mine, 0.0, lambda p, fwd: predictor.fitted(
+        p, fits[p.pattern], result.call_overhead, result.protocol, curve, fwd))
+    if fitted is None or all(f <= 1.0 + 1e-3 for f in fitted[1]):
         return None
-    sizes: list[float] = []
-    factors: list[float] = []
-    for m in sorted(by_size):
-        mine = by_size[m]
-
-        def err(log_f: float, m: int = m, mine: list[Sample] = mine) -> float:
-            fwd = SizeCurve((float(m),), (math.exp(log_f),))
-            return _log_error(lambda p: predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol,
-                                                         curve, fwd), mine)
-
-        sizes.append(float(m))
-        factors.append(math.exp(_minimize(err, 0.0, math.log(CURVE_RANGE[1]), steps=16, rounds=20)))
-    if all(f <= 1.0 + 1e-3 for f in factors):
-        return None
-    return SizeCurve(tuple(sizes), tuple(max(1.0, f) for f in factors))
+    return SizeCurve(fitted[0], tuple(max(1.0, f) for f in fitted[1]))
 
 
 def _split(samples: Sequence[Sample]):
