@@ -101,6 +101,8 @@ def run(args) -> int:
         extras.append(f"{topo.call_overhead:g} us per call")
     if topo.eager_limit is not None and topo.rendezvous_alpha:
         extras.append(f"messages above {topo.eager_limit:g} B: {topo.rendezvous_alpha:g} us more latency")
+    if not topo.async_progress:
+        extras.append("no asynchronous progress (a message's bytes wait for both ranks to be idle)")
     for what, curve in (("message", topo.message_curve), ("local", topo.local_curve),
                         ("forwarded message (more)", topo.forward_curve)):
         if curve is not None:
