@@ -69,7 +69,7 @@ from ccsynth.synth.multidim.network import DimNet
 from ccsynth.synth.solver import SolverOptions, solve, value
 
 __all__ = ["CHARGES", "WEIGHT_UNITS", "LatticeSolution", "solve_lattice", "decompose", "lattice_walk", "lp_chunks",
-           "weighted_chunks", "bandwidth_bound"]
+           "weighted_chunks", "bandwidth_bound", "fixed_order_load", "load_imbalance"]
 
 log = logging.getLogger(__name__)
 
@@ -265,3 +265,36 @@ def bandwidth_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float
     benchmark's *utilization* is this bound over a schedule's time.
     """
     return solve_lattice(net, costs, kind, size_bytes, 1, options, "bandwidth").bound_us
+
+
+def fixed_order_load(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float) -> float:
+    """The time (us) the busiest dimension needs for its bytes under the fixed order (every byte in ascending
+    dimension order), charged like :func:`bandwidth_bound` (bytes at the dimension's fastest per-byte rate, no
+    latency, no overhead): what the fixed order cannot beat, however it pipelines."""
+    busy = [0.0] * net.n_dims
+    m = size_bytes
+    for d in range(net.n_dims):
+        busy[d] = _phase_charge(costs, kind, d, m, "bandwidth")
+        m /= net.dims[d].size
+    return max(busy)
+
+
+def load_imbalance(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float,
+                   options: SolverOptions | None = None) -> float:
+    """Themis's imbalance: :func:`fixed_order_load` over :func:`bandwidth_bound` (>= 1).
+
+    In Themis's terms a system is imbalanced when the baseline's fixed order
+    loads its dimensions unevenly against their bandwidths, so that the
+    busiest one needs longer than a balanced split of the data would
+    (1.0: the fixed order is already balanced, nothing to gain; 1.6: the
+    best balance is 1.6x faster in bandwidth terms). It is a property of the
+    network and the collective, not of the size (both terms are linear in it).
+
+    >>> from ccsynth.topologies.catalog import hierarchical
+    >>> from ccsynth.synth.multidim.network import dim_net
+    >>> net = dim_net(hierarchical([(4, 100), (4, 100)]))
+    >>> # fixed order: dim 0 sends 3/4 of the data, dim 1 3/16; balanced: 15/32 each
+    >>> round(load_imbalance(net, PhaseCosts(net), "allreduce", 1 << 20), 3)
+    1.6
+    """
+    return fixed_order_load(net, costs, kind, size_bytes) / bandwidth_bound(net, costs, kind, size_bytes, options)
