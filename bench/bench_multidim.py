@@ -74,9 +74,13 @@ from ccsynth.units import format_size, parse_sizes
 __all__ = ["SUITE", "SIZES", "IMBALANCE_TOLERANCE", "bench_case", "summarize", "main"]
 
 #: (topology, equal bandwidths?) -- 2D to 4D, 16 to 4,096 ranks. The last two are Themis's own kind of system: the
-#: sample hierarchical network of its artifact (ASTRA-sim, ``inputs/network/analytical/sample_Hierarchical.json``:
-#: Ring(2) x AllToAll(8) x Switch(2) at 250, 25 and 12.5 GB/s per link, i.e. 250, 7 x 25 = 175 and 12.5 GB/s
-#: per NPU) and its 4D Ring-FullyConnected-Ring-Switch extension (a ring of 8 on two 25 GB/s links per NPU).
+#: sample hierarchical network of its artifact (ASTRA-sim, ``astra-sim/astra-sim``:
+#: ``inputs/network/analytical/sample_Hierarchical.json``, renamed ``sample_Ring_FullyConnected_Ring.json`` and
+#: unchanged at tag ``tutorial-isca2022``: Ring(2) x FullyConnected(8) x Ring(2), 2, 7 and 1 links per NPU at 250,
+#: 25 and 12.5 GB/s, i.e. 250, 175 and 12.5 GB/s per NPU) and its 4D Ring-FullyConnected-Ring-Switch extension (a
+#: ring of 8 on two 25 GB/s links per NPU). The paper's own table of systems (ISCA'22) could not be retrieved, so
+#: none of them is here (bench/RESULTS.md, issue 12). The flag is the bandwidths', kept for comparison; which
+#: topologies are *imbalanced* is computed (:func:`~ccsynth.synth.multidim.lp.load_imbalance`, module docstring).
 SUITE: tuple[tuple[str, bool], ...] = (
     ("hierarchical:4x4@100,100", True),
     ("hierarchical:4x4@200,50", False),
