@@ -55,12 +55,12 @@ from ccsynth.errors import CollectiveError
 from ccsynth.synth.baseline_search import MIN_CHUNK_BYTES
 from ccsynth.synth.bounds import lower_bound
 from ccsynth.synth.simulate import simulate
-from ccsynth.synth.trees.lowering import WINDOW, lower_allreduce, lower_in_trees, lower_out_trees
+from ccsynth.synth.trees.lowering import STAGGER, WINDOW, lower_allreduce, lower_in_trees, lower_out_trees
 from ccsynth.synth.trees.packing import Packing, pack_allreduce, pack_trees
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
-__all__ = ["KINDS", "MAX_OPS", "MAX_OPS_PER_RANK", "GOOD_ENOUGH", "TreeChoice", "packing_for", "chunk_factor_ladder",
-           "lower", "best_tree_schedule"]
+__all__ = ["KINDS", "MAX_OPS", "MAX_OPS_PER_RANK", "GOOD_ENOUGH", "LONG_CHAIN", "TreeChoice", "packing_for",
+           "chunk_factor_ladder", "stagger_for", "lower", "best_tree_schedule"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,10 @@ START_OPS = 200_000
 START_CHUNK_BYTES = 128 << 10
 #: factors slower than the best so far, in a row, that end the walk in one direction
 WORSE_IN_A_ROW = 1
+#: where staggering every port could take a rank above MAX_OPS_PER_RANK, only ports that carry more than this
+#: many of a rank's sends of a chunk are staggered (a NIC's sends to the other nodes, not an 8-GPU node's
+#: NVSwitch fan-out)
+LONG_CHAIN = 8
 
 
 @dataclass(frozen=True)
@@ -162,15 +166,27 @@ def _start(ladder: tuple[int, ...], kind: str, n: int, size_bytes: float) -> int
     return i
 
 
+def stagger_for(kind: str, n: int) -> int:
+    """The stagger threshold of out-trees with one chunk per root on ``n`` ranks (module docstring, step 3).
+
+    :data:`~ccsynth.synth.trees.lowering.STAGGER` unless a rank's ops could then exceed
+    :data:`MAX_OPS_PER_RANK`: one chunk per root is ``_ops_per_chunk / n`` ops per rank, and staggering can
+    add a send and a receive for every chunk a rank forwards; then :data:`LONG_CHAIN` + 1.
+    """
+    per_rank = _ops_per_chunk(kind, n) / n
+    return STAGGER if 2 * per_rank <= MAX_OPS_PER_RANK else LONG_CHAIN + 1
+
+
 def lower(packing: Packing, collective: Collective, topology: Topology, window: int | None = None) -> Schedule:
     """The packing as a schedule of ``collective`` (its chunk factor; unverified).
 
     ``window``: out-trees' send window (:func:`~ccsynth.synth.trees.lowering.lower_out_trees`; None: its
-    default); the other collectives take none.
+    default); with one chunk per root the ports are staggered as :func:`stagger_for` says. The other
+    collectives take no window.
     """
     kind = collective.kind
     if kind in ("allgather", "broadcast"):
-        return lower_out_trees(packing.trees, collective, topology, window)
+        return lower_out_trees(packing.trees, collective, topology, window, stagger_for(kind, collective.n_ranks))
     if window is not None:
         raise CollectiveError(f"a send window is a choice of out-trees (allgather, broadcast), not of {kind}")
     if kind in ("reduce_scatter", "reduce"):
