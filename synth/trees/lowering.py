@@ -245,7 +245,7 @@ def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_d
             order = sorted(kids.get(p, ()), key=lambda v: (-size[v], em.offset(p, v)))
             pieces = [(v, data, slot) for v in order]
             if stagger > 0:
-                pieces = _staggered(em, p, pieces, stagger)
+                pieces = _staggered(em, p, pieces, stagger, window)
             for v, a, b in pieces:
                 res = em.resources(p, v)
                 deps = list(first)
@@ -266,7 +266,7 @@ def _halves(c: Chunks) -> tuple[Chunks, Chunks]:
     return Chunks(c.buf, c.index, 1), Chunks(c.buf, c.index + 1, 1)
 
 
-def _staggered(em: _Emitter, p: int, pieces: list[tuple[int, Chunks, Chunks]], least: int
+def _staggered(em: _Emitter, p: int, pieces: list[tuple[int, Chunks, Chunks]], least: int, window: int = 2
                ) -> list[tuple[int, Chunks, Chunks]]:
     """``p``'s sends ``(child, from, into)`` in order, the second through every port that carries at least
     ``least`` of them cut in halves: the first half in its place, the second after all (see :func:`_broadcast`).
@@ -278,7 +278,7 @@ def _staggered(em: _Emitter, p: int, pieces: list[tuple[int, Chunks, Chunks]], l
     for k, (v, _, _) in enumerate(pieces):
         for r in em.resources(p, v):
             through.setdefault(r, []).append(k)
-    split = sorted({ks[1] for ks in through.values() if len(ks) >= least})
+    split = sorted({ks[i] for ks in through.values() if len(ks) >= least for i in range(1, min(window, len(ks)), 2)})
     if not split:
         return pieces
     out = list(pieces)
@@ -370,7 +370,7 @@ def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topolog
         window = WINDOW if c == 1 else 1
     if window < 1:
         raise CollectiveError(f"a send window holds at least one send, not {window}")
-    if c > 1 or window != 2:
+    if c > 1 or window < 2:
         stagger = 0  # the other chunks in flight keep the ports busy; halves are a window of two's
     h = 2 if stagger > 0 else 1
     out_coll = Collective(kind, collective.n_ranks, c * h, collective.root) if h > 1 else collective
