@@ -7,6 +7,9 @@ is its own message on every tree arc, so a relay forwards chunk ``j`` as
 soon as it has it while chunk ``j + 1`` is still on its way: the trees are
 pipelined, and the chunk factor trades that pipelining against the
 per-message cost (:mod:`~ccsynth.synth.trees.search` picks it by simulation).
+A rank's sends of one chunk through one port leave a window at a time,
+and with one chunk per root (nothing else in flight) the window's sends
+are staggered by half a chunk (:func:`_broadcast`, :func:`_staggered`).
 
 * **Out-trees** (allgather: chunk ``j`` of root ``q`` lands in output chunk
   ``q c + j`` everywhere; broadcast: output chunk ``j``): the root sends
@@ -219,16 +222,17 @@ def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_d
     first child's data arriving later; the search
     (:mod:`~ccsynth.synth.trees.search`) tries two at its best chunk factor.
 
-    ``stagger`` (with a window of two, ``slot`` two half chunks): the two
+    ``stagger`` (``slot`` two half chunks, a window of two or more): the
     sends of a window that start together share the port, end together,
-    and leave it idle together for the next pair's overhead and latency
+    and leave it idle together for the next window's overhead and latency
     (8.3 us per pair of 42 us messages on a rail NIC: still 1.15x at
     1,024 ranks). A port that carries at least ``stagger`` of the sends
-    therefore sends its second child the first half of the chunk only,
-    and the other half after its last full send (:func:`_staggered`): the
-    two sends of every later window are half a message apart, and one
-    runs alone at the full rate while the other is between messages. The
-    child forwards the chunk once both halves are in.
+    therefore sends its second child (and fourth, sixth, ... within the
+    first window) the first half of the chunk only, and the other half
+    after its last full send (:func:`_staggered`): every later window's
+    sends are half a message apart in pairs, and one runs at the full
+    rate while its partner is between messages. The child forwards the
+    chunk once both halves are in.
     """
     kids: dict[int, list[int]] = {}
     for p, v in tree.arcs():
@@ -268,11 +272,12 @@ def _halves(c: Chunks) -> tuple[Chunks, Chunks]:
 
 def _staggered(em: _Emitter, p: int, pieces: list[tuple[int, Chunks, Chunks]], least: int, window: int = 2
                ) -> list[tuple[int, Chunks, Chunks]]:
-    """``p``'s sends ``(child, from, into)`` in order, the second through every port that carries at least
-    ``least`` of them cut in halves: the first half in its place, the second after all (see :func:`_broadcast`).
+    """``p``'s sends ``(child, from, into)`` in order, the odd ones of the first ``window`` through every port
+    that carries at least ``least`` of them cut in halves: the first half in its place, the second after all (see
+    :func:`_broadcast`).
 
-    Costs one send of ``p`` and one receive of the child per such port (the only ops above the unstaggered
-    schedule's: dgx_a100x128's allgather has 2,049 ops per rank instead of 2,047).
+    Costs a send of ``p`` and a receive of the child per cut (the only ops above the unstaggered schedule's:
+    dgx_a100x128's allgather has 2,049 ops per rank instead of 2,047 with two sends per port, 2,051 with four).
     """
     through: dict[str, list[int]] = {}
     for k, (v, _, _) in enumerate(pieces):

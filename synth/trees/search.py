@@ -22,14 +22,20 @@ For a collective and a topology (:data:`KINDS`):
    and stops once a schedule is within :data:`GOOD_ENOUGH` of the
    packing's own time (more chunks cannot gain more than that).
 3. **Send window** (allgather, broadcast): unless the best factor is good
-   enough (or is 1, which has two sends per port already), it is lowered again with two sends per port
-   (:func:`~ccsynth.synth.trees.lowering.lower_out_trees`: a rank's sends
-   of one chunk through one port one at a time, or
-   :data:`~ccsynth.synth.trees.lowering.WINDOW` at a time) and the faster
-   kept. One at a time suits non-blocking machines; on the oversubscribed
+   enough, it is lowered again with more sends per port and the faster
+   kept (:func:`~ccsynth.synth.trees.lowering.lower_out_trees`: a rank's
+   sends of one chunk through one port one at a time, or ``window`` at a
+   time). One at a time suits non-blocking machines; on the oversubscribed
    fat_tree:16x8:4:2 a send held back by the spine leaves its NIC idle
    unless a second one runs beside it (1 GiB allgather at chunk factor 8:
-   5,925.8 us with one, 5,595.2 us with two).
+   5,925.8 us with one, 5,595.2 us with two). With one chunk per root
+   (factor 1: 1,024 ranks at 1 GiB) the lowering sends
+   :data:`~ccsynth.synth.trees.lowering.WINDOW` at a time already,
+   staggered by half a chunk (:func:`stagger_for`), and the search tries
+   :data:`WIDE_WINDOW`: a NIC with four sends in flight stays busy while
+   the receivers of some of them are busy with other roots' sends (the
+   1 MiB shards of dgx_a100x64: 1.106x of the bound with two, 1.051x with
+   four; dgx_a100x16's shorter chains: 1.068x with two, 1.112x with four).
 4. The fastest schedule is returned with its simulated time; the caller
    verifies it (:func:`ccsynth.synth.synthesize.synthesize` does).
 
@@ -168,6 +174,11 @@ def _start(ladder: tuple[int, ...], kind: str, n: int, size_bytes: float) -> int
     return i
 
 
+def _windows(c: int, n: int) -> tuple[int, ...]:
+    """The send windows the search tries at its best chunk factor ``c`` on ``n`` ranks (module docstring)."""
+    return (WIDE_WINDOW,) if c == 1 else (WINDOW, WIDE_WINDOW, n)
+
+
 def stagger_for(kind: str, n: int) -> int:
     """The stagger threshold of out-trees with one chunk per root on ``n`` ranks (module docstring, step 3).
 
@@ -243,12 +254,14 @@ def best_tree_schedule(topology: Topology, collective: Collective, size_bytes: f
     c, (t, sched) = min(times.items(), key=lambda kv: (kv[1][0], kv[0]))
     tried = sorted((f, ft) for f, (ft, _) in times.items())
     if kind in ("allgather", "broadcast") and not good(t):
-        # the best factor again with more sends per port (lowering._broadcast): one at a time finish early but
-        # leave the port idle when another resource slows the one in flight (an oversubscribed spine); with one
-        # chunk per root (which has WINDOW, staggered, already) WIDE_WINDOW keep a NIC fed when the receivers
-        # of its 63 or 127 sends are busy with other roots' (dgx_a100x64 at 512 MiB: 1.106x -> 1.051x)
-        window = WINDOW if sched.meta.get("send_window", 1) < WINDOW else WIDE_WINDOW if c == 1 else 0
-        if window:
+        # the best factor again with other send windows (lowering._broadcast), the fastest kept: one at a time
+        # finish early but leave the port idle when another resource slows the one in flight (an oversubscribed
+        # spine), all at once keep every port fed; with one chunk per root (WINDOW, staggered, already)
+        # WIDE_WINDOW keep a NIC fed when the receivers of its 63 or 127 sends are busy with other roots'
+        # (dgx_a100x64 at 512 MiB: 1.106x -> 1.051x)
+        for window in _windows(c, n):
+            if window == sched.meta.get("send_window", 1) or good(t):
+                continue
             other = lower(packing, Collective(kind, n, c, collective.root), topology, window)
             ot = simulate(other, topology, size_bytes).time_us
             log.info("packed trees, %s, chunk factor %d, send window %d: %.3f us", kind, c, window, ot)
