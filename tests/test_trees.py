@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msccl_runtime import runtime_problems
 
 from ccsynth.collectives.spec import Collective
 from ccsynth.collectives.verify import verify
+from ccsynth.formats.msccl.export import schedule_to_msccl_xml
+from ccsynth.formats.msccl.reader import schedule_from_msccl_xml
 from ccsynth.synth.baselines import make_baseline
 from ccsynth.synth.bounds import lower_bound
 from ccsynth.synth.simulate import simulate
@@ -191,6 +194,17 @@ def test_staggered_sends_are_half_a_shard_apart():
     assert simulate(plain, t, n << 20).gap > 1.15
     # on 1,024 ranks only the NICs' 127 sends are staggered (the NVSwitch ports' 7 would cost 254 ops per rank)
     assert stagger_for("allgather", 1024) == 9
+
+
+def test_staggered_schedule_exports_to_msccl():
+    # the halves are chunks of a collective with twice the chunk factor: MSCCL's runtimes load it, and it reads back
+    t = catalog.dgx_a100(4)
+    n = t.n_ranks
+    s = lower(packing_for(t, "allgather"), Collective("allgather", n, 1), t)
+    assert s.meta["stagger"] > 0
+    text = schedule_to_msccl_xml(s, topology=t)
+    assert runtime_problems(text) == []
+    verify(schedule_from_msccl_xml(text), t)
 
 
 def test_oversubscribed_fat_tree_keeps_several_sends_per_port():
