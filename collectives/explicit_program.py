@@ -37,13 +37,13 @@ from ccsynth.collectives.runtime.primitives import MpiCalls
 from ccsynth.collectives.schedule import Chunks, Schedule
 from ccsynth.errors import BufferMismatchError, ScheduleError
 
-__all__ = ["LocalOp", "ExplicitProgram"]
+__all__ = ["ExplicitOp", "ExplicitProgram"]
 
 _SEND, _RECV, _COPY = 0, 1, 2
 
 
 @dataclass(frozen=True)
-class LocalOp:
+class ExplicitOp:
     """One op of this rank: kind, peer, tag within the call, chunks read (src) and written (dst), units, deps."""
 
     kind: int
@@ -80,7 +80,7 @@ class ExplicitProgram:
                 pair = (op.peer, kind)
                 tag = pairs.get(pair, 0)
                 pairs[pair] = tag + 1
-            ops.append(LocalOp(kind, op.peer, tag, op.src, op.dst, schedule.op_units(op),
+            ops.append(ExplicitOp(kind, op.peer, tag, op.src, op.dst, schedule.op_units(op),
                                tuple(index[d] for d in op.deps)))
         self.ops = tuple(ops)
         self.max_tag = max(pairs.values(), default=0)

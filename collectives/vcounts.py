@@ -13,8 +13,8 @@ serve any equal-block kind):
 2. each rank copies its blocks into a private buffer of ``n x P`` elements
    (block ``q`` at ``q * P``; for reductions the padding is zeroed),
 3. runs the equal-block schedule on the padded buffers, and
-4. copies the first ``count`` elements of each received block to where
-   the caller's counts and displacements say.
+4. copies the first ``count`` elements of its own reduced block to the
+   receive buffer (one block per rank: nothing to unpack).
 
 What it costs: two local copies, and messages that carry ``P - count``
 elements of padding per block; the padding is at most one quantum per
@@ -46,7 +46,7 @@ import numpy as np
 
 from ccsynth.errors import BufferMismatchError
 
-__all__ = ["MAX_PADDING", "Padding", "VBuf", "displacements", "check_counts", "pack", "unpack"]
+__all__ = ["MAX_PADDING", "Padding", "VBuf", "displacements", "check_counts", "pack"]
 
 #: a v-call whose padded messages would be more than this many times its real size goes to the MPI library
 MAX_PADDING = 4.0
@@ -116,10 +116,3 @@ def pack(dst, src, counts, displs, block: int, *, zero: bool = False) -> None:
         if zero and c < block:
             dst[base + c:base + block] = 0
 
-
-def unpack(dst, src, counts, displs, block: int) -> None:
-    """The inverse of :func:`pack`: the first ``counts[q]`` elements of padded block ``q`` to ``dst[displs[q]:]``."""
-    for q, (c, d) in enumerate(zip(counts, displs)):
-        c, d = int(c), int(d)
-        if c:
-            dst[d:d + c] = src[q * block:q * block + c]

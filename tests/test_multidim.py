@@ -16,7 +16,7 @@ from ccsynth.formats.msccl import schedule_to_msccl_xml
 from ccsynth.synth.multidim import POLICIES, compare_schedulers, dim_net, schedule_multidim
 from ccsynth.synth.multidim.cost import PhaseCosts
 from ccsynth.synth.multidim.lowering import MAX_IR_RANKS, ir_max_chunks, to_schedule
-from ccsynth.synth.multidim.lp import bandwidth_bound
+from ccsynth.synth.multidim.lp import bandwidth_bound, pipelined_bound
 from ccsynth.synth.multidim.phases import PhasePlanner, to_phase_plan
 from ccsynth.synth.multidim.utilization import dimension_utilization
 from ccsynth.synth.simulate import simulate
@@ -98,6 +98,7 @@ def test_lp_is_never_worse_than_themis_and_respects_its_bound():
 def test_every_scheduler_verifies_and_the_model_matches_the_simulator(spec):
     t = get_topology(spec)
     net = dim_net(t)
+    costs = PhaseCosts(net)
     worst = 0.0
     for kind in ("allreduce", "reduce_scatter", "allgather"):
         cap = ir_max_chunks(kind, net)
@@ -108,6 +109,10 @@ def test_every_scheduler_verifies_and_the_model_matches_the_simulator(spec):
                 verify(sched, t)
                 sim = simulate(sched, t, size).time_us
                 worst = max(worst, abs(sim - md.makespan_us) / sim)
+                if len({c.units for c in md.chunks}) == 1:  # the LP's bounds are for equal chunks
+                    bound = pipelined_bound(net, costs, kind, size, md.chunks)
+                    assert bound <= sim * (1 + 1e-9), (kind, policy, size, bound, sim)
+                    assert bound <= md.makespan_us * (1 + 1e-9), (kind, policy, size, bound, md.makespan_us)
     assert worst <= 0.05, f"{spec}: the dimension-level model is {worst:.1%} from the event-driven simulator"
 
 
@@ -270,8 +275,26 @@ def test_themis_flex_sizes_chunks_to_the_load_gap():
     net = dim_net(hierarchical([(4, 100, 0.0, 0.0), (4, 100, 0.0, 0.0)]))
     chunks = themis_flex_chunks(net, PhaseCosts(net), "allreduce", 1 << 20, 8)
     assert sum(c.units for c in chunks) == 8
-    # the gap after two natural chunks is worth 1.5 units through dimension 1: one chunk of 2 units closes it
-    assert [(c.order, c.units) for c in chunks][:3] == [((0, 1), 1), ((0, 1), 1), ((1, 0), 2)]
+    # per unit, the order (0, 1) loads dim 0 by 1.5 and dim 1 by 0.375 (x 2 halves, / 4 ranks); (1, 0) the
+    # reverse. After one natural unit the gap (1.125) closes at 1.5 - 0.375 per unit of (1, 0): one unit
+    assert [(c.order, c.units) for c in chunks][:3] == [((0, 1), 1), ((1, 0), 1), ((0, 1), 1)]
+    # 8 x 2 ranks: a unit of (0, 1) loads dim 0 by 1.75 and dim 1 by 0.125; a unit of (1, 0) dim 1 by 1 and
+    # dim 0 by 0.875. After one natural unit the gap (1.625) closes at 1 - 0.875 per unit: one chunk of 13 units
+    skewed = dim_net(hierarchical([(8, 100, 0.0, 0.0), (2, 100, 0.0, 0.0)]))
+    chunks = themis_flex_chunks(skewed, PhaseCosts(skewed), "allreduce", 1 << 20, 16)
+    assert [(c.order, c.units) for c in chunks] == [((0, 1), 1), ((1, 0), 13), ((0, 1), 1), ((1, 0), 1)]
+
+
+@pytest.mark.parametrize("name", ["dgx_a100x16", "ndv2x16"])
+def test_themis_flex_does_not_lose_the_pipeline_where_nothing_needs_balancing(name):
+    # least-loaded-first is the natural order there (the NIC is the busiest dimension under it): sized by its
+    # first phase alone, the flex chunk grew to the rest of the data (0.92x the fixed order at 1 GiB); net of
+    # what it adds to the busiest dimension it cannot close the gap, so flex pipelines like the fixed order
+    net = dim_net(get_topology(name))
+    fixed = schedule_multidim(net, "allreduce", 1 << 30, "fixed")
+    flex = schedule_multidim(net, "allreduce", 1 << 30, "themis-flex")
+    assert flex.makespan_us <= fixed.makespan_us * (1 + 1e-6)
+    assert {o for o, _ in flex.order_counts()} == {(0, 1)}
 
 
 def test_lp_rounding_is_exact_and_the_gap_to_its_bound_is_per_message_cost():
@@ -291,6 +314,29 @@ def test_lp_rounding_is_exact_and_the_gap_to_its_bound_is_per_message_cost():
     free = dim_net(hierarchical([(8, 400, 0.7, 0.0), (8, 200, 2.6, 0.0), (8, 100, 2.6, 0.0), (8, 50, 2.6, 0.0)]))
     lp = schedule_multidim(free, "allreduce", 1 << 30, "lp", chunks=128)
     assert lp.makespan_us <= 1.02 * lp.lp_bound_us
+
+
+def test_pipelined_bound_adds_the_fill_and_drain_every_schedule_pays():
+    from ccsynth.synth.multidim.lp import solve_lattice
+    from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
+
+    # Themis's artifact sample: no chunk may sensibly start on the 12.5 GB/s dimension, so it idles while the
+    # first chunk reduce-scatters on dimension 0 and while the last one gathers there; T* lets it work throughout
+    net = dim_net(get_topology("hierarchical:2x8x2@250,175,12.5"))
+    costs = PhaseCosts(net)
+    size = 1 << 30
+    lp = schedule_multidim(net, "allreduce", size, "lp", chunks=20)
+    t_star = solve_lattice(net, costs, "allreduce", size, 20).bound_us
+    bound = pipelined_bound(net, costs, "allreduce", size, lp.chunks)
+    # one reduce-scatter phase of a 1/20 chunk on dimension 0 (2 ranks, 250 GB/s), before and after
+    phase = (size / 20) / 2 / (250 * BYTES_PER_US_PER_GBPS)
+    assert bound == pytest.approx(t_star + 2 * phase, rel=1e-6)
+    assert t_star < bound <= lp.makespan_us
+    for spec in ("hierarchical:4x4x4x4@100,100,100,100", "hierarchical:2x2@200,50"):
+        other = dim_net(get_topology(spec))
+        md = schedule_multidim(other, "allreduce", 1 << 26, "fixed", chunks=8)
+        t_star = solve_lattice(other, PhaseCosts(other), "allreduce", 1 << 26, 8).bound_us
+        assert t_star * (1 - 1e-9) <= pipelined_bound(other, PhaseCosts(other), "allreduce", 1 << 26, md.chunks)
 
 
 def test_the_model_charges_a_profiled_topology_like_the_simulator():

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulp
@@ -69,7 +70,7 @@ from ccsynth.synth.multidim.network import DimNet
 from ccsynth.synth.solver import SolverOptions, solve, value
 
 __all__ = ["CHARGES", "WEIGHT_UNITS", "LatticeSolution", "solve_lattice", "decompose", "lattice_walk", "lp_chunks",
-           "weighted_chunks", "bandwidth_bound"]
+           "weighted_chunks", "bandwidth_bound", "fixed_order_load", "load_imbalance", "pipelined_bound"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,30 @@ def solve_lattice(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, 
         raise CollectiveError(f"unknown LP charge {charge!r}; choose one of: {', '.join(CHARGES)}")
     options = options or SolverOptions()
     n_dims = net.n_dims
+    prob, t, f, whole = _lattice_lp(net, costs, kind, size_bytes, chunks, charge)
+    first = solve(prob, options, stage=f"multidim lattice LP ({chunks} chunks, {charge})")
+    t_star = value(t)
+    if charge == "bandwidth":  # a bound only: no second stage
+        flows = {e: max(0.0, value(var)) for e, var in f.items()}
+        return LatticeSolution(tuple(sorted(flows.items())), decompose(flows, n_dims), t_star, chunks, charge,
+                               first.seconds, size_bytes)
+    prob += (t <= t_star * (1 + _SECOND_STAGE_SLACK), "keep_optimum")
+    prob.setObjective(pulp.lpSum(var * whole[e] for e, var in f.items()))
+    second = solve(prob, options, stage=f"multidim lattice LP, second stage ({chunks} chunks, {charge})")
+    flows = {e: max(0.0, value(var)) for e, var in f.items()}
+    return LatticeSolution(tuple(sorted(flows.items())), decompose(flows, n_dims), t_star, chunks, charge,
+                           first.seconds + second.seconds, size_bytes)
+
+
+def _lattice_lp(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chunks: int, charge: str,
+                head_us: dict[int, float] | None = None):
+    """The lattice LP of the module docstring: (problem, T, flow variables, each edge's full charge).
+
+    ``head_us`` adds, per dimension, a time its phases cannot use (the
+    fill and drain of :func:`pipelined_bound`): ``busy_d + head_us[d] <= T``.
+    """
+    head_us = head_us or {}
+    n_dims = net.n_dims
     full = (1 << n_dims) - 1
     chunk = size_bytes / chunks
     prob = pulp.LpProblem("multidim_lattice", pulp.LpMinimize)
@@ -145,19 +170,9 @@ def solve_lattice(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, 
         outflow = pulp.lpSum(f[(s, d)] for d in range(n_dims) if not s >> d & 1)
         prob += (inflow == outflow, f"conserve_{s}")
     for d in range(n_dims):
-        prob += (pulp.lpSum(chunks * tau[e] * var for e, var in f.items() if e[1] == d) <= t, f"busy_{d}")
-    first = solve(prob, options, stage=f"multidim lattice LP ({chunks} chunks, {charge})")
-    t_star = value(t)
-    if charge == "bandwidth":  # a bound only: no second stage
-        flows = {e: max(0.0, value(var)) for e, var in f.items()}
-        return LatticeSolution(tuple(sorted(flows.items())), decompose(flows, n_dims), t_star, chunks, charge,
-                               first.seconds, size_bytes)
-    prob += (t <= t_star * (1 + _SECOND_STAGE_SLACK), "keep_optimum")
-    prob.setObjective(pulp.lpSum(var * whole[e] for e, var in f.items()))
-    second = solve(prob, options, stage=f"multidim lattice LP, second stage ({chunks} chunks, {charge})")
-    flows = {e: max(0.0, value(var)) for e, var in f.items()}
-    return LatticeSolution(tuple(sorted(flows.items())), decompose(flows, n_dims), t_star, chunks, charge,
-                           first.seconds + second.seconds, size_bytes)
+        busy = pulp.lpSum(chunks * tau[e] * var for e, var in f.items() if e[1] == d)
+        prob += (busy + head_us.get(d, 0.0) <= t, f"busy_{d}")
+    return prob, t, f, whole
 
 
 def decompose(flows: dict[Edge, float], n_dims: int) -> tuple[tuple[tuple[int, ...], float], ...]:
@@ -265,3 +280,97 @@ def bandwidth_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float
     benchmark's *utilization* is this bound over a schedule's time.
     """
     return solve_lattice(net, costs, kind, size_bytes, 1, options, "bandwidth").bound_us
+
+
+def fixed_order_load(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float) -> float:
+    """The time (us) the busiest dimension needs for its bytes under the fixed order (every byte in ascending
+    dimension order), charged like :func:`bandwidth_bound` (bytes at the dimension's fastest per-byte rate, no
+    latency, no overhead): what the fixed order cannot beat, however it pipelines."""
+    busy = [0.0] * net.n_dims
+    m = size_bytes
+    for d in range(net.n_dims):
+        busy[d] = _phase_charge(costs, kind, d, m, "bandwidth")
+        m /= net.dims[d].size
+    return max(busy)
+
+
+def load_imbalance(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float,
+                   options: SolverOptions | None = None) -> float:
+    """Themis's imbalance: :func:`fixed_order_load` over :func:`bandwidth_bound` (>= 1).
+
+    In Themis's terms a system is imbalanced when the baseline's fixed order
+    loads its dimensions unevenly against their bandwidths, so that the
+    busiest one needs longer than a balanced split of the data would
+    (1.0: the fixed order is already balanced, nothing to gain; 1.6: the
+    best balance is 1.6x faster in bandwidth terms). It is a property of the
+    network and the collective, not of the size (both terms are linear in it).
+
+    >>> from ccsynth.topologies.catalog import hierarchical
+    >>> from ccsynth.synth.multidim.network import dim_net
+    >>> net = dim_net(hierarchical([(4, 100), (4, 100)]))
+    >>> # fixed order: dim 0 sends 3/4 of the data, dim 1 3/16; balanced: 15/32 each
+    >>> round(load_imbalance(net, PhaseCosts(net), "allreduce", 1 << 20), 3)
+    1.6
+    """
+    return fixed_order_load(net, costs, kind, size_bytes) / bandwidth_bound(net, costs, kind, size_bytes, options)
+
+
+def pipelined_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chunks: Sequence[ChunkPlan],
+                    options: SolverOptions | None = None) -> float:
+    """The LP's own bound (``T*``, charge ``floor``) for the count of ``chunks``, plus the pipeline's fill and
+    drain that every schedule of such chunks pays (allreduce; other collectives: ``T*`` itself).
+
+    ``T*`` lets every dimension work from time 0 to the end. It cannot, in a
+    dimension ``d`` no chunk starts on: a chunk's first phase on ``d`` needs
+    the data its previous phase reduced (a rank sends only reduced ranges),
+    so ``d`` waits at least one first phase of a chunk on another dimension;
+    and in an allreduce the chunk whose allgather last used ``d`` still
+    gathers on its first dimension afterwards (the allgather runs the
+    reduce-scatter's order reversed, ending where it began), so ``d`` is
+    idle at least one such phase before the end. Both are charged at the
+    bytes alone (:func:`bandwidth_bound`'s charge: a phase of ``m`` bytes
+    takes at least its sent bytes at the dimension's fastest per-byte rate)
+    for the *smallest* chunk of ``chunks``, the one that may go first or
+    last. A dimension that some chunk starts on pays neither, but then that
+    chunk (at least the smallest chunk's share of the data) takes an order
+    starting there. So, for every non-empty set ``F`` of dimensions chunks
+    may start on: the lattice LP with the flow out of the empty state
+    restricted to ``F`` (at least the smallest share on each) and every
+    dimension outside ``F`` charged ``2 x`` the cheapest first phase from
+    ``F``; the bound is the least of these optima (``2^D - 1`` small LPs,
+    15 for four dimensions). It is at least ``T*`` and holds where ``T*``
+    holds: for schedules of ``len(chunks)`` equal chunks (with chunks of
+    unequal size, :func:`weighted_chunks` and Themis's flex, ``T*`` charges
+    every chunk the average chunk's per-phase latency, which is what the
+    bound's ratios in ``bench/RESULTS.md`` take as given for them too);
+    ``tests/test_multidim.py`` checks it against the event-driven simulator
+    for every equal-chunk scheduler on every topology of the cross-check (up
+    to 128 ranks).
+    """
+    options = options or SolverOptions()
+    k = len(chunks)
+    if k == 0:
+        raise CollectiveError("pipelined_bound needs at least one chunk")
+    if kind != "allreduce":
+        return solve_lattice(net, costs, kind, size_bytes, k, options, "floor").bound_us
+    units = sum(c.units for c in chunks)
+    share = min(c.units for c in chunks) / units
+    smallest = size_bytes * share
+    n_dims = net.n_dims
+    # one reduce-scatter phase of the smallest chunk, first in its order (half an allreduce's charge)
+    first_phase = [_phase_charge(costs, kind, d, smallest, "bandwidth") / 2 for d in range(n_dims)]
+    best = math.inf
+    for starts in range(1, 1 << n_dims):
+        if bin(starts).count("1") * share > 1 + _FLOW_EPS:  # fewer chunks than starting dimensions
+            continue
+        heads = {d: 2 * min(first_phase[j] for j in range(n_dims) if starts >> j & 1)
+                 for d in range(n_dims) if not starts >> d & 1}
+        prob, t, f, _ = _lattice_lp(net, costs, kind, size_bytes, k, "floor", heads)
+        for d in range(n_dims):
+            if starts >> d & 1:
+                prob += (f[(0, d)] >= share, f"starts_{d}")
+            else:
+                prob += (f[(0, d)] == 0, f"no_start_{d}")
+        solve(prob, options, stage=f"multidim pipelined bound ({k} chunks, starts {starts:b})")
+        best = min(best, value(t))
+    return best

@@ -53,7 +53,7 @@ from ccsynth.errors import BufferMismatchError, ScheduleError
 from ccsynth.kernels import backend_for
 from ccsynth.synth.reshard.plan import task_of_schedule
 
-__all__ = ["LocalOp", "ReshardProgram"]
+__all__ = ["BoxOp", "ReshardProgram"]
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ _SEND, _RECV, _COPY = 0, 1, 2
 
 
 @dataclass(frozen=True)
-class LocalOp:
+class BoxOp:
     """One op of this rank: its kind, peer, tag, the boxes it reads and writes, its dependencies."""
 
     kind: int
@@ -98,7 +98,7 @@ class ReshardProgram:
         mine = schedule.ops_of(rank)
         index = {op.id: k for k, op in enumerate(mine)}
         counters: dict[tuple[int, int], int] = {}
-        ops: list[LocalOp] = []
+        ops: list[BoxOp] = []
         self.max_tag = 0
         for op in mine:
             def box(chunks):
@@ -124,7 +124,7 @@ class ReshardProgram:
             kind = {"send": _SEND, "recv": _RECV, "copy": _COPY}.get(op.kind)
             if kind is None:
                 raise ScheduleError(f"{op.describe()}: resharding plans do not reduce")
-            ops.append(LocalOp(
+            ops.append(BoxOp(
                 kind, op.peer, tag,
                 op.src.buf if op.src is not None else "",
                 box(op.src) if op.src is not None else None,
@@ -189,7 +189,7 @@ class ReshardProgram:
 
         relays = [xp.empty(shape, dtype=self.dtype) for shape in self.relay_shapes]
 
-        def view(op: LocalOp, src: bool):
+        def view(op: BoxOp, src: bool):
             buf, box = (op.src_buf, op.src) if src else (op.dst_buf, op.dst)
             if buf == "s":
                 return relays[cast(int, box)]
