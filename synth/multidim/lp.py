@@ -63,11 +63,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulp
 
-from ccsynth.errors import CollectiveError
+from ccsynth.errors import CollectiveError, InfeasibleError
 from ccsynth.synth.multidim.chunks import ChunkPlan, make_chunk
 from ccsynth.synth.multidim.cost import PhaseCosts
 from ccsynth.synth.multidim.load import DimLoads
@@ -257,6 +257,19 @@ def lp_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chun
     return tuple(make_chunk(net, costs, kind, o, b) for o in orders), sol
 
 
+def _solve_whole(prob: pulp.LpProblem, options: SolverOptions, stage: str) -> None:
+    """Solve a whole-chunk MILP; where HiGHS's MIP solver reports its own answer numerically infeasible (it
+    does on some of these tiny models: "claims optimality, but with ... infeasibilities"), solve it again with
+    CBC, PuLP's bundled solver."""
+    try:
+        solve(prob, options, stage=stage)
+    except InfeasibleError as e:
+        if options.solver == "cbc":
+            raise
+        log.info("%s; solving it with CBC", e)
+        solve(prob, replace(options, solver="cbc"), stage=stage)
+
+
 def rounded_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chunks: int,
                   options: SolverOptions | None = None) -> float:
     """The LP's own bound made exact about rounding: the lattice LP (charge ``floor``) with every edge
@@ -272,7 +285,7 @@ def rounded_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, 
     """
     options = options or SolverOptions()
     prob, t, _, _ = _lattice_lp(net, costs, kind, size_bytes, chunks, "floor", counts={})
-    solve(prob, options, stage=f"multidim rounded bound ({chunks} chunks)")
+    _solve_whole(prob, options, f"multidim rounded bound ({chunks} chunks)")
     return value(t)
 
 
@@ -290,10 +303,10 @@ def round_flow(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, sol
     shares = dict(sol.flows)
     ranges = {e: (math.floor(k * x + _ROUND_EPS), math.ceil(k * x - _ROUND_EPS)) for e, x in shares.items()}
     prob, t, n, whole = _lattice_lp(net, costs, kind, size_bytes, k, "floor", counts=ranges)
-    solve(prob, options, stage=f"multidim exact rounding ({k} chunks)")
+    _solve_whole(prob, options, f"multidim exact rounding ({k} chunks)")
     prob += (t <= value(t) * (1 + _SECOND_STAGE_SLACK), "keep_optimum")
     prob.setObjective(pulp.lpSum(var * whole[e] for e, var in n.items()))
-    solve(prob, options, stage=f"multidim exact rounding, second stage ({k} chunks)")
+    _solve_whole(prob, options, f"multidim exact rounding, second stage ({k} chunks)")
     return {e: round(value(var)) / k for e, var in n.items()}
 
 
