@@ -212,6 +212,8 @@ class _Run:
                  weighted: bool = True):
         self.net, self.costs, self.kind, self.size, self.policy, self.options = net, costs, kind, size, policy, options
         self.weighted = weighted  # chunks of unequal units (the IR takes up to 4 units a chunk: off under max_chunks)
+        # the model's timing of each chunk plan already timed (the roundings and warm starts often coincide)
+        self._timings: dict[tuple[ChunkPlan, ...], DimTiming] = {}
 
     def at(self, k: int) -> MultiDimSchedule:
         net, costs, kind, size = self.net, self.costs, self.kind, self.size
@@ -246,8 +248,11 @@ class _Run:
 
     def _timed(self, chunks: tuple[ChunkPlan, ...], origin: str) -> MultiDimSchedule:
         """``chunks`` timed under every queue priority; the faster one."""
-        timing = min((time_chunks(self.net, self.costs, self.kind, self.size, chunks, p) for p in PRIORITIES),
-                     key=lambda t: t.makespan_us)
+        timing = self._timings.get(chunks)
+        if timing is None:
+            timing = min((time_chunks(self.net, self.costs, self.kind, self.size, chunks, p) for p in PRIORITIES),
+                         key=lambda t: t.makespan_us)
+            self._timings[chunks] = timing
         return MultiDimSchedule(self.policy, self.kind, self.size, self.net, chunks, timing, origin=origin)
 
 
