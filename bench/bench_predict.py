@@ -9,7 +9,9 @@ For every rank count (2 and 4 by default):
    and MPI's own collective side by side (``--interleave``), each row with
    the simulator's prediction: ``mpiexec -n N ccsynth bench C -m 8:16M -c
    --algo mpi,default,plan:plan_C{N}.json,<baselines> --predict machine{N}.json
-   --interleave --json bench_C{N}.json`` (the issue names 8 B to 64 MiB;
+   --interleave --json bench_C{N}.json``, with ``CCSYNTH_CACHE_BYTES`` at
+   :data:`BENCH_CACHE_BYTES` so that the interleaved baselines keep their
+   buffers as a program running one of them would (the issue names 8 B to 64 MiB;
    ``--sizes 8:64M`` runs that, several times longer on 2 shared cores).
 
 Then it prints, as Markdown (for ``bench/RESULTS.md``): the fitted figures
@@ -23,10 +25,14 @@ where the model predicts it wins (the predicted and the measured winner of
 plan against default agree).
 
 Run (prints the commands it runs on stderr; ``--out DIR`` keeps every file,
-``--report DIR`` prints the report of a run again)::
+``--report DIR`` prints the report of a run again, ``--repredict DIR``
+recomputes every prediction of a saved run with the model as it is now --
+on the run's own profiles or on ``--topology FILE[,FILE]`` -- and prints
+the report of that, ``--rows`` adds every predicted row)::
 
     python -m ccsynth.bench.bench_predict --out /tmp/predict --max-load 3
     python -m ccsynth.bench.bench_predict --ranks 2 --collectives allreduce --sizes 8:1M --quick
+    python -m ccsynth.bench.bench_predict --repredict /tmp/predict --rows
 
 The machine's load average is printed before and after each step: the
 2-core development machine is shared, and every figure depends on it.
@@ -54,14 +60,15 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ccsynth.bench.predict import BAND_ANCHOR, band_of, error_table
+from ccsynth.bench.predict import BAND_ANCHOR, band_of, error_table, repredict_document
 from ccsynth.collectives.spec import Collective
 from ccsynth.synth.baselines import applicable_baselines
 from ccsynth.topologies import fully_connected
+from ccsynth.topologies.io import load_topology, topology_to_dict
 from ccsynth.units import format_size
 
-__all__ = ["RANKS", "COLLECTIVES", "SIZES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
-           "markdown", "main"]
+__all__ = ["RANKS", "COLLECTIVES", "SIZES", "BENCH_CACHE_BYTES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
+           "markdown", "repredict_cases", "row_lines", "main"]
 
 RANKS = (2, 4)
 COLLECTIVES = ("allreduce", "allgather")
@@ -91,12 +98,22 @@ def _bin(name: str) -> str:
     return str(here) if here.exists() else name
 
 
-def _run(cmd: list[str], log: list[str], max_load: float | None = None, max_wait: float = 0.0) -> None:
+#: the executor's byte budget for kept buffers during the benches (``CCSYNTH_CACHE_BYTES``): the baselines'
+#: compiled schedules share one budget per communicator, and with ``--interleave`` the default (32 MiB, or twice
+#: the largest message) made them drop and reallocate one another's buffers every call from 8 MiB up
+#: (run C: ring, recursive doubling and halving 3-10x slower at 8-16 MiB than the same schedules in the plans)
+BENCH_CACHE_BYTES = 1 << 30
+
+
+def _run(cmd: list[str], log: list[str], max_load: float | None = None, max_wait: float = 0.0,
+         env: dict[str, str] | None = None) -> None:
     _wait_for_quiet(max_load, max_wait)
     text = " ".join(shlex.quote(c) for c in cmd)
+    if env:
+        text = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + text
     log.append(text)
     print(f"# [{time.strftime('%H:%M:%S')}, load {_load()}] {text}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env} if env else None)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
         raise SystemExit(f"command failed ({proc.returncode}): {text}")
@@ -132,7 +149,7 @@ def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], 
                                        str(machine), "--interleave", "--json", str(js)]
             if quick:
                 cmd += ["-i", "5", "-x", "1"]
-            _run(cmd, log, max_load, max_wait)
+            _run(cmd, log, max_load, max_wait, env={"CCSYNTH_CACHE_BYTES": str(BENCH_CACHE_BYTES)})
             loads[f"after {kind}" + (f" #{rep + 1}" if repeats > 1 else "")] = _load()
             docs.append(json.loads(js.read_text()))
         result["runs"][kind] = {"json": fastest_rows(docs), "plan": f"plan:{plan}", "synth_s": synth_s,
@@ -371,6 +388,37 @@ def markdown(cases: list[dict], commands: list[str]) -> str:
     return "\n".join(out)
 
 
+def repredict_cases(cases: list[dict], folder: str | Path, topologies=()) -> list[dict]:
+    """``cases`` (a run's ``cases.json``) with every prediction recomputed by the current model
+    (:func:`ccsynth.bench.predict.repredict_document`), on the case's own profile or on the topology of
+    ``topologies`` with its rank count."""
+    by_n = {t.n_ranks: t for t in topologies}
+    out = []
+    for case in cases:
+        topo = by_n.get(case["n"])
+        if topo is None:
+            path = Path(case["machine"])
+            topo = load_topology(path if path.exists() else Path(folder) / path.name)
+        runs = {kind: dict(run, json=repredict_document(run["json"], topo, folder)) for kind, run in case["runs"].items()}
+        out.append(dict(case, topology=topology_to_dict(topo), runs=runs))
+    return out
+
+
+def row_lines(cases: list[dict]) -> list[str]:
+    """Every predicted row: measured, predicted and their ratio, per case, column and size."""
+    out = ["| case | algorithm | size | ran | measured (us) | predicted (us) | measured / predicted |",
+           "|---|---|---:|---|---:|---:|---:|"]
+    for case in cases:
+        for kind, run in case["runs"].items():
+            for name, rows in _results(run["json"]).items():
+                for r in rows:
+                    pred = getattr(r, "predicted_us", None)
+                    if pred:
+                        out.append(f"| {kind} {case['n']}r | {name} | {_sz(r.size)} | {r.algorithm} | "
+                                   f"{r.median_us:.1f} | {pred:.1f} | {r.median_us / pred:.2f} |")
+    return out + [""]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ccsynth.bench.bench_predict", description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", default=",".join(map(str, RANKS)), help="rank counts, comma separated (default 2,4)")
@@ -387,11 +435,23 @@ def main(argv=None) -> int:
                    help="run every bench R times and keep, per algorithm and size, the fastest median (default 1)")
     p.add_argument("--report", metavar="DIR",
                    help="run nothing: print the report of an earlier run from DIR/cases.json and DIR/commands.txt")
+    p.add_argument("--repredict", metavar="DIR",
+                   help="run nothing: recompute every prediction of an earlier run in DIR with the current model "
+                        "and print its report")
+    p.add_argument("--topology", metavar="FILE[,FILE]",
+                   help="with --repredict: predict on these topology files (one per rank count) instead of the "
+                        "run's own profiles")
+    p.add_argument("--rows", action="store_true", help="with --repredict or --report: also print every predicted row")
     args = p.parse_args(argv)
-    if args.report:
-        folder = Path(args.report)
-        text = markdown(json.loads((folder / "cases.json").read_text()),
-                        (folder / "commands.txt").read_text().splitlines())
+    if args.repredict or args.report:
+        folder = Path(args.repredict or args.report)
+        cases = json.loads((folder / "cases.json").read_text())
+        if args.repredict:
+            topos = [load_topology(f) for f in args.topology.split(",")] if args.topology else []
+            cases = repredict_cases(cases, folder, topos)
+        text = markdown(cases, (folder / "commands.txt").read_text().splitlines())
+        if args.rows:
+            text += "\n\n### Every predicted row\n\n" + "\n".join(row_lines(cases))
         print(text)
         if args.markdown:
             Path(args.markdown).write_text(text + "\n")

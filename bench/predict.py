@@ -18,6 +18,16 @@ machine is slower than predicted). :func:`error_table` summarises the
 ratios as ``|measured / predicted - 1|`` per size decade (median and
 worst), the figure ``bench/RESULTS.md`` reports.
 
+**Re-predicting a saved run.** :func:`repredict_document` takes the
+``--json`` document of a bench that ran with ``--predict`` and recomputes
+every row's prediction with the model as it is *now* (and, if given,
+another topology file): the schedule that ran is rebuilt from the row --
+a baseline at the chunk factor the bench builds it with, ``default`` from
+the built-in plan, ``plan:FILE`` from the plan file (looked up beside the
+document when it has moved) -- and lowered and simulated as above. Model
+changes are judged against fixed measurements this way, with no machine
+time (``python -m ccsynth.bench.bench_predict --repredict DIR``).
+
 Example:
     >>> from ccsynth.bench.omb import Row
     >>> rows = [Row(s, s, s // 4, 10, 2.0 * s, 1, 1, 0, 0, median_us=2.0 * s, predicted_us=s) for s in (8, 64, 1024)]
@@ -34,13 +44,21 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from pathlib import Path
+
+from ccsynth.collectives.plan import Plan, load_plan
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, ScheduleError
 from ccsynth.formats.files import get_topology
+from ccsynth.synth.baselines import BASELINES, make_baseline
+from ccsynth.synth.default_plan import LazyDefaultPlan
 from ccsynth.synth.executor_model import ExecutorSettings, simulate_run
+from ccsynth.topologies import fully_connected
 from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
 
-__all__ = ["Predictor", "load_predict_topology", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines"]
+__all__ = ["Predictor", "load_predict_topology", "SavedRun", "repredict_document", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +105,105 @@ class Predictor:
         """``row`` with ``predicted_us`` set (unchanged for rows without a schedule)."""
         pred = self.predict(algo, row)
         return row if pred is None else replace(row, predicted_us=pred)
+
+
+class SavedRun:
+    """The schedules of a saved bench document (``--json``), rebuilt per column and size (see the module docstring).
+
+    ``folder``: where to look for a ``plan:FILE`` whose recorded path no
+    longer exists (the file of that name beside the document).
+    """
+
+    def __init__(self, doc: Mapping, folder: str | Path | None = None):
+        self.kind = str(doc["collective"])
+        self.n = int(doc["n_ranks"])
+        self.itemsize = int(np.dtype(doc.get("dtype", "float32")).itemsize)
+        self.chunks = _chunks_option(str(doc.get("command", "")))
+        self.folder = Path(folder) if folder is not None else None
+        self._default = LazyDefaultPlan()
+        self._plans: dict[str, Plan] = {}
+        self._baselines: dict[str, Schedule] = {}
+
+    def _plan(self, path: str) -> Plan:
+        if path not in self._plans:
+            p = Path(path)
+            if not p.exists() and self.folder is not None:
+                p = self.folder / p.name
+            self._plans[path] = load_plan(p)
+        return self._plans[path]
+
+    def schedule(self, column: str, row: Mapping) -> Schedule | None:
+        """The schedule column ``column`` ran at ``row`` (None: MPI's own collective, or a fallback to it)."""
+        algorithm = str(row.get("algorithm", column))
+        if column == "mpi" or algorithm.startswith("mpi"):
+            return None
+        nbytes = _nccl_size(row)
+        if column in ("default", "plan"):
+            entry = self._default.entry_for(self.kind, self.n, nbytes)
+        elif column.startswith("plan:"):
+            entry = self._plan(column[len("plan:"):]).entry_for(self.kind, self.n, nbytes)
+        elif column in BASELINES:
+            if column not in self._baselines:
+                cf = self.chunks or (self.n if self.kind == "allreduce" else 1)
+                self._baselines[column] = make_baseline(column, Collective(self.kind, self.n, cf),
+                                                        fully_connected(self.n))
+            return self._baselines[column]
+        else:
+            return None
+        return entry.schedule if entry is not None else None
+
+
+def _nccl_size(row: Mapping) -> int:
+    """A saved row's nccl-tests size (what plans and the predictor are indexed by; OMB's own size differs for
+    allgather, say)."""
+    return int(row.get("nccl_size_bytes", row["size_bytes"]))
+
+
+def _chunks_option(command: str) -> int | None:
+    """The ``--chunks`` of a recorded bench command line (None when it had none)."""
+    words = command.split()
+    for i, w in enumerate(words):
+        if w == "--chunks" and i + 1 < len(words):
+            return int(words[i + 1])
+        if w.startswith("--chunks="):
+            return int(w.split("=", 1)[1])
+    return None
+
+
+def repredict_document(doc: Mapping, topology: Topology, folder: str | Path | None = None) -> dict:
+    """``doc`` (a bench ``--json`` document) with every row's ``predicted_us`` recomputed on ``topology``.
+
+    Rows without a schedule lose their prediction; the document's
+    ``prediction_error`` is recomputed too. Raises :class:`CCSynthError`
+    when the topology's rank count differs from the run's.
+    """
+    saved = SavedRun(doc, folder)
+    if topology.n_ranks != saved.n:
+        raise CCSynthError(f"topology {topology.name!r} has {topology.n_ranks} ranks; the run had {saved.n}")
+    settings = ExecutorSettings(itemsize=saved.itemsize)
+    cache: dict[tuple[int, int], float | None] = {}
+    results: dict[str, list[dict]] = {}
+    for column, rows in doc["results"].items():
+        out = []
+        for row in rows:
+            new = {k: v for k, v in row.items() if k != "predicted_us"}
+            schedule = saved.schedule(column, row)
+            if schedule is not None:
+                key = (id(schedule), _nccl_size(row))
+                if key not in cache:
+                    try:
+                        cache[key] = simulate_run(schedule, topology, key[1], settings).time_us
+                    except ScheduleError as e:
+                        log.info("no prediction for %s at %s bytes: %s", schedule.name, key[1], e)
+                        cache[key] = None
+                if cache[key] is not None:
+                    new["predicted_us"] = cache[key]
+            out.append(new)
+        results[column] = out
+    redone = dict(doc)
+    redone["results"] = results
+    redone["predict"] = topology.name
+    return redone
 
 
 #: size bands of the error table start at multiples of 8 of this (so that one starts at 64 KiB)

@@ -58,8 +58,15 @@ what collectives will see:
      which overlaps, and ``overhead``, which queues on the engine
      (a one-dimensional search for ``overhead``, ``alpha`` being the rest);
   3. windows of large messages (``--sizes``, 64 KiB to 16 MiB by default,
-     with the executor's 1 MiB and 4 MiB slices): the bandwidth (a
-     one-dimensional search);
+     with the executor's 1 MiB and 4 MiB slices) and *forwards* of them
+     (chains of :data:`FORWARD_ROUNDS` rounds: each round sends on what the
+     last one received, as every step of a ring, a tree or a synthesized
+     schedule after the first does): the bandwidth (a one-dimensional
+     search). Both shapes, because they differ: on the project's 2-core
+     machine a 256 KiB message that forwards what was just received took
+     4-5x as long as an independent one (175 against 60 us for two rounds),
+     and windows alone made every multi-step algorithm 1.5-3.5x slower than
+     predicted from 128 KiB up (bench/RESULTS.md, issue 10, session 4);
   4. chains of two rounds of growing messages (1 KiB to 32 KiB): where a hop
      costs more than its bytes explain is the MPI library's switch from
      eager sends to a rendezvous (MPICH's shared memory: near 8 KiB), and
@@ -73,7 +80,34 @@ what collectives will see:
      :data:`CURVE_MIN_BYTES` or more (the ladder's chains, the bandwidth
      windows) gets a factor of its own -- the cost of its bytes relative
      to the fitted bandwidth -- searched with the figures above fixed
-     (:func:`fit_curve`): ``Topology.message_curve``.
+     (:func:`fit_curve`): ``Topology.message_curve``;
+  6. the forward probes against that: per size, the factor by which a
+     forwarded message costs more (:func:`fit_forward_curve`):
+     ``Topology.forward_curve``.
+
+**Cold caches.** The bandwidth and forward probes start every timed call
+with the core's own caches holding other data: an untimed pass over an
+eviction buffer (:func:`eviction_bytes`: four times the largest cache
+private to a core; the shared last level is left alone) runs before each
+call, interleaved as :func:`~ccsynth.bench.omb.measure` interleaves cases.
+A collective meets its buffers so: in an application that computed on
+other data since its last call, and in ``ccsynth bench --interleave``,
+which runs every algorithm in turn. Timed warm, over and over on the same
+buffers, 64 KiB-1 MiB messages moved 2-3x faster than they do inside the
+benchmark (the message curve of run C came out at 0.1-0.3 there).
+Evicting the last level too made the probes slower than the benchmark's
+calls from 8 KiB to 256 KiB (whose data stays there): the median error
+of run C's rows doubled there (bench/RESULTS.md).
+
+The topology says ``async_progress: false``: MPICH (without a progress
+thread) moves a large message's bytes only while the ranks are inside MPI,
+and the executor enters MPI to wait only when nothing else is ready, so a
+message cannot overlap a local copy or reduction of either rank
+(:mod:`ccsynth.synth.simulate`). Measured in run C: a 2-rank allgather
+copies its own block and exchanges the other; the executor's order of the
+two (recursive doubling copies first, ring sends first) made no
+difference (203 and 200 us at 1 MiB), while a model that let the ring's
+transfer overlap its copy predicted it 1.7x too fast.
 
 Local reductions and copies are timed directly on the backend's kernels
 (:func:`measure_kernels`), on all ranks at once, on buffers larger than
@@ -128,6 +162,7 @@ __all__ = [
     "ProtocolFit", "FitResult", "KernelRates", "MachineProfile", "patterns", "plan_probes", "probe_schedule",
     "measure_probe", "measure_kernels", "local_curve", "fit_hops", "fit_overhead", "fit_bandwidth", "fit_protocol",
     "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
+    "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve",
 ]
 
 log = logging.getLogger(__name__)
@@ -138,6 +173,10 @@ QUICK_SIZES = (64 << 10, 1 << 20)
 SLICES = (1 << 20, 4 << 20)  # the executor's slice sizes: reducing collectives, the others
 ROUNDS = (1, 2, 4, 8)
 WINDOWS = (1, 2, 4, 8, 16)
+#: rounds of a forward probe (a chain of large messages, see the module docstring)
+FORWARD_ROUNDS = 2
+#: the forward probes' messages: this size (below the bandwidth probes) and the bandwidth probes' sizes
+FORWARD_SMALLEST = 16 << 10
 #: message sizes of the protocol probes (chains of LADDER_ROUNDS rounds): where does a hop get dearer?
 LADDER = (1 << 10, 2 << 10, 4 << 10, 6 << 10, 8 << 10, 12 << 10, 16 << 10, 32 << 10)
 QUICK_LADDER = (2 << 10, 4 << 10, 8 << 10, 16 << 10)
@@ -166,6 +205,7 @@ class ProfileOptions:
     iters: int | None = None  # timed iterations per probe, over all passes (None: by size)
     quick: bool = False  # fewer probes and iterations: seconds instead of a minute
     passes: int | None = None  # passes over all probes (None: PASSES, quick 1); a probe keeps its fastest pass
+    cold: bool = True  # large-message probes start with the caches holding other data (see the module docstring)
 
     @property
     def bw_sizes(self) -> tuple[int, ...]:
@@ -225,8 +265,10 @@ class Pattern:
 class Probe:
     """One measurement schedule: ``messages`` messages of ``nbytes`` per active rank, on ``pattern``.
 
-    ``shape`` is ``chain`` (each round forwards the last one's message) or
-    ``window`` (all messages independent, in flight together);
+    ``shape`` is ``chain`` (each round forwards the last one's message; of
+    small messages and of the protocol ladder), ``forward`` (the same of
+    large messages: the bandwidth probes of forwarded data) or ``window``
+    (all messages independent, in flight together);
     ``slice_bytes`` is the executor's pipeline slice (None: its default).
     """
 
@@ -347,6 +389,7 @@ class MachineProfile:
             "rendezvous_alpha_us": self.protocol.rendezvous_alpha,
             "message_curve": None if self.topology.message_curve is None else self.topology.message_curve.to_dict(),
             "local_curve": None if self.topology.local_curve is None else self.topology.local_curve.to_dict(),
+            "forward_curve": None if self.topology.forward_curve is None else self.topology.forward_curve.to_dict(),
             "local_ladder_us": [[m, t] for m, t in self.kernels.ladder],
             "pair_bw_GBps": {str(k): v for k, v in self.pair_bw.items()},
             "samples": [{"probe": s.probe.describe(), "measured_us": s.measured_us} for s in self.samples],
@@ -418,7 +461,7 @@ def probe_schedule(n: int, probe: Probe) -> Schedule:
     b = ScheduleBuilder(Collective("allgather", n, m), f"{probe.shape}{m}", topology="profile")
     for j in range(m):
         for r, d in probe.pattern.pairs:
-            if probe.shape == "chain":
+            if probe.shape in ("chain", "forward"):
                 b.transfer(r, d, ("i", 0) if j == 0 else ("o", j - 1), ("o", j))
             else:
                 b.transfer(r, d, ("i", j), ("o", j))
@@ -428,6 +471,7 @@ def probe_schedule(n: int, probe: Probe) -> Schedule:
 def plan_probes(pats: Sequence[Pattern], options: ProfileOptions) -> list[Probe]:
     """Every probe of a profile, in the order they run."""
     out: list[Probe] = []
+    forward_sizes = sorted({FORWARD_SMALLEST, *options.bw_sizes})
     for pat in pats:
         out += [Probe(pat, "chain", r, SMALL) for r in options.rounds]
         out += [Probe(pat, "window", w, SMALL) for w in options.windows if w > 1]
@@ -435,7 +479,36 @@ def plan_probes(pats: Sequence[Pattern], options: ProfileOptions) -> list[Probe]
         for sl in options.slices:
             # below 1 MiB every slice size cuts a message alike: one probe is enough
             out += [Probe(pat, "window", BW_WINDOW, s, sl) for s in options.bw_sizes if sl == SLICES[0] or s >= SLICES[0]]
+        out += [Probe(pat, "forward", FORWARD_ROUNDS, s, SLICES[0]) for s in forward_sizes]
     return out
+
+
+def eviction_bytes() -> int:
+    """Bytes that push a rank's data out of its core's own caches: four times the largest cache private to
+    a core (read from Linux's sysfs; a cache shared by several cores, the last level, is left alone); 8 MiB
+    where the system does not say."""
+    largest = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        entries = []
+    for e in entries:
+        try:
+            with open(os.path.join(base, e, "size")) as f:
+                text = f.read().strip()
+            with open(os.path.join(base, e, "shared_cpu_list")) as f:
+                shared = f.read().strip()
+        except OSError:
+            continue
+        if "," in shared or "-" in shared:  # shared by several cores
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        try:
+            largest = max(largest, int(text.rstrip("KMGkmg")) * mult)
+        except ValueError:
+            continue
+    return 4 * largest if largest else 8 << 20
 
 
 def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
@@ -444,10 +517,16 @@ def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
     schedule = probe_schedule(n, probe)
     cs = CompiledSchedule(schedule, comm, slice_bytes=probe.slice_bytes)
     m = probe.messages
-    send = np.zeros(m * probe.nbytes, np.uint8)
-    recv = np.zeros(n * m * probe.nbytes, np.uint8)
+    # written, not zeros: a fresh zeroed buffer reads the kernel's one zero page, which sits in the caches
+    # (windows of 4 MiB from np.zeros ran 2.3x faster than from written buffers)
+    send = np.ones(m * probe.nbytes, np.uint8)
+    recv = np.ones(n * m * probe.nbytes, np.uint8)
     iters, warmup = options.iterations(probe.nbytes)
-    [local] = measure(comm, [Case(lambda: cs.run(send, recv), probe.size_bytes, probe.nbytes)], iters, warmup)
+    cases = [Case(lambda: cs.run(send, recv), probe.size_bytes, probe.nbytes)]
+    if options.cold and probe.shape in ("window", "forward") and probe.nbytes > SMALL:
+        evict = np.zeros(eviction_bytes(), np.uint8)
+        cases.append(Case(lambda: np.add(evict, 1, out=evict), 1, 1))  # untimed: caches hold other data
+    local = measure(comm, cases, iters, warmup)[0]
     cs.free()
     return Sample(probe, slowest_rank_median(comm.allgather(local)))
 
@@ -463,6 +542,8 @@ def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SE
     be = get_backend("numpy")
     count = max(1, nbytes // 4)
     a, b, c = (be.zeros(count, np.float32) for _ in range(3))
+    for buf in (a, b, c):
+        buf.fill(1.0)  # written: zeroed pages would all read the kernel's one zero page
     red, fused = be.reducer("sum"), be.fused_reducer("sum")
     rates = []
     for kernel in (lambda: be.copy(a, b), lambda: red(a, b), lambda: fused(a, b, c)):
@@ -495,6 +576,8 @@ def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SE
     for m in ladder:
         k = max(1, m // 4)
         x, y, z = (be.zeros(k, np.float32) for _ in range(3))
+        for buf in (x, y, z):
+            buf.fill(1.0)
         batch = max(1, (256 << 10) // m)
         fused(x, y, z)
         comm.Barrier()
@@ -545,17 +628,18 @@ class _Predictor:
         return g
 
     def time(self, probe: Probe, alpha: float, overhead: float, bw: float, call: float,
-             protocol: ProtocolFit = NO_SWITCH, curve: SizeCurve | None = None) -> float:
+             protocol: ProtocolFit = NO_SWITCH, curve: SizeCurve | None = None,
+             forward: SizeCurve | None = None) -> float:
         links = tuple(Link(r, d, max(alpha, 0.0), bw, overhead) for r, d in probe.pattern.pairs)
         topo = Topology("candidate", self.n, links=links, overhead_scope="rank", call_overhead=call,
                         eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
-                        message_curve=curve)
+                        message_curve=curve, forward_curve=forward, async_progress=False)
         return simulate_graph(self.graph(probe), topo).time_us
 
     def fitted(self, probe: Probe, f: LinkFit, call: float, protocol: ProtocolFit,
-               curve: SizeCurve | None = None) -> float:
+               curve: SizeCurve | None = None, forward: SizeCurve | None = None) -> float:
         """The predicted time of ``probe`` with the figures ``f`` of its pattern."""
-        return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol, curve)
+        return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol, curve, forward)
 
 
 def _log_error(pred: Callable[[Probe], float], samples: Sequence[Sample]) -> float:
@@ -672,26 +756,53 @@ def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResul
     one factor per call, so the sizes are independent.
     """
     fits = {f.pattern: f for f in result.fits}
+    mine = [s for s in samples if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits and s.probe.shape != "forward"]
+    fitted = _factor_per_size(mine, math.log(CURVE_RANGE[0]), lambda p, c: predictor.fitted(
+        p, fits[p.pattern], result.call_overhead, result.protocol, c))
+    return None if fitted is None else SizeCurve(*fitted)
+
+
+def _factor_per_size(samples: Sequence[Sample], log_lo: float,
+                     predict: Callable[[Probe, SizeCurve], float]) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """Per probe size (``Probe.size_bytes``) of ``samples``, the factor in ``[exp(log_lo), CURVE_RANGE[1]]``
+    whose one-point curve makes ``predict`` fit that size's probes best (a search on the factor's logarithm);
+    (sizes, factors) in increasing size, or None without samples."""
     by_size: dict[int, list[Sample]] = {}
     for s in samples:
-        if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits:
-            by_size.setdefault(s.probe.size_bytes, []).append(s)
+        by_size.setdefault(s.probe.size_bytes, []).append(s)
     if not by_size:
         return None
     sizes: list[float] = []
     factors: list[float] = []
     for m in sorted(by_size):
-        mine = by_size[m]
+        group = by_size[m]
 
-        def err(log_f: float, m: int = m, mine: list[Sample] = mine) -> float:
+        def err(log_f: float, m: int = m, group: list[Sample] = group) -> float:
             curve = SizeCurve((float(m),), (math.exp(log_f),))
-            return _log_error(lambda p: predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol,
-                                                         curve), mine)
+            return _log_error(lambda p: predict(p, curve), group)
 
-        f = math.exp(_minimize(err, math.log(CURVE_RANGE[0]), math.log(CURVE_RANGE[1]), steps=16, rounds=20))
         sizes.append(float(m))
-        factors.append(f)
-    return SizeCurve(tuple(sizes), tuple(factors))
+        factors.append(math.exp(_minimize(err, log_lo, math.log(CURVE_RANGE[1]), steps=16, rounds=20)))
+    return tuple(sizes), tuple(factors)
+
+
+def fit_forward_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult,
+                      curve: SizeCurve | None) -> SizeCurve | None:
+    """The forward curve (``Topology.forward_curve``): per size of the forward probes, the factor in
+    ``[1, CURVE_RANGE[1]]`` by which their forwarded messages' bytes cost more than the message curve says,
+    the figures of ``result`` and ``curve`` fixed; None without forward probes, or where every factor is 1.
+
+    The smallest forward probe (:data:`FORWARD_SMALLEST` per message) sets
+    the factor below it: forwarding costs bytes, so small messages hardly
+    feel it.
+    """
+    fits = {f.pattern: f for f in result.fits}
+    mine = [s for s in samples if s.probe.pattern in fits and s.probe.shape == "forward"]
+    fitted = _factor_per_size(mine, 0.0, lambda p, fwd: predictor.fitted(
+        p, fits[p.pattern], result.call_overhead, result.protocol, curve, fwd))
+    if fitted is None or all(f <= 1.0 + 1e-3 for f in fitted[1]):
+        return None
+    return SizeCurve(fitted[0], tuple(max(1.0, f) for f in fitted[1]))
 
 
 def _split(samples: Sequence[Sample]):
@@ -743,6 +854,7 @@ def build_topology(
     ports: dict[int, SharedPort] | None = None, pair_bw: dict[int, float] | None = None, name: str = "profiled",
     description: str = "", sources: Sequence[str] = (), protocol: ProtocolFit = NO_SWITCH,
     message_curve: SizeCurve | None = None, local_curve: SizeCurve | None = None,
+    forward_curve: SizeCurve | None = None,
 ) -> Topology:
     """The ccsynth topology of the fitted figures: a link per ordered pair, with its pattern's figures.
 
@@ -764,7 +876,8 @@ def build_topology(
                     description=description, sources=tuple(sources), local_bw=kernels.local_bw,
                     local_overhead=kernels.call_us, overhead_scope="rank",
                     call_overhead=call, eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
-                    message_curve=message_curve, local_curve=local_curve)
+                    message_curve=message_curve, local_curve=local_curve, forward_curve=forward_curve,
+                    async_progress=False)
 
 
 def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int, float]) -> dict[int, SharedPort]:
@@ -855,12 +968,13 @@ def profile_machine(
         pair_bw[node] = fit_bandwidth(predictor, ps, ref.alpha, ref.overhead, call, protocol)
     ports = _node_ports(fits, nodes, pair_bw)
     curve = fit_curve(predictor, samples, result)
+    forward = fit_forward_curve(predictor, samples, result, curve)
     lib = MPI.Get_library_version().strip().splitlines()[0].strip()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     topo = build_topology(
         n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}", protocol=protocol,
-        message_curve=curve, local_curve=local_curve(kernels),
+        message_curve=curve, local_curve=local_curve(kernels), forward_curve=forward,
         description=_describe(n, hosts, nodes, cores, lib),
         sources=(f"ccsynth topo profile on {hosts[0]} at {when}, load average {load}, "
                  f"{len(samples) + sum(len(v) for v in pair_samples.values())} probes",),

@@ -33,6 +33,22 @@ Model
   message of more bytes than that goes by a rendezvous protocol: its
   latency is ``alpha + rendezvous_alpha`` (the handshake;
   :meth:`~ccsynth.topologies.model.Topology.message_alpha`).
+* **Forwarded messages.** Where the topology has a ``forward_curve``
+  (factors >= 1; :mod:`ccsynth.topologies.model`), a send that waits,
+  directly or through local work, for a receive of its own rank in the same
+  call moves ``g(size_bytes)`` times its bytes more (on top of the message
+  curve): passing on what was just received costs more than sending the
+  call's own input (measured by the forward probes of ``ccsynth topo
+  profile``). Without one every message is alike, as before.
+* **Progress.** Where the topology says ``async_progress=False`` (with
+  ``overhead_scope="rank"``: MPI without a progress thread, as ccsynth's
+  executor over MPICH's shared memory), a transfer's data phase starts
+  only once the sender's and the receiver's engines are both idle: a rank
+  moves a message's bytes only inside MPI, and the executor enters MPI to
+  wait only when it has nothing else ready. A local copy or reduction
+  queued on either rank therefore delays the data (it cannot overlap the
+  transfer's start), as the executor's order of ready work decides.
+  Default True: data flows whatever the engines do, as before.
 * **Streams: one transfer at a time per connection and channel.** The data
   phases of the transfers from ``a`` to ``b`` on one channel (``Op.channel``)
   run one after another, first come first served (by the time their latency
@@ -155,6 +171,7 @@ from ccsynth.collectives.explicit import ExplicitCollective
 from ccsynth.collectives.schedule import Op, Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ScheduleError, SizeError, TopologyError
+from ccsynth.graphs import topological_order
 from ccsynth.synth.bounds import Bound, lower_bound
 from ccsynth.synth.explicit_bound import explicit_lower_bound
 from ccsynth.synth.trace import Recorder, Trace
@@ -313,6 +330,9 @@ class _Prepared:
         self.cls = [-1] * n  # class (connection) of each send
         self.overhead = [0.0] * n  # per-message overhead of each send and recv (its connection's)
         self.reduces = [op.kind == "recv" and op.reduce for op in ops]
+        # sends that pass on what a receive of the same call brought (only where the topology charges them)
+        self.forwards = _forwarded_sends(ops) if topology.forward_curve is not None else None
+        self.async_progress = topology.async_progress or topology.overhead_scope != "rank"
         # the engine of each op (see the module docstring); its rank, for the busy-time report
         self.engine, self.engine_rank = _engines(ops, topology.overhead_scope)
         self.class_alpha: list[float] = []
@@ -365,6 +385,22 @@ class _Prepared:
                 self.partner[i] = matches[i]
             else:
                 self.kind[i] = _LOCAL
+
+
+def _forwarded_sends(ops) -> bytearray:
+    """Per op, 1 for a send that waits (directly or through local work) for a receive of the same call."""
+    n = len(ops)
+    preds = [tuple(op.deps) for op in ops]
+    order = range(n) if all(d < i for i, ds in enumerate(preds) for d in ds) else topological_order(preds)
+    if order is None:
+        raise ScheduleError("the schedule's dependencies have a cycle")
+    after_recv = bytearray(n)
+    out = bytearray(n)
+    for i in order:
+        if any(after_recv[d] or ops[d].kind == "recv" for d in preds[i]):
+            after_recv[i] = 1
+            out[i] = ops[i].kind == "send"
+    return out
 
 
 def _engines(ops, scope: str) -> tuple[list[int], list[int]]:
@@ -449,12 +485,12 @@ def _maxmin(
 
 def _run(
     p: _Prepared, chunk_bytes: float, local_bw: float | None, rec: Recorder | None = None,
-    message_factor: float = 1.0, local_factor: float = 1.0,
+    message_factor: float = 1.0, local_factor: float = 1.0, forward_factor: float = 1.0,
 ) -> tuple[float, dict[str, float]]:
     """Simulate once; returns (makespan in us, busy time per resource name).
 
-    ``message_factor`` and ``local_factor``: the call's size-dependent costs
-    (see the module docstring), 1.0 without curves.
+    ``message_factor``, ``local_factor`` and ``forward_factor``: the call's
+    size-dependent costs (see the module docstring), 1.0 without curves.
 
     ``rec`` (optional) is told when every phase of every transfer, every
     engine's work and every op ends (see :mod:`ccsynth.synth.trace`).
@@ -471,6 +507,11 @@ def _run(
     # the call's size-dependent factors (1.0: the constants) scale what a unit costs, not what it is
     local_cost = chunk_bytes * local_factor / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
     data_unit = chunk_bytes * message_factor  # bytes a unit's data phase moves through its resources
+    hold = not p.async_progress  # a transfer's data phase waits for both engines (see the module docstring)
+    # units each op's data phase moves: forwarded sends move forward_factor times theirs
+    fwd = p.forwards
+    dcount = count if fwd is None or forward_factor == 1.0 else \
+        [c * forward_factor if f else c for c, f in zip(count, fwd)]
     local_call = p.local_overhead if chunk_bytes > 0 else 0.0  # the fixed cost of a kernel call that moves bytes
     # timed events other than transfer ends: (time, op id, _EV_DONE / _EV_DATA / _EV_POSTED)
     heap: list[tuple[float, int, int]] = []
@@ -557,6 +598,12 @@ def _run(
 
     def start_data(s: int) -> None:
         nonlocal n_busy
+        if hold:
+            # no asynchronous progress: the bytes move once both ranks' engines are idle
+            t_free = max(free_at[engine_of[s]], free_at[engine_of[partner[s]]])
+            if t_free > now + EVENT_REL * max(1.0, now):
+                push(heap, (t_free, s, _EV_DATA))
+                return
         nbytes = count[s] * chunk_bytes
         if rec is not None:
             rec.data_ready[s] = now
@@ -568,7 +615,7 @@ def _run(
             finish(s)
             received(partner[s])
             return
-        nbytes = count[s] * data_unit
+        nbytes = dcount[s] * data_unit
         c = cls[s]
         for r in class_res[c]:
             res_bytes[r] += nbytes
@@ -612,7 +659,7 @@ def _run(
             s = q.popleft()
             if rec is not None:
                 rec.data_start[s] = now
-            cur[c], rem[c], tupd[c] = s, count[s] * data_unit, now
+            cur[c], rem[c], tupd[c] = s, dcount[s] * data_unit, now
             t_next[c] = now + rem[c] / rate[c]
             return
         busy[c] = 0
@@ -721,9 +768,10 @@ def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool 
     coll = p.schedule.collective
     chunk_bytes = coll.chunk_bytes(size) if p.unit_is_chunk else 1.0
     rec = Recorder(p.n_ops) if trace else None
-    mcurve, lcurve = topology.message_curve, topology.local_curve
+    mcurve, lcurve, fcurve = topology.message_curve, topology.local_curve, topology.forward_curve
     time_us, busy = _run(p, chunk_bytes, local_bw, rec, mcurve.factor(size) if mcurve is not None else 1.0,
-                         lcurve.factor(size) if lcurve is not None else 1.0)
+                         lcurve.factor(size) if lcurve is not None else 1.0,
+                         fcurve.factor(size) if fcurve is not None else 1.0)
     if p.n_ops:
         time_us += topology.call_overhead
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)

@@ -162,3 +162,56 @@ def test_bad_curves_in_a_file_name_the_key(bad, message):
     with pytest.raises(TopologyError, match=message) as e:
         topology_from_dict(d)
     assert "message_curve" in str(e.value)
+
+
+# ------------------------------------------------------------------ forwarded messages
+def forward_chain():
+    """Rank 0 sends its chunk to rank 1, which passes it back (a forward: its send waits for its receive)."""
+    b = ScheduleBuilder(Collective("allgather", 2, 2), "chain")
+    b.transfer(0, 1, ("i", 0), ("o", 0))
+    b.transfer(1, 0, ("o", 0), ("o", 1))
+    return b.build()
+
+
+def test_forwarded_messages_pay_the_forward_factor_and_fresh_ones_do_not():
+    fwd = SizeCurve((10_000.0,), (3.0,))
+    # allgather of 2 x 2 chunks, 40 KB: 10 KB per chunk; 1 us a message of it at 1e4 bytes per us
+    plain = simulate(forward_chain(), pair(), 40_000).time_us
+    assert plain == pytest.approx(2 * (1.0 + 1.0))
+    # the second message forwards what the first brought: 3x its bytes
+    assert simulate(forward_chain(), pair(forward_curve=fwd), 40_000).time_us == pytest.approx(2.0 + 1.0 + 3.0)
+    # an exchange of the call's own inputs forwards nothing
+    assert simulate(exchange(), pair(forward_curve=fwd), 20_000).time_us == simulate(exchange(), pair(), 20_000).time_us
+
+
+def test_a_send_after_local_work_on_received_data_is_a_forward():
+    b = ScheduleBuilder(Collective("allgather", 2, 2), "via copy")
+    b.transfer(0, 1, ("i", 0), ("o", 0))
+    b.copy(1, ("o", 0), ("o", 1))
+    b.transfer(1, 0, ("o", 1), ("o", 2))
+    s = b.build()
+    fwd = SizeCurve((10_000.0,), (2.0,))
+    assert simulate(s, pair(forward_curve=fwd), 40_000).time_us == pytest.approx(2.0 + 1.0 + 2.0)
+
+
+def test_forward_curve_checks_and_round_trips():
+    with pytest.raises(TopologyError, match="at least 1"):
+        pair(forward_curve=SizeCurve((1.0,), (0.5,)))
+    t = pair(forward_curve=SizeCurve((4096.0, 1 << 20), (1.0, 4.0)))
+    d = json.loads(topology_to_json(t))
+    assert d["forward_curve"]["factors"] == [1.0, 4.0]
+    assert topology_from_dict(d) == t
+    assert t.fastest.forward_curve is None
+    assert "forward_curve" not in topology_to_dict(pair())
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fwd=curves.map(lambda c: SizeCurve(c.sizes, tuple(max(1.0, f) for f in c.factors))), size=st.floats(1.0, 1e8),
+       algo=st.sampled_from(["ring", "recursive_halving", "direct"]))
+def test_bounds_never_above_the_simulated_time_with_forwards(fwd, size, algo):
+    topo = fully_connected(4)
+    t = Topology("fc4f", 4, links=tuple(Link(c.src, c.dst, c.alpha, c.bw, c.overhead) for c in topo.connections()),
+                 local_bw=5.0, forward_curve=fwd)
+    s = make_baseline(algo, Collective("allreduce", 4, 4), t)
+    r = simulate(s, t, size)
+    assert r.lower_bound_us <= r.time_us * (1 + 1e-9)

@@ -13,7 +13,8 @@ import pytest
 from ccsynth.bench.profile import (
     CURVE_MIN_BYTES, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
     _pair_pattern, _Predictor,
-    build_topology, fit_curve, fit_patterns, local_curve, patterns, plan_probes, probe_schedule,
+    build_topology, eviction_bytes, fit_curve, fit_forward_curve, fit_patterns, local_curve, patterns, plan_probes,
+    probe_schedule,
 )
 from ccsynth.synth.executor_model import lower_for_executor
 from ccsynth.topologies.curve import SizeCurve
@@ -297,3 +298,57 @@ def test_profiled_topology_file_round_trips_its_curves(tmp_path):
     path.write_text(topology_to_json(t))
     back = load_topology(path)
     assert back == t and back.message_curve == msg and back.local_curve == loc
+
+
+# ------------------------------------------------------------------ forwarded messages, cold caches
+def test_the_plan_has_forward_probes_at_every_bandwidth_size_and_one_smaller():
+    pats = patterns([0, 0])
+    opts = ProfileOptions()
+    fwd = [p for p in plan_probes(pats, opts) if p.shape == "forward"]
+    assert sorted(p.nbytes for p in fwd) == sorted({16 << 10, *opts.bw_sizes})
+    # a forward is a chain: its second send passes on what the first brought
+    sched = probe_schedule(2, fwd[0])
+    assert sum(1 for op in sched.ops if op.kind == "send" and op.deps) == 2
+    assert 1 << 20 <= eviction_bytes() <= 1 << 30
+
+
+def test_fit_forward_curve_recovers_known_factors_from_synthetic_timings():
+    """Timings made with a forward curve (forwarded messages 3x dearer from 256 KiB): fitted back, and windows
+    alone fit the bandwidth as before."""
+    pats = patterns([0, 0])
+    pred = _Predictor(2)
+    true = SizeCurve((65536.0, 1 << 20, 64 << 20), (1.0, 3.0, 3.0))
+    samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, None, true))
+               for p in plan_probes(pats, ProfileOptions())]
+    result = fit_patterns(2, samples, pred)
+    [f] = result.fits
+    assert f.bw == pytest.approx(3.0, rel=0.02)
+    fwd = fit_forward_curve(pred, samples, result, None)
+    assert fwd is not None and min(fwd.factors) >= 1.0
+    for m in (1 << 20, 4 << 20):
+        assert fwd.factor(m) == pytest.approx(true.factor(m), rel=0.05)
+    # without forwarding costs there is no curve
+    flat = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7)) for p in plan_probes(pats, ProfileOptions())]
+    assert fit_forward_curve(pred, flat, fit_patterns(2, flat, pred), None) is None
+
+
+def test_repredict_recomputes_a_saved_run_with_the_current_model(tmp_path):
+    from ccsynth.bench.bench_predict import repredict_cases, row_lines
+    from ccsynth.bench.predict import repredict_document
+
+    topo = build_topology(2, [LinkFit(p, 1.0, 0.5, 4.0) for p in patterns([0, 0])], 2.0,
+                          KernelRates(8.0, 6.0, 5.0, 1 << 24), [0, 0], name="m")
+    (tmp_path / "machine2.json").write_text(topology_to_json(topo))
+    rows = lambda algo: [{"size_bytes": s, "nccl_size_bytes": s, "median_us": 50.0, "algorithm": algo}  # noqa: E731
+                         for s in (8, 1 << 20)]
+    doc = {"collective": "allreduce", "n_ranks": 2, "dtype": "float32", "command": "ccsynth bench allreduce",
+           "results": {"mpi": rows("mpi"), "default": rows("one_shot"), "ring": rows("ring")}}
+    new = repredict_document(doc, topo, tmp_path)
+    assert all("predicted_us" not in r for r in new["results"]["mpi"])
+    ring = [r["predicted_us"] for r in new["results"]["ring"]]
+    assert 0 < ring[0] < ring[1]
+    cases = [{"n": 2, "machine": "/gone/machine2.json", "topology": {}, "loads": {},
+              "runs": {"allreduce": {"json": doc, "plan": "plan:x", "synth_s": 0.0}}}]
+    [case] = repredict_cases(cases, tmp_path)
+    assert case["topology"]["name"] == "m"
+    assert any("| allreduce 2r | ring | 1M | ring |" in line for line in row_lines([case]))

@@ -16,6 +16,7 @@ from ccsynth.errors import ScheduleError, SizeError, TopologyError
 from ccsynth.synth.executor_model import ExecutorSettings, lower_for_executor
 from ccsynth.synth.simulate import SimResult, Task, TaskGraph, simulate, simulate_graph, simulate_sizes
 from ccsynth.topologies import catalog
+from ccsynth.topologies.io import topology_from_dict, topology_to_dict
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
 import itertools
 
@@ -580,3 +581,26 @@ def test_the_chunk_count_has_an_optimum():
     best = min(times, key=times.get)
     assert 1 < best < 128, times
     assert times[128] > 2 * times[best]
+
+
+def test_without_async_progress_data_waits_for_both_engines():
+    """MPI without a progress thread (async_progress=False): a message's bytes move only once the sender's and the
+    receiver's engines are idle, so a local copy queued first delays them; with it (the default) they overlap."""
+    b = ScheduleBuilder(Collective("allgather", 2), "send then copy")
+    for r in range(2):
+        b.transfer(r, 1 - r, ("i", 0), ("o", r))
+    for r in range(2):
+        b.copy(r, ("i", 0), ("o", r))
+    s = b.build()
+    links = (Link(0, 1, 1.0, 10.0), Link(1, 0, 1.0, 10.0))
+    # 10 KB chunks: 1 us of data at 10 GB/s after 1 us of latency, a 10 us copy at 1 GB/s
+    overlap = Topology("p", 2, links=links, local_bw=1.0, overhead_scope="rank")
+    serial = Topology("p", 2, links=links, local_bw=1.0, overhead_scope="rank", async_progress=False)
+    assert simulate(s, overlap, 20_000).time_us == pytest.approx(10.0)
+    assert simulate(s, serial, 20_000).time_us == pytest.approx(11.0)
+    # only a rank engine holds the data back: per-connection engines (GPUs) never do
+    gpu = Topology("p", 2, links=links, local_bw=1.0, async_progress=False)
+    assert simulate(s, gpu, 20_000).time_us == pytest.approx(10.0)
+    d = topology_to_dict(serial)
+    assert d["async_progress"] is False and "async_progress" not in topology_to_dict(overlap)
+    assert topology_from_dict(d) == serial

@@ -15,6 +15,8 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "message_curve": {"version": 1, "sizes_bytes": [4096, 65536, 16777216],   # size-dependent costs
                         "factors": [0.6, 0.5, 1.0]},                           # (optional, PLogP's g(m))
       "local_curve":   {"version": 1, "sizes_bytes": [...], "factors": [...]},  # the same for local work
+      "forward_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # forwarded messages (>= 1)
+      "async_progress": false,                      # bytes move only while both ranks wait (optional: true)
       "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0, "overhead_us": 1.35}, ...],
       "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7,
                         "overhead_us": 1.35}],
@@ -42,7 +44,12 @@ that many bytes pay that much more latency; left out: one protocol), and
 :mod:`ccsynth.topologies.curve`: a message, or a local copy or reduction,
 of ``m`` bytes costs ``f(m) * m`` bytes of the constant model, ``f``
 piecewise-linear between the sizes given; each curve object has its own
-``version``, 1; left out: the constants alone, exactly as before).
+``version``, 1; left out: the constants alone, exactly as before), and
+``forward_curve`` (factors of at least 1: what a message that passes on
+data received in the same call costs more, see
+:mod:`ccsynth.topologies.model`; left out: nothing) and ``async_progress``
+(false: a message's bytes move only while both ranks' engines are idle;
+left out: true, as before).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
 link). Bandwidths are GB/s per direction, latencies microseconds.
@@ -82,7 +89,7 @@ VERSION = 1
 
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
              "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
-             "message_curve", "local_curve",
+             "message_curve", "local_curve", "forward_curve", "async_progress",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -121,6 +128,10 @@ def topology_to_dict(topology: Topology) -> dict:
         d["message_curve"] = t.message_curve.to_dict()
     if t.local_curve is not None:
         d["local_curve"] = t.local_curve.to_dict()
+    if t.forward_curve is not None:
+        d["forward_curve"] = t.forward_curve.to_dict()
+    if not t.async_progress:
+        d["async_progress"] = False
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -358,6 +369,10 @@ def _topology_from_dict(d: Any) -> Topology:
     rendezvous_alpha = _number(d.get("rendezvous_alpha_us", 0.0), "rendezvous_alpha_us", positive=False)
     message_curve = _curve(d, "message_curve")
     local_curve = _curve(d, "local_curve")
+    forward_curve = _curve(d, "forward_curve")
+    async_progress = d.get("async_progress", True)
+    if not isinstance(async_progress, bool):
+        raise TopologyError(f"async_progress must be true or false, got {json_type_name(async_progress)}")
     scope = d.get("overhead_scope", "connection")
     if scope not in OVERHEAD_SCOPES:
         raise TopologyError(f"overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, got {scope!r}")
@@ -382,6 +397,8 @@ def _topology_from_dict(d: Any) -> Topology:
         spines=tuple(spines),
         message_curve=message_curve,
         local_curve=local_curve,
+        forward_curve=forward_curve,
+        async_progress=async_progress,
     )
 
 

@@ -38,6 +38,23 @@ Units used everywhere in ccsynth:
   copies and reductions at ``local_bw``), ``f`` piecewise-linear between
   measured sizes. None: the constants alone, as in the catalog. :meth:`Topology.fastest` is the
   topology at the curves' fastest points, what lower bounds use.
+* ``Topology.forward_curve`` (optional :class:`~ccsynth.topologies.curve.SizeCurve`
+  of factors >= 1, default None): what a *forwarded* message costs more.
+  A send that waits, directly or through local work, for a receive of the
+  same call (every step of a ring, a tree or Rabenseifner after the first,
+  a chain of ``ccsynth topo profile``) moves ``f(S)`` times its bytes, on
+  top of ``message_curve``; a send of the call's own input does not. On
+  the project's 2-core machine with MPICH's shared memory a 256 KiB message
+  that passes on what was just received takes 4-5x as long as an
+  independent one (the receiving core's copy leaves the data where the
+  next copy must fetch it again: measured, not modelled further). None:
+  every message alike, as in the catalog.
+* ``Topology.async_progress`` (default True): False says that the MPI
+  library moves a message's bytes only while both ranks are inside it (no
+  progress thread; ccsynth's executor enters MPI to wait only when it has
+  nothing else ready), so a transfer's data starts only once the sender's
+  and the receiver's engines are idle (``overhead_scope="rank"`` only;
+  :mod:`ccsynth.synth.simulate`). ``ccsynth topo profile`` writes False.
 * ``Topology.call_overhead`` (us, default 0): the fixed cost of one call of a
   collective -- entering and leaving the runtime, ranks starting at slightly
   different times -- added once per call whatever the schedule. Measured by
@@ -374,6 +391,10 @@ class Topology:
     # size-dependent costs of messages and of local copies/reductions (None: the constants alone)
     message_curve: SizeCurve | None = None
     local_curve: SizeCurve | None = None
+    # what a forwarded message costs more (factors >= 1; None: nothing), see the module docstring
+    forward_curve: SizeCurve | None = None
+    # False (with overhead_scope "rank"): a message's bytes start moving only when both ranks' engines are idle
+    async_progress: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -437,9 +458,15 @@ class Topology:
                 self._rank_ok(r, f"shared port {sp.name!r}")
             _check_bw(sp.bw, f"topology {self.name!r}: bandwidth of shared port {sp.name!r}")
         self._check_dims()
-        for what, curve in (("message_curve", self.message_curve), ("local_curve", self.local_curve)):
+        for what, curve in (("message_curve", self.message_curve), ("local_curve", self.local_curve),
+                            ("forward_curve", self.forward_curve)):
             if curve is not None and not isinstance(curve, SizeCurve):
                 raise TopologyError(f"topology {self.name!r}: {what} must be a SizeCurve, got {type(curve).__name__}")
+        if not isinstance(self.async_progress, bool):
+            raise TopologyError(f"topology {self.name!r}: async_progress must be true or false, got {self.async_progress!r}")
+        if self.forward_curve is not None and self.forward_curve.fastest < 1.0:
+            raise TopologyError(f"topology {self.name!r}: forward_curve factors must be at least 1 (a forwarded "
+                                f"message costs more, never less), got {self.forward_curve.fastest:g}")
 
     @cached_property
     def fastest(self) -> Topology:
@@ -449,9 +476,10 @@ class Topology:
         by ``local_curve.fastest``: no message of any size moves faster than
         that (see :mod:`ccsynth.topologies.curve`), so a lower bound computed
         on it never exceeds a time simulated with the curves. Without curves:
-        the topology itself.
+        the topology itself. The forward curve (factors >= 1: only ever
+        slower) is dropped too.
         """
-        if self.message_curve is None and self.local_curve is None:
+        if self.message_curve is None and self.local_curve is None and self.forward_curve is None:
             return self
         f = self.message_curve.fastest if self.message_curve is not None else 1.0
         lf = self.local_curve.fastest if self.local_curve is not None else 1.0
@@ -465,6 +493,7 @@ class Topology:
             local_bw=None if self.local_bw is None else self.local_bw / lf,
             message_curve=None,
             local_curve=None,
+            forward_curve=None,
         )
 
     def message_alpha(self, alpha: float, nbytes: float) -> float:

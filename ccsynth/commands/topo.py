@@ -54,6 +54,9 @@ def register(sub) -> None:
     pp.add_argument("--passes", type=int, metavar="N",
                     help="passes over all probes, each probe keeping its fastest (default 3; --quick 1)")
     pp.add_argument("--quick", action="store_true", help="fewer probes and iterations: seconds, for tests and a first look")
+    pp.add_argument("--warm", action="store_true",
+                    help="time large messages with warm caches, call after call on the same buffers (default: each "
+                         "call starts with the caches holding other data, as a collective meets them)")
     p.set_defaults(func=run)
 
 
@@ -98,7 +101,10 @@ def run(args) -> int:
         extras.append(f"{topo.call_overhead:g} us per call")
     if topo.eager_limit is not None and topo.rendezvous_alpha:
         extras.append(f"messages above {topo.eager_limit:g} B: {topo.rendezvous_alpha:g} us more latency")
-    for what, curve in (("message", topo.message_curve), ("local", topo.local_curve)):
+    if not topo.async_progress:
+        extras.append("no asynchronous progress (a message's bytes wait for both ranks to be idle)")
+    for what, curve in (("message", topo.message_curve), ("local", topo.local_curve),
+                        ("forwarded message (more)", topo.forward_curve)):
         if curve is not None:
             extras.append(f"{what} cost by size: " + ", ".join(f"{m:g} B x{f:.2f}" for m, f in zip(curve.sizes, curve.factors)))
     if extras:
@@ -167,7 +173,8 @@ def _profile_options(args) -> ProfileOptions:
     for flag, value in (("--iters", args.iters), ("--passes", args.passes)):
         if value is not None and value < 1:
             raise CCSynthError(f"{flag} must be at least 1, got {value}")
-    return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick, passes=args.passes)
+    return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick, passes=args.passes,
+                          cold=not getattr(args, "warm", False))
 
 
 def _summary(prof) -> None:
@@ -193,7 +200,8 @@ def _summary(prof) -> None:
               f"{prof.protocol.rendezvous_alpha:.3g} us more latency (rendezvous)")
     else:
         print("protocol switch: none found (every size pays the same latency)")
-    for what, curve in (("message", prof.topology.message_curve), ("local work", prof.topology.local_curve)):
+    for what, curve in (("message", prof.topology.message_curve), ("local work", prof.topology.local_curve),
+                        ("forwarded message, more", prof.topology.forward_curve)):
         if curve is not None:
             print(f"{what} cost by size (x the constant rate; PLogP g(m)): "
                   + ", ".join(f"{format_size(int(m))} {f:.2f}" for m, f in zip(curve.sizes, curve.factors)))
