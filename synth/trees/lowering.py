@@ -7,6 +7,9 @@ is its own message on every tree arc, so a relay forwards chunk ``j`` as
 soon as it has it while chunk ``j + 1`` is still on its way: the trees are
 pipelined, and the chunk factor trades that pipelining against the
 per-message cost (:mod:`~ccsynth.synth.trees.search` picks it by simulation).
+A rank's sends of one chunk through one port leave a window at a time,
+and with one chunk per root (nothing else in flight) the window's sends
+are staggered by half a chunk (:func:`_broadcast`, :func:`_staggered`).
 
 * **Out-trees** (allgather: chunk ``j`` of root ``q`` lands in output chunk
   ``q c + j`` everywhere; broadcast: output chunk ``j``): the root sends
@@ -55,12 +58,17 @@ from ccsynth.synth.trees.packing import PackedTree
 from ccsynth.synth.trees.symmetry import translations
 from ccsynth.topologies.model import Topology
 
-__all__ = ["NAME", "apportion", "lower_out_trees", "lower_in_trees", "lower_allreduce"]
+__all__ = ["NAME", "WINDOW", "STAGGER", "apportion", "lower_out_trees", "lower_in_trees", "lower_allreduce"]
 
 NAME = "packed_trees"
 #: in-trees' leaf sends that share a port leave this many at a time (see _Emitter): one would leave the port
 #: idle for every message's overhead and latency, all at once would share it fairly and all finish last
 WINDOW = 2
+#: with one chunk per root, a port that carries at least this many of a rank's sends of the chunk staggers
+#: them (lower_out_trees; 1 MiB shards: dgx_a100x8 1.248x -> 1.147x, dgx_a100x16 1.169x -> 1.068x, dgx_a100x32
+#: 1.169x -> 1.058x). Each costs a send and a receive: where the op budget is tight the caller passes a larger
+#: threshold (search.stagger_for: dgx_a100x128 staggers its NICs' 127 sends, not its NVSwitch ports' 7)
+STAGGER = 3
 
 
 def apportion(weights: Sequence[float], total: int) -> list[int]:
@@ -98,7 +106,7 @@ class _Emitter:
         self.group = translations(topology)
         self._res: dict[tuple[int, int], frozenset[str]] = {}
         self.ops: list[list] = []  # [rank, kind, src, dst, peer, reduce, deps]
-        self._chunks: dict[tuple[str, int], Chunks] = {}
+        self._chunks: dict[tuple[str, int, int], Chunks] = {}
         self.scratch: dict[int, int] = {}
         self._first: dict[int, list[tuple[tuple, int]]] = {}
         self._rev_coords: list[tuple[int, ...]] | None = None  # per rank, most significant coordinate first
@@ -108,10 +116,10 @@ class _Emitter:
         """Send op ``send`` of ``rank`` (from the input) leaves in ``key`` order among the rank's (see above)."""
         self._first.setdefault(rank, []).append((key, send))
 
-    def at(self, buf: str, index: int) -> Chunks:
-        c = self._chunks.get((buf, index))
+    def at(self, buf: str, index: int, count: int = 1) -> Chunks:
+        c = self._chunks.get((buf, index, count))
         if c is None:
-            c = self._chunks[(buf, index)] = Chunks(buf, index)
+            c = self._chunks[(buf, index, count)] = Chunks(buf, index, count)
         return c
 
     def fresh(self, rank: int) -> Chunks:
@@ -197,7 +205,7 @@ def _by_root(trees: Iterable[PackedTree], inward: bool) -> dict[int, list[Packed
 
 
 def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_dep: tuple[int, ...],
-               window: int = 1) -> None:
+               window: int = 1, stagger: int = 0) -> None:
     """Chunk ``slot`` down ``tree``: the root sends ``src`` (after ``root_dep``), relays forward ``slot``.
 
     A rank's sends of the chunk that share a resource (its switch egress
@@ -213,30 +221,79 @@ def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_d
     slows the send in flight (an oversubscribed spine), at the cost of the
     first child's data arriving later; the search
     (:mod:`~ccsynth.synth.trees.search`) tries two at its best chunk factor.
+
+    ``stagger`` (``slot`` two half chunks, a window of two or more): the
+    sends of a window that start together share the port, end together,
+    and leave it idle together for the next window's overhead and latency
+    (8.3 us per pair of 42 us messages on a rail NIC: still 1.15x at
+    1,024 ranks). A port that carries at least ``stagger`` of the sends
+    therefore sends its second child (and fourth, sixth, ... within the
+    first window) the first half of the chunk only, and the other half
+    after its last full send (:func:`_staggered`): every later window's
+    sends are half a message apart in pairs, and one runs at the full
+    rate while its partner is between messages. The child forwards the
+    chunk once both halves are in.
     """
     kids: dict[int, list[int]] = {}
     for p, v in tree.arcs():
         kids.setdefault(p, []).append(v)
     size = _subtree_sizes(tree, kids)
-    got: dict[int, int] = {}
+    got: dict[int, tuple[int, ...]] = {}
     frontier = [tree.root]
     while frontier:
         nxt = []
         for p in frontier:
             behind: dict[str, list[int]] = {}  # per resource, the sends of this chunk from p through it
-            first = root_dep if p == tree.root else (got[p],)
-            for v in sorted(kids.get(p, ()), key=lambda v: (-size[v], em.offset(p, v))):
+            first = root_dep if p == tree.root else got[p]
+            data = src if p == tree.root else slot
+            order = sorted(kids.get(p, ()), key=lambda v: (-size[v], em.offset(p, v)))
+            pieces = [(v, data, slot) for v in order]
+            if stagger > 0:
+                pieces = _staggered(em, p, pieces, stagger, window)
+            for v, a, b in pieces:
                 res = em.resources(p, v)
                 deps = list(first)
                 for r in res:
                     prev = behind.setdefault(r, [])
                     if len(prev) >= window:
                         deps.append(prev[-window])
-                sid, got[v] = em.transfer(p, v, src if p == tree.root else slot, slot, send_deps=deps)
+                sid, rid = em.transfer(p, v, a, b, send_deps=deps)
                 for r in res:
                     behind[r].append(sid)
-                nxt.append(v)
+                got[v] = got.get(v, ()) + (rid,)
+            nxt.extend(order)
         frontier = nxt
+
+
+def _halves(c: Chunks) -> tuple[Chunks, Chunks]:
+    """A two-chunk range as its two one-chunk halves."""
+    return Chunks(c.buf, c.index, 1), Chunks(c.buf, c.index + 1, 1)
+
+
+def _staggered(em: _Emitter, p: int, pieces: list[tuple[int, Chunks, Chunks]], least: int, window: int = 2
+               ) -> list[tuple[int, Chunks, Chunks]]:
+    """``p``'s sends ``(child, from, into)`` in order, the odd ones of the first ``window`` through every port
+    that carries at least ``least`` of them cut in halves: the first half in its place, the second after all (see
+    :func:`_broadcast`).
+
+    Costs a send of ``p`` and a receive of the child per cut (the only ops above the unstaggered schedule's:
+    dgx_a100x128's allgather has 2,049 ops per rank instead of 2,047 with two sends per port, 2,051 with four).
+    """
+    through: dict[str, list[int]] = {}
+    for k, (v, _, _) in enumerate(pieces):
+        for r in em.resources(p, v):
+            through.setdefault(r, []).append(k)
+    split = sorted({ks[i] for ks in through.values() if len(ks) >= least for i in range(1, min(window, len(ks)), 2)})
+    if not split:
+        return pieces
+    out = list(pieces)
+    tail = []
+    for k in split:
+        v, a, b = pieces[k]
+        (a0, a1), (b0, b1) = _halves(a), _halves(b)
+        out[k] = (v, a0, b0)
+        tail.append((v, a1, b1))
+    return out + tail
 
 
 def _subtree_sizes(tree: PackedTree, kids: dict[int, list[int]]) -> dict[int, int]:
@@ -301,11 +358,14 @@ def _plan(trees: Sequence[PackedTree], collective: Collective, kinds: tuple[str,
 
 
 def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology,
-                    window: int | None = None) -> Schedule:
+                    window: int | None = None, stagger: int = STAGGER) -> Schedule:
     """Allgather (every rank a root) or broadcast (the collective's root) along out-trees (module docstring).
 
     ``window``: how many of a rank's sends of one chunk share a port at once (:func:`_broadcast`; default
-    :data:`WINDOW` with one chunk per root, else 1).
+    :data:`WINDOW` with one chunk per root, else 1). ``stagger``: with one chunk per root and a window of two,
+    the ports that carry at least this many of a rank's sends of the chunk send their second child half the
+    chunk first and half last (:func:`_broadcast`; 0: none). Staggered, the schedule's collective has twice
+    the chunk factor (every chunk as two halves, sent together wherever it is not cut).
     """
     kind, c = collective.kind, collective.chunk_factor
     plan = _plan(trees, collective, ("allgather", "broadcast"), inward=False)
@@ -315,13 +375,18 @@ def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topolog
         window = WINDOW if c == 1 else 1
     if window < 1:
         raise CollectiveError(f"a send window holds at least one send, not {window}")
+    if c > 1 or window < 2:
+        stagger = 0  # the other chunks in flight keep the ports busy; halves are a window of two's
+    h = 2 if stagger > 0 else 1
+    out_coll = Collective(kind, collective.n_ranks, c * h, collective.root) if h > 1 else collective
     for j in range(c):
         for q in sorted(plan):
-            slot = em.at("o", q * c + j if kind == "allgather" else j)
-            src = em.at("i", j)
+            slot = em.at("o", h * (q * c + j if kind == "allgather" else j), h)
+            src = em.at("i", h * j, h)
             em.copy(q, src, slot)
-            _broadcast(em, plan[q][j], src, slot, (), window)
-    return em.build(collective, algorithm=NAME, trees=sum(len(set(t)) for t in plan.values()), send_window=window)
+            _broadcast(em, plan[q][j], src, slot, (), window, stagger)
+    return em.build(out_coll, algorithm=NAME, trees=sum(len(set(t)) for t in plan.values()), send_window=window,
+                    stagger=stagger)
 
 
 def lower_in_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology) -> Schedule:

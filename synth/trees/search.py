@@ -22,14 +22,20 @@ For a collective and a topology (:data:`KINDS`):
    and stops once a schedule is within :data:`GOOD_ENOUGH` of the
    packing's own time (more chunks cannot gain more than that).
 3. **Send window** (allgather, broadcast): unless the best factor is good
-   enough (or is 1, which has two sends per port already), it is lowered again with two sends per port
-   (:func:`~ccsynth.synth.trees.lowering.lower_out_trees`: a rank's sends
-   of one chunk through one port one at a time, or
-   :data:`~ccsynth.synth.trees.lowering.WINDOW` at a time) and the faster
-   kept. One at a time suits non-blocking machines; on the oversubscribed
+   enough, it is lowered again with more sends per port and the faster
+   kept (:func:`~ccsynth.synth.trees.lowering.lower_out_trees`: a rank's
+   sends of one chunk through one port one at a time, or ``window`` at a
+   time). One at a time suits non-blocking machines; on the oversubscribed
    fat_tree:16x8:4:2 a send held back by the spine leaves its NIC idle
    unless a second one runs beside it (1 GiB allgather at chunk factor 8:
-   5,925.8 us with one, 5,595.2 us with two).
+   5,925.8 us with one, 5,595.2 us with two). With one chunk per root
+   (factor 1: 1,024 ranks at 1 GiB) the lowering sends
+   :data:`~ccsynth.synth.trees.lowering.WINDOW` at a time already,
+   staggered by half a chunk (:func:`stagger_for`), and the search tries
+   :data:`WIDE_WINDOW`: a NIC with four sends in flight stays busy while
+   the receivers of some of them are busy with other roots' sends (the
+   1 MiB shards of dgx_a100x64: 1.106x of the bound with two, 1.051x with
+   four; dgx_a100x16's shorter chains: 1.068x with two, 1.112x with four).
 4. The fastest schedule is returned with its simulated time; the caller
    verifies it (:func:`ccsynth.synth.synthesize.synthesize` does).
 
@@ -55,12 +61,12 @@ from ccsynth.errors import CollectiveError
 from ccsynth.synth.baseline_search import MIN_CHUNK_BYTES
 from ccsynth.synth.bounds import lower_bound
 from ccsynth.synth.simulate import simulate
-from ccsynth.synth.trees.lowering import WINDOW, lower_allreduce, lower_in_trees, lower_out_trees
+from ccsynth.synth.trees.lowering import STAGGER, WINDOW, lower_allreduce, lower_in_trees, lower_out_trees
 from ccsynth.synth.trees.packing import Packing, pack_allreduce, pack_trees
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
-__all__ = ["KINDS", "MAX_OPS", "MAX_OPS_PER_RANK", "GOOD_ENOUGH", "TreeChoice", "packing_for", "chunk_factor_ladder",
-           "lower", "best_tree_schedule"]
+__all__ = ["KINDS", "MAX_OPS", "MAX_OPS_PER_RANK", "GOOD_ENOUGH", "LONG_CHAIN", "WIDE_WINDOW", "TreeChoice", "packing_for",
+           "chunk_factor_ladder", "stagger_for", "lower", "best_tree_schedule"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +87,12 @@ START_OPS = 200_000
 START_CHUNK_BYTES = 128 << 10
 #: factors slower than the best so far, in a row, that end the walk in one direction
 WORSE_IN_A_ROW = 1
+#: where staggering every port could take a rank above MAX_OPS_PER_RANK, only ports that carry more than this
+#: many of a rank's sends of a chunk are staggered (a NIC's sends to the other nodes, not an 8-GPU node's
+#: NVSwitch fan-out)
+LONG_CHAIN = 8
+#: with one chunk per root the search also tries this many sends per port (staggered by half a chunk in pairs)
+WIDE_WINDOW = 4
 
 
 @dataclass(frozen=True)
@@ -162,15 +174,32 @@ def _start(ladder: tuple[int, ...], kind: str, n: int, size_bytes: float) -> int
     return i
 
 
+def _windows(c: int, n: int) -> tuple[int, ...]:
+    """The send windows the search tries at its best chunk factor ``c`` on ``n`` ranks (module docstring)."""
+    return (WIDE_WINDOW,) if c == 1 else (WINDOW, WIDE_WINDOW, n)
+
+
+def stagger_for(kind: str, n: int) -> int:
+    """The stagger threshold of out-trees with one chunk per root on ``n`` ranks (module docstring, step 3).
+
+    :data:`~ccsynth.synth.trees.lowering.STAGGER` unless a rank's ops could then exceed
+    :data:`MAX_OPS_PER_RANK`: one chunk per root is ``_ops_per_chunk / n`` ops per rank, and staggering can
+    add a send and a receive for every chunk a rank forwards; then :data:`LONG_CHAIN` + 1.
+    """
+    per_rank = _ops_per_chunk(kind, n) / n
+    return STAGGER if 2 * per_rank <= MAX_OPS_PER_RANK else LONG_CHAIN + 1
+
+
 def lower(packing: Packing, collective: Collective, topology: Topology, window: int | None = None) -> Schedule:
     """The packing as a schedule of ``collective`` (its chunk factor; unverified).
 
     ``window``: out-trees' send window (:func:`~ccsynth.synth.trees.lowering.lower_out_trees`; None: its
-    default); the other collectives take none.
+    default); with one chunk per root the ports are staggered as :func:`stagger_for` says. The other
+    collectives take no window.
     """
     kind = collective.kind
     if kind in ("allgather", "broadcast"):
-        return lower_out_trees(packing.trees, collective, topology, window)
+        return lower_out_trees(packing.trees, collective, topology, window, stagger_for(kind, collective.n_ranks))
     if window is not None:
         raise CollectiveError(f"a send window is a choice of out-trees (allgather, broadcast), not of {kind}")
     if kind in ("reduce_scatter", "reduce"):
@@ -224,15 +253,19 @@ def best_tree_schedule(topology: Topology, collective: Collective, size_bytes: f
                 break
     c, (t, sched) = min(times.items(), key=lambda kv: (kv[1][0], kv[0]))
     tried = sorted((f, ft) for f, (ft, _) in times.items())
-    if kind in ("allgather", "broadcast") and not good(t) and sched.meta.get("send_window", 1) < WINDOW:
-        # the best factor again with WINDOW sends per port (lowering._broadcast): one at a time finish early but
-        # leave the port idle when another resource slows the one in flight (an oversubscribed spine). Factor 1
-        # has WINDOW already (one at a time was slower on every machine measured: bench/RESULTS.md)
-        window = WINDOW
-        other = lower(packing, Collective(kind, n, c, collective.root), topology, window)
-        ot = simulate(other, topology, size_bytes).time_us
-        log.info("packed trees, %s, chunk factor %d, send window %d: %.3f us", kind, c, window, ot)
-        if ot < t:
-            t, sched = ot, other
+    if kind in ("allgather", "broadcast") and not good(t):
+        # the best factor again with other send windows (lowering._broadcast), the fastest kept: one at a time
+        # finish early but leave the port idle when another resource slows the one in flight (an oversubscribed
+        # spine), all at once keep every port fed; with one chunk per root (WINDOW, staggered, already)
+        # WIDE_WINDOW keep a NIC fed when the receivers of its 63 or 127 sends are busy with other roots'
+        # (dgx_a100x64 at 512 MiB: 1.106x -> 1.051x)
+        for window in _windows(c, n):
+            if window == sched.meta.get("send_window", 1) or good(t):
+                continue
+            other = lower(packing, Collective(kind, n, c, collective.root), topology, window)
+            ot = simulate(other, topology, size_bytes).time_us
+            log.info("packed trees, %s, chunk factor %d, send window %d: %.3f us", kind, c, window, ot)
+            if ot < t:
+                t, sched = ot, other
     sched = sched.with_meta(lp_time_us=ideal, packing_gap=packing.gap, chunk_factor=c)
     return TreeChoice(sched, t, c, packing, tuple(tried), time.perf_counter() - t0)
