@@ -9,8 +9,8 @@ One row per case:
 
 ``topology, ranks, size, bandwidth bound, the fixed order's load imbalance, then per scheduler (fixed,
 themis, themis-flex, lp): time (us) and utilization (bound / time), Themis's and the LP's speedup over the
-fixed order, Themis's over the fixed order at Themis's own chunk count, the LP's time over its own bound and
-over its pipelined bound, and each scheduler's scheduling time (s)``
+fixed order, Themis's over the fixed order at Themis's own chunk count, the LP's time over its own bound,
+over its pipelined bound and over its rounded bound, and each scheduler's scheduling time (s)``
 
 Which topologies are *imbalanced* is Themis's criterion, not the
 bandwidths': the paper calls a system imbalanced when the baseline's fixed
@@ -43,7 +43,11 @@ at the chunk count it chose (phases charged what they occupy their
 dimension whatever overlaps them); its *pipelined bound*
 (:func:`~ccsynth.synth.multidim.lp.pipelined_bound`) adds the pipeline's
 fill and drain that every schedule of that many chunks pays (a dimension no
-chunk starts on waits one first phase, and idles one last phase).
+chunk starts on waits one first phase, and idles one last phase); its
+*rounded bound* (:func:`~ccsynth.synth.multidim.lp.rounded_bound`) is the
+own bound with a whole number of chunks on every lattice edge (a small
+MILP): the best balance a schedule of that many equal chunks can have
+(``n/a`` where the LP's winner has chunks of unequal size).
 
 Run (prints Markdown tables and the targets' figures; ``--json FILE`` also saves the rows)::
 
@@ -67,7 +71,7 @@ from ccsynth.atomic import write_text
 from ccsynth.formats.files import get_topology
 from ccsynth.synth.multidim import POLICIES, dim_net, schedule_multidim
 from ccsynth.synth.multidim.cost import PhaseCosts
-from ccsynth.synth.multidim.lp import bandwidth_bound, fixed_order_load, pipelined_bound
+from ccsynth.synth.multidim.lp import bandwidth_bound, fixed_order_load, pipelined_bound, rounded_bound
 from ccsynth.tolerance import is_greater
 from ccsynth.units import format_size, parse_sizes
 
@@ -136,6 +140,10 @@ def bench_case(topology: str, size: int, kind: str = "allreduce") -> dict:
     # the own bound plus the fill and drain every schedule of the LP's chunk count pays
     row["lp_pipelined_bound_us"] = pipelined_bound(net, costs, kind, size, lp_chunks)
     row["lp_over_pipelined_bound"] = s["lp"]["time_us"] / row["lp_pipelined_bound_us"]
+    # the own bound with whole chunks per lattice edge (a MILP): for equal chunks only
+    equal = len({c.units for c in lp_chunks}) == 1
+    row["lp_rounded_bound_us"] = rounded_bound(net, costs, kind, size, len(lp_chunks)) if equal else None
+    row["lp_over_rounded_bound"] = s["lp"]["time_us"] / row["lp_rounded_bound_us"] if equal else None
     return row
 
 
@@ -195,6 +203,8 @@ def summarize(rows: list[dict], equal_bw: dict[str, bool]) -> dict[str, float | 
         "lp_over_pipelined_bound_1g_max": max((r["lp_over_pipelined_bound"] for r in big), default=float("nan")),
         "lp_over_pipelined_bound_1g_mean": _mean([r["lp_over_pipelined_bound"] for r in big]),
         "lp_within_2pct_of_pipelined_bound_1g": sum(1 for r in big if r["lp_over_pipelined_bound"] <= 1.02),
+        "lp_rounded_over_own_bound_1g_max": max((r["lp_rounded_bound_us"] / r["schedulers"]["lp"]["lp_bound_us"]
+                                                 for r in big if r["lp_rounded_bound_us"]), default=float("nan")),
         "cases_1g": len(big),
         "largest_ranks": largest,
         "largest_scheduling_seconds_max": max((s["seconds"] for r in at_largest for s in r["schedulers"].values()),
@@ -210,7 +220,7 @@ def _markdown(rows: list[dict]) -> str:
     for p in POLICIES:
         head += [f"{p} (us)", "util"]
     head += ["themis/fixed", "themis/fixed at its c", "lp/fixed", "lp/own bound", "lp/pipelined bound",
-             "sched s wall (fixed/themis/flex/lp)", "lp sched s CPU"]
+             "lp/rounded bound", "sched s wall (fixed/themis/flex/lp)", "lp sched s CPU"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         s = r["schedulers"]
@@ -220,6 +230,7 @@ def _markdown(rows: list[dict]) -> str:
             cells += [f"{s[p]['time_us']:.1f}", f"{s[p]['utilization']:.2f}"]
         cells += [f"{r['themis_vs_fixed']:.2f}x", f"{r['themis_vs_fixed_at_themis_chunks']:.2f}x",
                   f"{r['lp_vs_fixed']:.2f}x", f"{r['lp_over_own_bound']:.3f}", f"{r['lp_over_pipelined_bound']:.3f}",
+                  "n/a" if r["lp_over_rounded_bound"] is None else f"{r['lp_over_rounded_bound']:.3f}",
                   "/".join(f"{s[p]['seconds']:.2f}" for p in POLICIES), f"{s['lp']['cpu_seconds']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -14,10 +14,12 @@ from ccsynth.errors import CCSynthError, CollectiveError, SizeError, TopologyErr
 from ccsynth.formats.files import get_topology
 from ccsynth.formats.msccl import schedule_to_msccl_xml
 from ccsynth.synth.multidim import POLICIES, compare_schedulers, dim_net, schedule_multidim
+from ccsynth.synth.multidim.chunks import make_chunk
 from ccsynth.synth.multidim.cost import PhaseCosts
 from ccsynth.synth.multidim.lowering import MAX_IR_RANKS, ir_max_chunks, to_schedule
-from ccsynth.synth.multidim.lp import bandwidth_bound, pipelined_bound
+from ccsynth.synth.multidim.lp import bandwidth_bound, pipelined_bound, rounded_bound
 from ccsynth.synth.multidim.phases import PhasePlanner, to_phase_plan
+from ccsynth.synth.multidim.pipeline import time_chunks
 from ccsynth.synth.multidim.utilization import dimension_utilization
 from ccsynth.synth.simulate import simulate
 from ccsynth.topologies.catalog import hierarchical
@@ -113,6 +115,9 @@ def test_every_scheduler_verifies_and_the_model_matches_the_simulator(spec):
                     bound = pipelined_bound(net, costs, kind, size, md.chunks)
                     assert bound <= sim * (1 + 1e-9), (kind, policy, size, bound, sim)
                     assert bound <= md.makespan_us * (1 + 1e-9), (kind, policy, size, bound, md.makespan_us)
+                    exact = rounded_bound(net, costs, kind, size, md.n_chunks)
+                    assert exact <= sim * (1 + 1e-9), (kind, policy, size, exact, sim)
+                    assert exact <= md.makespan_us * (1 + 1e-9), (kind, policy, size, exact, md.makespan_us)
     assert worst <= 0.05, f"{spec}: the dimension-level model is {worst:.1%} from the event-driven simulator"
 
 
@@ -314,6 +319,40 @@ def test_lp_rounding_is_exact_and_the_gap_to_its_bound_is_per_message_cost():
     free = dim_net(hierarchical([(8, 400, 0.7, 0.0), (8, 200, 2.6, 0.0), (8, 100, 2.6, 0.0), (8, 50, 2.6, 0.0)]))
     lp = schedule_multidim(free, "allreduce", 1 << 30, "lp", chunks=128)
     assert lp.makespan_us <= 1.02 * lp.lp_bound_us
+
+
+def test_exact_rounding_keeps_every_edge_within_a_chunk_and_its_bound_is_the_best_rounding():
+    from ccsynth.synth.multidim.lp import lattice_walk, round_flow, rounded_chunks, solve_lattice
+
+    net = dim_net(get_topology("hierarchical:8x8x8x8@400,200,100,50"))
+    costs = PhaseCosts(net)
+    size, k = 1 << 30, 48
+    sol = solve_lattice(net, costs, "allreduce", size, k)
+    shares = dict(sol.flows)
+    rounded = round_flow(net, costs, "allreduce", size, sol)
+    for e, x in rounded.items():
+        assert abs(x * k - round(x * k)) < 1e-9  # whole chunks
+        assert abs(x - shares[e]) < 1 / k + 1e-9  # within one chunk of the LP's share
+    assert sum(x for (s, _), x in rounded.items() if s == 0) == pytest.approx(1.0)
+
+    def busiest(flows):  # the busiest dimension's floor charges in the chunks the walk makes of a flow
+        orders = lattice_walk(net, costs, "allreduce", size, flows, k)
+        chunks = [make_chunk(net, costs, "allreduce", o, size / k) for o in orders]
+        busy = [0.0] * net.n_dims
+        for task in time_chunks(net, costs, "allreduce", size, chunks).tasks:
+            busy[task.dim] += costs.floor(task.dim, task.algorithm, task.range_bytes, reduce=task.reduce)
+        return max(busy)
+
+    chunks = rounded_chunks(net, costs, "allreduce", sol)
+    assert len(chunks) == k
+    # the walk of the LP's fractions overloads a dimension by 5% here; the exact rounding by under 3%
+    assert busiest(rounded) <= busiest(shares) * (1 + 1e-9)
+    assert busiest(rounded) <= 1.03 * sol.bound_us
+    # whole chunks cost the bound itself almost nothing: the best rounding is within 0.1% of T*
+    exact = rounded_bound(net, costs, "allreduce", size, k)
+    assert sol.bound_us * (1 - 1e-9) <= exact <= 1.001 * sol.bound_us
+    lp = schedule_multidim(net, "allreduce", size, "lp", chunks=k)
+    assert exact <= lp.makespan_us
 
 
 def test_pipelined_bound_adds_the_fill_and_drain_every_schedule_pays():

@@ -16,18 +16,21 @@ scheduler      chunks and their dimension orders
 
 Every scheduler tries the same chunk counts (:func:`chunk_counts`: 1, 2, 4,
 ... while a chunk keeps :data:`MIN_CHUNK_BYTES` and the count stays within
-:data:`MAX_CHUNKS`, then the counts between the best one and its neighbours,
-:func:`refine_counts`), each under both queue priorities of the
+:data:`MAX_CHUNKS`, then a grid of counts from 0.75 to 1.5 times the best
+one, :func:`refine_counts`), each under both queue priorities of the
 dimension-level model (:data:`~.pipeline.PRIORITIES`), and keeps the
 fastest in that model (:func:`~.pipeline.time_chunks`): more chunks
 pipeline better but pay every phase's latency and message overheads once
 more each, and the time is not convex in the count (Themis's greedy has
-nothing to balance with one chunk), so every count is tried; there are at
-most 14. Comparisons are therefore at each scheduler's own best chunk
+nothing to balance with one chunk; the LP's chunks interleave differently
+at every count), so every count is tried; there are at most 27.
+Comparisons are therefore at each scheduler's own best chunk
 count, as for the baselines (:mod:`ccsynth.synth.baseline_search`).
 
-``lp`` keeps the fastest of its two flows' roundings (equal chunks, and
-chunks resized so that each order carries its LP share exactly,
+``lp`` keeps the fastest of its two flows' roundings (equal chunks by the
+walk of the shares, equal chunks by the exact rounding of every lattice
+edge to a whole number of chunks, :func:`~.lp.rounded_chunks`, and chunks
+resized so that each order carries its LP share exactly,
 :func:`~.lp.weighted_chunks`; the latter only without ``max_chunks``, since
 the IR takes at most four units a chunk) and of Themis's and the fixed
 order's chunks for the same count: those are feasible points of the LP's
@@ -57,10 +60,10 @@ import time
 from dataclasses import dataclass, field, replace
 from collections.abc import Iterable, Sequence
 
-from ccsynth.errors import CollectiveError, SizeError
+from ccsynth.errors import CollectiveError, InfeasibleError, SizeError, SolverError
 from ccsynth.synth.multidim.chunks import ChunkPlan, check_kind
 from ccsynth.synth.multidim.cost import PhaseCosts
-from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, weighted_chunks
+from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, rounded_chunks, weighted_chunks
 from ccsynth.synth.multidim.network import DimNet, dim_net
 from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
 from ccsynth.synth.multidim.policies import equal_units, fixed_chunks, themis_chunks, themis_flex_chunks
@@ -74,6 +77,7 @@ __all__ = [
     "MAX_CHUNKS",
     "MIN_CHUNK_BYTES",
     "REFINE",
+    "REFINE_POINTS",
     "refine_counts",
     "MultiDimSchedule",
     "chunk_counts",
@@ -93,9 +97,13 @@ POLICIES = ("fixed", "themis", "themis-flex", "lp")
 MAX_CHUNKS = 1024
 #: more chunks are tried only while a chunk keeps at least this many bytes
 MIN_CHUNK_BYTES = 4096
-#: after the powers of two, the counts at these multiples of the best one are tried too (the model's time
-#: is not convex in the count: per-message costs against fill and drain, and the LP's rounding)
-REFINE = (0.75, 1.25, 1.5)
+#: after the powers of two, the counts from the first to the second multiple of the best one are tried too
+#: (the model's time is not convex in the count: per-message costs against fill and drain, and how the
+#: chunks' orders interleave in the pipeline), on a grid of at most :data:`REFINE_POINTS` counts
+REFINE = (0.75, 1.5)
+#: the most counts the refinement grid tries (its step grows with the best count): a bound on the search's
+#: cost (each count costs the LP two solves and two roundings), not a figure fitted to any result
+REFINE_POINTS = 16
 
 
 @dataclass(frozen=True)
@@ -204,6 +212,8 @@ class _Run:
                  weighted: bool = True):
         self.net, self.costs, self.kind, self.size, self.policy, self.options = net, costs, kind, size, policy, options
         self.weighted = weighted  # chunks of unequal units (the IR takes up to 4 units a chunk: off under max_chunks)
+        # the model's timing of each chunk plan already timed (the roundings and warm starts often coincide)
+        self._timings: dict[tuple[ChunkPlan, ...], DimTiming] = {}
 
     def at(self, k: int) -> MultiDimSchedule:
         net, costs, kind, size = self.net, self.costs, self.kind, self.size
@@ -221,6 +231,12 @@ class _Run:
                 bound = sol.bound_us
             what = "bandwidth" if charge == "floor" else "latency-aware"
             candidates.append((chunks, f"LP flow ({what})"))
+            if k > 1:
+                try:
+                    candidates.append((rounded_chunks(net, costs, kind, sol, self.options),
+                                       f"LP flow ({what}), exact rounding"))
+                except (InfeasibleError, SolverError) as e:  # a rounding always exists: a solver failure
+                    log.warning("exact rounding of the LP flow at %d chunks skipped: %s", k, e)
             if self.weighted and k > 1:
                 candidates.append((weighted_chunks(net, costs, kind, chunks, sol), f"LP flow ({what}), weighted chunks"))
         # Themis's chunks and the fixed order are feasible points of the LP's class: warm starts the LP's
@@ -232,20 +248,27 @@ class _Run:
 
     def _timed(self, chunks: tuple[ChunkPlan, ...], origin: str) -> MultiDimSchedule:
         """``chunks`` timed under every queue priority; the faster one."""
-        timing = min((time_chunks(self.net, self.costs, self.kind, self.size, chunks, p) for p in PRIORITIES),
-                     key=lambda t: t.makespan_us)
+        timing = self._timings.get(chunks)
+        if timing is None:
+            timing = min((time_chunks(self.net, self.costs, self.kind, self.size, chunks, p) for p in PRIORITIES),
+                         key=lambda t: t.makespan_us)
+            self._timings[chunks] = timing
         return MultiDimSchedule(self.policy, self.kind, self.size, self.net, chunks, timing, origin=origin)
 
 
 def refine_counts(best: int, counts: Sequence[int]) -> tuple[int, ...]:
-    """The counts between the best power of two and its neighbours (:data:`REFINE`), not tried yet.
+    """The counts from ``REFINE[0]`` to ``REFINE[1]`` times the best power of two, on a grid of at most
+    :data:`REFINE_POINTS` counts (step 1 while that fits), not tried yet.
 
     >>> refine_counts(32, (1, 2, 4, 8, 16, 32, 64))
-    (24, 40, 48)
+    (24, 26, 28, 30, 34, 36, 38, 40, 42, 44, 46, 48)
+    >>> refine_counts(4, (1, 2, 4, 8))
+    (3, 5, 6)
     """
-    hi = max(counts)
-    out = sorted({round(best * f) for f in REFINE} - set(counts))
-    return tuple(k for k in out if 1 <= k <= min(hi, MAX_CHUNKS))
+    hi = min(max(counts), MAX_CHUNKS, math.floor(best * REFINE[1]))
+    lo = max(1, math.ceil(best * REFINE[0]))
+    step = max(1, math.ceil((hi - lo) / REFINE_POINTS))
+    return tuple(k for k in range(lo, hi + 1, step) if k not in counts)
 
 
 def _search(run: _Run, counts: Sequence[int], refine: bool = True) -> MultiDimSchedule:
