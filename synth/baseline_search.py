@@ -21,7 +21,27 @@ through this module:
 * :func:`baseline_choices` / :func:`best_baseline` -- every applicable
   baseline at its best, fastest first;
 * :func:`plan_baselines` -- the same for many sizes at once (schedules
-  built once), for per-size plans.
+  built once), for per-size plans;
+* :func:`baselines_against` -- the search ``ccsynth synth`` runs: every
+  applicable baseline at its best chunk factor *where it could beat* a
+  given time (the synthesized schedule's). A schedule whose static bound
+  (:func:`~ccsynth.synth.simulate.static_bound`: its busiest resource's
+  bytes, its busiest engine's per-message overheads) already exceeds that
+  time cannot beat it and is not simulated; when the *volume* part does,
+  no factor of that baseline can (a chunk factor cuts every block into
+  pieces that take the block's own routes, so every resource carries the
+  same bytes at every factor: ``tests/test_baseline_search.py`` checks it
+  for every baseline), and the baseline's other factors are not even
+  built. Such baselines are reported with the bound they exceeded
+  (:class:`Outrun`), never with a time. Schedules are built unverified
+  during the search (the builders are verified by their tests); the one
+  returned for use is verified (:func:`verified`). At 256 ranks this is
+  what lets the comparison finish: a 1-million-op ring schedule costs
+  tens of seconds to build, verify and simulate, its bound a fraction;
+  the ring family's bytes come without building at all
+  (:func:`ring_volume_us`), and no factor beyond :data:`MAX_OPS` ops is
+  built (the packed trees' own op budget: both sides of the comparison
+  get the same).
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -43,10 +63,13 @@ from collections.abc import Sequence
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, CollectiveError
-from ccsynth.synth.baselines import BASELINES, make_baseline, min_chunk_factor, why_not
-from ccsynth.synth.simulate import SimResult, simulate
-from ccsynth.tolerance import is_less
-from ccsynth.topologies.model import Topology
+from ccsynth.collectives.verify import verify
+from ccsynth.synth.baselines import BASELINES, get_baseline, make_baseline, min_chunk_factor, why_not
+from ccsynth.synth.baselines import multi_ring, ring
+from ccsynth.synth.baselines._util import split
+from ccsynth.synth.simulate import SimResult, simulate, simulate_below
+from ccsynth.tolerance import is_greater, is_less
+from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
 __all__ = [
     "MIN_CHUNK_BYTES",
@@ -58,6 +81,13 @@ __all__ = [
     "baseline_choices",
     "best_baseline",
     "plan_baselines",
+    "Outrun",
+    "BaselineSearch",
+    "baselines_against",
+    "verified",
+    "RING_FAMILY",
+    "MAX_OPS",
+    "ring_volume_us",
 ]
 
 log = logging.getLogger(__name__)
@@ -68,6 +98,9 @@ MIN_CHUNK_BYTES = 512
 MAX_SEARCH_CHUNKS = 4096
 #: the search along the ladder stops after this many factors in a row slower than the best
 WORSE_IN_A_ROW = 2
+#: :func:`baselines_against` builds no baseline schedule beyond this many ops (estimated from the factor before;
+#: the smallest factor is always built): the op budget of the packed-tree search (``ccsynth.synth.trees.search``)
+MAX_OPS = 3_000_000
 
 
 class BaselineChoice(NamedTuple):
@@ -96,34 +129,135 @@ def chunk_factor_ladder(name: str, kind: str, topology: Topology, size_bytes: fl
     return tuple(out)
 
 
-class _Builds:
-    """Baseline schedules built once per (name, chunk factor); None where the baseline cannot build."""
+class Outrun(NamedTuple):
+    """A baseline left out of a comparison: at chunk factor ``chunk_factor`` (and, with ``every_factor``, at
+    all of its factors) it takes at least ``bound_us``, more than the time it had to beat."""
 
-    def __init__(self, collective: Collective, topology: Topology):
+    name: str
+    chunk_factor: int
+    bound_us: float
+    every_factor: bool
+
+
+class BaselineSearch(NamedTuple):
+    """What :func:`baselines_against` found: the baselines that could compete, each at its best chunk factor
+    (fastest first), and those proven slower than the time to beat."""
+
+    choices: list[BaselineChoice]
+    outrun: list[Outrun]
+
+
+class _Builds:
+    """Baseline schedules built once per (name, chunk factor); None where the baseline cannot build.
+
+    ``checked=False``: built without :func:`~ccsynth.collectives.verify.verify` (the search's own use;
+    see the module docstring).
+    """
+
+    def __init__(self, collective: Collective, topology: Topology, checked: bool = True):
         self.kind, self.n, self.root = collective.kind, collective.n_ranks, collective.root
         self.topology = topology
+        self.checked = checked
         self.cache: dict[tuple[str, int], Schedule | None] = {}
 
     def get(self, name: str, factor: int) -> Schedule | None:
         key = (name, factor)
         if key not in self.cache:
+            coll = Collective(self.kind, self.n, factor, self.root)
             try:
-                self.cache[key] = make_baseline(name, Collective(self.kind, self.n, factor, self.root), self.topology)
+                sched = make_baseline(name, coll, self.topology) if self.checked else \
+                    get_baseline(name).build(coll, self.topology)
             except CCSynthError as e:
                 log.debug("baseline %s at chunk factor %d: %s", name, factor, e)
-                self.cache[key] = None
+                sched = None
+            if not self.checked:  # the search's own builds are asked for once: kept only by what it returns
+                return sched
+            self.cache[key] = sched
         return self.cache[key]
 
 
-def _search(name: str, builds: _Builds, size_bytes: float) -> BaselineChoice | None:
-    """Walk baseline ``name``'s ladder at ``size_bytes``; stop after WORSE_IN_A_ROW slower factors."""
+#: the baselines whose bytes per resource :func:`ring_volume_us` computes without building them
+RING_FAMILY = ("ring", "multi_ring")
+
+
+def ring_volume_us(name: str, collective: Collective, topology: Topology, size_bytes: float) -> float | None:
+    """The busiest resource's bytes at full bandwidth (us) of ring-family baseline ``name``, without building it.
+
+    For allgather and reduce-scatter ring ``k`` of the baseline's rings carries the ``k``-th group of every
+    piece's chunks (:func:`~ccsynth.synth.baselines._util.ring_collective`), ``n - 1`` pieces' groups over
+    each of its edges; a resource carries what the ring edges through it carry. Equal to the ``volume_us`` of
+    :func:`~ccsynth.synth.simulate.static_bound` on the built schedule (``tests/test_baseline_search.py``);
+    None for other baselines and kinds, or when the baseline does not apply.
+    """
+    kind, n, c = collective.kind, collective.n_ranks, collective.chunk_factor
+    if name not in RING_FAMILY or kind not in ("allgather", "reduce_scatter"):
+        return None
+    try:
+        rings = [list(ring.check(collective, topology))] if name == "ring" else \
+            [list(r) for r in multi_ring.check(collective, topology)]
+    except CCSynthError:
+        return None
+    groups = split(range(c), len(rings))
+    mcurve = topology.message_curve
+    chunk = collective.chunk_bytes(size_bytes) * (mcurve.factor(size_bytes) if mcurve is not None else 1.0)
+    res_bytes: dict[str, float] = {}
+    for order, grp in zip(rings, groups):
+        edge_bytes = (n - 1) * len(grp) * chunk
+        for i, a in enumerate(order):
+            conn = topology.connection(a, order[(i + 1) % n])
+            if conn is None:
+                return None
+            for r in conn.resources:
+                res_bytes[r] = res_bytes.get(r, 0.0) + edge_bytes
+    bw = topology.resource_bw
+    return max((v / (bw[r] * BYTES_PER_US_PER_GBPS) for r, v in res_bytes.items()), default=0.0)
+
+
+def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = None,
+            outrun: list[Outrun] | None = None) -> BaselineChoice | None:
+    """Walk baseline ``name``'s ladder at ``size_bytes``; stop after WORSE_IN_A_ROW slower factors.
+
+    With ``beat``: a factor whose static bound exceeds ``beat`` counts as slower and is not simulated; if its
+    volume alone does, the walk stops (no factor can beat it: module docstring). Those go to ``outrun``.
+    """
     best: BaselineChoice | None = None
     worse = 0
+    last: tuple[int, int] | None = None  # the last factor built and its op count
     for factor in chunk_factor_ladder(name, builds.kind, builds.topology, size_bytes):
+        if beat is not None and best is None and worse == 0:
+            # the ring family's bytes without building its (at 1,024 ranks: 2-17 million op) schedules
+            coll = Collective(builds.kind, builds.n, factor, builds.root)
+            volume = ring_volume_us(name, coll, builds.topology, size_bytes)
+            if volume is not None and is_greater(volume + builds.topology.call_overhead, beat):
+                log.info("baseline %s at chunk factor %d: at least %.3f us (its bytes, at every factor), slower "
+                         "than %.3f us", name, factor, volume + builds.topology.call_overhead, beat)
+                if outrun is not None:
+                    outrun.append(Outrun(name, factor, volume + builds.topology.call_overhead, True))
+                break
+        if beat is not None and last is not None and last[1] * factor / last[0] > MAX_OPS:
+            log.info("baseline %s at chunk factor %d: not tried (about %d ops, over MAX_OPS)", name, factor,
+                     last[1] * factor / last[0])
+            break
         sched = builds.get(name, factor)
         if sched is None:
             continue
-        r = simulate(sched, builds.topology, size_bytes)
+        last = (factor, len(sched.ops))
+        if beat is not None:
+            b, r = simulate_below(sched, builds.topology, size_bytes, beat)
+            if r is None:
+                every = is_greater(b.volume_us + b.call_us, beat)
+                log.info("baseline %s at chunk factor %d: at least %.3f us (%s), slower than %.3f us", name, factor,
+                         b.time_us, "its bytes, at every factor" if every else "its per-message overheads", beat)
+                if outrun is not None:
+                    outrun.append(Outrun(name, factor, b.time_us, every))
+                if every:
+                    break
+                worse += 1
+                if worse >= WORSE_IN_A_ROW:
+                    break
+                continue
+        else:
+            r = simulate(sched, builds.topology, size_bytes)
         if best is None or is_less(r.time_us, best.result.time_us):
             best, worse = BaselineChoice(name, factor, r, sched), 0
         else:
@@ -181,3 +315,35 @@ def plan_baselines(collective: Collective, topology: Topology, sizes: Sequence[f
         choices.sort(key=lambda c: c.result.time_us)
         out[size] = choices
     return out
+
+
+def baselines_against(collective: Collective, topology: Topology, size_bytes: float, beat: float) -> BaselineSearch:
+    """Every applicable baseline at its best chunk factor, where it could be faster than ``beat`` us.
+
+    The choices come fastest first, their schedules unverified (:func:`verified` before use); a baseline
+    whose every candidate factor is proven slower than ``beat`` (or whose walk stopped on such factors before
+    reaching one that is not) appears only in ``outrun``, with the bound of its first factor. A factor is
+    left out only when it is provably slower than ``beat`` (see the module docstring); the ladder's stopping
+    rule counts it as a slower factor (the per-message overheads, which grow with the factor, are what
+    prove it then).
+    """
+    builds = _Builds(collective, topology, checked=False)
+    choices: list[BaselineChoice] = []
+    outrun: list[Outrun] = []
+    for name in _applicable(collective, topology):
+        mine: list[Outrun] = []
+        choice = _search(name, builds, size_bytes, beat, mine)
+        if choice is not None:
+            choices.append(choice)
+            log.info("baseline %s: best at chunk factor %d, %.3f us", name, choice.chunk_factor,
+                     choice.result.time_us)
+        elif mine:
+            outrun.append(mine[0])
+    choices.sort(key=lambda c: c.result.time_us)  # stable
+    return BaselineSearch(choices, outrun)
+
+
+def verified(choice: BaselineChoice, topology: Topology) -> BaselineChoice:
+    """``choice`` after :func:`~ccsynth.collectives.verify.verify` of its schedule (raises if it fails)."""
+    verify(choice.schedule, topology)
+    return choice

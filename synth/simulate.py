@@ -423,26 +423,19 @@ def _engines(ops, scope: str) -> tuple[list[int], list[int]]:
     return out, engine_rank
 
 
-def _maxmin(
-    seeds: Iterable[int],
-    res_active: list[set[int]],
-    res_weight: list[int],
-    weight: list[int],
-    class_res: list[tuple[int, ...]],
-    caps: list[float],
-) -> dict[int, float]:
-    """Max-min fair per-transfer rates of the component of resources ``seeds``.
+#: above this many busy classes in the changed component, the rates are recomputed by :func:`_maxmin_all`
+#: (numpy, every busy class at once) instead of the heap of :func:`_maxmin` (pure Python, the component only)
+SMALL_COMPONENT = 48
 
-    Class ``c`` stands for ``weight[c]`` transfers crossing resources
-    ``class_res[c]``; ``res_active[r]`` holds the classes with transfers on
-    resource ``r`` and ``res_weight[r]`` their total weight. First the
-    connected component (classes linked through shared resources) of the
-    seeds is collected; max-min allocations decompose over components, so
-    the rates elsewhere do not change. Then progressive filling with a lazy
-    heap over resources keyed by their fair share ``(cap - used) /
-    unfrozen weight``: shares only grow as classes freeze elsewhere, so a
-    popped entry whose share is still current is the next bottleneck.
-    O((C + R) log R) for C classes and R resources in the component.
+
+def _component(
+    seeds: Iterable[int], res_active: list[set[int]], class_res: list[tuple[int, ...]], limit: int,
+) -> tuple[set[int], set[int]] | None:
+    """The busy classes and resources connected to resources ``seeds``, or None past ``limit`` classes.
+
+    ``res_active[r]`` holds the busy classes on resource ``r``. Max-min allocations decompose over
+    connected components (classes linked through shared resources), so the rates elsewhere do not
+    change.
     """
     seen = set(seeds)
     todo = list(seen)
@@ -452,10 +445,33 @@ def _maxmin(
         for c in res_active[r]:
             if c not in comp:
                 comp.add(c)
+                if len(comp) > limit:
+                    return None
                 for r2 in class_res[c]:
                     if r2 not in seen:
                         seen.add(r2)
                         todo.append(r2)
+    return comp, seen
+
+
+def _maxmin(
+    seen: set[int],
+    res_active: list[set[int]],
+    res_weight: list[int],
+    weight: list[int],
+    class_res: list[tuple[int, ...]],
+    caps: list[float],
+) -> dict[int, float]:
+    """Max-min fair per-transfer rates of the classes on resources ``seen`` (a whole component).
+
+    Class ``c`` stands for ``weight[c]`` transfers crossing resources
+    ``class_res[c]``; ``res_active[r]`` holds the classes with transfers on
+    resource ``r`` and ``res_weight[r]`` their total weight. Progressive
+    filling with a lazy heap over resources keyed by their fair share
+    ``(cap - used) / unfrozen weight``: shares only grow as classes freeze
+    elsewhere, so a popped entry whose share is still current is the next
+    bottleneck. O((C + R) log R) for C classes and R resources in the component.
+    """
     cnt = {r: res_weight[r] for r in seen if res_weight[r] > 0}
     used = dict.fromkeys(cnt, 0.0)
     heap = [(caps[r] / w, r) for r, w in cnt.items()]
@@ -480,6 +496,96 @@ def _maxmin(
             for r2 in class_res[c]:
                 cnt[r2] -= wc
                 used[r2] += share * wc
+    return rate
+
+
+def _maxmin_all(class_res: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """Max-min fair rates of classes ``class_res`` (one row of resource indices per class), vectorised.
+
+    Every class stands for one transfer; rows are padded with the index of a
+    last resource of infinite capacity (``caps[-1]``), which is never a
+    bottleneck. Progressive filling, all components at once and many levels
+    per round: a resource whose fair share ``(cap - used) / unfrozen
+    classes`` is the smallest among the resources of every class crossing
+    it (within :data:`~ccsynth.tolerance.EVENT_REL`) saturates at that
+    share, whatever happens elsewhere -- only its classes change its share,
+    and they freeze only where a share is smaller, which can only grow --
+    so every such resource freezes its classes in the same round. The
+    resource of least share is always one, so each round freezes some
+    classes; the rounds are as many as the longest chain of rising
+    bottleneck levels. The rates equal :func:`_maxmin`'s up to rounding
+    (``tests/test_simulate.py`` checks both against a plain water-filling).
+    A component's rates depend on its own classes only, bit for bit: the
+    rounds never compare shares across components.
+    """
+    k, width = class_res.shape
+    n_res = len(caps)
+    pad = n_res - 1
+    rate = np.empty(k)
+    if k == 0:
+        return rate
+    cnt = np.bincount(class_res.ravel(), minlength=n_res).astype(float)
+    used = np.zeros(n_res)
+    live = np.arange(k)
+    # one array per column: numpy reduces along a short last axis slowly, elementwise over columns fast
+    cols = [np.ascontiguousarray(class_res[:, j]) for j in range(width)]
+    while live.size:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = (caps - used) / cnt
+        share[cnt <= 0] = math.inf
+        share[pad] = math.inf
+        shares = [share[col] for col in cols]
+        cs = shares[0]
+        for sj in shares[1:]:
+            cs = np.minimum(cs, sj)
+        # an incidence whose resource offers more than its class gets elsewhere: that resource is no bottleneck
+        limit = cs + EVENT_REL * np.maximum(1.0, cs)
+        blocked = np.zeros(n_res, dtype=bool)
+        blocked[pad] = True
+        for col, sj in zip(cols, shares):
+            blocked[col[sj > limit]] = True
+        frozen = ~blocked[cols[0]]
+        for col in cols[1:]:
+            frozen |= ~blocked[col]
+        if not frozen.any():  # only infinite shares left: nothing limits these classes
+            frozen[:] = True
+        got = np.maximum(cs[frozen], 0.0)
+        rate[live[frozen]] = got
+        weights = np.where(np.isfinite(got), got, 0.0)
+        for col in cols:
+            fc = col[frozen]
+            used += np.bincount(fc, weights=weights, minlength=n_res)
+            cnt -= np.bincount(fc, minlength=n_res)
+        keep = ~frozen
+        live = live[keep]
+        cols = [col[keep] for col in cols]
+    return rate
+    cnt = np.bincount(class_res.ravel(), minlength=n_res).astype(float)
+    used = np.zeros(n_res)
+    live = np.arange(k)
+    cr = class_res
+    while live.size:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = (caps - used) / cnt
+        share[cnt <= 0] = math.inf
+        share[pad] = math.inf
+        s = share[cr]
+        cs = s.min(axis=1)
+        # an incidence whose resource offers more than its class gets elsewhere: that resource is no bottleneck
+        above = s > cs[:, None] + EVENT_REL * np.maximum(1.0, cs)[:, None]
+        blocked = np.bincount(cr[above], minlength=n_res)
+        bottleneck = blocked == 0
+        bottleneck[pad] = False
+        frozen = bottleneck[cr].any(axis=1)
+        if not frozen.any():  # only infinite shares left: nothing limits these classes
+            frozen[:] = True
+        got = np.maximum(cs[frozen], 0.0)
+        rate[live[frozen]] = got
+        fcr = cr[frozen].ravel()
+        used += np.bincount(fcr, weights=np.repeat(np.where(np.isfinite(got), got, 0.0), width), minlength=n_res)
+        cnt -= np.bincount(fcr, minlength=n_res)
+        keep = ~frozen
+        live, cr = live[keep], cr[keep]
     return rate
 
 
@@ -523,12 +629,20 @@ def _run(
     # Per class (connection and channel): the transfer moving data now (-1 if
     # none), its bytes left as of time tupd, its rate, the transfers queued
     # behind it, and when it completes (t_next, numpy for a fast minimum).
+    # (rem, rate, tupd are numpy arrays too, for the vectorised reshare of a large component)
     busy = [0] * n_cls
     cur = [-1] * n_cls
-    rem = [0.0] * n_cls
-    rate = [0.0] * n_cls
-    tupd = [0.0] * n_cls
+    rem = np.zeros(n_cls)
+    rate = np.zeros(n_cls)
+    tupd = np.zeros(n_cls)
     t_next = np.full(n_cls, math.inf)
+    # the same tables for _maxmin_all: busy classes as a mask, resources padded with one of infinite capacity
+    busy_mask = np.zeros(n_cls, dtype=bool)
+    caps_pad = np.array([*caps, math.inf])
+    width = max((len(rs) for rs in class_res), default=1) or 1
+    res_pad = np.full((n_cls, width), len(caps), dtype=np.int64)
+    for c, rs in enumerate(class_res):
+        res_pad[c, : len(rs)] = rs
     queue: list[deque[int]] = [deque() for _ in range(n_cls)]
     res_active: list[set[int]] = [set() for _ in caps]
     res_weight = [0] * len(caps)  # busy classes on each resource
@@ -623,6 +737,7 @@ def _run(
             queue[c].append(s)
             return
         busy[c] = 1
+        busy_mask[c] = True
         n_busy += 1
         cur[c], rem[c], tupd[c] = s, nbytes, now
         for r in class_res[c]:
@@ -663,6 +778,7 @@ def _run(
             t_next[c] = now + rem[c] / rate[c]
             return
         busy[c] = 0
+        busy_mask[c] = False
         n_busy -= 1
         cur[c], rem[c], rate[c], tupd[c] = -1, 0.0, 0.0, now
         t_next[c] = math.inf
@@ -672,20 +788,41 @@ def _run(
             dirty.add(r)
 
     def reshare() -> None:
-        new_rates = _maxmin(dirty, res_active, res_weight, busy, class_res, caps)
+        found = _component(dirty, res_active, class_res, SMALL_COMPONENT)
         dirty.clear()
-        idx, val = [], []
-        for c, new in new_rates.items():
-            if new == rate[c] and c not in touched:
-                continue  # same rate: its completion time stands
-            rem[c] -= rate[c] * (now - tupd[c])
-            tupd[c] = now
-            rate[c] = new
-            idx.append(c)
-            val.append(now + rem[c] / new if new > 0 else math.inf)
-        if idx:
-            t_next[idx] = val
+        if found is None:
+            reshare_all()
+        else:
+            new_rates = _maxmin(found[1], res_active, res_weight, busy, class_res, caps)
+            idx, val = [], []
+            for c, new in new_rates.items():
+                if new == rate[c] and c not in touched:
+                    continue  # same rate: its completion time stands
+                rem[c] -= rate[c] * (now - tupd[c])
+                tupd[c] = now
+                rate[c] = new
+                idx.append(c)
+                val.append(now + rem[c] / new if new > 0 else math.inf)
+            if idx:
+                t_next[idx] = val
         touched.clear()
+
+    def reshare_all() -> None:
+        # a large component: every busy class at once, in numpy (the other components' rates come out the same)
+        act = np.flatnonzero(busy_mask)
+        new = _maxmin_all(res_pad[act], caps_pad)
+        old = rate[act]
+        changed = new != old
+        if touched:
+            mark = np.zeros(n_cls, dtype=bool)
+            mark[list(touched)] = True
+            changed |= mark[act]
+        idx, new, old = act[changed], new[changed], old[changed]
+        rem[idx] -= old * (now - tupd[idx])
+        tupd[idx] = now
+        rate[idx] = new
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_next[idx] = np.where(new > 0, now + rem[idx] / new, math.inf)
 
     drain()
     flush_stream()
@@ -821,12 +958,92 @@ def simulate(
     return _result(_Prepared(schedule, topology), topology, size_bytes, local_bw, trace)
 
 
+def known_result(schedule: Schedule, topology: Topology, size_bytes: float, time_us: float) -> SimResult:
+    """The :class:`SimResult` of a schedule whose simulated time at ``size_bytes`` is known already.
+
+    For a caller that simulated the schedule itself (the synthesizer records it as ``meta["predicted_us"]``):
+    the bound, bandwidths and gap as :func:`simulate` gives them, without running the schedule again (at
+    1,024 ranks a simulation costs tens of CPU seconds). ``busy_us`` is left empty.
+    """
+    size = _check_args(size_bytes, None)
+    coll = schedule.collective
+    bound: Bound = explicit_lower_bound(coll, topology, size) if isinstance(coll, ExplicitCollective) else \
+        lower_bound(coll, topology, size)
+    algbw = size / (time_us * BYTES_PER_US_PER_GBPS) if time_us > 0 else (math.inf if size > 0 else 0.0)
+    gap = time_us / bound.time_us if bound.time_us > 0 else (1.0 if time_us <= 0 else math.inf)
+    return SimResult(size_bytes=size_bytes, time_us=time_us, algbw=algbw, busbw=algbw * coll.busbw_factor(),
+                     lower_bound_us=bound.time_us, gap=gap, n_ops=len(schedule.ops), bound_which=bound.which,
+                     schedule=schedule.name, topology=topology.name)
+
+
 def simulate_sizes(
     schedule: Schedule, topology: Topology, sizes: Iterable[float], *, local_bw: float | None = None
 ) -> list[SimResult]:
     """:func:`simulate` at each of ``sizes`` (the schedule is prepared once)."""
     p = _Prepared(schedule, topology)
     return [_result(p, topology, s, local_bw) for s in sizes]
+
+
+@dataclass(frozen=True)
+class StaticBound:
+    """A lower bound on a schedule's simulated time, from its op counts alone (no simulation).
+
+    ``volume_us``: the busiest resource's bytes at its full bandwidth (the
+    rates on a resource never add up to more than its capacity);
+    ``engine_us``: the busiest engine's per-message overheads, which it pays
+    one after another (see the module docstring). ``time_us`` is the larger
+    plus the per-call cost. Latencies and local work are left out, so the
+    bound is valid, not tight.
+    """
+
+    volume_us: float
+    engine_us: float
+    call_us: float
+
+    @property
+    def time_us(self) -> float:
+        return max(self.volume_us, self.engine_us) + self.call_us
+
+
+def static_bound(schedule: Schedule, topology: Topology, size_bytes: float) -> StaticBound:
+    """:class:`StaticBound` of ``schedule`` on ``topology`` at ``size_bytes`` (same errors as :func:`simulate`)."""
+    return _static(_Prepared(schedule, topology), topology, size_bytes)
+
+
+def simulate_below(schedule: Schedule, topology: Topology, size_bytes: float,
+                   beat: float) -> tuple[StaticBound, SimResult | None]:
+    """The schedule's :class:`StaticBound`, and its :func:`simulate` result unless the bound exceeds ``beat`` us.
+
+    The schedule is prepared once for both (a search that prunes by the bound pays no second preparation).
+    """
+    p = _Prepared(schedule, topology)
+    bound = _static(p, topology, size_bytes)
+    if is_greater(bound.time_us, beat):
+        return bound, None
+    return bound, _result(p, topology, size_bytes, None)
+
+
+def _static(p: _Prepared, topology: Topology, size_bytes: float) -> StaticBound:
+    size = _check_args(size_bytes, None)
+    schedule = p.schedule
+    if not p.n_ops:
+        return StaticBound(0.0, 0.0, 0.0)
+    mcurve = topology.message_curve
+    unit = schedule.collective.chunk_bytes(size) * (mcurve.factor(size) if mcurve is not None else 1.0)
+    cls = np.asarray(p.cls)
+    sends = np.flatnonzero(cls >= 0)
+    units = np.asarray(p.count, dtype=float)
+    fcurve = topology.forward_curve
+    if fcurve is not None and p.forwards is not None:  # forwarded sends move the forward curve's factor of theirs
+        units = np.where(np.asarray(p.forwards, dtype=bool), units * fcurve.factor(size), units)
+    class_bytes = np.bincount(cls[sends], weights=units[sends] * unit, minlength=len(p.class_res))
+    res_bytes = np.zeros(len(p.res_cap))
+    for c, rs in enumerate(p.class_res):
+        for r in rs:
+            res_bytes[r] += class_bytes[c]
+    volume = float((res_bytes / np.asarray(p.res_cap)).max()) if len(p.res_cap) else 0.0
+    engine = float(np.bincount(np.asarray(p.engine), weights=np.asarray(p.overhead)).max())
+    return StaticBound(volume, engine, topology.call_overhead)
 
 
 def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | None = None) -> SimResult:
@@ -838,4 +1055,7 @@ def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | No
     return _result(_Prepared(graph, topology), topology, graph.size_bytes, local_bw)
 
 
-__all__ = ["SimResult", "Task", "TaskGraph", "simulate", "simulate_sizes", "simulate_graph"]
+__all__ = [
+    "SimResult", "StaticBound", "Task", "TaskGraph", "known_result", "simulate", "simulate_below", "simulate_sizes",
+    "simulate_graph", "static_bound",
+]

@@ -99,7 +99,7 @@ from ccsynth.collectives.spec import Collective
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import CollectiveError, InfeasibleError, SketchError
 from ccsynth.synth.alltoall import route_alltoall
-from ccsynth.synth.baseline_search import baseline_choices
+from ccsynth.synth.baseline_search import baselines_against, verified
 from ccsynth.synth.contiguity import Waves, chain_waves, dp_waves, schedule_waves, single_waves
 from ccsynth.synth.multidim.candidates import MultiDimCandidate, best_multidim
 from ccsynth.synth.multidim.candidates import applies as multidim_applies
@@ -182,7 +182,8 @@ class SynthReport:
     stages: list[Stage] = field(default_factory=list)
     candidates: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    #: every applicable baseline at its own best chunk factor, fastest first: name, chunk_factor, time_us
+    #: every applicable baseline at its own best chunk factor, fastest first: name, chunk_factor, time_us; then
+    #: those proven slower than the synthesized schedule without a simulation: time_us None, at_least_us
     baselines: list[dict] = field(default_factory=list)
     #: the best synthesized schedule's simulated time, and what was returned: "synthesized", "multidim" or "baseline"
     synthesized_us: float | None = None
@@ -300,7 +301,10 @@ def synthesize(
     stage; ``contiguity=False`` skips the contiguity MILP.
 
     Every applicable baseline is simulated at its own best chunk factor
-    (:mod:`ccsynth.synth.baseline_search`, recorded in ``report.baselines``);
+    (:mod:`ccsynth.synth.baseline_search`, recorded in ``report.baselines``)
+    unless a static bound proves it slower than the synthesized schedule
+    (:func:`~ccsynth.synth.baseline_search.baselines_against`: recorded with
+    ``time_us`` None and ``at_least_us``);
     when one is faster than every synthesized schedule, that baseline is
     returned instead (``meta["chosen"] == "baseline"``) and a warning says
     so. ``compare_baselines=False`` returns the synthesized schedule
@@ -388,15 +392,24 @@ def _use_milps(topology, collective: Collective, sketch: Sketch | None, trees: T
 def _against_baselines(sched: Schedule, time_us: float, topology, collective: Collective, size_bytes: int,
                        prog: _Progress, report: SynthReport) -> Schedule:
     """The synthesized schedule, or the fastest baseline at its best chunk factor when that is faster."""
-    choices = baseline_choices(Collective(collective.kind, collective.n_ranks, 1, collective.root), topology,
-                               size_bytes)
+    found = baselines_against(Collective(collective.kind, collective.n_ranks, 1, collective.root), topology,
+                              size_bytes, time_us)
+    choices = found.choices
+    # the baselines simulated, fastest first, then those proven slower than the synthesized schedule by a bound
     report.baselines = [{"name": c.name, "chunk_factor": c.chunk_factor, "time_us": c.result.time_us}
                         for c in choices]
+    report.baselines += [{"name": o.name, "chunk_factor": o.chunk_factor, "time_us": None, "at_least_us": o.bound_us}
+                         for o in sorted(found.outrun, key=lambda o: o.bound_us)]
+    if found.outrun:
+        prog("baselines", f"{len(found.outrun)} baseline(s) proven slower than {time_us:.3f} us by their bytes or "
+                          "per-message overheads, not simulated: " + ", ".join(
+                              f"{o.name} >= {o.bound_us:.1f} us" for o in found.outrun))
     if choices:
         best = choices[0]
         prog("baselines", f"best baseline {best.name} (chunk factor {best.chunk_factor}) {best.result.time_us:.3f} us "
                           f"of {len(choices)} at their best chunk factors; synthesized {time_us:.3f} us")
         if is_less(best.result.time_us, time_us):
+            best = verified(best, topology)
             msg = (f"baseline {best.name} (chunk factor {best.chunk_factor}) simulates faster "
                    f"({best.result.time_us:.3f} us) than the best synthesized schedule ({time_us:.3f} us) at "
                    f"{size_bytes} bytes on {topology.name}: returning the baseline")

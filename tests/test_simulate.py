@@ -583,6 +583,118 @@ def test_the_chunk_count_has_an_optimum():
     assert times[128] > 2 * times[best]
 
 
+# ------------------------------------------- the two max-min fair sharings against plain water-filling
+@st.composite
+def sharing_case(draw):
+    """Random classes over a few resources: (classes' resource tuples, capacities)."""
+    n_res = draw(st.integers(1, 7))
+    caps = [draw(st.sampled_from([1.0, 2.0, 3.0, 5.0, 12.5, 25.0])) for _ in range(n_res)]
+    classes = draw(st.lists(st.lists(st.integers(0, n_res - 1), min_size=1, max_size=3, unique=True).map(tuple),
+                            min_size=1, max_size=14))
+    return classes, caps
+
+
+def _sharing_rates(classes, caps):
+    """The simulator's two sharings on the same case: the heap (per component) and the vectorised one."""
+    import numpy as np
+
+    from ccsynth.synth.simulate import _component, _maxmin, _maxmin_all
+
+    res_active = [set() for _ in caps]
+    res_weight = [0] * len(caps)
+    for c, rs in enumerate(classes):
+        for r in rs:
+            res_active[r].add(c)
+            res_weight[r] += 1
+    heap: dict[int, float] = {}
+    for r in range(len(caps)):
+        found = _component([r], res_active, list(classes), len(classes))
+        assert found is not None
+        heap.update(_maxmin(found[1], res_active, res_weight, [1] * len(classes), list(classes), caps))
+    width = max(len(rs) for rs in classes)
+    pad = np.full((len(classes), width), len(caps), dtype=np.int64)
+    for c, rs in enumerate(classes):
+        pad[c, : len(rs)] = rs
+    vec = _maxmin_all(pad, np.array([*caps, float("inf")]))
+    return heap, vec
+
+
+@settings(max_examples=300, deadline=None)
+@given(sharing_case())
+def test_both_sharings_equal_plain_water_filling(case):
+    classes, caps = case
+    want = _maxmin_naive(list(range(len(classes))), dict(enumerate(classes)), dict(enumerate(caps)))
+    heap, vec = _sharing_rates(classes, caps)
+    for c in range(len(classes)):
+        assert heap[c] == pytest.approx(want[c], rel=1e-12)
+        assert vec[c] == pytest.approx(want[c], rel=1e-12)
+    # feasible: no resource carries more than its capacity
+    for r, cap in enumerate(caps):
+        assert sum(vec[c] for c, rs in enumerate(classes) if r in rs) <= cap * (1 + 1e-12)
+
+
+def test_vectorised_sharing_freezes_several_levels_per_round():
+    # two independent bottlenecks and a chain: 0 (cap 1, two classes) limits class 1, which leaves room on 1
+    import numpy as np
+
+    from ccsynth.synth.simulate import _maxmin_all
+
+    rates = _maxmin_all(np.array([[0, 3], [0, 1], [1, 3], [2, 3]]), np.array([1.0, 3.0, 10.0, np.inf]))
+    assert rates.tolist() == pytest.approx([0.5, 0.5, 2.5, 10.0])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_case())
+def test_the_vectorised_sharing_matches_the_reference_model(case):
+    """Every reshare through _maxmin_all (as for a large component): the same times as the reference."""
+    import ccsynth.synth.simulate as sim
+
+    schedule, topo, size, local_bw = case
+    old = sim.SMALL_COMPONENT
+    sim.SMALL_COMPONENT = -1
+    try:
+        got = simulate(schedule, topo, size, local_bw=local_bw)
+    finally:
+        sim.SMALL_COMPONENT = old
+    assert got.time_us == pytest.approx(reference_time(schedule, topo, size, local_bw), rel=1e-9, abs=1e-9)
+
+
+def test_large_components_take_the_vectorised_sharing_with_the_same_times():
+    # a 16-rank direct alltoall on one switch: every stream in one component, above SMALL_COMPONENT
+    import ccsynth.synth.simulate as sim
+
+    n = 16
+    t = Topology("sw", n, switches=(Switch("sw", tuple(range(n)), 50.0, 1.0),),
+                 shared_ports=(SharedPort("nic", (0, 1, 2, 3), (4, 5, 6, 7), 30.0),))
+    b = alltoall_builder(n, 2)
+    for k in range(1, n):
+        for q in range(n):
+            d = (q + k) % n
+            for j in range(2):
+                b.transfer(q, d, ("i", 2 * d + j), ("o", 2 * q + j), channel=j)
+    s = b.build()
+    assert len(s.ops) // 2 > sim.SMALL_COMPONENT
+    fast = simulate(s, t, 1 << 26).time_us
+    old = sim.SMALL_COMPONENT
+    sim.SMALL_COMPONENT = 10 ** 9  # the heap alone
+    try:
+        slow = simulate(s, t, 1 << 26).time_us
+    finally:
+        sim.SMALL_COMPONENT = old
+    assert fast == pytest.approx(slow, rel=1e-12)
+
+
+def test_a_known_time_gives_the_result_simulate_gives():
+    from ccsynth.synth.baselines import make_baseline
+    from ccsynth.synth.simulate import known_result
+
+    t = catalog.dgx1()
+    s = make_baseline("ring", Collective("allgather", 8, 2), t)
+    r = simulate(s, t, 1 << 24)
+    k = known_result(s, t, 1 << 24, r.time_us)
+    assert k.to_dict() == r.to_dict()
+
+
 def test_without_async_progress_data_waits_for_both_engines():
     """MPI without a progress thread (async_progress=False): a message's bytes move only once the sender's and the
     receiver's engines are idle, so a local copy queued first delays them; with it (the default) they overlap."""
