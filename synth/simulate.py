@@ -560,33 +560,6 @@ def _maxmin_all(class_res: np.ndarray, caps: np.ndarray) -> np.ndarray:
         live = live[keep]
         cols = [col[keep] for col in cols]
     return rate
-    cnt = np.bincount(class_res.ravel(), minlength=n_res).astype(float)
-    used = np.zeros(n_res)
-    live = np.arange(k)
-    cr = class_res
-    while live.size:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = (caps - used) / cnt
-        share[cnt <= 0] = math.inf
-        share[pad] = math.inf
-        s = share[cr]
-        cs = s.min(axis=1)
-        # an incidence whose resource offers more than its class gets elsewhere: that resource is no bottleneck
-        above = s > cs[:, None] + EVENT_REL * np.maximum(1.0, cs)[:, None]
-        blocked = np.bincount(cr[above], minlength=n_res)
-        bottleneck = blocked == 0
-        bottleneck[pad] = False
-        frozen = bottleneck[cr].any(axis=1)
-        if not frozen.any():  # only infinite shares left: nothing limits these classes
-            frozen[:] = True
-        got = np.maximum(cs[frozen], 0.0)
-        rate[live[frozen]] = got
-        fcr = cr[frozen].ravel()
-        used += np.bincount(fcr, weights=np.repeat(np.where(np.isfinite(got), got, 0.0), width), minlength=n_res)
-        cnt -= np.bincount(fcr, minlength=n_res)
-        keep = ~frozen
-        live, cr = live[keep], cr[keep]
-    return rate
 
 
 def _run(
