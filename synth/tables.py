@@ -52,7 +52,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ccsynth.collectives.plan import Plan, PlanEntry
 from ccsynth.collectives.schedule import Schedule
@@ -78,6 +79,9 @@ DEFAULT_MARGIN = 0.25
 #: compile step (its local program) grows faster than linearly with the ops -- measured 68 s for a 12,300-op
 #: ring at chunk factor 1024 on 4 ranks, which every first call of the plan would pay too.
 EXECUTOR_MAX_OPS = 4096
+#: :func:`tune_plan` keeps a candidate only when measured faster than the default's algorithm by more than this:
+#: the same schedule measured 0.95-1.05x of itself in one quiet run (bench/RESULTS.md, issue 10, run D).
+TUNE_REL = 0.05
 
 Candidates = Mapping[tuple[str, int], Sequence[Schedule]] | Iterable[Schedule]
 
@@ -222,16 +226,8 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
                     and not times[best][j] < (1.0 - default_margin) * times[dj][j]):
                 best = dj  # not faster than the default's algorithm by more than the margin: keep it
             winners.append(best)
-        # merge runs of one winner; boundaries at geometric midpoints
-        start = 0
-        for j in range(1, len(sizes) + 1):
-            if j < len(sizes) and winners[j] == winners[start]:
-                continue
-            lo = 0 if start == 0 else _midpoint(sizes[start - 1], sizes[start])
-            hi = None if j == len(sizes) else _midpoint(sizes[j - 1], sizes[j])
-            w = winners[start]
-            entries.append(PlanEntry(kind, n, lo, hi, scheds[w], algorithm=labels[w], predicted_us=times[w][j - 1]))
-            start = j
+        entries += _entries(kind, n, sizes, [scheds[w] for w in winners], [labels[w] for w in winners],
+                            [times[w] for w in winners])
         tables.append(
             {
                 "kind": kind,
@@ -246,6 +242,114 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
             }
         )
     return Plan(tuple(entries), topology.name, {"sizes": sizes, "tables": tables})
+
+
+
+def _entries(kind: str, n: int, sizes: Sequence[int], scheds: Sequence[Schedule], labels: Sequence[str],
+             times: Sequence[Sequence[float]]) -> list[PlanEntry]:
+    """Plan rows from one winner per size (its schedule, label and simulated times at every size): runs of one
+    winner merged, boundaries at geometric midpoints, each row's prediction at the largest size of its range."""
+    out = []
+    start = 0
+    for j in range(1, len(sizes) + 1):
+        if j < len(sizes) and labels[j] == labels[start]:
+            continue
+        lo = 0 if start == 0 else _midpoint(sizes[start - 1], sizes[start])
+        hi = None if j == len(sizes) else _midpoint(sizes[j - 1], sizes[j])
+        out.append(PlanEntry(kind, n, lo, hi, scheds[start], algorithm=labels[start], predicted_us=times[start][j - 1]))
+        start = j
+    return out
+
+
+# ------------------------------------------------------------------ tuning: the plan's departures, measured
+@dataclass(frozen=True)
+class Departure:
+    """A size at which a plan runs another algorithm than the default plan's (``plan.meta["tables"]``)."""
+
+    kind: str
+    n_ranks: int
+    size: int  # bytes (the plan's sizes: nccl-tests sizes)
+    candidate: str  # the plan's choice there
+    default: str  # the default plan's algorithm there
+
+
+@dataclass(frozen=True)
+class TuneChoice:
+    """One departure measured: the candidate's and the default's times (us) and the label kept."""
+
+    departure: Departure
+    candidate_us: float
+    default_us: float
+    kept: str
+
+    def to_dict(self) -> dict:
+        d = self.departure
+        return {"kind": d.kind, "n_ranks": d.n_ranks, "size": d.size, "candidate": d.candidate, "default": d.default,
+                "candidate_us": self.candidate_us, "default_us": self.default_us, "kept": self.kept}
+
+
+def departures(plan: Plan) -> list[Departure]:
+    """Every size of ``plan``'s tables at which it leaves the default plan's algorithm (plans made with a
+    default margin name it per size; a plan without one has no departures to tune)."""
+    out = []
+    for t in plan.meta.get("tables") or []:
+        for size, winner, default in zip(t["sizes"], t["winners"], t.get("defaults") or [None] * len(t["sizes"])):
+            if default is not None and winner != default:
+                out.append(Departure(t["kind"], t["n_ranks"], size, winner, default))
+    return out
+
+
+def keeps_candidate(candidate_us: float, default_us: float, rel: float = TUNE_REL) -> bool:
+    """Whether a measured candidate replaces the default's algorithm: faster by more than ``rel`` (the spread
+    of one schedule measured against itself), else the default stays."""
+    return candidate_us < (1.0 - rel) * default_us
+
+
+def tune_plan(plan: Plan, topology: Topology, timer: Callable[[Schedule, Schedule, int], tuple[float, float]], *,
+              rel: float = TUNE_REL) -> tuple[Plan, list[TuneChoice]]:
+    """``plan`` with its departures from the default plan confirmed by measurement.
+
+    At every size of :func:`departures` ``timer(candidate, default, size)``
+    returns the measured times (us) of the plan's schedule and of the
+    default plan's algorithm built for ``topology`` (the one the margin
+    compared against), measured side by side; the candidate stays only when
+    :func:`keeps_candidate`, else the default's algorithm takes the size.
+    Sizes where the plan already runs the default's algorithm are not
+    measured (a tie by construction). Mature libraries tune their decision
+    tables the same way (Open MPI's ``coll_tuned`` dynamic rules, NCCL's
+    tuner plugins): the model proposes, the machine decides. Returns the
+    new plan (``meta["tables"]`` updated, ``meta["tuned"]``: every
+    measurement) and the choices.
+    """
+    choices: list[TuneChoice] = []
+    tables = []
+    entries: list[PlanEntry] = []
+    todo = {(d.kind, d.n_ranks, d.size): d for d in departures(plan)}
+    for t in plan.meta.get("tables") or []:
+        kind, n, sizes = t["kind"], t["n_ranks"], t["sizes"]
+        by_label = {e.algorithm: e.schedule for e in plan.entries if e.kind == kind and e.n_ranks == n}
+        defaults = t.get("defaults") or [None] * len(sizes)
+        for size, sched in zip(sizes, _default_choices(kind, n, topology, sizes)):
+            if sched is not None:
+                by_label.setdefault(sched.name, sched)
+        winners = list(t["winners"])
+        for j, size in enumerate(sizes):
+            d = todo.get((kind, n, size))
+            if d is None:
+                continue
+            if d.candidate not in by_label or d.default not in by_label:
+                raise PlanError(f"plan has no schedule for {d.candidate!r} or {d.default!r} ({kind} at {size} bytes)")
+            cand_us, def_us = timer(by_label[d.candidate], by_label[d.default], size)
+            kept = d.candidate if keeps_candidate(cand_us, def_us, rel) else d.default
+            winners[j] = kept
+            choices.append(TuneChoice(d, cand_us, def_us, kept))
+            log.info("%s on %d ranks at %s: %s %.1f us, default's %s %.1f us: keeps %s", kind, n, format_size(size),
+                     d.candidate, cand_us, d.default, def_us, kept)
+        times_by = {c["algorithm"]: c["times_us"] for c in t["candidates"]}
+        entries += _entries(kind, n, sizes, [by_label[w] for w in winners], winners, [times_by[w] for w in winners])
+        tables.append({**t, "winners": winners, "defaults": defaults})
+    tuned = [c.to_dict() for c in choices]
+    return Plan(tuple(entries), plan.topology, {**plan.meta, "tables": tables, "tuned": tuned}), choices
 
 
 def _times(schedule: Schedule, topology: Topology, sizes: Sequence[int], local_bw: float | None) -> list[float]:
@@ -331,4 +435,4 @@ def plan_table(plan: Plan, *, times: bool = False, human: bool = True) -> tuple[
 
 
 __all__ = ["build_plan", "candidates_for", "plan_table", "PLAN_HEADERS", "TIE_REL", "DEFAULT_MARGIN",
-           "EXECUTOR_MAX_OPS"]
+           "EXECUTOR_MAX_OPS", "TUNE_REL", "Departure", "TuneChoice", "departures", "keeps_candidate", "tune_plan"]
