@@ -208,23 +208,9 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
             times.append(_times(s, topology, sizes, local_bw))
         winners = []
         for j in range(len(sizes)):
-            best = None
-            for i, s in enumerate(scheds):
-                t = times[i][j]
-                if not math.isfinite(t):
-                    continue
-                if best is None:
-                    best = i
-                    continue
-                tb = times[best][j]
-                if t < tb * (1 - TIE_REL) or (abs(t - tb) <= TIE_REL * max(t, tb) and len(s.ops) < len(scheds[best].ops)):
-                    best = i
+            best = pick_winner([t[j] for t in times], [len(s.ops) for s in scheds], defaults[j], default_margin)
             if best is None:
                 raise PlanError(f"no candidate for {kind} on {n} ranks has a finite simulated time at {sizes[j]} bytes")
-            dj = defaults[j]
-            if (dj is not None and default_margin is not None and best != dj and math.isfinite(times[dj][j])
-                    and not times[best][j] < (1.0 - default_margin) * times[dj][j]):
-                best = dj  # not faster than the default's algorithm by more than the margin: keep it
             winners.append(best)
         entries += _entries(kind, n, sizes, [scheds[w] for w in winners], [labels[w] for w in winners],
                             [times[w] for w in winners])
@@ -243,6 +229,27 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
         )
     return Plan(tuple(entries), topology.name, {"sizes": sizes, "tables": tables})
 
+
+
+def pick_winner(times: Sequence[float], ops: Sequence[int], default: int | None = None,
+                margin: float | None = None) -> int | None:
+    """The index of the candidate a plan runs at one size: the fastest simulated (``times``, us), on a tie
+    (within :data:`TIE_REL`) the one of fewer ``ops``, then the earlier; the ``default`` index instead unless
+    the fastest beats it by more than ``margin`` (see the module docstring). None: no finite time."""
+    best = None
+    for i, t in enumerate(times):
+        if not math.isfinite(t):
+            continue
+        if best is None:
+            best = i
+            continue
+        tb = times[best]
+        if t < tb * (1 - TIE_REL) or (abs(t - tb) <= TIE_REL * max(t, tb) and ops[i] < ops[best]):
+            best = i
+    if (best is not None and default is not None and margin is not None and best != default
+            and math.isfinite(times[default]) and not times[best] < (1.0 - margin) * times[default]):
+        return default  # not faster than the default's algorithm by more than the margin: keep it
+    return best
 
 
 def _entries(kind: str, n: int, sizes: Sequence[int], scheds: Sequence[Schedule], labels: Sequence[str],
@@ -329,7 +336,7 @@ def tune_plan(plan: Plan, topology: Topology, timer: Callable[[Schedule, Schedul
         kind, n, sizes = t["kind"], t["n_ranks"], t["sizes"]
         by_label = {e.algorithm: e.schedule for e in plan.entries if e.kind == kind and e.n_ranks == n}
         defaults = t.get("defaults") or [None] * len(sizes)
-        for size, sched in zip(sizes, _default_choices(kind, n, topology, sizes)):
+        for sched in _default_choices(kind, n, topology, sizes):
             if sched is not None:
                 by_label.setdefault(sched.name, sched)
         winners = list(t["winners"])
@@ -435,4 +442,4 @@ def plan_table(plan: Plan, *, times: bool = False, human: bool = True) -> tuple[
 
 
 __all__ = ["build_plan", "candidates_for", "plan_table", "PLAN_HEADERS", "TIE_REL", "DEFAULT_MARGIN",
-           "EXECUTOR_MAX_OPS", "TUNE_REL", "Departure", "TuneChoice", "departures", "keeps_candidate", "tune_plan"]
+           "EXECUTOR_MAX_OPS", "TUNE_REL", "pick_winner", "Departure", "TuneChoice", "departures", "keeps_candidate", "tune_plan"]

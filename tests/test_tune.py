@@ -120,3 +120,49 @@ def test_tune_under_mpiexec_keeps_one_of_the_two_and_the_plan_runs_right(monkeyp
     wrong = subprocess.run([str(MPIEXEC), "-n", "1", sys.executable, "-m", "ccsynth", "tune", str(path), "-t",
                             "fully_connected:2"], capture_output=True, text=True, timeout=120)
     assert wrong.returncode == 2 and "mpiexec -n 2" in wrong.stderr
+
+
+def test_pick_winner_fastest_ties_to_fewer_ops_and_keeps_the_default_within_the_margin():
+    from ccsynth.synth.tables import pick_winner
+
+    assert pick_winner([10.0, 8.0, 9.0], [5, 5, 5]) == 1
+    assert pick_winner([10.0, 10.0 * (1 + 1e-12)], [9, 3]) == 1  # a tie: fewer ops
+    assert pick_winner([float("inf"), float("nan")], [1, 1]) is None
+    assert pick_winner([100.0, 80.0], [1, 1], default=0, margin=0.25) == 0  # 20% faster: within 25%
+    assert pick_winner([100.0, 70.0], [1, 1], default=0, margin=0.25) == 1  # 30% faster: beyond it
+    assert pick_winner([100.0, 70.0], [1, 1], default=0, margin=None) == 1
+
+
+def _policy_case():
+    """A 2-rank allreduce run of three sizes: the plan leaves the default (``d``) for ``ring(c=2)`` at 1K (measured
+    faster) and for a synthesized schedule at 4K (measured slower), the default's algorithm at 16K."""
+    def rows(times, algo="x"):
+        return [SimpleNamespace(size=s, median_us=t, algorithm=algo) for s, t in zip(SIZES, times)]
+
+    results = {"default": rows([10.0, 10.0, 10.0]), "plan": rows([8.0, 13.0, 10.2]), "ring": rows([8.0, 9.0, 30.0])}
+    table = {"sizes": SIZES, "winners": ["ring(c=2)", "ccsynth@4K", "d"], "defaults": ["d", "d", "d"],
+             "candidates": [{"algorithm": "d", "ops": 4, "times_us": [10.0, 10.0, 10.0]},
+                            {"algorithm": "ring(c=2)", "ops": 8, "times_us": [7.0, 7.0, 20.0]},
+                            {"algorithm": "ccsynth@4K", "ops": 6, "times_us": [9.0, 6.0, 9.5]}]}
+    return table, results
+
+
+def test_policies_are_judged_on_the_measured_rows():
+    from ccsynth.bench.bench_predict import _margin_pick, _tuned_pick, policy_outcome
+
+    table, results = _policy_case()
+    as_run = policy_outcome("allreduce", 2, table, results, lambda j, size: table["winners"][j])
+    # 1K: 8 <= 10; 4K: 13 > 10.5; 16K: the default's algorithm run by the plan, 10.2 > 10 (noise) but within 5%
+    assert (as_run.sizes, as_run.departures, as_run.departure_ratios) == (3, 2, (0.8, 1.3))
+    assert (as_run.strict, as_run.same_or_faster, as_run.within_5pct) == (1 / 3, 2 / 3, 2 / 3)
+    tuned = policy_outcome("allreduce", 2, table, results, _tuned_pick("allreduce", 2, table, None, results))
+    assert tuned.departures == 1 and tuned.departure_ratios == (0.8,) and tuned.same_or_faster == 1.0
+    # the margin re-picks from the saved predictions: 30% faster (ring at 1K, 40% the synthesized at 4K) pass 25%,
+    # at 50% only the default's algorithm is left; the ring is measured in its column only at the bench's chunk
+    # factor (2 ranks: 2), the synthesized schedule only in the plan's row
+    assert policy_outcome("allreduce", 2, table, results, _margin_pick(table, 0.25)).departures == 2
+    assert policy_outcome("allreduce", 2, table, results, _margin_pick(table, 0.5)).departures == 0
+    other = {"default": results["default"], "plan": results["plan"],
+             "ring": [SimpleNamespace(size=s, median_us=t) for s, t in zip(SIZES, (12.0, 9.0, 9.0))]}
+    cross = policy_outcome("allreduce", 2, table, results, _tuned_pick("allreduce", 2, table, other, results))
+    assert cross.departures == 0  # the other run measured the ring slower at 1K, and not the synthesized one
