@@ -36,6 +36,21 @@ algorithm does not apply to the topology, the fastest candidate wins as
 without a margin. ``plan.meta["tables"]`` then also names the default's
 algorithm per size and the margin.
 
+**The machine decides where the model departs from the default.** The
+margin does not make a model of 1.5-3x error at 4 ranks on 2 cores right
+(bench/RESULTS.md, issue 10, subsection h30-peers: candidates predicted
+0.3-0.5x of the default measured up to 1.25x; margins large enough to keep
+them out also keep out the departures that win). :func:`tune_plan` measures
+the plan's departures (:func:`departures`: the sizes where it runs another
+algorithm than the default plan's) against the default's algorithm with a
+timer (``ccsynth tune`` under mpiexec: :func:`ccsynth.bench.tune.mpi_timer`)
+and keeps a departure only when it is measured faster by more than
+:data:`TUNE_REL` (:func:`keeps_candidate`), as Open MPI's ``coll_tuned``
+dynamic rules and NCCL's tuner plugins let the machine correct a decision
+table. :func:`pick_winner` is the per-size choice itself (fastest, ties to
+fewer ops, the default's algorithm within the margin), shared with the
+offline judging of policies (``bench_predict --policies``).
+
 :func:`candidates_for` builds every baseline that applies to a collective on
 a topology; the synthesizer adds its schedules to that list.
 
@@ -291,7 +306,7 @@ class TuneChoice:
 
     def to_dict(self) -> dict:
         d = self.departure
-        return {"kind": d.kind, "n_ranks": d.n_ranks, "size": d.size, "candidate": d.candidate, "default": d.default,
+        return {"kind": d.kind, "n_ranks": d.n_ranks, "size_bytes": d.size, "candidate": d.candidate, "default": d.default,
                 "candidate_us": self.candidate_us, "default_us": self.default_us, "kept": self.kept}
 
 

@@ -105,13 +105,13 @@ def test_tune_under_mpiexec_keeps_one_of_the_two_and_the_plan_runs_right(monkeyp
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     doc = json.loads(run.stdout)
-    assert doc["schema"] == "ccsynth.tune/1" and [c["size"] for c in doc["choices"]] == SIZES
+    assert doc["schema"] == "ccsynth.tune/1" and [c["size_bytes"] for c in doc["choices"]] == SIZES
     for c in doc["choices"]:
         assert c["kept"] in (c["candidate"], c["default"]) and c["candidate_us"] > 0 and c["default_us"] > 0
         assert (c["kept"] == c["candidate"]) == keeps_candidate(c["candidate_us"], c["default_us"])
     tuned = load_plan(out)
     for c in doc["choices"]:
-        assert tuned.entry_for("allgather", 2, c["size"]).algorithm == c["kept"]
+        assert tuned.entry_for("allgather", 2, c["size_bytes"]).algorithm == c["kept"]
     # the tuned plan computes the right allgather (checked against the expected result, -c)
     bench = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "ccsynth", "bench", "allgather", "-m",
                             "256:4K", "-c", "-i", "3", "-x", "1", "--algo", f"plan:{out}"],

@@ -62,7 +62,7 @@ def run(args) -> int:
     if args.output is not None:
         save_plan(tuned, args.output)
     if args.json:
-        print_json(json_doc("tune", {"plan": args.plan, "topology": topo.name, "rel": TUNE_REL, "iterations": iters,
+        print_json(json_doc("tune", {"plan": args.plan, "topology": topo.name, "rel": TUNE_REL, "n_iterations": iters,
                                      "choices": [c.to_dict() for c in choices], "output": args.output}))
         return 0
     if not todo:
