@@ -25,7 +25,8 @@ where the model predicts it wins (the predicted and the measured winner of
 plan against default agree).
 
 Run (prints the commands it runs on stderr; ``--out DIR`` keeps every file,
-``--report DIR`` prints the report of a run again, ``--repredict DIR``
+``--report DIR`` prints the report of a run again, ``--tune`` tunes every
+plan on the machine (``ccsynth tune``) before its bench, ``--repredict DIR``
 recomputes every prediction of a saved run with the model as it is now --
 on the run's own profiles or on ``--topology FILE[,FILE]`` -- and prints
 the report of that, ``--rows`` adds every predicted row)::
@@ -128,8 +129,10 @@ def baselines_for(kind: str, n: int) -> list[str]:
 
 
 def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], max_load: float | None = None,
-             max_wait: float = 0.0, repeats: int = 1) -> dict:
-    """Profile, synthesize and measure for ``n`` ranks; returns what the report needs."""
+             max_wait: float = 0.0, repeats: int = 1, tune: bool = False) -> dict:
+    """Profile, synthesize and measure for ``n`` ranks; returns what the report needs. ``tune``: the plan is
+    tuned on the machine (``mpiexec -n N ccsynth tune``) before the bench, whose ``plan`` column runs the tuned
+    plan (``tuned_C{N}.json``; the synthesized one stays beside it)."""
     ccsynth = [_bin("ccsynth")]
     mpiexec = [_bin("mpiexec"), "-n", str(n)]
     machine = out / f"machine{n}.json"
@@ -143,6 +146,11 @@ def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], 
         t0 = time.perf_counter()
         _run(ccsynth + ["-q", "synth", "-t", str(machine), "-c", kind, "--sizes", sizes, "-o", str(plan)], log)
         synth_s = time.perf_counter() - t0
+        if tune:
+            tuned = out / f"tuned_{kind}{n}.json"
+            _run(mpiexec + ccsynth + ["-q", "tune", str(plan), "-t", str(machine), "-o", str(tuned)], log, max_load,
+                 max_wait)
+            plan = tuned
         algos = ["mpi", "default", f"plan:{plan}"] + baselines_for(kind, n)
         docs = []
         for rep in range(repeats):
@@ -574,6 +582,9 @@ def main(argv=None) -> int:
                    help="wait at most S seconds for --max-load (default 120), then run anyway")
     p.add_argument("--repeats", type=int, default=1, metavar="R",
                    help="run every bench R times and keep, per algorithm and size, the fastest median (default 1)")
+    p.add_argument("--tune", action="store_true",
+                   help="tune every plan on the machine (mpiexec -n N ccsynth tune) before its bench; the plan column "
+                        "runs the tuned plan")
     p.add_argument("--report", metavar="DIR",
                    help="run nothing: print the report of an earlier run from DIR/cases.json and DIR/commands.txt")
     p.add_argument("--repredict", metavar="DIR",
@@ -610,7 +621,7 @@ def main(argv=None) -> int:
     print(f"# load average before: {_load()} on {os.cpu_count()} cores; files in {out}", file=sys.stderr, flush=True)
     for n in (int(x) for x in args.ranks.split(",")):
         cases.append(run_case(n, [k.strip() for k in args.collectives.split(",")], out, args.sizes, args.quick, commands,
-                              args.max_load, args.max_wait, args.repeats))
+                              args.max_load, args.max_wait, args.repeats, args.tune))
     (out / "cases.json").write_text(json.dumps(cases, indent=1))
     (out / "commands.txt").write_text("\n".join(commands) + "\n")
     text = markdown(cases, commands)

@@ -166,3 +166,26 @@ def test_policies_are_judged_on_the_measured_rows():
              "ring": [SimpleNamespace(size=s, median_us=t) for s, t in zip(SIZES, (12.0, 9.0, 9.0))]}
     cross = policy_outcome("allreduce", 2, table, results, _tuned_pick("allreduce", 2, table, other, results))
     assert cross.departures == 0  # the other run measured the ring slower at 1K, and not the synthesized one
+
+
+def test_bench_predict_tunes_each_plan_before_its_bench(monkeypatch, tmp_path):
+    from ccsynth.bench import bench_predict
+
+    ran = []
+
+    def fake_run(cmd, log, max_load=None, max_wait=0.0, env=None):
+        ran.append(cmd)
+        if "profile" in cmd:
+            Path(cmd[cmd.index("-o") + 1]).write_text(json.dumps({"n_ranks": 2}))
+        if "--json" in cmd:
+            Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps({"results": {}}))
+
+    monkeypatch.setattr(bench_predict, "_run", fake_run)
+    case = bench_predict.run_case(2, ["allgather"], tmp_path, "8:1K", True, [], tune=True)
+    tune = next(c for c in ran if "tune" in c)
+    assert tune[tune.index("tune") + 1] == str(tmp_path / "plan_allgather2.json")
+    assert tune[tune.index("-o") + 1] == str(tmp_path / "tuned_allgather2.json") and tune[:3] == [tune[0], "-n", "2"]
+    bench = ran[-1]
+    assert f"plan:{tmp_path / 'tuned_allgather2.json'}" in bench[bench.index("--algo") + 1].split(",")
+    assert case["runs"]["allgather"]["plan"] == f"plan:{tmp_path / 'tuned_allgather2.json'}"
+    assert ran.index(tune) < len(ran) - 1  # tuned before the bench
