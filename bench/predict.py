@@ -210,9 +210,9 @@ def repredict_document(doc: Mapping, topology: Topology, folder: str | Path | No
                     except ScheduleError as e:
                         log.info("no prediction for %s at %s bytes: %s", schedule.name, key[1], e)
                         cache[key] = None
-                if cache[key] is not None:
-                    new["predicted_us"] = cache[key] + (topology.communicator_overhead if via_communicator(column)
-                                                        else 0.0)
+                pred = cache[key]
+                if pred is not None:
+                    new["predicted_us"] = pred + (topology.communicator_overhead if via_communicator(column) else 0.0)
             out.append(new)
         results[column] = out
     redone = dict(doc)

@@ -610,11 +610,10 @@ def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
     n = comm.Get_size()
     schedule = probe_schedule(n, probe)
     cs = CompiledSchedule(schedule, comm, slice_bytes=probe.slice_bytes)
-    m = probe.messages
     # written, not zeros: a fresh zeroed buffer reads the kernel's one zero page, which sits in the caches
     # (windows of 4 MiB from np.zeros ran 2.3x faster than from written buffers)
-    send = np.ones(m * probe.nbytes, np.uint8)
-    recv = np.ones(n * m * probe.nbytes, np.uint8)
+    send = np.ones(probe.size_bytes // n, np.uint8)
+    recv = np.ones(probe.size_bytes, np.uint8)
     iters, warmup = options.iterations(probe.nbytes)
     cases = [Case(lambda: cs.run(send, recv), probe.size_bytes, probe.nbytes)]
     if options.cold and probe.shape in ("window", "forward") and probe.nbytes > SMALL:

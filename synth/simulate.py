@@ -727,7 +727,7 @@ def _run(
         cost = overhead[r]
         if reduces[r] and count[r]:
             cost += local_call + count[r] * local_cost
-        if round_left is not None:
+        if rounds is not None and round_left is not None:
             cost += _round_due(rounds, round_left, r)
         if cost > 0:
             on_stream(r, cost, _EV_DONE)
