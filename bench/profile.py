@@ -961,9 +961,9 @@ def fit_round_cost(topology: Topology, samples: Sequence[Sample]) -> RoundCost |
     (without one); None without round probes.
 
     Per peer count ``k``: the measured slope over the rounds less the slope
-    the simulator predicts, corrected twice with the cost in place (the
-    cost of a round lands on the engine where its last receive arrives,
-    which need not add exactly as much to the makespan); at least 0.
+    the simulator predicts, corrected twice with the cost in place (a
+    round's delay need not add exactly as much to the makespan where ranks
+    wait on one another); at least 0.
     """
     n = topology.n_ranks
     by_k: dict[int, list[Sample]] = {}

@@ -101,10 +101,12 @@ Model
   round (:func:`receive_rounds`): a receive's round is its *hop level* --
   the most messages on a chain of dependencies and matched messages ending
   at it -- and a rank's receives at one level form one round, ``k`` being
-  the number of ranks they come from. The cost is paid on the receiving
-  rank's engine when the round's last receive has its bytes, before that
-  receive's overhead, so whatever waits for the round waits for it too
-  (a ring pays ``c(1)`` per step, a direct allgather ``c(n - 1)`` once).
+  the number of ranks they come from. The round's last receive completes
+  ``c(k)`` later than its bytes arrive (then pays its overhead), so
+  whatever waits for the round waits that much longer (a ring pays ``c(1)``
+  per step, a direct allgather ``c(n - 1)`` once). A delay, not work: the
+  rank's engine stays free meanwhile, so its other messages progress (with
+  more ranks than cores the rank waits in MPI for its peers to run).
   Without one, nothing: every prediction as before.
 * **Per-call cost.** ``Topology.call_overhead`` (us, 0 for every catalog
   topology) is the fixed cost of one call of the collective: entering and
@@ -195,7 +197,7 @@ log = logging.getLogger(__name__)
 # op kinds, as small ints for the hot loop
 _SEND, _RECV, _LOCAL = 0, 1, 2
 # timed events other than the end of a transfer's data phase
-_EV_DONE, _EV_DATA, _EV_POSTED = 0, 1, 2
+_EV_DONE, _EV_DATA, _EV_POSTED, _EV_SYNCED = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -723,12 +725,19 @@ def _run(
         arrivals.clear()
 
     def received(r: int) -> None:
-        # the bytes of recv r have arrived: its overhead (and fused reduction) on the receiver's engine
+        # the bytes of recv r have arrived; the last of its round waits for the round's cost first
+        if rounds is not None and round_left is not None:
+            due = _round_due(rounds, round_left, r)
+            if due > 0:
+                push(heap, (now + due, r, _EV_SYNCED))
+                return
+        arrived(r)
+
+    def arrived(r: int) -> None:
+        # recv r may go on: its overhead (and fused reduction) on the receiver's engine
         cost = overhead[r]
         if reduces[r] and count[r]:
             cost += local_call + count[r] * local_cost
-        if rounds is not None and round_left is not None:
-            cost += _round_due(rounds, round_left, r)
         if cost > 0:
             on_stream(r, cost, _EV_DONE)
         else:
@@ -885,6 +894,8 @@ def _run(
                 start_data(i)
             elif event == _EV_POSTED:
                 posted(i)
+            elif event == _EV_SYNCED:
+                arrived(i)
             else:
                 finish(i)
             drain()

@@ -73,6 +73,16 @@ def test_the_round_cost_is_paid_once_per_round_of_every_rank(name, kind, hops, e
     assert extra == pytest.approx(expected - hops)
 
 
+@pytest.mark.parametrize("name,extra", [("ring", 3 * 2.0), ("recursive_doubling", 2 * 2.0), ("direct", 8.0)])
+def test_a_rounds_delay_leaves_the_engine_free_on_a_cpu_without_async_progress(name, extra):
+    # one engine per rank, bytes moving only while both engines are idle: a round's delay is a wait, not work,
+    # so it holds up no other message and adds exactly its cost per round
+    cpu = dict(overhead=0.5, overhead_scope="rank", async_progress=False, local_bw=5.0)
+    s = _baseline(name, "allgather")
+    extra_us = simulate(s, _flat(4, round_cost=COST, **cpu), 64).time_us - simulate(s, _flat(4, **cpu), 64).time_us
+    assert extra_us == pytest.approx(extra)
+
+
 def test_a_round_is_paid_when_its_last_receive_arrives_before_that_receives_overhead():
     # rank 0 waits on ranks 1 (alpha 1) and 2 (alpha 3) in one round (k = 2: 5 us), then sends on to rank 3
     links = (Link(1, 0, 1.0, 100.0, 0.5), Link(2, 0, 3.0, 100.0, 0.5), Link(0, 3, 1.0, 100.0, 0.5))
@@ -84,8 +94,8 @@ def test_a_round_is_paid_when_its_last_receive_arrives_before_that_receives_over
     plain = Topology("t", 4, links=links, overhead_scope="rank")
     # send overhead 0.5, alpha 3, receive overheads 0.5 + 0.5 (rank 0's engine), send 0.5, alpha 1, receive 0.5
     assert simulate(s, plain, 0).time_us == pytest.approx(0.5 + 3 + 0.5 + 0.5 + 1 + 0.5)
-    # with rounds: rank 0's round (two peers) 5 us when the second receive arrives (t = 3.5); rank 3's round
-    # (one peer) 2 us before its receive's overhead
+    # with rounds: rank 0's round (two peers) completes 5 us after the second receive arrives (t = 3.5), then
+    # that receive's overhead; rank 3's round (one peer) 2 us before its receive's overhead
     timed = replace(plain, round_cost=COST)
     assert simulate(s, timed, 0).time_us == pytest.approx(0.5 + 3 + 5 + 0.5 + 0.5 + 1 + 2 + 0.5)
 

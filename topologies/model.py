@@ -63,7 +63,7 @@ Units used everywhere in ccsynth:
 * ``Topology.round_cost`` (optional :class:`~ccsynth.topologies.rounds.RoundCost`,
   default None): what a *round* costs beyond its messages -- a rank waiting
   on the messages of ``k`` distinct peers at once pays ``c(k)`` us more,
-  once per round, on its engine when the round's last message arrives (the
+  once per round, as a delay of the round's last message (the
   rounds of a rank are its receives by hop level: :mod:`ccsynth.topologies.rounds`,
   :mod:`ccsynth.synth.simulate`). With more ranks than cores a round
   completes only once every peer it waits on has been scheduled; the

@@ -19,10 +19,11 @@ constant beyond the first and the last. The simulator
 schedule itself: a receive's *round* is its hop level (the most messages on
 any chain of dependencies and matched messages that ends at it, counted in
 messages), and the receives of one rank at one level form one round; ``k``
-is the number of distinct ranks they come from. The cost is paid once per
-round on the receiving rank's engine, when the round's last receive
-arrives (before that receive's own overhead), so it delays whatever waits
-for the round.
+is the number of distinct ranks they come from. The cost is a delay, once
+per round: the round's last receive completes ``c(k)`` later than its
+bytes arrive (then pays its own overhead), so whatever waits for the round
+waits that much longer, while the rank's engine stays free for its other
+messages.
 
 ``ccsynth topo profile`` measures it (:mod:`ccsynth.bench.profile`: rounds
 of small exchanges with ``k = 1 .. n - 1`` peers); the catalog has none
