@@ -423,19 +423,28 @@ def _topology_from_dict(d: Any) -> Topology:
 _CURVE_KEYS = ("version", "sizes_bytes", "factors")
 
 
-def _curve(d: Mapping, key: str) -> SizeCurve | None:
-    """The size curve under ``key`` (None when left out); every problem names the key."""
+def _versioned(d: Mapping, key: str, keys: tuple[str, ...], version: int, what: str) -> Mapping | None:
+    """The versioned object under ``key`` (None when left out), its keys and version checked (``what``: the keys it
+    must have, for the message)."""
     if key not in d:
         return None
     e = d[key]
     if not isinstance(e, Mapping):
-        raise TopologyError(f"{key} must be an object with sizes_bytes and factors, got {type(e).__name__}")
+        raise TopologyError(f"{key} must be an object with {what}, got {type(e).__name__}")
     for k in e:
-        if k not in _CURVE_KEYS and not str(k).startswith("_"):
-            raise TopologyError(f"{key}: unknown key {k!r} (known: {', '.join(_CURVE_KEYS)})")
-    version = e.get("version", CURVE_VERSION)
-    if version != CURVE_VERSION:
-        raise TopologyError(f"{key}: version {version!r} is not supported (this ccsynth reads version {CURVE_VERSION})")
+        if k not in keys and not str(k).startswith("_"):
+            raise TopologyError(f"{key}: unknown key {k!r} (known: {', '.join(keys)})")
+    got = e.get("version", version)
+    if got != version:
+        raise TopologyError(f"{key}: version {got!r} is not supported (this ccsynth reads version {version})")
+    return e
+
+
+def _curve(d: Mapping, key: str) -> SizeCurve | None:
+    """The size curve under ``key`` (None when left out); every problem names the key."""
+    e = _versioned(d, key, _CURVE_KEYS, CURVE_VERSION, "sizes_bytes and factors")
+    if e is None:
+        return None
     sizes = [_number(x, f"{key}.sizes_bytes[{i}]", positive=True)
              for i, x in enumerate(_list(_get(e, "sizes_bytes", key), f"{key}.sizes_bytes"))]
     factors = [_number(x, f"{key}.factors[{i}]", positive=True)
@@ -452,18 +461,9 @@ _ROUND_KEYS = ("version", "peers", "us")
 def _round_cost(d: Mapping) -> RoundCost | None:
     """The round cost (None when left out); every problem names the key."""
     key = "round_cost"
-    if key not in d:
+    e = _versioned(d, key, _ROUND_KEYS, ROUND_COST_VERSION, "peers and us")
+    if e is None:
         return None
-    e = d[key]
-    if not isinstance(e, Mapping):
-        raise TopologyError(f"{key} must be an object with peers and us, got {type(e).__name__}")
-    for k in e:
-        if k not in _ROUND_KEYS and not str(k).startswith("_"):
-            raise TopologyError(f"{key}: unknown key {k!r} (known: {', '.join(_ROUND_KEYS)})")
-    version = e.get("version", ROUND_COST_VERSION)
-    if version != ROUND_COST_VERSION:
-        raise TopologyError(f"{key}: version {version!r} is not supported (this ccsynth reads version "
-                            f"{ROUND_COST_VERSION})")
     peers = [_int(x, f"{key}.peers[{i}]", 1) for i, x in enumerate(_list(_get(e, "peers", key), f"{key}.peers"))]
     us = [_number(x, f"{key}.us[{i}]", positive=False) for i, x in enumerate(_list(_get(e, "us", key), f"{key}.us"))]
     try:
