@@ -195,7 +195,7 @@ __all__ = [
     "measure_probe", "measure_kernels", "local_curve", "fit_hops", "fit_overhead", "fit_bandwidth", "fit_protocol",
     "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
     "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve",
-    "ROUND_COUNTS", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
+    "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
     "CommunicatorFit", "measure_communicator",
 ]
 
@@ -229,6 +229,9 @@ LOCAL_LADDER = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 PASSES = 3  # every probe is measured in this many passes over all of them; the fastest pass counts
 #: rounds of the round probes (quick: the first and the last); the per-round cost is the slope over these
 ROUND_COUNTS = (1, 2, 4, 8)
+#: the most peers a round probe waits on, and the most messages per rank of one (fewer rounds beyond; at least two
+#: round counts): a probe of every rank on many ranks would cost more to build and fit than to run
+ROUND_MAX_PEERS, ROUND_MAX_MESSAGES = 64, 128
 QUICK_ITERS_SMALL, QUICK_ITERS_LARGE = 15, 3
 
 
@@ -539,8 +542,10 @@ def _rounds_schedule(n: int, probe: Probe) -> Schedule:
 
 
 def round_peer_counts(n: int) -> tuple[int, ...]:
-    """The peer counts ``k`` of the round probes on ``n`` ranks: 1 to 8, then about doubling, and ``n - 1``."""
-    return tuple(sorted({k for k in (*range(1, 9), 12, 16, 24, 32, 48, 64) if k < n} | {n - 1}))
+    """The peer counts ``k`` of the round probes on ``n`` ranks: 1 to 8, then about doubling, and ``n - 1``, up to
+    :data:`ROUND_MAX_PEERS` (the round cost stays at its last point beyond)."""
+    ks = {k for k in (*range(1, 9), 12, 16, 24, 32, 48, ROUND_MAX_PEERS) if k < n}
+    return tuple(sorted(ks | ({n - 1} if n - 1 <= ROUND_MAX_PEERS else set())))
 
 
 def round_partners(n: int, k: int) -> tuple[tuple[int, ...], ...]:
@@ -558,7 +563,8 @@ def round_probes(n: int, options: ProfileOptions) -> list[Probe]:
     out = []
     for k in round_peer_counts(n):
         pat = Pattern(f"{k} peer{'s' if k > 1 else ''}", round_partners(n, k)[0])
-        out += [Probe(pat, "rounds", r, SMALL, peers=k) for r in counts]
+        mine = [r for i, r in enumerate(counts) if i < 2 or r * k <= ROUND_MAX_MESSAGES]
+        out += [Probe(pat, "rounds", r, SMALL, peers=k) for r in mine]
     return out
 
 

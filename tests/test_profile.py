@@ -384,7 +384,9 @@ def test_round_probes_wait_on_k_peers_per_round(n):
 def test_round_peer_counts_stay_few_on_many_ranks():
     ks = round_peer_counts(64)
     assert ks[:8] == tuple(range(1, 9)) and ks[-1] == 63 and len(ks) <= 14
-    assert len(round_probes(64, ProfileOptions())) == 4 * len(ks)
+    assert round_peer_counts(1024)[-1] == 64  # the round cost stays at its last point beyond
+    rounds = {(p.peers, p.messages) for p in round_probes(64, ProfileOptions())}
+    assert {r for k, r in rounds if k == 1} == {1, 2, 4, 8} and {r for k, r in rounds if k == 63} == {1, 2}
     assert len(round_probes(4, ProfileOptions(quick=True))) == 2 * 3
 
 
