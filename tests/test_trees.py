@@ -215,6 +215,7 @@ def test_one_chunk_per_root_ends_with_half_a_chunk():
     # the relay forwards the first half of that shard before the second is in
     first = [x for x in r.trace.transfers if x.src == 0 and x.dst // 8 == 0 and x.chunks.index == last.chunks.index - 1]
     assert first and max(x.posted for x in first) < last.done
+    assert runtime_problems(schedule_to_msccl_xml(s, topology=t)) == []  # the pieces still load in MSCCL's runtimes
 
 
 def test_staggered_schedule_exports_to_msccl():
