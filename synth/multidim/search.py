@@ -224,7 +224,7 @@ class _Run:
         self.weighted = weighted  # chunks of unequal units (the IR takes up to 4 units a chunk: off under max_chunks)
         self.ramp = ramp  # the winner's first and last chunks cut into pieces (adds chunks: off at a fixed count)
         # the model's timing of each chunk plan already timed (the roundings and warm starts often coincide)
-        self._timings: dict[tuple[ChunkPlan, ...], DimTiming] = {}
+        self._timings: dict[tuple[tuple[ChunkPlan, ...], tuple[str, ...]], DimTiming] = {}
         # per chunk count: the makespan before the ramp (what the search would have found without it)
         self.unramped_us: dict[int, float] = {}
 
@@ -279,11 +279,12 @@ class _Run:
     def _timed(self, chunks: tuple[ChunkPlan, ...], origin: str,
                priorities: Sequence[str] = PRIORITIES) -> MultiDimSchedule:
         """``chunks`` timed under each of ``priorities`` (default: every queue priority); the fastest."""
-        timing = self._timings.get(chunks)
+        key = (chunks, tuple(priorities))
+        timing = self._timings.get(key)
         if timing is None:
             timing = min((time_chunks(self.net, self.costs, self.kind, self.size, chunks, p) for p in priorities),
                          key=lambda t: t.makespan_us)
-            self._timings[chunks] = timing
+            self._timings[key] = timing
         return MultiDimSchedule(self.policy, self.kind, self.size, self.net, chunks, timing, origin=origin)
 
 
