@@ -16,6 +16,7 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
                         "factors": [0.6, 0.5, 1.0]},                           # (optional, PLogP's g(m))
       "local_curve":   {"version": 1, "sizes_bytes": [...], "factors": [...]},  # the same for local work
       "forward_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # forwarded messages (>= 1)
+      "footprint_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # by bytes touched per rank
       "async_progress": false,                      # bytes move only while both ranks wait (optional: true)
       "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0, "overhead_us": 1.35}, ...],
       "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7,
@@ -49,7 +50,10 @@ piecewise-linear between the sizes given; each curve object has its own
 data received in the same call costs more, see
 :mod:`ccsynth.topologies.model`; left out: nothing) and ``async_progress``
 (false: a message's bytes move only while both ranks' engines are idle;
-left out: true, as before).
+left out: true, as before), and ``footprint_curve`` (what every byte of
+a call costs more by its footprint: the bytes a rank touches between two
+calls on the same buffers, see :mod:`ccsynth.topologies.model`; left out:
+nothing).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
 link). Bandwidths are GB/s per direction, latencies microseconds.
@@ -89,7 +93,7 @@ VERSION = 1
 
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
              "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
-             "message_curve", "local_curve", "forward_curve", "async_progress",
+             "message_curve", "local_curve", "forward_curve", "async_progress", "footprint_curve",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -132,6 +136,8 @@ def topology_to_dict(topology: Topology) -> dict:
         d["forward_curve"] = t.forward_curve.to_dict()
     if not t.async_progress:
         d["async_progress"] = False
+    if t.footprint_curve is not None:
+        d["footprint_curve"] = t.footprint_curve.to_dict()
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -370,6 +376,7 @@ def _topology_from_dict(d: Any) -> Topology:
     message_curve = _curve(d, "message_curve")
     local_curve = _curve(d, "local_curve")
     forward_curve = _curve(d, "forward_curve")
+    footprint_curve = _curve(d, "footprint_curve")
     async_progress = d.get("async_progress", True)
     if not isinstance(async_progress, bool):
         raise TopologyError(f"async_progress must be true or false, got {json_type_name(async_progress)}")
@@ -399,6 +406,7 @@ def _topology_from_dict(d: Any) -> Topology:
         local_curve=local_curve,
         forward_curve=forward_curve,
         async_progress=async_progress,
+        footprint_curve=footprint_curve,
     )
 
 
