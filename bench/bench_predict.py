@@ -306,6 +306,10 @@ def _profile_lines(case: dict) -> list[str]:
     if t.get("eager_limit_bytes") is not None:
         extras.append(f"messages above {_sz(int(t['eager_limit_bytes']))} pay "
                       f"{t.get('rendezvous_alpha_us', 0):.2f} us more latency")
+    fp = t.get("footprint_curve")
+    if fp:  # what messages cost more by the bytes a rank touches between two calls (h29-cache)
+        extras.append("messages by footprint " + ", ".join(f"x{f:.2f} at {_sz(int(m))}"
+                                                             for m, f in zip(fp["sizes_bytes"], fp["factors"])))
     lines = [f"*{t['n_ranks']} ranks* ({t.get('description', '')}): " + "; ".join(extras) + f"; shared ports: {ports}.",
              "", "| pair | alpha (us) | overhead (us) | latency alpha+2o (us) | bw (GB/s) |", "|---|---:|---:|---:|---:|"]
     for link in t["links"]:

@@ -428,3 +428,31 @@ def test_refit_with_footprint_keeps_a_profile_without_one_and_adds_one(tmp_path)
     assert "footprint_curve" in json.loads(path.read_text()) and load_topology(path).footprint_curve == fp
     # the largest windows' footprint costs 3x: the message curve there gives it back, so they predict the same
     assert more.message_curve.factor(64 << 20) == pytest.approx(msg.factor(64 << 20) / 3.0, rel=0.05)
+
+
+def test_repredict_of_an_interleaved_run_predicts_every_row_at_the_footprint_of_all_algorithms(tmp_path):
+    from ccsynth.bench.predict import repredict_document
+
+    fp = SizeCurve((1.0 * (1 << 20), 8.0 * (1 << 20)), (1.0, 3.0))
+    topo = build_topology(2, [LinkFit(p, 1.0, 0.5, 4.0) for p in patterns([0, 0])], 2.0,
+                          KernelRates(8.0, 6.0, 5.0, 1 << 24), [0, 0], name="m", footprint_curve=fp)
+    rows = lambda algo: [{"size_bytes": 1 << 20, "nccl_size_bytes": 1 << 20, "median_us": 50.0,  # noqa: E731
+                          "algorithm": algo}]
+    doc = {"collective": "allreduce", "n_ranks": 2, "dtype": "float32", "command": "ccsynth bench allreduce",
+           "results": {"mpi": rows("mpi"), "ring": rows("ring"), "recursive_doubling": rows("recursive_doubling")}}
+    alone = repredict_document(doc, topo, tmp_path)["results"]["ring"][0]["predicted_us"]
+    together = repredict_document(dict(doc, command=doc["command"] + " --interleave"), topo, tmp_path)
+    # ring 2.5 MiB, recursive doubling 4 MiB, MPI's own 2 MiB: 8.5 MiB per rank, beyond the curve's last point
+    from ccsynth.synth.baselines import make_baseline
+    from ccsynth.collectives.spec import Collective
+    from ccsynth.synth.executor_model import simulate_run
+    from ccsynth.topologies import fully_connected
+    ring = make_baseline("ring", Collective("allreduce", 2, 2), fully_connected(2))
+    assert together["results"]["ring"][0]["predicted_us"] == \
+        pytest.approx(simulate_run(ring, topo, 1 << 20, footprint_bytes=8.5 * (1 << 20)).time_us)
+    assert together["results"]["ring"][0]["predicted_us"] > 1.1 * alone
+    # without a footprint curve the interleaving changes nothing
+    plain = build_topology(2, [LinkFit(p, 1.0, 0.5, 4.0) for p in patterns([0, 0])], 2.0,
+                           KernelRates(8.0, 6.0, 5.0, 1 << 24), [0, 0], name="m")
+    assert repredict_document(dict(doc, command="x --interleave"), plain, tmp_path)["results"]["ring"][0]["predicted_us"] \
+        == repredict_document(doc, plain, tmp_path)["results"]["ring"][0]["predicted_us"]
