@@ -393,6 +393,8 @@ def test_predictor_simulates_the_schedule_that_ran():
     ring = make_baseline("ring", Collective("allreduce", 2, 2), fully_connected(2))
 
     class Algo:
+        name = "ring"  # a bench column's name: a baseline, not through ccsynth's communicator
+
         def schedule_for(self, kind, ctx, nbytes):
             return ring
 
