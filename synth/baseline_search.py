@@ -17,31 +17,45 @@ through this module:
 * :func:`best_for` -- one baseline at one size: walk the ladder, stop once
   two factors in a row are slower than the best so far (the time is a
   convex-looking function of the factor: pipelining gains shrink while
-  message costs grow linearly);
+  message costs grow linearly). A factor whose
+  :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` (the busiest
+  stream, resource or engine with the pipeline's fill before it and its
+  drain after it, from the schedule's own dependencies; never above the
+  simulated time) exceeds the best so far is that slower factor without
+  being simulated, so the walk picks what it picked when it simulated
+  every factor;
 * :func:`baseline_choices` / :func:`best_baseline` -- every applicable
   baseline at its best, fastest first;
 * :func:`plan_baselines` -- the same for many sizes at once (schedules
   built once), for per-size plans;
 * :func:`baselines_against` -- the search ``ccsynth synth`` runs: every
   applicable baseline at its best chunk factor *where it could beat* a
-  given time (the synthesized schedule's). A schedule whose static bound
-  (:func:`~ccsynth.synth.simulate.static_bound`: its busiest resource's
-  bytes, its busiest engine's per-message overheads) already exceeds that
-  time cannot beat it and is not simulated; when the *volume* part does,
-  no factor of that baseline can (a chunk factor cuts every block into
-  pieces that take the block's own routes, so every resource carries the
-  same bytes at every factor: ``tests/test_baseline_search.py`` checks it
-  for every baseline), and the baseline's other factors are not even
-  built. Such baselines are reported with the bound they exceeded
-  (:class:`Outrun`), never with a time. Schedules are built unverified
-  during the search (the builders are verified by their tests); the one
-  returned for use is verified (:func:`verified`). At 256 ranks this is
-  what lets the comparison finish: a 1-million-op ring schedule costs
-  tens of seconds to build, verify and simulate, its bound a fraction;
-  the ring family's bytes come without building at all
-  (:func:`ring_volume_us`), and no factor beyond :data:`MAX_OPS` ops is
-  built (the packed trees' own op budget: both sides of the comparison
-  get the same).
+  given time (the synthesized schedule's). A factor whose pipeline bound
+  exceeds that time cannot beat it and is not simulated (while nothing
+  of the baseline is simulated yet, such a factor counts as slower only
+  where its bound rose from the factor before: the bound falls while
+  the pipeline's fill shrinks, and a baseline's best factor usually
+  comes after a few such); when its *volume* part (the busiest
+  resource's bytes) does, no factor of that baseline can (a chunk factor
+  cuts every block into pieces that take the block's own routes, so
+  every resource carries the same bytes at every factor:
+  ``tests/test_baseline_search.py`` checks it for every baseline), and
+  the baseline's other factors are not even built; when its per-message
+  overheads on one engine do, no larger factor can (a larger factor
+  never sends fewer messages on an engine, tested the same way), and for
+  the baselines that send every chunk as a message of its own
+  (:data:`MESSAGES_PER_CHUNK`) the next factor's overheads are twice
+  this one's, so a factor whose doubled overheads exceed the time to
+  beat is not built either. Baselines proven slower are reported with
+  the bound they exceeded (:class:`Outrun`), never with a time.
+  Schedules are built unverified during the search (the builders are
+  verified by their tests); the one returned for use is verified
+  (:func:`verified`). At 256 ranks this is what lets the comparison
+  finish: a 1-million-op schedule costs tens of seconds to build, verify
+  and simulate, its bound a fraction; the ring family's bytes come
+  without building at all (:func:`ring_volume_us`), and no factor beyond
+  :data:`MAX_OPS` ops is built (the packed trees' own op budget: both
+  sides of the comparison get the same).
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -60,6 +74,7 @@ import logging
 from typing import NamedTuple
 from collections.abc import Sequence
 
+from ccsynth.collectives.gc_pause import gc_paused
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, CollectiveError
@@ -67,7 +82,8 @@ from ccsynth.collectives.verify import verify
 from ccsynth.synth.baselines import BASELINES, get_baseline, make_baseline, min_chunk_factor, why_not
 from ccsynth.synth.baselines import multi_ring, ring
 from ccsynth.synth.baselines._util import split
-from ccsynth.synth.simulate import SimResult, simulate, simulate_below
+from ccsynth.synth.pipeline_bound import pipeline_bound
+from ccsynth.synth.simulate import SimResult, simulate
 from ccsynth.tolerance import is_greater, is_less
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
@@ -86,6 +102,7 @@ __all__ = [
     "baselines_against",
     "verified",
     "RING_FAMILY",
+    "MESSAGES_PER_CHUNK",
     "MAX_OPS",
     "ring_volume_us",
 ]
@@ -165,8 +182,9 @@ class _Builds:
         if key not in self.cache:
             coll = Collective(self.kind, self.n, factor, self.root)
             try:
-                sched = make_baseline(name, coll, self.topology) if self.checked else \
-                    get_baseline(name).build(coll, self.topology)
+                with gc_paused():  # up to millions of ops (see ccsynth.collectives.gc_pause)
+                    sched = make_baseline(name, coll, self.topology) if self.checked else \
+                        get_baseline(name).build(coll, self.topology)
             except CCSynthError as e:
                 log.debug("baseline %s at chunk factor %d: %s", name, factor, e)
                 sched = None
@@ -178,6 +196,9 @@ class _Builds:
 
 #: the baselines whose bytes per resource :func:`ring_volume_us` computes without building them
 RING_FAMILY = ("ring", "multi_ring")
+#: the baselines that send every chunk as a message of its own: at twice the chunk factor every engine sends and
+#: receives twice the messages (``tests/test_baseline_search.py``), so its per-message overheads double
+MESSAGES_PER_CHUNK = ("ring", "multi_ring", "hierarchical")
 
 
 def ring_volume_us(name: str, collective: Collective, topology: Topology, size_bytes: float) -> float | None:
@@ -217,47 +238,73 @@ def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = 
             outrun: list[Outrun] | None = None) -> BaselineChoice | None:
     """Walk baseline ``name``'s ladder at ``size_bytes``; stop after WORSE_IN_A_ROW slower factors.
 
-    With ``beat``: a factor whose static bound exceeds ``beat`` counts as slower and is not simulated; if its
-    volume alone does, the walk stops (no factor can beat it: module docstring). Those go to ``outrun``.
+    A factor is simulated only if its :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` does not exceed the
+    time it has to beat: the best simulated so far, else ``beat`` (None: the first factor is simulated). Above
+    the best it counts as a slower factor, as its simulated time would; above ``beat`` with nothing simulated
+    yet, it counts only where the bound rose from the factor before (the walk goes on while the pipeline's
+    fill shrinks). Its bytes above ``beat`` end the walk (no factor can beat it), and so do its per-message
+    overheads above the time to beat (they never shrink as the factor grows; where every message splits in
+    two at the next factor, :data:`MESSAGES_PER_CHUNK`, the next factor's are known without building it).
+    Factors proven slower than ``beat`` go to ``outrun``.
     """
     best: BaselineChoice | None = None
     worse = 0
+    topology = builds.topology
+    call = topology.call_overhead
     last: tuple[int, int] | None = None  # the last factor built and its op count
-    for factor in chunk_factor_ladder(name, builds.kind, builds.topology, size_bytes):
-        if beat is not None and best is None and worse == 0:
+    overheads: tuple[int, float] | None = None  # the last factor bounded and its busiest engine's overheads
+    rising_from: float | None = None  # the bound of the last factor proven slower while nothing was simulated
+    for factor in chunk_factor_ladder(name, builds.kind, topology, size_bytes):
+        to_beat = best.result.time_us if best is not None else beat
+        if beat is not None and best is None and worse == 0 and last is None:
             # the ring family's bytes without building its (at 1,024 ranks: 2-17 million op) schedules
             coll = Collective(builds.kind, builds.n, factor, builds.root)
-            volume = ring_volume_us(name, coll, builds.topology, size_bytes)
-            if volume is not None and is_greater(volume + builds.topology.call_overhead, beat):
+            volume = ring_volume_us(name, coll, topology, size_bytes)
+            if volume is not None and is_greater(volume + call, beat):
                 log.info("baseline %s at chunk factor %d: at least %.3f us (its bytes, at every factor), slower "
-                         "than %.3f us", name, factor, volume + builds.topology.call_overhead, beat)
+                         "than %.3f us", name, factor, volume + call, beat)
                 if outrun is not None:
-                    outrun.append(Outrun(name, factor, volume + builds.topology.call_overhead, True))
+                    outrun.append(Outrun(name, factor, volume + call, True))
                 break
         if beat is not None and last is not None and last[1] * factor / last[0] > MAX_OPS:
             log.info("baseline %s at chunk factor %d: not tried (about %d ops, over MAX_OPS)", name, factor,
                      last[1] * factor / last[0])
             break
+        if to_beat is not None and overheads is not None and name in MESSAGES_PER_CHUNK:
+            engine = overheads[1] * factor / overheads[0] + call
+            if is_greater(engine, to_beat):
+                log.info("baseline %s at chunk factor %d: at least %.3f us (its per-message overheads, not built), "
+                         "slower than %.3f us", name, factor, engine, to_beat)
+                if outrun is not None and best is None:
+                    outrun.append(Outrun(name, factor, engine, False))
+                break
         sched = builds.get(name, factor)
         if sched is None:
             continue
         last = (factor, len(sched.ops))
-        if beat is not None:
-            b, r = simulate_below(sched, builds.topology, size_bytes, beat)
-            if r is None:
-                every = is_greater(b.volume_us + b.call_us, beat)
+        if to_beat is not None:
+            b = pipeline_bound(sched, topology, size_bytes)
+            overheads = (factor, b.engine_us)
+            if is_greater(b.time_us, to_beat):
+                every = is_greater(b.volume_us + call, to_beat)
+                done = every or is_greater(b.engine_us + call, to_beat)
                 log.info("baseline %s at chunk factor %d: at least %.3f us (%s), slower than %.3f us", name, factor,
-                         b.time_us, "its bytes, at every factor" if every else "its per-message overheads", beat)
-                if outrun is not None:
+                         b.time_us, "its bytes, at every factor" if every else
+                         "its per-message overheads, at every larger factor" if done else
+                         f"its pipeline: {b.which}", to_beat)
+                if outrun is not None and best is None:
                     outrun.append(Outrun(name, factor, b.time_us, every))
-                if every:
+                if done:
                     break
-                worse += 1
-                if worse >= WORSE_IN_A_ROW:
-                    break
+                if best is not None or (rising_from is not None and not is_less(b.time_us, rising_from)):
+                    worse += 1
+                    if worse >= WORSE_IN_A_ROW:
+                        break
+                if best is None:
+                    rising_from = b.time_us
                 continue
-        else:
-            r = simulate(sched, builds.topology, size_bytes)
+        with gc_paused():
+            r = simulate(sched, topology, size_bytes)
         if best is None or is_less(r.time_us, best.result.time_us):
             best, worse = BaselineChoice(name, factor, r, sched), 0
         else:
@@ -322,7 +369,7 @@ def baselines_against(collective: Collective, topology: Topology, size_bytes: fl
 
     The choices come fastest first, their schedules unverified (:func:`verified` before use); a baseline
     whose every candidate factor is proven slower than ``beat`` (or whose walk stopped on such factors before
-    reaching one that is not) appears only in ``outrun``, with the bound of its first factor. A factor is
+    reaching one that is not) appears only in ``outrun``, with the least bound of the factors it tried. A factor is
     left out only when it is provably slower than ``beat`` (see the module docstring); the ladder's stopping
     rule counts it as a slower factor (the per-message overheads, which grow with the factor, are what
     prove it then).
@@ -338,7 +385,7 @@ def baselines_against(collective: Collective, topology: Topology, size_bytes: fl
             log.info("baseline %s: best at chunk factor %d, %.3f us", name, choice.chunk_factor,
                      choice.result.time_us)
         elif mine:
-            outrun.append(mine[0])
+            outrun.append(min(mine, key=lambda o: o.bound_us))  # the least of its factors' bounds
     choices.sort(key=lambda c: c.result.time_us)  # stable
     return BaselineSearch(choices, outrun)
 
