@@ -27,12 +27,14 @@ An in-place schedule (``Schedule.in_place``) is checked on its one buffer:
 stages 4 to 6 address every chunk by its storage (:meth:`Schedule.storage`),
 so an input chunk and the output chunk it aliases are the same chunk.
 
-Reachability for the race check uses, per op, a Python-int bitset of its
-ancestors indexed by topological position; a bitset is dropped as soon as
-the last successor of its op has been visited, and the topological order is
+Each chunk keeps its last writer and the readers since; a new access is
+tested only against those, and nearly always a direct dependency orders the
+two (the builder adds one for every conflict). Only the pairs that none
+does need reachability: per op, a Python-int bitset of the ops those pairs
+ask about among its ancestors; a bitset is dropped as soon as the last
+successor of its op has been visited, and the topological order is
 depth-first (:func:`ccsynth.graphs.topological_order` with ``depth_first``)
-so that few bitsets are alive at once. Each chunk keeps its last
-writer and the readers since; a new access is tested only against those.
+so that few bitsets are alive at once.
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -283,27 +285,32 @@ def _check_transitively(schedule: Schedule, order: list[int], preds: list[tuple[
                         pending: dict[int, list[tuple[int, int, str, str]]]) -> None:
     """Raise on the first of ``pending``'s pairs (in visit order) that no path of dependencies orders.
 
-    Per op, a Python-int bitset of its ancestors by topological position; a bitset is dropped as soon as the
-    last successor of its op has been visited (the depth-first order keeps few alive at once).
+    Per op, a Python-int bitset of the *targets* among its ancestors: the ops that some pending pair asks
+    about, one bit each (by topological position), so a schedule with few such pairs keeps tiny bitsets. A
+    bitset is dropped as soon as the last successor of its op has been visited (the depth-first order keeps
+    few alive at once).
     """
     ops = schedule.ops
+    targets = {other for pairs in pending.values() for _, other, _, _ in pairs}
     pos = [0] * len(ops)
     for i, x in enumerate(order):
         pos[x] = i
+    bit = {t: b for b, t in enumerate(sorted(targets, key=pos.__getitem__))}
     left = list(n_succs)  # successors not yet visited
-    reach: dict[int, int] = {}  # op -> bitset (by topological position) of itself and its ancestors
+    reach: dict[int, int] = {}  # op -> bitset of the targets among itself and its ancestors (absent: none)
     for x in order:
         anc = 0
         for p in preds[x]:
-            anc |= reach[p]
             left[p] -= 1
-            if left[p] == 0:
-                del reach[p]
+            anc |= reach.pop(p, 0) if left[p] == 0 else reach.get(p, 0)
         for key, other, other_does, does in pending.get(x, ()):
-            if (anc >> pos[other]) & 1 == 0:
+            if (anc >> bit[other]) & 1 == 0:
                 raise ScheduleError(_race(schedule, _unkey(key), ops[other], other_does, ops[x], does))
-        if left[x]:
-            reach[x] = anc | (1 << pos[x])
+        b = bit.get(x)
+        if b is not None:
+            anc |= 1 << b
+        if left[x] and anc:
+            reach[x] = anc
 
 
 def _race(schedule: Schedule, key, a: Op, a_does: str, b: Op, b_does: str) -> str:

@@ -55,7 +55,10 @@ through this module:
   and simulate, its bound a fraction; the ring family's bytes come
   without building at all (:func:`ring_volume_us`), and no factor beyond
   :data:`MAX_OPS` ops is built (the packed trees' own op budget: both
-  sides of the comparison get the same).
+  sides of the comparison get the same; the op count comes from the
+  factor before, or for the ring family's first factor from
+  :func:`ring_sends`: multi_ring's first factor on 1,024 ranks is 17
+  million ops).
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -72,7 +75,7 @@ from __future__ import annotations
 
 import logging
 from typing import NamedTuple
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ccsynth.collectives.gc_pause import gc_paused
 from ccsynth.collectives.schedule import Schedule
@@ -102,6 +105,7 @@ __all__ = [
     "baselines_against",
     "verified",
     "RING_FAMILY",
+    "ring_sends",
     "MESSAGES_PER_CHUNK",
     "MAX_OPS",
     "ring_volume_us",
@@ -171,11 +175,19 @@ class _Builds:
     see the module docstring).
     """
 
-    def __init__(self, collective: Collective, topology: Topology, checked: bool = True):
+    def __init__(self, collective: Collective, topology: Topology, checked: bool = True,
+                 progress: Callable[[str], None] | None = None):
         self.kind, self.n, self.root = collective.kind, collective.n_ranks, collective.root
         self.topology = topology
         self.checked = checked
+        self.progress = progress
         self.cache: dict[tuple[str, int], Schedule | None] = {}
+
+    def say(self, message: str) -> None:
+        """Log ``message`` (INFO) and hand it to the progress callback, if any."""
+        log.info("%s", message)
+        if self.progress is not None:
+            self.progress(message)
 
     def get(self, name: str, factor: int) -> Schedule | None:
         key = (name, factor)
@@ -234,6 +246,23 @@ def ring_volume_us(name: str, collective: Collective, topology: Topology, size_b
     return max((v / (bw[r] * BYTES_PER_US_PER_GBPS) for r, v in res_bytes.items()), default=0.0)
 
 
+def ring_sends(name: str, collective: Collective) -> int | None:
+    """How many messages ring-family baseline ``name`` sends for ``collective``, without building it.
+
+    :func:`~ccsynth.synth.baselines._util.ring_collective` sends every chunk on its own around its ring:
+    ``(n - 1) * n * c`` messages for allgather and reduce-scatter, ``2 * (n - 1) * c`` for allreduce (each ring
+    reduce-scatters and allgathers its share of the buffer in ``n`` blocks), ``(n - 1) * c`` for the chains of
+    broadcast and reduce; as many receives again. None for other baselines and kinds.
+    (``tests/test_baseline_search.py`` checks it against the built schedules.)
+    """
+    n, c = collective.n_ranks, collective.chunk_factor
+    if name not in RING_FAMILY:
+        return None
+    per_kind = {"allgather": (n - 1) * n * c, "reduce_scatter": (n - 1) * n * c, "allreduce": 2 * (n - 1) * c,
+                "broadcast": (n - 1) * c, "reduce": (n - 1) * c}
+    return per_kind.get(collective.kind)
+
+
 def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = None,
             outrun: list[Outrun] | None = None) -> BaselineChoice | None:
     """Walk baseline ``name``'s ladder at ``size_bytes``; stop after WORSE_IN_A_ROW slower factors.
@@ -261,20 +290,23 @@ def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = 
             coll = Collective(builds.kind, builds.n, factor, builds.root)
             volume = ring_volume_us(name, coll, topology, size_bytes)
             if volume is not None and is_greater(volume + call, beat):
-                log.info("baseline %s at chunk factor %d: at least %.3f us (its bytes, at every factor), slower "
-                         "than %.3f us", name, factor, volume + call, beat)
+                builds.say(f"baseline {name} at chunk factor {factor}: at least {volume + call:.3f} us (its bytes, "
+                           f"at every factor), slower than {beat:.3f} us")
                 if outrun is not None:
                     outrun.append(Outrun(name, factor, volume + call, True))
                 break
-        if beat is not None and last is not None and last[1] * factor / last[0] > MAX_OPS:
-            log.info("baseline %s at chunk factor %d: not tried (about %d ops, over MAX_OPS)", name, factor,
-                     last[1] * factor / last[0])
-            break
+        if beat is not None:
+            # no factor beyond MAX_OPS ops is built: its op count from the factor before, or the ring family's own
+            sends = ring_sends(name, Collective(builds.kind, builds.n, factor, builds.root)) if last is None else None
+            ops = last[1] * factor / last[0] if last is not None else None if sends is None else 2 * sends
+            if ops is not None and ops > MAX_OPS:
+                builds.say(f"baseline {name} at chunk factor {factor}: not tried (about {ops:.0f} ops, over MAX_OPS)")
+                break
         if to_beat is not None and overheads is not None and name in MESSAGES_PER_CHUNK:
             engine = overheads[1] * factor / overheads[0] + call
             if is_greater(engine, to_beat):
-                log.info("baseline %s at chunk factor %d: at least %.3f us (its per-message overheads, not built), "
-                         "slower than %.3f us", name, factor, engine, to_beat)
+                builds.say(f"baseline {name} at chunk factor {factor}: at least {engine:.3f} us (its per-message "
+                           f"overheads, not built), slower than {to_beat:.3f} us")
                 if outrun is not None and best is None:
                     outrun.append(Outrun(name, factor, engine, False))
                 break
@@ -288,10 +320,10 @@ def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = 
             if is_greater(b.time_us, to_beat):
                 every = is_greater(b.volume_us + call, to_beat)
                 done = every or is_greater(b.engine_us + call, to_beat)
-                log.info("baseline %s at chunk factor %d: at least %.3f us (%s), slower than %.3f us", name, factor,
-                         b.time_us, "its bytes, at every factor" if every else
-                         "its per-message overheads, at every larger factor" if done else
-                         f"its pipeline: {b.which}", to_beat)
+                why = "its bytes, at every factor" if every else \
+                    "its per-message overheads, at every larger factor" if done else f"its pipeline: {b.which}"
+                builds.say(f"baseline {name} at chunk factor {factor}: at least {b.time_us:.3f} us ({why}), slower "
+                           f"than {to_beat:.3f} us")
                 if outrun is not None and best is None:
                     outrun.append(Outrun(name, factor, b.time_us, every))
                 if done:
@@ -305,6 +337,7 @@ def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = 
                 continue
         with gc_paused():
             r = simulate(sched, topology, size_bytes)
+        builds.say(f"baseline {name} at chunk factor {factor}: {r.time_us:.3f} us ({len(sched.ops)} ops, simulated)")
         if best is None or is_less(r.time_us, best.result.time_us):
             best, worse = BaselineChoice(name, factor, r, sched), 0
         else:
@@ -364,17 +397,18 @@ def plan_baselines(collective: Collective, topology: Topology, sizes: Sequence[f
     return out
 
 
-def baselines_against(collective: Collective, topology: Topology, size_bytes: float, beat: float) -> BaselineSearch:
+def baselines_against(collective: Collective, topology: Topology, size_bytes: float, beat: float,
+                      progress: Callable[[str], None] | None = None) -> BaselineSearch:
     """Every applicable baseline at its best chunk factor, where it could be faster than ``beat`` us.
 
     The choices come fastest first, their schedules unverified (:func:`verified` before use); a baseline
     whose every candidate factor is proven slower than ``beat`` (or whose walk stopped on such factors before
-    reaching one that is not) appears only in ``outrun``, with the least bound of the factors it tried. A factor is
-    left out only when it is provably slower than ``beat`` (see the module docstring); the ladder's stopping
-    rule counts it as a slower factor (the per-message overheads, which grow with the factor, are what
-    prove it then).
+    reaching one that is not) appears only in ``outrun``, with the least bound of the factors it tried. A factor
+    is left out only when it is provably slower than the time it had to beat (see the module docstring).
+    ``progress`` is told what became of every factor (the lines logged at INFO): at 1,024 ranks the search
+    takes minutes.
     """
-    builds = _Builds(collective, topology, checked=False)
+    builds = _Builds(collective, topology, checked=False, progress=progress)
     choices: list[BaselineChoice] = []
     outrun: list[Outrun] = []
     for name in _applicable(collective, topology):

@@ -399,7 +399,7 @@ def _against_baselines(sched: Schedule, time_us: float, topology, collective: Co
     beats costs seconds to verify for nothing.
     """
     found = baselines_against(Collective(collective.kind, collective.n_ranks, 1, collective.root), topology,
-                              size_bytes, time_us)
+                              size_bytes, time_us, progress=lambda detail: prog("baseline", detail))
     choices = found.choices
     # the baselines simulated, fastest first, then those proven slower than the synthesized schedule by a bound
     report.baselines = [{"name": c.name, "chunk_factor": c.chunk_factor, "time_us": c.result.time_us}

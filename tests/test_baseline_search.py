@@ -169,3 +169,19 @@ def test_the_walk_pruned_by_bounds_picks_what_simulating_every_factor_picks(topo
         got = best_for(name, coll, topo, size)
         want = _walk_simulating_every_factor(name, coll, topo, size)
         assert (got.chunk_factor, got.result.time_us) == (want[0], pytest.approx(want[1], rel=1e-12)), name
+
+
+@pytest.mark.parametrize("topo_name", ["dgx1", "ndv2x2", "ring:5"])
+def test_the_ring_familys_message_count_without_building_equals_the_built_schedules(topo_name):
+    from ccsynth.synth.baseline_search import RING_FAMILY, ring_sends
+
+    topo = get_topology(topo_name)
+    for kind in ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce"):
+        for name in RING_FAMILY:
+            coll = Collective(kind, topo.n_ranks, min_chunk_factor(name, kind, topo) * 2)
+            try:
+                sched = make_baseline(name, coll, topo)
+            except CCSynthError:
+                continue
+            assert ring_sends(name, coll) == sum(op.kind == "send" for op in sched.ops), (kind, name)
+    assert ring_sends("direct", Collective("allgather", topo.n_ranks)) is None
