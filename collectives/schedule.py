@@ -62,9 +62,10 @@ files written before the field existed read as they always did.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, cast
 
@@ -169,6 +170,31 @@ def in_place_storage(collective: Collective, rank: int, chunks: Chunks) -> Chunk
     if chunks.buf == "o" and mode == "output_in_input":
         return Chunks("i", rank * collective.chunk_factor + chunks.index, chunks.count)
     return chunks
+
+
+def _plainly_valid(op: Op, i: int, n: int, sizes: dict[str, int], max_channels: int, n_ops: int,
+                   ranks_of: list[int]) -> bool:
+    """Every check of :meth:`Schedule.check_structure` passes for ``op`` at position ``i`` of a schedule of
+    uniform chunks, out of place (False: some check may fail; the full checks then say which)."""
+    r, k, src, dst, ch = op.rank, op.kind, op.src, op.dst, op.channel
+    if not (op.id == i and 0 <= r < n and ch.__class__ is int and 0 <= ch <= max_channels):
+        return False
+    if k == "send":
+        if not (dst is None and src is not None and not op.reduce and 0 <= op.peer < n and op.peer != r
+                and src.index + src.count <= sizes[src.buf]):
+            return False
+    elif k == "recv":
+        if not (src is None and dst is not None and 0 <= op.peer < n and op.peer != r and dst.buf != "i"
+                and dst.index + dst.count <= sizes[dst.buf]):
+            return False
+    elif k in ("copy", "reduce"):
+        if not (src is not None and dst is not None and op.peer == -1 and not op.reduce and src.count == dst.count
+                and dst.buf != "i" and src.index + src.count <= sizes[src.buf]
+                and dst.index + dst.count <= sizes[dst.buf] and not _overlap(src, dst)):
+            return False
+    else:
+        return False
+    return all(0 <= d < n_ops and ranks_of[d] == r and d != i for d in op.deps)
 
 
 def _overlap(a: Chunks, b: Chunks) -> bool:
@@ -429,7 +455,13 @@ class Schedule:
         ranks_of = [op.rank for op in self.ops]
         max_channels = LIMITS["MAX_CHANNELS"]
         sizes = {"i": c.in_chunks, "o": c.out_chunks, "s": self.scratch_chunks}
+        n_ops = len(self.ops)
+        # the common case (uniform chunks, out of place) is accepted by one test per field below; an op it
+        # does not accept goes through every check in order, which names what is wrong
+        fast = c.uniform and not self.in_place
         for i, op in enumerate(self.ops):
+            if fast and _plainly_valid(op, i, n, sizes, max_channels, n_ops, ranks_of):
+                continue
             if op.id != i:
                 raise ScheduleError(f"operation at position {i} has id {op.id}; ids must be 0..{len(self.ops) - 1} in order")
             if not 0 <= op.rank < n:
@@ -552,7 +584,14 @@ class Schedule:
             return f"{text[:-1]},\"ops\":[{','.join(map(_op_json, self.ops))}]}}"
 
     def with_meta(self, **kv) -> Schedule:
-        return replace(self, meta={**self.meta, **kv})
+        """This schedule with ``kv`` added to its ``meta``.
+
+        The ops are this schedule's own, checked already: the copy is not checked again, and keeps what
+        this one has computed of them (:attr:`matches`; a million-op check costs seconds).
+        """
+        out = copy.copy(self)
+        object.__setattr__(out, "meta", {**self.meta, **kv})
+        return out
 
     def __repr__(self) -> str:
         where = ", in place" if self.in_place else ""
