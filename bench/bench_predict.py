@@ -25,7 +25,8 @@ where the model predicts it wins (the predicted and the measured winner of
 plan against default agree).
 
 Run (prints the commands it runs on stderr; ``--out DIR`` keeps every file,
-``--report DIR`` prints the report of a run again, ``--repredict DIR``
+``--report DIR`` prints the report of a run again, ``--tune`` tunes every
+plan on the machine (``ccsynth tune``) before its bench, ``--repredict DIR``
 recomputes every prediction of a saved run with the model as it is now --
 on the run's own profiles or on ``--topology FILE[,FILE]`` -- and prints
 the report of that, ``--rows`` adds every predicted row)::
@@ -63,12 +64,14 @@ import numpy as np
 from ccsynth.bench.predict import BAND_ANCHOR, band_of, error_table, repredict_document
 from ccsynth.collectives.spec import Collective
 from ccsynth.synth.baselines import applicable_baselines
+from ccsynth.synth.tables import keeps_candidate, pick_winner
 from ccsynth.topologies import fully_connected
 from ccsynth.topologies.io import load_topology, topology_to_dict
 from ccsynth.units import format_size
 
 __all__ = ["RANKS", "COLLECTIVES", "SIZES", "BENCH_CACHE_BYTES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
-           "markdown", "repredict_cases", "row_lines", "main"]
+           "markdown", "repredict_cases", "row_lines", "POLICY_MARGINS", "PolicyOutcome", "policy_outcome",
+           "policy_lines", "main"]
 
 RANKS = (2, 4)
 COLLECTIVES = ("allreduce", "allgather")
@@ -126,8 +129,10 @@ def baselines_for(kind: str, n: int) -> list[str]:
 
 
 def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], max_load: float | None = None,
-             max_wait: float = 0.0, repeats: int = 1) -> dict:
-    """Profile, synthesize and measure for ``n`` ranks; returns what the report needs."""
+             max_wait: float = 0.0, repeats: int = 1, tune: bool = False) -> dict:
+    """Profile, synthesize and measure for ``n`` ranks; returns what the report needs. ``tune``: the plan is
+    tuned on the machine (``mpiexec -n N ccsynth tune``) before the bench, whose ``plan`` column runs the tuned
+    plan (``tuned_C{N}.json``; the synthesized one stays beside it)."""
     ccsynth = [_bin("ccsynth")]
     mpiexec = [_bin("mpiexec"), "-n", str(n)]
     machine = out / f"machine{n}.json"
@@ -141,6 +146,11 @@ def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], 
         t0 = time.perf_counter()
         _run(ccsynth + ["-q", "synth", "-t", str(machine), "-c", kind, "--sizes", sizes, "-o", str(plan)], log)
         synth_s = time.perf_counter() - t0
+        if tune:
+            tuned = out / f"tuned_{kind}{n}.json"
+            _run(mpiexec + ccsynth + ["-q", "tune", str(plan), "-t", str(machine), "-o", str(tuned)], log, max_load,
+                 max_wait)
+            plan = tuned
         algos = ["mpi", "default", f"plan:{plan}"] + baselines_for(kind, n)
         docs = []
         for rep in range(repeats):
@@ -419,6 +429,145 @@ def row_lines(cases: list[dict]) -> list[str]:
     return out + [""]
 
 
+
+# ------------------------------------------------------------------ plan policies, offline
+#: the margins :func:`policy_lines` tries besides the plan as run (the plan's own margin was 25%)
+POLICY_MARGINS = (0.25, 0.5, 0.7)
+
+
+def _column_cf(kind: str, n: int) -> int:
+    """The chunk factor ``ccsynth bench`` builds its baseline columns at (``bench/algos.py``)."""
+    return n if kind == "allreduce" else 1
+
+
+def _column_of(label: str, kind: str, n: int, results: dict[str, list]) -> str | None:
+    """The bench column that measured candidate ``label`` (``ring(c=4)`` -> ``ring`` when the bench ran ring at
+    chunk factor 4); None for a synthesized schedule or another chunk factor."""
+    base, _, rest = label.partition("(c=")
+    if base not in results or not rest:
+        return None
+    return base if int(rest.rstrip(")")) == _column_cf(kind, n) else None
+
+
+def _table_index(sizes: list[int], plan_bytes: int) -> int:
+    """The plan table's size nearest (in ratio) to ``plan_bytes``."""
+    return min(range(len(sizes)), key=lambda j: abs(np.log(sizes[j] / plan_bytes)))
+
+
+@dataclass(frozen=True)
+class PolicyOutcome:
+    """A plan policy's choices over one run's sizes, judged by that run's measured rows."""
+
+    sizes: int  # sizes judged (measured)
+    unmeasured: int  # sizes whose pick no column of the run measured
+    departures: int  # sizes where the policy leaves the default plan's algorithm
+    strict: float  # share of judged sizes: pick <= default (measured; a size given back to the default: a tie)
+    same_or_faster: float  # share of judged sizes: pick <= default, or the default's own algorithm
+    within_5pct: float  # share of judged sizes: pick <= 1.05 x default
+    departure_ratios: tuple[float, ...] = ()  # measured pick / default at the departures judged
+
+
+def policy_outcome(kind: str, n: int, table: dict, results: dict[str, list], pick) -> PolicyOutcome:
+    """Judge ``pick(j, size) -> label`` (a label of the plan's ``table`` at table index ``j``) on a run's rows.
+
+    A size whose pick is the plan's own choice is measured by the run's plan row (the default's algorithm
+    too, where the plan ran it); a size a policy gives back to the default's algorithm is a tie with the default
+    (the same schedule); a baseline by its column where the bench ran it at the same chunk factor; any other
+    pick is unmeasured and left out.
+    """
+    per_rank = kind in ("allgather", "alltoall")
+    by = {name: {r.size: r.median_us for r in rows} for name, rows in results.items()}
+    defaults = table.get("defaults") or [None] * len(table["sizes"])
+    judged = unmeasured = departs = strict = same = near = 0
+    ratios = []
+    for r in results["default"]:
+        j = _table_index(table["sizes"], r.size * n if per_rank else r.size)
+        label, default = pick(j, r.size), defaults[j]
+        departs += label != default
+        if label == table["winners"][j]:
+            t = by["plan"].get(r.size)
+        elif label == default:
+            t = r.median_us  # given back to the default's algorithm: the same schedule, a tie
+        else:
+            col = _column_of(label, kind, n, results)
+            t = by[col].get(r.size) if col else None
+        if t is None:
+            unmeasured += 1
+            continue
+        judged += 1
+        strict += t <= r.median_us
+        same += label == default or t <= r.median_us
+        near += t <= 1.05 * r.median_us
+        if label != default:
+            ratios.append(t / r.median_us)
+    nan = float("nan")
+    return PolicyOutcome(judged, unmeasured, departs, strict / judged if judged else nan,
+                         same / judged if judged else nan, near / judged if judged else nan, tuple(ratios))
+
+
+def _margin_pick(table: dict, margin: float):
+    """The plan's table picked again with ``margin`` (the saved simulated times, :func:`pick_winner`)."""
+    cands = table["candidates"]
+    labels = [c["algorithm"] for c in cands]
+    defaults = table.get("defaults") or [None] * len(table["sizes"])
+
+    def pick(j: int, size: int) -> str:
+        d = labels.index(defaults[j]) if defaults[j] in labels else None
+        best = pick_winner([c["times_us"][j] for c in cands], [c["ops"] for c in cands], d, margin)
+        return labels[best] if best is not None else table["winners"][j]
+
+    return pick
+
+
+def _tuned_pick(kind: str, n: int, table: dict, tuning: dict[str, list] | None, results: dict[str, list]):
+    """The plan's choices, each departure kept only if measured faster than the default by more than
+    ``TUNE_REL`` in the rows of ``tuning`` (another run; None: this run's own rows). A departure the tuning rows
+    did not measure (a synthesized schedule in another run) gives the size back to the default."""
+    rows = tuning if tuning is not None else results
+    by = {name: {r.size: r.median_us for r in rs} for name, rs in rows.items()}
+    defaults = table.get("defaults") or [None] * len(table["sizes"])
+
+    def pick(j: int, size: int) -> str:
+        label, default = table["winners"][j], defaults[j]
+        if label == default or default is None:
+            return label
+        if tuning is None:
+            t = by["plan"].get(size)
+        else:
+            col = _column_of(label, kind, n, rows)
+            t = by[col].get(size) if col else None
+        d = by["default"].get(size)
+        return label if t is not None and d is not None and keeps_candidate(t, d) else default
+
+    return pick
+
+
+def policy_lines(cases: list[dict], folder: str | Path, other: list[dict] | None = None) -> list[str]:
+    """The plan as run, the same candidates under larger margins, and the plan tuned by measurement, judged on the
+    run's measured rows (``--policies``): per case, share of sizes at least as fast as the default plan."""
+    others = {(c["n"], kind): _results(run["json"]) for c in other or [] for kind, run in c["runs"].items()}
+    out = ["| case | policy | departures | sizes judged | <= default | <= default or its algorithm | <= 1.05 x default "
+           "| measured / default at the departures |", "|---|---|---:|---:|---:|---:|---:|---|"]
+    for case in cases:
+        n = case["n"]
+        for kind, run in case["runs"].items():
+            results = _results(run["json"])
+            plan_doc = json.loads((Path(folder) / Path(run["plan"].split(":", 1)[1]).name).read_text())
+            table = next(t for t in plan_doc["meta"]["tables"] if t["kind"] == kind)
+            policies = [("as run", lambda j, size, t=table: t["winners"][j])]
+            policies += [(f"margin {100 * m:.0f}%", _margin_pick(table, m)) for m in POLICY_MARGINS]
+            policies.append(("tuned (this run's rows)", _tuned_pick(kind, n, table, None, results)))
+            if (n, kind) in others:
+                policies.append(("tuned (the other run's rows)", _tuned_pick(kind, n, table, others[(n, kind)], results)))
+            for name, pick in policies:
+                o = policy_outcome(kind, n, table, results, pick)
+                miss = f" ({o.unmeasured} unmeasured)" if o.unmeasured else ""
+                ratios = ", ".join(f"{x:.2f}" for x in o.departure_ratios) or "-"
+                out.append(f"| {kind} {n}r | {name} | {o.departures} | {o.sizes}{miss} | {100 * o.strict:.0f}% | "
+                           f"{100 * o.same_or_faster:.0f}% | {100 * o.within_5pct:.0f}% | {ratios} |")
+    return out + [""]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ccsynth.bench.bench_predict", description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", default=",".join(map(str, RANKS)), help="rank counts, comma separated (default 2,4)")
@@ -433,6 +582,9 @@ def main(argv=None) -> int:
                    help="wait at most S seconds for --max-load (default 120), then run anyway")
     p.add_argument("--repeats", type=int, default=1, metavar="R",
                    help="run every bench R times and keep, per algorithm and size, the fastest median (default 1)")
+    p.add_argument("--tune", action="store_true",
+                   help="tune every plan on the machine (mpiexec -n N ccsynth tune) before its bench; the plan column "
+                        "runs the tuned plan")
     p.add_argument("--report", metavar="DIR",
                    help="run nothing: print the report of an earlier run from DIR/cases.json and DIR/commands.txt")
     p.add_argument("--repredict", metavar="DIR",
@@ -442,6 +594,9 @@ def main(argv=None) -> int:
                    help="with --repredict: predict on these topology files (one per rank count) instead of the "
                         "run's own profiles")
     p.add_argument("--rows", action="store_true", help="with --repredict or --report: also print every predicted row")
+    p.add_argument("--policies", nargs="?", const="", metavar="OTHER_DIR",
+                   help="with --repredict or --report: judge plan policies (larger margins, tuning by measurement) "
+                        "on the run's measured rows; tuning also on OTHER_DIR's rows (another run, same ranks)")
     args = p.parse_args(argv)
     if args.repredict or args.report:
         folder = Path(args.repredict or args.report)
@@ -452,6 +607,9 @@ def main(argv=None) -> int:
         text = markdown(cases, (folder / "commands.txt").read_text().splitlines())
         if args.rows:
             text += "\n\n### Every predicted row\n\n" + "\n".join(row_lines(cases))
+        if args.policies is not None:
+            other = json.loads((Path(args.policies) / "cases.json").read_text()) if args.policies else None
+            text += "\n\n### Plan policies judged on the measured rows\n\n" + "\n".join(policy_lines(cases, folder, other))
         print(text)
         if args.markdown:
             Path(args.markdown).write_text(text + "\n")
@@ -463,7 +621,7 @@ def main(argv=None) -> int:
     print(f"# load average before: {_load()} on {os.cpu_count()} cores; files in {out}", file=sys.stderr, flush=True)
     for n in (int(x) for x in args.ranks.split(",")):
         cases.append(run_case(n, [k.strip() for k in args.collectives.split(",")], out, args.sizes, args.quick, commands,
-                              args.max_load, args.max_wait, args.repeats))
+                              args.max_load, args.max_wait, args.repeats, args.tune))
     (out / "cases.json").write_text(json.dumps(cases, indent=1))
     (out / "commands.txt").write_text("\n".join(commands) + "\n")
     text = markdown(cases, commands)

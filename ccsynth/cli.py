@@ -36,9 +36,9 @@ from ccsynth.errors import CCSynthError
 __all__ = ["COMMANDS", "MPI_COMMANDS", "Terminated", "build_parser", "verbosity", "setup_logging", "main"]
 
 # Order here is the order in ``ccsynth --help``.
-COMMANDS = ("topo", "baseline", "synth", "reshard", "verify", "simulate", "export", "bench")
+COMMANDS = ("topo", "baseline", "synth", "tune", "reshard", "verify", "simulate", "export", "bench")
 #: Commands that run under mpiexec: SIGTERM keeps its default action there.
-MPI_COMMANDS = ("bench",)
+MPI_COMMANDS = ("bench", "tune")
 
 log = logging.getLogger("ccsynth")
 

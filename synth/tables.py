@@ -36,6 +36,21 @@ algorithm does not apply to the topology, the fastest candidate wins as
 without a margin. ``plan.meta["tables"]`` then also names the default's
 algorithm per size and the margin.
 
+**The machine decides where the model departs from the default.** The
+margin does not make a model of 1.5-3x error at 4 ranks on 2 cores right
+(bench/RESULTS.md, issue 10, subsection h30-peers: candidates predicted
+0.3-0.5x of the default measured up to 1.25x; margins large enough to keep
+them out also keep out the departures that win). :func:`tune_plan` measures
+the plan's departures (:func:`departures`: the sizes where it runs another
+algorithm than the default plan's) against the default's algorithm with a
+timer (``ccsynth tune`` under mpiexec: :func:`ccsynth.bench.tune.mpi_timer`)
+and keeps a departure only when it is measured faster by more than
+:data:`TUNE_REL` (:func:`keeps_candidate`), as Open MPI's ``coll_tuned``
+dynamic rules and NCCL's tuner plugins let the machine correct a decision
+table. :func:`pick_winner` is the per-size choice itself (fastest, ties to
+fewer ops, the default's algorithm within the margin), shared with the
+offline judging of policies (``bench_predict --policies``).
+
 :func:`candidates_for` builds every baseline that applies to a collective on
 a topology; the synthesizer adds its schedules to that list.
 
@@ -52,7 +67,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ccsynth.collectives.plan import Plan, PlanEntry
 from ccsynth.collectives.schedule import Schedule
@@ -78,6 +94,9 @@ DEFAULT_MARGIN = 0.25
 #: compile step (its local program) grows faster than linearly with the ops -- measured 68 s for a 12,300-op
 #: ring at chunk factor 1024 on 4 ranks, which every first call of the plan would pay too.
 EXECUTOR_MAX_OPS = 4096
+#: :func:`tune_plan` keeps a candidate only when measured faster than the default's algorithm by more than this:
+#: the same schedule measured 0.95-1.05x of itself in one quiet run (bench/RESULTS.md, issue 10, run D).
+TUNE_REL = 0.05
 
 Candidates = Mapping[tuple[str, int], Sequence[Schedule]] | Iterable[Schedule]
 
@@ -204,34 +223,12 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
             times.append(_times(s, topology, sizes, local_bw))
         winners = []
         for j in range(len(sizes)):
-            best = None
-            for i, s in enumerate(scheds):
-                t = times[i][j]
-                if not math.isfinite(t):
-                    continue
-                if best is None:
-                    best = i
-                    continue
-                tb = times[best][j]
-                if t < tb * (1 - TIE_REL) or (abs(t - tb) <= TIE_REL * max(t, tb) and len(s.ops) < len(scheds[best].ops)):
-                    best = i
+            best = pick_winner([t[j] for t in times], [len(s.ops) for s in scheds], defaults[j], default_margin)
             if best is None:
                 raise PlanError(f"no candidate for {kind} on {n} ranks has a finite simulated time at {sizes[j]} bytes")
-            dj = defaults[j]
-            if (dj is not None and default_margin is not None and best != dj and math.isfinite(times[dj][j])
-                    and not times[best][j] < (1.0 - default_margin) * times[dj][j]):
-                best = dj  # not faster than the default's algorithm by more than the margin: keep it
             winners.append(best)
-        # merge runs of one winner; boundaries at geometric midpoints
-        start = 0
-        for j in range(1, len(sizes) + 1):
-            if j < len(sizes) and winners[j] == winners[start]:
-                continue
-            lo = 0 if start == 0 else _midpoint(sizes[start - 1], sizes[start])
-            hi = None if j == len(sizes) else _midpoint(sizes[j - 1], sizes[j])
-            w = winners[start]
-            entries.append(PlanEntry(kind, n, lo, hi, scheds[w], algorithm=labels[w], predicted_us=times[w][j - 1]))
-            start = j
+        entries += _entries(kind, n, sizes, [scheds[w] for w in winners], [labels[w] for w in winners],
+                            [times[w] for w in winners])
         tables.append(
             {
                 "kind": kind,
@@ -246,6 +243,135 @@ def build_plan(candidates: Candidates, topology: Topology, sizes: Sequence[int],
             }
         )
     return Plan(tuple(entries), topology.name, {"sizes": sizes, "tables": tables})
+
+
+
+def pick_winner(times: Sequence[float], ops: Sequence[int], default: int | None = None,
+                margin: float | None = None) -> int | None:
+    """The index of the candidate a plan runs at one size: the fastest simulated (``times``, us), on a tie
+    (within :data:`TIE_REL`) the one of fewer ``ops``, then the earlier; the ``default`` index instead unless
+    the fastest beats it by more than ``margin`` (see the module docstring). None: no finite time."""
+    best = None
+    for i, t in enumerate(times):
+        if not math.isfinite(t):
+            continue
+        if best is None:
+            best = i
+            continue
+        tb = times[best]
+        if t < tb * (1 - TIE_REL) or (abs(t - tb) <= TIE_REL * max(t, tb) and ops[i] < ops[best]):
+            best = i
+    if (best is not None and default is not None and margin is not None and best != default
+            and math.isfinite(times[default]) and not times[best] < (1.0 - margin) * times[default]):
+        return default  # not faster than the default's algorithm by more than the margin: keep it
+    return best
+
+
+def _entries(kind: str, n: int, sizes: Sequence[int], scheds: Sequence[Schedule], labels: Sequence[str],
+             times: Sequence[Sequence[float]]) -> list[PlanEntry]:
+    """Plan rows from one winner per size (its schedule, label and simulated times at every size): runs of one
+    winner merged, boundaries at geometric midpoints, each row's prediction at the largest size of its range."""
+    out = []
+    start = 0
+    for j in range(1, len(sizes) + 1):
+        if j < len(sizes) and labels[j] == labels[start]:
+            continue
+        lo = 0 if start == 0 else _midpoint(sizes[start - 1], sizes[start])
+        hi = None if j == len(sizes) else _midpoint(sizes[j - 1], sizes[j])
+        out.append(PlanEntry(kind, n, lo, hi, scheds[start], algorithm=labels[start], predicted_us=times[start][j - 1]))
+        start = j
+    return out
+
+
+# ------------------------------------------------------------------ tuning: the plan's departures, measured
+@dataclass(frozen=True)
+class Departure:
+    """A size at which a plan runs another algorithm than the default plan's (``plan.meta["tables"]``)."""
+
+    kind: str
+    n_ranks: int
+    size: int  # bytes (the plan's sizes: nccl-tests sizes)
+    candidate: str  # the plan's choice there
+    default: str  # the default plan's algorithm there
+
+
+@dataclass(frozen=True)
+class TuneChoice:
+    """One departure measured: the candidate's and the default's times (us) and the label kept."""
+
+    departure: Departure
+    candidate_us: float
+    default_us: float
+    kept: str
+
+    def to_dict(self) -> dict:
+        d = self.departure
+        return {"kind": d.kind, "n_ranks": d.n_ranks, "size_bytes": d.size, "candidate": d.candidate, "default": d.default,
+                "candidate_us": self.candidate_us, "default_us": self.default_us, "kept": self.kept}
+
+
+def departures(plan: Plan) -> list[Departure]:
+    """Every size of ``plan``'s tables at which it leaves the default plan's algorithm (plans made with a
+    default margin name it per size; a plan without one has no departures to tune)."""
+    out = []
+    for t in plan.meta.get("tables") or []:
+        for size, winner, default in zip(t["sizes"], t["winners"], t.get("defaults") or [None] * len(t["sizes"])):
+            if default is not None and winner != default:
+                out.append(Departure(t["kind"], t["n_ranks"], size, winner, default))
+    return out
+
+
+def keeps_candidate(candidate_us: float, default_us: float, rel: float = TUNE_REL) -> bool:
+    """Whether a measured candidate replaces the default's algorithm: faster by more than ``rel`` (the spread
+    of one schedule measured against itself), else the default stays."""
+    return candidate_us < (1.0 - rel) * default_us
+
+
+def tune_plan(plan: Plan, topology: Topology, timer: Callable[[Schedule, Schedule, int], tuple[float, float]], *,
+              rel: float = TUNE_REL) -> tuple[Plan, list[TuneChoice]]:
+    """``plan`` with its departures from the default plan confirmed by measurement.
+
+    At every size of :func:`departures` ``timer(candidate, default, size)``
+    returns the measured times (us) of the plan's schedule and of the
+    default plan's algorithm built for ``topology`` (the one the margin
+    compared against), measured side by side; the candidate stays only when
+    :func:`keeps_candidate`, else the default's algorithm takes the size.
+    Sizes where the plan already runs the default's algorithm are not
+    measured (a tie by construction). Mature libraries tune their decision
+    tables the same way (Open MPI's ``coll_tuned`` dynamic rules, NCCL's
+    tuner plugins): the model proposes, the machine decides. Returns the
+    new plan (``meta["tables"]`` updated, ``meta["tuned"]``: every
+    measurement) and the choices.
+    """
+    choices: list[TuneChoice] = []
+    tables = []
+    entries: list[PlanEntry] = []
+    todo = {(d.kind, d.n_ranks, d.size): d for d in departures(plan)}
+    for t in plan.meta.get("tables") or []:
+        kind, n, sizes = t["kind"], t["n_ranks"], t["sizes"]
+        by_label = {e.algorithm: e.schedule for e in plan.entries if e.kind == kind and e.n_ranks == n}
+        defaults = t.get("defaults") or [None] * len(sizes)
+        for sched in _default_choices(kind, n, topology, sizes):
+            if sched is not None:
+                by_label.setdefault(sched.name, sched)
+        winners = list(t["winners"])
+        for j, size in enumerate(sizes):
+            d = todo.get((kind, n, size))
+            if d is None:
+                continue
+            if d.candidate not in by_label or d.default not in by_label:
+                raise PlanError(f"plan has no schedule for {d.candidate!r} or {d.default!r} ({kind} at {size} bytes)")
+            cand_us, def_us = timer(by_label[d.candidate], by_label[d.default], size)
+            kept = d.candidate if keeps_candidate(cand_us, def_us, rel) else d.default
+            winners[j] = kept
+            choices.append(TuneChoice(d, cand_us, def_us, kept))
+            log.info("%s on %d ranks at %s: %s %.1f us, default's %s %.1f us: keeps %s", kind, n, format_size(size),
+                     d.candidate, cand_us, d.default, def_us, kept)
+        times_by = {c["algorithm"]: c["times_us"] for c in t["candidates"]}
+        entries += _entries(kind, n, sizes, [by_label[w] for w in winners], winners, [times_by[w] for w in winners])
+        tables.append({**t, "winners": winners, "defaults": defaults})
+    tuned = [c.to_dict() for c in choices]
+    return Plan(tuple(entries), plan.topology, {**plan.meta, "tables": tables, "tuned": tuned}), choices
 
 
 def _times(schedule: Schedule, topology: Topology, sizes: Sequence[int], local_bw: float | None) -> list[float]:
@@ -331,4 +457,4 @@ def plan_table(plan: Plan, *, times: bool = False, human: bool = True) -> tuple[
 
 
 __all__ = ["build_plan", "candidates_for", "plan_table", "PLAN_HEADERS", "TIE_REL", "DEFAULT_MARGIN",
-           "EXECUTOR_MAX_OPS"]
+           "EXECUTOR_MAX_OPS", "TUNE_REL", "pick_winner", "Departure", "TuneChoice", "departures", "keeps_candidate", "tune_plan"]

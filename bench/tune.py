@@ -1,0 +1,90 @@
+"""Tuning a plan on the machine that runs it: the plan's departures from the default plan, measured.
+
+A plan made with a default margin (:mod:`ccsynth.synth.tables`) names, per
+size, the algorithm the built-in default plan runs there; where the model
+picked another, :func:`ccsynth.synth.tables.tune_plan` asks a timer for
+both. :func:`mpi_timer` is that timer under mpiexec: the two schedules run
+side by side (one iteration of each in turn, after a barrier each, as
+``ccsynth bench --interleave`` does), each through ccsynth's drop-in
+communicator with a one-row plan -- the path a program calling the plan
+takes -- on the benchmark's buffers (:mod:`ccsynth.bench.omb`), and the
+figure is the median over iterations of the slowest rank. Both results are
+checked against the expected output first (a schedule that computes a
+wrong result is refused with an error, whatever its time).
+
+Every rank calls the timer with the same schedules in the same order (the
+plan file is the same on all of them), so the ranks meet in the same
+collectives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ccsynth.bench import omb
+from ccsynth.bench.algos import PlanAlgorithm
+from ccsynth.collectives.plan import Plan, PlanEntry
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.errors import CCSynthError
+from ccsynth.units import format_size
+
+__all__ = ["TUNE_ITERS", "TUNE_WARMUP", "bench_size", "mpi_timer"]
+
+#: timed iterations of each schedule per size (interleaved), and untimed ones before
+TUNE_ITERS, TUNE_WARMUP = 50, 5
+
+#: collectives whose benchmark size is per rank (OMB), a ``ranks``-th of the plan's (nccl-tests) size
+_PER_RANK = ("allgather", "alltoall")
+
+
+def bench_size(kind: str, n: int, plan_bytes: int, itemsize: int = 4) -> int:
+    """The ``ccsynth bench`` size of ``kind`` on ``n`` ranks at the plan's size ``plan_bytes`` (a multiple of
+    the element size, at least one element per rank and block)."""
+    size = plan_bytes // n if kind in _PER_RANK else plan_bytes
+    unit = itemsize * (n if kind == "reduce_scatter" else 1)
+    return max(unit, size - size % unit)
+
+
+def _benchmark(kind: str) -> omb.Benchmark:
+    for b in omb.BENCHMARKS.values():
+        if b.kind == kind and not b.pt2pt:
+            return b
+    raise CCSynthError(f"no benchmark measures {kind}: it cannot be tuned")
+
+
+class _OneSchedule(PlanAlgorithm):
+    """ccsynth's communicator with a plan of one row: ``schedule`` at every size."""
+
+    def __init__(self, label: str, schedule: Schedule, n: int):
+        super().__init__(label, None)
+        self._plan = Plan((PlanEntry(schedule.collective.kind, n, 0, None, schedule, algorithm=label),))
+
+
+def mpi_timer(comm, *, iters: int = TUNE_ITERS, warmup: int = TUNE_WARMUP, buffer: str = "numpy",
+              dtype: str = "float32") -> Callable[[Schedule, Schedule, int], tuple[float, float]]:
+    """A timer for :func:`~ccsynth.synth.tables.tune_plan` on ``comm`` (every rank calls it alike): the
+    median over ``iters`` interleaved iterations of the slowest rank, for both schedules (us)."""
+
+    def timer(candidate: Schedule, default: Schedule, plan_bytes: int) -> tuple[float, float]:
+        kind = candidate.collective.kind
+        ctx = omb.Context(comm, omb.Options(sizes=(), iters=iters, warmup=warmup, buffer=buffer, dtype=dtype))
+        size = bench_size(kind, ctx.n, plan_bytes, ctx.itemsize)
+        bench = _benchmark(kind)
+        algos = [_OneSchedule("candidate", candidate, ctx.n), _OneSchedule("default", default, ctx.n)]
+        for a in algos:
+            a.setup(kind, ctx)
+        cases = [omb.prepare(bench, ctx, a, size) for a in algos]
+        for name, case in zip((candidate.name, default.name), cases):
+            omb.fresh_run(ctx, case)
+            ok = case.check() if case.check is not None else True
+            if not all(comm.allgather(bool(ok))):
+                raise CCSynthError(f"{name} computed a wrong {kind} at {format_size(plan_bytes)}: not tuned")
+        times = omb.measure(comm, cases, iters, warmup)
+        per_rank = comm.allgather(times)
+        out = tuple(omb.slowest_rank_median([r[i] for r in per_rank]) for i in range(len(cases)))
+        del cases
+        for a in algos:
+            a.comm(ctx).Free()
+        return out[0], out[1]
+
+    return timer
