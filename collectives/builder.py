@@ -66,6 +66,8 @@ class ScheduleBuilder:
         dst = self._range(dst) if dst is not None else None
         op_id = len(self._ops)
         # what the op reads and writes on its rank (as Op.reads() / Op.writes() say)
+        reads: tuple[Chunks, ...]
+        writes: tuple[Chunks, ...]
         if kind == "send" and src is not None:
             reads, writes = (src,), ()
         elif kind == "copy" and src is not None and dst is not None:

@@ -172,7 +172,7 @@ def in_place_storage(collective: Collective, rank: int, chunks: Chunks) -> Chunk
     return chunks
 
 
-def _plainly_valid(op: Op, i: int, n: int, sizes: dict[str, int], max_channels: int, n_ops: int,
+def _plainly_valid(op: Op, i: int, n: int, sizes: dict[str, int], max_channels: float, n_ops: int,
                    ranks_of: list[int]) -> bool:
     """Every check of :meth:`Schedule.check_structure` passes for ``op`` at position ``i`` of a schedule of
     uniform chunks, out of place (False: some check may fail; the full checks then say which)."""

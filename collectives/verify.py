@@ -347,11 +347,15 @@ def _execute(
         if op.kind == "recv":
             values = in_flight.pop(matches[x])
         else:
-            k0 = base | (_BUF_BITS[src.buf] << 32) if src is not None else 0
-            values = [state.get(k) for k in range(k0 + src.index, k0 + src.index + src.count)] \
-                if src is not None else []
-            if None in values:
-                raise ScheduleError(_uninitialised(op, op.src_chunks if src is None else src, values.index(None)))
+            if src is None:
+                src = op.src_chunks  # raises: the structure check lets no such op through
+            k0 = base | (_BUF_BITS[src.buf] << 32)
+            values = []
+            for k in range(k0 + src.index, k0 + src.index + src.count):
+                v = state.get(k)
+                if v is None:
+                    raise ScheduleError(_uninitialised(op, src, k - k0 - src.index))
+                values.append(v)
             if op.kind == "send":
                 in_flight[x] = values
                 continue
