@@ -30,23 +30,22 @@ through this module:
   built once), for per-size plans;
 * :func:`baselines_against` -- the search ``ccsynth synth`` runs: every
   applicable baseline at its best chunk factor *where it could beat* a
-  given time (the synthesized schedule's). A factor whose pipeline bound
-  exceeds that time cannot beat it and is not simulated (while nothing
-  of the baseline is simulated yet, such a factor counts as slower only
-  where its bound rose from the factor before: the bound falls while
-  the pipeline's fill shrinks, and a baseline's best factor usually
-  comes after a few such); when its *volume* part (the busiest
-  resource's bytes) does, no factor of that baseline can (a chunk factor
-  cuts every block into pieces that take the block's own routes, so
-  every resource carries the same bytes at every factor:
-  ``tests/test_baseline_search.py`` checks it for every baseline), and
-  the baseline's other factors are not even built; when its per-message
-  overheads on one engine do, no larger factor can (a larger factor
-  never sends fewer messages on an engine, tested the same way), and for
-  the baselines that send every chunk as a message of its own
+  given time (the synthesized schedule's). Until one of its factors is
+  simulated, a factor whose static bound
+  (:func:`~ccsynth.synth.simulate.static_bound`: its busiest resource's
+  bytes, its busiest engine's per-message overheads) exceeds that time
+  cannot beat it and is not simulated; when the *volume* part does, no
+  factor of that baseline can (a chunk factor cuts every block into
+  pieces that take the block's own routes, so every resource carries the
+  same bytes at every factor: ``tests/test_baseline_search.py`` checks it
+  for every baseline), and the baseline's other factors are not even
+  built. After that the pipeline bound prunes as in :func:`best_for`;
+  per-message overheads above the best so far end the walk (a larger
+  factor never sends fewer messages on an engine, tested the same way),
+  and for the baselines that send every chunk as a message of its own
   (:data:`MESSAGES_PER_CHUNK`) the next factor's overheads are twice
-  this one's, so a factor whose doubled overheads exceed the time to
-  beat is not built either. Baselines proven slower are reported with
+  this one's, so a factor whose doubled overheads exceed the best is not
+  built either. Baselines proven slower are reported with
   the bound they exceeded (:class:`Outrun`), never with a time.
   Schedules are built unverified during the search (the builders are
   verified by their tests); the one returned for use is verified
@@ -86,7 +85,7 @@ from ccsynth.synth.baselines import BASELINES, get_baseline, make_baseline, min_
 from ccsynth.synth.baselines import multi_ring, ring
 from ccsynth.synth.baselines._util import split
 from ccsynth.synth.pipeline_bound import pipeline_bound
-from ccsynth.synth.simulate import SimResult, simulate
+from ccsynth.synth.simulate import SimResult, simulate, simulate_below
 from ccsynth.tolerance import is_greater, is_less
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
@@ -267,14 +266,14 @@ def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = 
             outrun: list[Outrun] | None = None) -> BaselineChoice | None:
     """Walk baseline ``name``'s ladder at ``size_bytes``; stop after WORSE_IN_A_ROW slower factors.
 
-    A factor is simulated only if its :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` does not exceed the
-    time it has to beat: the best simulated so far, else ``beat`` (None: the first factor is simulated). Above
-    the best it counts as a slower factor, as its simulated time would; above ``beat`` with nothing simulated
-    yet, it counts only where the bound rose from the factor before (the walk goes on while the pipeline's
-    fill shrinks). Its bytes above ``beat`` end the walk (no factor can beat it), and so do its per-message
-    overheads above the time to beat (they never shrink as the factor grows; where every message splits in
-    two at the next factor, :data:`MESSAGES_PER_CHUNK`, the next factor's are known without building it).
-    Factors proven slower than ``beat`` go to ``outrun``.
+    Until a factor is simulated, a factor is simulated unless its static bound
+    (:func:`~ccsynth.synth.simulate.simulate_below`) exceeds ``beat``, as it always was (its bytes above
+    ``beat`` end the walk; such factors go to ``outrun``). Once one is, a factor is simulated only if its
+    :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` does not exceed the best so far (and its static bound
+    not ``beat``): otherwise it counts as the slower factor its simulated time would have made it, so the walk
+    picks what it picked when it simulated every factor. Per-message overheads above the best end the walk
+    (they never shrink as the factor grows; where every message splits in two at the next factor,
+    :data:`MESSAGES_PER_CHUNK`, the next factor's are known without building it).
     """
     best: BaselineChoice | None = None
     worse = 0
@@ -282,9 +281,7 @@ def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = 
     call = topology.call_overhead
     last: tuple[int, int] | None = None  # the last factor built and its op count
     overheads: tuple[int, float] | None = None  # the last factor bounded and its busiest engine's overheads
-    rising_from: float | None = None  # the bound of the last factor proven slower while nothing was simulated
     for factor in chunk_factor_ladder(name, builds.kind, topology, size_bytes):
-        to_beat = best.result.time_us if best is not None else beat
         if beat is not None and best is None and worse == 0 and last is None:
             # the ring family's bytes without building its (at 1,024 ranks: 2-17 million op) schedules
             coll = Collective(builds.kind, builds.n, factor, builds.root)
@@ -302,41 +299,53 @@ def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = 
             if ops is not None and ops > MAX_OPS:
                 builds.say(f"baseline {name} at chunk factor {factor}: not tried (about {ops:.0f} ops, over MAX_OPS)")
                 break
-        if to_beat is not None and overheads is not None and name in MESSAGES_PER_CHUNK:
+        if best is not None and overheads is not None and name in MESSAGES_PER_CHUNK:
             engine = overheads[1] * factor / overheads[0] + call
-            if is_greater(engine, to_beat):
+            if is_greater(engine, best.result.time_us):
                 builds.say(f"baseline {name} at chunk factor {factor}: at least {engine:.3f} us (its per-message "
-                           f"overheads, not built), slower than {to_beat:.3f} us")
-                if outrun is not None and best is None:
-                    outrun.append(Outrun(name, factor, engine, False))
+                           f"overheads, not built), slower than its best so far")
                 break
         sched = builds.get(name, factor)
         if sched is None:
             continue
         last = (factor, len(sched.ops))
-        if to_beat is not None:
+        if best is not None:  # only a factor its pipeline bound leaves below the best so far can become the best
             b = pipeline_bound(sched, topology, size_bytes)
             overheads = (factor, b.engine_us)
-            if is_greater(b.time_us, to_beat):
-                every = is_greater(b.volume_us + call, to_beat)
-                done = every or is_greater(b.engine_us + call, to_beat)
-                why = "its bytes, at every factor" if every else \
-                    "its per-message overheads, at every larger factor" if done else f"its pipeline: {b.which}"
+            static_out = beat is not None and is_greater(max(b.volume_us, b.engine_us) + call, beat)  # as always
+            if static_out or is_greater(b.time_us, best.result.time_us):
+                done = is_greater(b.engine_us + call, best.result.time_us)
+                why = "its per-message overheads, at every larger factor" if done else f"its pipeline: {b.which}"
                 builds.say(f"baseline {name} at chunk factor {factor}: at least {b.time_us:.3f} us ({why}), slower "
-                           f"than {to_beat:.3f} us")
-                if outrun is not None and best is None:
-                    outrun.append(Outrun(name, factor, b.time_us, every))
+                           f"than its best so far")
                 if done:
                     break
-                if best is not None or (rising_from is not None and not is_less(b.time_us, rising_from)):
-                    worse += 1
-                    if worse >= WORSE_IN_A_ROW:
-                        break
-                if best is None:
-                    rising_from = b.time_us
+                worse += 1
+                if worse >= WORSE_IN_A_ROW:
+                    break
                 continue
-        with gc_paused():
-            r = simulate(sched, topology, size_bytes)
+            with gc_paused():
+                r = simulate(sched, topology, size_bytes)
+        elif beat is not None:  # nothing simulated yet: the static bound against the time to beat, as always
+            with gc_paused():
+                sb, got = simulate_below(sched, topology, size_bytes, beat)
+            if got is None:
+                every = is_greater(sb.volume_us + sb.call_us, beat)
+                builds.say(f"baseline {name} at chunk factor {factor}: at least {sb.time_us:.3f} us ("
+                           f"{'its bytes, at every factor' if every else 'its per-message overheads'}), slower than "
+                           f"{beat:.3f} us")
+                if outrun is not None:
+                    outrun.append(Outrun(name, factor, sb.time_us, every))
+                if every:
+                    break
+                worse += 1
+                if worse >= WORSE_IN_A_ROW:
+                    break
+                continue
+            r = got
+        else:
+            with gc_paused():
+                r = simulate(sched, topology, size_bytes)
         builds.say(f"baseline {name} at chunk factor {factor}: {r.time_us:.3f} us ({len(sched.ops)} ops, simulated)")
         if best is None or is_less(r.time_us, best.result.time_us):
             best, worse = BaselineChoice(name, factor, r, sched), 0
@@ -403,7 +412,7 @@ def baselines_against(collective: Collective, topology: Topology, size_bytes: fl
 
     The choices come fastest first, their schedules unverified (:func:`verified` before use); a baseline
     whose every candidate factor is proven slower than ``beat`` (or whose walk stopped on such factors before
-    reaching one that is not) appears only in ``outrun``, with the least bound of the factors it tried. A factor
+    reaching one that is not) appears only in ``outrun``, with the bound of its first factor. A factor
     is left out only when it is provably slower than the time it had to beat (see the module docstring).
     ``progress`` is told what became of every factor (the lines logged at INFO): at 1,024 ranks the search
     takes minutes.
@@ -419,7 +428,7 @@ def baselines_against(collective: Collective, topology: Topology, size_bytes: fl
             log.info("baseline %s: best at chunk factor %d, %.3f us", name, choice.chunk_factor,
                      choice.result.time_us)
         elif mine:
-            outrun.append(min(mine, key=lambda o: o.bound_us))  # the least of its factors' bounds
+            outrun.append(mine[0])
     choices.sort(key=lambda c: c.result.time_us)  # stable
     return BaselineSearch(choices, outrun)
 
