@@ -71,6 +71,7 @@ from ccsynth.atomic import write_text
 from ccsynth.formats.files import get_topology
 from ccsynth.synth.multidim import POLICIES, dim_net, schedule_multidim
 from ccsynth.synth.multidim.cost import PhaseCosts
+from ccsynth.synth.multidim.losses import dimension_losses, startup_optimum
 from ccsynth.synth.multidim.lp import bandwidth_bound, fixed_order_load, pipelined_bound, rounded_bound
 from ccsynth.tolerance import is_greater
 from ccsynth.units import format_size, parse_sizes
@@ -113,7 +114,7 @@ def bench_case(topology: str, size: int, kind: str = "allreduce") -> dict:
     bound = bandwidth_bound(net, costs, kind, size)
     imbalance = fixed_order_load(net, costs, kind, size) / bound
     scheds: dict[str, dict] = {}
-    lp_chunks: tuple = ()
+    mds = {}
     row: dict = {"topology": topology, "ranks": topo.n_ranks, "dims": len(net.dims), "size_bytes": size,
                  "kind": kind, "bound_us": bound, "load_imbalance": imbalance,
                  "imbalanced": is_greater(imbalance, 1.0, IMBALANCE_TOLERANCE), "schedulers": scheds}
@@ -121,8 +122,7 @@ def bench_case(topology: str, size: int, kind: str = "allreduce") -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         md = schedule_multidim(net, kind, size, policy)
         secs, cpu = time.perf_counter() - t0, time.process_time() - c0
-        if policy == "lp":
-            lp_chunks = md.chunks
+        mds[policy] = md
         scheds[policy] = {"time_us": md.makespan_us, "utilization": bound / md.makespan_us,
                                      "chunks": md.n_chunks, "seconds": secs, "cpu_seconds": cpu, "lp_bound_us": md.lp_bound_us,
                                      "origin": md.origin,
@@ -135,6 +135,8 @@ def bench_case(topology: str, size: int, kind: str = "allreduce") -> dict:
     row["themis_vs_fixed"] = s["fixed"]["time_us"] / s["themis"]["time_us"]
     row["lp_vs_fixed"] = s["fixed"]["time_us"] / s["lp"]["time_us"]
     row["lp_vs_themis"] = s["themis"]["time_us"] / s["lp"]["time_us"]
+    lp_md = mds["lp"]
+    lp_chunks = lp_md.chunks
     lp_bound = s["lp"]["lp_bound_us"]
     row["lp_over_own_bound"] = s["lp"]["time_us"] / lp_bound if lp_bound else float("nan")
     # the own bound plus the fill and drain every schedule of the LP's chunk count pays
@@ -144,6 +146,12 @@ def bench_case(topology: str, size: int, kind: str = "allreduce") -> dict:
     equal = len({c.units for c in lp_chunks}) == 1
     row["lp_rounded_bound_us"] = rounded_bound(net, costs, kind, size, len(lp_chunks)) if equal else None
     row["lp_over_rounded_bound"] = s["lp"]["time_us"] / row["lp_rounded_bound_us"] if equal else None
+    # where the LP's time goes per dimension, and what a re-split could reach if each dimension kept its fill,
+    # drain and exposed costs (ccsynth.synth.multidim.losses; as many equal chunks as the LP's winner has: a ring
+    # phase's floor pays its latency once per chunk, a direct phase's is its bytes)
+    losses = dimension_losses(costs, lp_md.timing)
+    row["lp_losses"] = [x.to_dict() for x in losses]
+    row["lp_startup_optimum_us"] = startup_optimum(costs, kind, size, len(lp_chunks), losses)
     return row
 
 
@@ -236,6 +244,23 @@ def _markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _losses_markdown(rows: list[dict]) -> str:
+    """Where the LP's time goes (see :mod:`ccsynth.synth.multidim.losses`): per dimension, floor + exposed /
+    fill / idle / drain (us), and the start-up-aware optimum of a re-split."""
+    head = ["topology", "size", "lp (us)", "chunks", "origin", "own bound T* (us)", "start-up-aware optimum (us)",
+            "lp / it", "per dimension: floor + exposed / fill / idle / drain (us)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        lp = r["schedulers"]["lp"]
+        dims = "; ".join(f"{x['dim']}: {x['floor_us']:.0f} + {x['exposed_us']:.0f} / {x['fill_us']:.0f} / "
+                         f"{x['idle_us']:.0f} / {x['drain_us']:.0f}" for x in r["lp_losses"])
+        cells = [f"`{r['topology']}`", format_size(r["size_bytes"]), f"{lp['time_us']:.1f}", str(lp["chunks"]),
+                 lp["origin"], f"{lp['lp_bound_us']:.1f}", f"{r['lp_startup_optimum_us']:.1f}",
+                 f"{lp['time_us'] / r['lp_startup_optimum_us']:.3f}", dims]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ccsynth.bench.bench_multidim", description=__doc__.split("\n")[0])
     ap.add_argument("--topologies", default=None,
@@ -256,6 +281,9 @@ def main(argv=None) -> int:
             print(f"# {name} {format_size(size)} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     summary = summarize(rows, suite)
     print(_markdown(rows))
+    print()
+    largest = max(sizes)
+    print(_losses_markdown([r for r in rows if r["size_bytes"] == largest]))
     print()
     for k, v in summary.items():
         print(f"- {k}: {v:.4g}" if isinstance(v, float) else f"- {k}: {v}")

@@ -316,6 +316,11 @@ def _profile_lines(case: dict) -> list[str]:
     if t.get("eager_limit_bytes") is not None:
         extras.append(f"messages above {_sz(int(t['eager_limit_bytes']))} pay "
                       f"{t.get('rendezvous_alpha_us', 0):.2f} us more latency")
+    rc = t.get("round_cost")
+    if rc:
+        extras.append("a round of k peers costs more: " + ", ".join(f"k={k} {c:.2f} us" for k, c in zip(rc["peers"], rc["us"])))
+    if "communicator_overhead_us" in t:
+        extras.append(f"{t['communicator_overhead_us']:.2f} us more per call through ccsynth's communicator")
     lines = [f"*{t['n_ranks']} ranks* ({t.get('description', '')}): " + "; ".join(extras) + f"; shared ports: {ports}.",
              "", "| pair | alpha (us) | overhead (us) | latency alpha+2o (us) | bw (GB/s) |", "|---|---:|---:|---:|---:|"]
     for link in t["links"]:

@@ -8,7 +8,12 @@ back to MPI's own collective) and predicts one call of it run by ccsynth's
 executor on the topology (:func:`ccsynth.synth.executor_model.simulate_run`:
 the schedule cut into the executor's pipeline slices, with its fusions and
 its pre-posted receives, then simulated). ``mpi`` rows get no prediction:
-there is no schedule to simulate.
+there is no schedule to simulate. The rows that run through ccsynth's
+communicator (``default``, ``plan:FILE``; a baseline runs its compiled
+schedule directly) get the topology's ``communicator_overhead`` on top
+(:func:`via_communicator`): the communicator's own per-call cost, which
+``ccsynth topo profile`` measures beside the executor's and the simulator
+never adds (0 in the catalog and in profiles written before it existed).
 
 What is compared: the *measured* figure is ``Row.median_us``, the median
 over iterations of the slowest rank's time -- what the simulator's
@@ -58,7 +63,7 @@ from ccsynth.topologies import fully_connected
 from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
 
-__all__ = ["Predictor", "load_predict_topology", "SavedRun", "repredict_document", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines"]
+__all__ = ["Predictor", "load_predict_topology", "SavedRun", "repredict_document", "via_communicator", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +104,10 @@ class Predictor:
             except ScheduleError as e:  # a size this schedule cannot split: the row ran on MPI's own
                 log.info("no prediction for %s at %d bytes: %s", schedule.name, row.nbytes, e)
                 self._cache[key] = None
-        return self._cache[key]
+        pred = self._cache[key]
+        if pred is not None and via_communicator(algo.name):
+            pred += self.topology.communicator_overhead
+        return pred
 
     def annotate(self, algo, row):
         """``row`` with ``predicted_us`` set (unchanged for rows without a schedule)."""
@@ -153,6 +161,12 @@ class SavedRun:
         return entry.schedule if entry is not None else None
 
 
+def via_communicator(column: str) -> bool:
+    """Whether the bench column ``column`` runs through ccsynth's communicator (``default``, ``plan``,
+    ``plan:FILE``), whose per-call cost its predictions add (see the module docstring)."""
+    return column in ("default", "plan") or column.startswith("plan:")
+
+
 def _nccl_size(row: Mapping) -> int:
     """A saved row's nccl-tests size (what plans and the predictor are indexed by; OMB's own size differs for
     allgather, say)."""
@@ -196,8 +210,9 @@ def repredict_document(doc: Mapping, topology: Topology, folder: str | Path | No
                     except ScheduleError as e:
                         log.info("no prediction for %s at %s bytes: %s", schedule.name, key[1], e)
                         cache[key] = None
-                if cache[key] is not None:
-                    new["predicted_us"] = cache[key]
+                pred = cache[key]
+                if pred is not None:
+                    new["predicted_us"] = pred + (topology.communicator_overhead if via_communicator(column) else 0.0)
             out.append(new)
         results[column] = out
     redone = dict(doc)

@@ -85,6 +85,33 @@ what collectives will see:
      forwarded message costs more (:func:`fit_forward_curve`):
      ``Topology.forward_curve``.
 
+**Rounds and the communicator** (:func:`round_probes`, :func:`fit_round_cost`,
+:func:`measure_communicator`). Two figures the probes above cannot see,
+both measured on 8 B messages after everything else is fitted:
+
+* *rounds of k peers*: ``R`` rounds in which every rank sends to ``k``
+  peers and waits for ``k`` (``k = 1 .. n - 1``, :func:`round_peer_counts`;
+  each round's sends wait for all of the last round's receives). With more
+  ranks than cores a round of ``k`` peers completes only once all of them
+  have been scheduled: on the project's 2-core machine with 4 ranks a round
+  with three peers measured 2-2.5x one with one peer, beyond what its
+  messages' overheads explain (bench/RESULTS.md, issue 10, h30-peers). Per
+  ``k``, the slope of the measured time over ``R`` against the slope the
+  simulator predicts with the fitted topology gives the extra per round:
+  ``Topology.round_cost`` (:mod:`ccsynth.topologies.rounds`). The slope, not
+  the times themselves: the per-call cost (the intercept) is the chains'.
+* *the communicator's per call cost*: one 8 B allgather and one 8 B
+  allreduce (ring schedules) run through
+  :class:`~ccsynth.collectives.communicator.Communicator` and, interleaved,
+  through :class:`~ccsynth.collectives.executor.CompiledSchedule` directly:
+  the mean difference is ``Topology.communicator_overhead``, which
+  ``ccsynth bench --predict`` adds to the rows that run through it.
+
+Both are measured twice in every pass (at its start and at its end) and
+kept as the median of the fastest half of those measurements
+(:func:`robust_us`): on a loaded machine one fastest pass of a probe this
+cheap can be a lucky one.
+
 **Cold caches.** The bandwidth and forward probes start every timed call
 with the core's own caches holding other data: an untimed pass over an
 eviction buffer (:func:`eviction_bytes`: four times the largest cache
@@ -139,22 +166,27 @@ import math
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ccsynth.bench.omb import Case, measure, slowest_rank_median
 from ccsynth.collectives.builder import ScheduleBuilder
+from ccsynth.collectives.communicator import Communicator
+from ccsynth.collectives.plan import Plan, PlanEntry
 from ccsynth.collectives.executor import CompiledSchedule
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError
 from ccsynth.kernels.base import get_backend
+from ccsynth.synth.baselines import make_baseline
 from ccsynth.synth.executor_model import ExecutorSettings, lower_for_executor
 from ccsynth.synth.simulate import TaskGraph, simulate_graph
 from ccsynth.topologies.curve import SizeCurve
+from ccsynth.topologies.catalog import fully_connected
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Link, SharedPort, Topology
+from ccsynth.topologies.rounds import RoundCost
 from ccsynth.units import format_size
 
 __all__ = [
@@ -163,6 +195,8 @@ __all__ = [
     "measure_probe", "measure_kernels", "local_curve", "fit_hops", "fit_overhead", "fit_bandwidth", "fit_protocol",
     "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
     "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve",
+    "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
+    "CommunicatorFit", "measure_communicator",
 ]
 
 log = logging.getLogger(__name__)
@@ -193,6 +227,11 @@ CURVE_MIN_BYTES = 4 << 10
 #: buffer sizes of the local-kernel ladder (the local curve); KERNEL_BYTES is its last point
 LOCAL_LADDER = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 PASSES = 3  # every probe is measured in this many passes over all of them; the fastest pass counts
+#: rounds of the round probes (quick: the first and the last); the per-round cost is the slope over these
+ROUND_COUNTS = (1, 2, 4, 8)
+#: the most peers a round probe waits on, and the most messages per rank of one (fewer rounds beyond; at least two
+#: round counts): a probe of every rank on many ranks would cost more to build and fit than to run
+ROUND_MAX_PEERS, ROUND_MAX_MESSAGES = 64, 128
 QUICK_ITERS_SMALL, QUICK_ITERS_LARGE = 15, 3
 
 
@@ -266,7 +305,9 @@ class Probe:
     """One measurement schedule: ``messages`` messages of ``nbytes`` per active rank, on ``pattern``.
 
     ``shape`` is ``chain`` (each round forwards the last one's message; of
-    small messages and of the protocol ladder), ``forward`` (the same of
+    small messages and of the protocol ladder), ``rounds`` (``messages``
+    rounds of exchanges with ``peers`` peers, :func:`round_probes`; the
+    pattern only names it), ``forward`` (the same of
     large messages: the bandwidth probes of forwarded data) or ``window``
     (all messages independent, in flight together);
     ``slice_bytes`` is the executor's pipeline slice (None: its default).
@@ -277,13 +318,16 @@ class Probe:
     messages: int
     nbytes: int
     slice_bytes: int | None = None
+    peers: int = 1  # shape "rounds": the peers every rank exchanges with in each of its ``messages`` rounds
 
     @property
     def size_bytes(self) -> int:
         """The schedule's message size (nccl-tests convention of its allgather spec)."""
-        return len(self.pattern.dest) * self.messages * self.nbytes
+        return len(self.pattern.dest) * self.messages * self.peers * self.nbytes
 
     def describe(self) -> str:
+        if self.shape == "rounds":
+            return f"{self.messages} rounds with {self.peers} peer{'s' if self.peers > 1 else ''} of {format_size(self.nbytes)}"
         sl = f", {self.slice_bytes >> 20} MiB slices" if self.slice_bytes and self.nbytes > SMALL else ""
         return f"{self.pattern.name}: {self.shape} of {self.messages} x {format_size(self.nbytes)}{sl}"
 
@@ -372,6 +416,8 @@ class MachineProfile:
     pair_bw: dict = field(default_factory=dict)  # node -> one pair's bandwidth alone (GB/s), where measured
     protocol: ProtocolFit = NO_SWITCH
     seconds: float = 0.0
+    round_samples: tuple[Sample, ...] = ()  # the round probes (robust_us of their measurements)
+    communicator: CommunicatorFit | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -393,6 +439,13 @@ class MachineProfile:
             "local_ladder_us": [[m, t] for m, t in self.kernels.ladder],
             "pair_bw_GBps": {str(k): v for k, v in self.pair_bw.items()},
             "samples": [{"probe": s.probe.describe(), "measured_us": s.measured_us} for s in self.samples],
+            "round_cost": None if self.topology.round_cost is None else self.topology.round_cost.to_dict(),
+            "round_samples": [{"peers": s.probe.peers, "rounds": s.probe.messages, "measured_us": s.measured_us}
+                              for s in self.round_samples],
+            "communicator_overhead_us": self.topology.communicator_overhead,
+            "communicator_us": None if self.communicator is None else {
+                k: {"communicator": self.communicator.via_us[k], "executor": self.communicator.direct_us[k]}
+                for k in self.communicator.via_us},
             "hosts": list(self.hosts),
             "cores": list(self.cores),
             "seconds": self.seconds,
@@ -457,6 +510,8 @@ def probe_schedule(n: int, probe: Probe) -> Schedule:
     Not a complete allgather (it is never verified as one): the executor
     needs only a race-free schedule whose messages match.
     """
+    if probe.shape == "rounds":
+        return _rounds_schedule(n, probe)
     m = probe.messages
     b = ScheduleBuilder(Collective("allgather", n, m), f"{probe.shape}{m}", topology="profile")
     for j in range(m):
@@ -466,6 +521,51 @@ def probe_schedule(n: int, probe: Probe) -> Schedule:
             else:
                 b.transfer(r, d, ("i", j), ("o", j))
     return b.build()
+
+
+def _rounds_schedule(n: int, probe: Probe) -> Schedule:
+    """The schedule of a round probe: round ``j`` sends, on every rank, what round ``j - 1`` received from each
+    peer to that peer's counterpart (the first round: the input), after all of round ``j - 1``'s receives."""
+    k, rounds = probe.peers, probe.messages
+    perms = round_partners(n, k)
+    b = ScheduleBuilder(Collective("allgather", n, rounds * k), f"rounds{rounds}x{k}", topology="profile")
+    last: list[list[int]] = [[] for _ in range(n)]  # per rank: the receives of the last round
+    for j in range(rounds):
+        now: list[list[int]] = [[] for _ in range(n)]
+        for i, dest in enumerate(perms):
+            for r in range(n):
+                src = ("i", i) if j == 0 else ("o", (j - 1) * k + i)
+                _, rid = b.transfer(r, dest[r], src, ("o", j * k + i), send_deps=last[r])
+                now[dest[r]].append(rid)
+        last = now
+    return b.build()
+
+
+def round_peer_counts(n: int) -> tuple[int, ...]:
+    """The peer counts ``k`` of the round probes on ``n`` ranks: 1 to 8, then about doubling, and ``n - 1``, up to
+    :data:`ROUND_MAX_PEERS` (the round cost stays at its last point beyond)."""
+    ks = {k for k in (*range(1, 9), 12, 16, 24, 32, 48, ROUND_MAX_PEERS) if k < n}
+    return tuple(sorted(ks | ({n - 1} if n - 1 <= ROUND_MAX_PEERS else set())))
+
+
+def round_partners(n: int, k: int) -> tuple[tuple[int, ...], ...]:
+    """``k`` permutations of the ranks, the peers of a round: with ``n`` a power of two ``r -> r xor m``
+    (``m = 1 .. k``: a rank sends to and receives from the same ``k`` peers, as recursive doubling and the
+    direct algorithms do), otherwise ``r -> r + s`` (``s = 1 .. k``: it receives from ``k`` others)."""
+    if n & (n - 1) == 0:
+        return tuple(tuple(r ^ m for r in range(n)) for m in range(1, k + 1))
+    return tuple(tuple((r + s) % n for r in range(n)) for s in range(1, k + 1))
+
+
+def round_probes(n: int, options: ProfileOptions) -> list[Probe]:
+    """The round probes (see the module docstring): per peer count, every round count of :data:`ROUND_COUNTS`."""
+    counts = (ROUND_COUNTS[0], ROUND_COUNTS[-1]) if options.quick else ROUND_COUNTS
+    out = []
+    for k in round_peer_counts(n):
+        pat = Pattern(f"{k} peer{'s' if k > 1 else ''}", round_partners(n, k)[0])
+        mine = [r for i, r in enumerate(counts) if i < 2 or r * k <= ROUND_MAX_MESSAGES]
+        out += [Probe(pat, "rounds", r, SMALL, peers=k) for r in mine]
+    return out
 
 
 def plan_probes(pats: Sequence[Pattern], options: ProfileOptions) -> list[Probe]:
@@ -516,11 +616,10 @@ def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
     n = comm.Get_size()
     schedule = probe_schedule(n, probe)
     cs = CompiledSchedule(schedule, comm, slice_bytes=probe.slice_bytes)
-    m = probe.messages
     # written, not zeros: a fresh zeroed buffer reads the kernel's one zero page, which sits in the caches
     # (windows of 4 MiB from np.zeros ran 2.3x faster than from written buffers)
-    send = np.ones(m * probe.nbytes, np.uint8)
-    recv = np.ones(n * m * probe.nbytes, np.uint8)
+    send = np.ones(probe.size_bytes // n, np.uint8)
+    recv = np.ones(probe.size_bytes, np.uint8)
     iters, warmup = options.iterations(probe.nbytes)
     cases = [Case(lambda: cs.run(send, recv), probe.size_bytes, probe.nbytes)]
     if options.cold and probe.shape in ("window", "forward") and probe.nbytes > SMALL:
@@ -529,6 +628,46 @@ def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
     local = measure(comm, cases, iters, warmup)[0]
     cs.free()
     return Sample(probe, slowest_rank_median(comm.allgather(local)))
+
+
+class _CommunicatorProbe:
+    """One 8 B allgather and allreduce (ring schedules), ready to run through ccsynth's communicator and through
+    the executor directly (see :func:`measure_communicator`); collective to build and to free."""
+
+    KINDS = ("allgather", "allreduce")
+
+    def __init__(self, comm):
+        n = comm.Get_size()
+        self.schedules = {kind: make_baseline("ring", Collective(kind, n, n if kind == "allreduce" else 1),
+                                              fully_connected(n)) for kind in self.KINDS}
+        plan = Plan(tuple(PlanEntry(kind, n, 0, None, s, algorithm="ring") for kind, s in self.schedules.items()))
+        self.via = Communicator(comm, plan=plan, backend="numpy", fallback=True)
+        self.direct = {kind: CompiledSchedule(s, comm) for kind, s in self.schedules.items()}
+        # 8 B per rank: an allgather of 2 floats each, an allreduce of 2 floats per rank (the ring cuts n blocks)
+        self.send = {"allgather": np.ones(2, np.float32), "allreduce": np.ones(2 * n, np.float32)}
+        self.recv = {"allgather": np.ones(2 * n, np.float32), "allreduce": np.ones(2 * n, np.float32)}
+
+    def cases(self, kind: str) -> list[Case]:
+        send, recv, cs = self.send[kind], self.recv[kind], self.direct[kind]
+        call = getattr(self.via, "Allgather" if kind == "allgather" else "Allreduce")
+        return [Case(lambda: call(send, recv), send.nbytes, send.size), Case(lambda: cs.run(send, recv), send.nbytes,
+                                                                               send.size)]
+
+    def free(self) -> None:
+        for cs in self.direct.values():
+            cs.free()
+        self.via.Free()
+
+
+def measure_communicator(comm, probe: _CommunicatorProbe, options: ProfileOptions) -> dict[str, tuple[float, float]]:
+    """Per collective of ``probe``: (through the communicator, through the executor) in us, interleaved call by
+    call (the slowest rank's median over iterations; the same on every rank)."""
+    iters, warmup = options.iterations(SMALL)
+    out = {}
+    for kind in probe.KINDS:
+        via, direct = measure(comm, probe.cases(kind), iters, warmup)
+        out[kind] = (slowest_rank_median(comm.allgather(via)), slowest_rank_median(comm.allgather(direct)))
+    return out
 
 
 def measure_kernels(comm, nbytes: int = KERNEL_BYTES, seconds: float = KERNEL_SECONDS) -> KernelRates:
@@ -805,6 +944,72 @@ def fit_forward_curve(predictor: _Predictor, samples: Sequence[Sample], result: 
     return SizeCurve(fitted[0], tuple(max(1.0, f) for f in fitted[1]))
 
 
+def robust_us(values: Sequence[float]) -> float:
+    """The median of the fastest half of ``values`` (of a probe measured several times on a loaded machine)."""
+    v = sorted(values)
+    if not v:
+        raise CCSynthError("no measurements to take a median of")
+    return float(np.median(v[:max(1, (len(v) + 1) // 2)]))
+
+
+def _slope(samples: Sequence[tuple[int, float]]) -> float:
+    """Slope of ``time = a + rounds * b`` over (rounds, us) points, weights ``1 / us`` (relative errors)."""
+    A = np.array([[1.0 / t, r / t] for r, t in samples])
+    y = np.ones(len(samples))
+    if len({r for r, _ in samples}) < 2:
+        raise CCSynthError("a per-round cost needs probes of at least two round counts")
+    x, *_ = np.linalg.lstsq(A, y, rcond=None)
+    return float(x[1])
+
+
+def fit_round_cost(topology: Topology, samples: Sequence[Sample]) -> RoundCost | None:
+    """The round cost (``Topology.round_cost``) of the round probes in ``samples`` on the fitted ``topology``
+    (without one); None without round probes.
+
+    Per peer count ``k``: the measured slope over the rounds less the slope
+    the simulator predicts, corrected twice with the cost in place (a
+    round's delay need not add exactly as much to the makespan where ranks
+    wait on one another); at least 0.
+    """
+    n = topology.n_ranks
+    by_k: dict[int, list[Sample]] = {}
+    for smp in samples:
+        if smp.probe.shape == "rounds":
+            by_k.setdefault(smp.probe.peers, []).append(smp)
+    if not by_k:
+        return None
+    graphs = {smp.probe: lower_for_executor(probe_schedule(n, smp.probe), smp.probe.size_bytes)
+              for group in by_k.values() for smp in group}
+    peers, costs = [], []
+    for k in sorted(by_k):
+        group = by_k[k]
+        measured = _slope([(smp.probe.messages, smp.measured_us) for smp in group])
+        c = 0.0
+        for _ in range(3):
+            topo = replace(topology, round_cost=RoundCost((k,), (c,)) if c > 0 else None)
+            predicted = _slope([(smp.probe.messages, simulate_graph(graphs[smp.probe], topo).time_us)
+                                for smp in group])
+            c = max(0.0, c + measured - predicted)
+        peers.append(k)
+        costs.append(c)
+    return RoundCost(tuple(peers), tuple(costs))
+
+
+@dataclass(frozen=True)
+class CommunicatorFit:
+    """The communicator's per-call cost: per collective (``allgather``, ``allreduce``: one 8 B call of a ring
+    schedule) the us through ccsynth's communicator and through the executor directly (:func:`robust_us` of the
+    slowest rank's medians); ``overhead_us`` is the mean difference, at least 0."""
+
+    via_us: dict
+    direct_us: dict
+
+    @property
+    def overhead_us(self) -> float:
+        diffs = [self.via_us[k] - self.direct_us[k] for k in self.via_us]
+        return max(0.0, float(np.mean(diffs))) if diffs else 0.0
+
+
 def _split(samples: Sequence[Sample]):
     chains = [s for s in samples if s.probe.shape == "chain" and s.probe.nbytes <= SMALL]
     windows = [s for s in samples if s.probe.shape == "window" and s.probe.nbytes <= SMALL]
@@ -938,20 +1143,47 @@ def profile_machine(
     pair_probes = {p: [Probe(p, "window", BW_WINDOW, s, SLICES[0]) for s in options.bw_sizes if s >= SLICES[0]][-1:]
                    for p in pairs}
     every = probes + [p for ps in pair_probes.values() for p in ps]
+    rounds = round_probes(n, options)
+    small = rounds + [None]  # None: the communicator probe
     passes = options.n_passes
-    total = passes * len(every) + 1
+    total = passes * (len(every) + 2 * len(small)) + 1
     say = progress or (lambda k, t, what: None)
     # Passes over all probes, each keeping its fastest pass: load from other processes comes and
-    # goes, and can only make a probe slower.
+    # goes, and can only make a probe slower. The small probes of rounds and the communicator run at
+    # the start and at the end of every pass, and keep the median of their fastest half (robust_us).
     best: dict[Probe, float] = {}
+    seen: dict[Probe, list[float]] = {}
+    via_seen: dict[str, list[float]] = {}
+    direct_seen: dict[str, list[float]] = {}
+    comm_probe = _CommunicatorProbe(comm)
     k = 0
+
+    def small_pass(pas: int) -> None:
+        nonlocal k
+        for probe in small:
+            what = probe.describe() if probe is not None else "one call through ccsynth's communicator"
+            say(k, total, what + (f" (pass {pas + 1} of {passes})" if passes > 1 else ""))
+            if probe is None:
+                for kind, (via, direct) in measure_communicator(comm, comm_probe, options).items():
+                    via_seen.setdefault(kind, []).append(via)
+                    direct_seen.setdefault(kind, []).append(direct)
+            else:
+                seen.setdefault(probe, []).append(measure_probe(comm, probe, options).measured_us)
+            k += 1
+
     for pas in range(passes):
+        small_pass(pas)
         for probe in every:
             say(k, total, probe.describe() + (f" (pass {pas + 1} of {passes})" if passes > 1 else ""))
             t = measure_probe(comm, probe, options).measured_us
             best[probe] = min(t, best.get(probe, math.inf))
             k += 1
+        small_pass(pas)
+    comm_probe.free()
     samples = [Sample(p, best[p]) for p in probes]
+    round_samples = tuple(Sample(p, robust_us(seen[p])) for p in rounds)
+    communicator = CommunicatorFit({kd: robust_us(v) for kd, v in via_seen.items()},
+                                   {kd: robust_us(v) for kd, v in direct_seen.items()})
     pair_samples = {pat: [Sample(p, best[p]) for p in ps] for pat, ps in pair_probes.items()}
     say(k, total, "local copy and reduction kernels")
     kernels = measure_kernels(comm, KERNEL_BYTES, KERNEL_SECONDS / 5 if options.quick else KERNEL_SECONDS)
@@ -977,7 +1209,10 @@ def profile_machine(
         message_curve=curve, local_curve=local_curve(kernels), forward_curve=forward,
         description=_describe(n, hosts, nodes, cores, lib),
         sources=(f"ccsynth topo profile on {hosts[0]} at {when}, load average {load}, "
-                 f"{len(samples) + sum(len(v) for v in pair_samples.values())} probes",),
+                 f"{len(samples) + sum(len(v) for v in pair_samples.values()) + len(round_samples)} probes",),
     )
+    topo = replace(topo, round_cost=fit_round_cost(topo, round_samples),
+                   communicator_overhead=communicator.overhead_us)
     return MachineProfile(topo, fits, call, kernels, tuple(samples) + tuple(s for v in pair_samples.values() for s in v),
-                          nodes, hosts, cores, tuple(ports.values()), pair_bw, protocol, time.perf_counter() - t_start)
+                          nodes, hosts, cores, tuple(ports.values()), pair_bw, protocol, time.perf_counter() - t_start,
+                          round_samples, communicator)

@@ -95,6 +95,19 @@ Model
   (``local_overhead`` plus its bytes at ``local_bw``) on the receiver's
   engine, after the overhead (fused receive-reduce: one pass); with
   neither the reduction counts as fused into the receive (free).
+* **Rounds.** Where the topology has a ``round_cost``
+  (:class:`~ccsynth.topologies.rounds.RoundCost`), a rank waiting on the
+  messages of ``k`` distinct peers at once pays ``c(k)`` us more, once per
+  round (:func:`receive_rounds`): a receive's round is its *hop level* --
+  the most messages on a chain of dependencies and matched messages ending
+  at it -- and a rank's receives at one level form one round, ``k`` being
+  the number of ranks they come from. The round's last receive completes
+  ``c(k)`` later than its bytes arrive (then pays its overhead), so
+  whatever waits for the round waits that much longer (a ring pays ``c(1)``
+  per step, a direct allgather ``c(n - 1)`` once). A delay, not work: the
+  rank's engine stays free meanwhile, so its other messages progress (with
+  more ranks than cores the rank waits in MPI for its peers to run).
+  Without one, nothing: every prediction as before.
 * **Per-call cost.** ``Topology.call_overhead`` (us, 0 for every catalog
   topology) is the fixed cost of one call of the collective: entering and
   leaving the runtime, and ranks starting the call at slightly different
@@ -177,13 +190,14 @@ from ccsynth.synth.explicit_bound import explicit_lower_bound
 from ccsynth.synth.trace import Recorder, Trace
 from ccsynth.tolerance import EVENT_REL, is_greater
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
+from ccsynth.topologies.rounds import RoundCost
 
 log = logging.getLogger(__name__)
 
 # op kinds, as small ints for the hot loop
 _SEND, _RECV, _LOCAL = 0, 1, 2
 # timed events other than the end of a transfer's data phase
-_EV_DONE, _EV_DATA, _EV_POSTED = 0, 1, 2
+_EV_DONE, _EV_DATA, _EV_POSTED, _EV_SYNCED = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -330,6 +344,8 @@ class _Prepared:
         self.cls = [-1] * n  # class (connection) of each send
         self.overhead = [0.0] * n  # per-message overhead of each send and recv (its connection's)
         self.reduces = [op.kind == "recv" and op.reduce for op in ops]
+        # the round of every receive and the extra cost of each round (only where the topology charges them)
+        self.rounds = receive_rounds(ops, matches, topology.round_cost) if topology.round_cost is not None else None
         # sends that pass on what a receive of the same call brought (only where the topology charges them)
         self.forwards = _forwarded_sends(ops) if topology.forward_curve is not None else None
         self.async_progress = topology.async_progress or topology.overhead_scope != "rank"
@@ -385,6 +401,53 @@ class _Prepared:
                 self.partner[i] = matches[i]
             else:
                 self.kind[i] = _LOCAL
+
+
+@dataclass(frozen=True)
+class ReceiveRounds:
+    """The rounds of every rank (see the module docstring): ``of[i]`` is the round of op ``i`` (-1: not a
+    receive), ``size[g]`` the receives of round ``g``, ``peers[g]`` the distinct ranks they come from and
+    ``cost[g]`` its extra us."""
+
+    of: tuple[int, ...]
+    size: tuple[int, ...]
+    peers: tuple[int, ...]
+    cost: tuple[float, ...]
+
+
+def receive_rounds(ops, matches: Mapping[int, int], cost: RoundCost) -> ReceiveRounds | None:
+    """The rounds of the receives of ``ops`` (a schedule's or a task graph's; ``matches``: send <-> recv)
+    with their costs under ``cost``; None where the dependencies and matches have a cycle (the run then
+    reports the deadlock)."""
+    n = len(ops)
+    preds = [tuple(op.deps) + ((matches[i],) if op.kind == "recv" else ()) for i, op in enumerate(ops)]
+    order = topological_order(preds)
+    if order is None:
+        return None
+    level = [0] * n
+    for i in order:
+        lv = max((level[d] for d in ops[i].deps), default=0)
+        if ops[i].kind == "recv":
+            lv = max(lv, level[matches[i]] + 1)
+        level[i] = lv
+    index: dict[tuple[int, int], int] = {}
+    of = [-1] * n
+    size: list[int] = []
+    senders: list[set[int]] = []
+    for op in ops:
+        if op.kind != "recv":
+            continue
+        key = (op.rank, level[op.id])
+        g = index.get(key)
+        if g is None:
+            g = index[key] = len(size)
+            size.append(0)
+            senders.append(set())
+        of[op.id] = g
+        size[g] += 1
+        senders[g].add(op.peer)
+    peers = tuple(len(s) for s in senders)
+    return ReceiveRounds(tuple(of), tuple(size), peers, tuple(cost.cost_us(k) for k in peers))
 
 
 def _forwarded_sends(ops) -> bytearray:
@@ -592,6 +655,9 @@ def _run(
     dcount = count if fwd is None or forward_factor == 1.0 else \
         [c * forward_factor if f else c for c, f in zip(count, fwd)]
     local_call = p.local_overhead if chunk_bytes > 0 else 0.0  # the fixed cost of a kernel call that moves bytes
+    # rounds (see the module docstring): receives still to arrive per round; the last one pays the round's cost
+    rounds = p.rounds
+    round_left = list(rounds.size) if rounds is not None else None
     # timed events other than transfer ends: (time, op id, _EV_DONE / _EV_DATA / _EV_POSTED)
     heap: list[tuple[float, int, int]] = []
     push, pop = heapq.heappush, heapq.heappop
@@ -659,7 +725,16 @@ def _run(
         arrivals.clear()
 
     def received(r: int) -> None:
-        # the bytes of recv r have arrived: its overhead (and fused reduction) on the receiver's engine
+        # the bytes of recv r have arrived; the last of its round waits for the round's cost first
+        if rounds is not None and round_left is not None:
+            due = _round_due(rounds, round_left, r)
+            if due > 0:
+                push(heap, (now + due, r, _EV_SYNCED))
+                return
+        arrived(r)
+
+    def arrived(r: int) -> None:
+        # recv r may go on: its overhead (and fused reduction) on the receiver's engine
         cost = overhead[r]
         if reduces[r] and count[r]:
             cost += local_call + count[r] * local_cost
@@ -819,6 +894,8 @@ def _run(
                 start_data(i)
             elif event == _EV_POSTED:
                 posted(i)
+            elif event == _EV_SYNCED:
+                arrived(i)
             else:
                 finish(i)
             drain()
@@ -835,6 +912,13 @@ def _run(
             name = f"rank{p.engine_rank[e]}"
             busy_us[name] = busy_us.get(name, 0.0) + t
     return makespan, busy_us
+
+
+def _round_due(rounds: ReceiveRounds, left: list[int], r: int) -> float:
+    """Receive ``r`` has its bytes: the cost of its round if it is the round's last (0 otherwise)."""
+    g = rounds.of[r]
+    left[g] -= 1
+    return rounds.cost[g] if left[g] == 0 else 0.0
 
 
 def _deadlock_message(p: _Prepared, done: bytearray, ready: bytearray, ndeps: list[int]) -> str:
@@ -1029,6 +1113,6 @@ def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | No
 
 
 __all__ = [
-    "SimResult", "StaticBound", "Task", "TaskGraph", "known_result", "simulate", "simulate_below", "simulate_sizes",
+    "ReceiveRounds", "SimResult", "StaticBound", "Task", "TaskGraph", "known_result", "receive_rounds", "simulate", "simulate_below", "simulate_sizes",
     "simulate_graph", "static_bound",
 ]

@@ -13,10 +13,12 @@ import pytest
 from ccsynth.bench.profile import (
     CURVE_MIN_BYTES, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
     _pair_pattern, _Predictor,
-    build_topology, eviction_bytes, fit_curve, fit_forward_curve, fit_patterns, local_curve, patterns, plan_probes,
-    probe_schedule,
+    build_topology, eviction_bytes, fit_curve, fit_forward_curve, fit_patterns, fit_round_cost, local_curve, patterns,
+    plan_probes, probe_schedule, robust_us, round_partners, round_peer_counts, round_probes,
 )
 from ccsynth.synth.executor_model import lower_for_executor
+from ccsynth.synth.simulate import receive_rounds, simulate_graph
+from ccsynth.topologies.rounds import RoundCost
 from ccsynth.topologies.curve import SizeCurve
 from ccsynth.topologies.io import load_topology, topology_to_json
 
@@ -177,6 +179,10 @@ def test_profile_writes_a_topology_that_loads_and_synth_uses(ranks, tmp_path):
     topo = load_topology(out)
     assert topo.n_ranks == ranks and len(topo.links) == ranks * (ranks - 1)
     assert topo.overhead_scope == "rank" and topo.local_bw > 0 and topo.call_overhead >= 0
+    # rounds of k = 1 .. n - 1 peers, and the communicator's per-call cost (0 is written as no key)
+    assert topo.round_cost is not None and topo.round_cost.peers == tuple(range(1, ranks))
+    assert all(c >= 0 for c in topo.round_cost.us) and topo.communicator_overhead >= 0
+    assert "a round costs more by the peers" in proc.stdout and "through ccsynth's communicator" in proc.stdout
     assert all(l.bw > 0 and l.alpha >= 0 and l.overhead >= 0 for l in topo.links)
     assert f"{ranks} ranks" in topo.description and "cores" in topo.description
     doc = json.loads(out.read_text())
@@ -352,3 +358,60 @@ def test_repredict_recomputes_a_saved_run_with_the_current_model(tmp_path):
     [case] = repredict_cases(cases, tmp_path)
     assert case["topology"]["name"] == "m"
     assert any("| allreduce 2r | ring | 1M | ring |" in line for line in row_lines([case]))
+
+
+# ------------------------------------------------------------------ rounds of k peers
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8])
+def test_round_probes_wait_on_k_peers_per_round(n):
+    assert round_peer_counts(n) == tuple(range(1, n))
+    for k in round_peer_counts(n):
+        perms = round_partners(n, k)
+        assert len(perms) == k and all(sorted(p) == list(range(n)) and all(d != r for r, d in enumerate(p))
+                                       for p in perms)
+        probe = Probe(patterns([0] * n)[0], "rounds", 3, 8, peers=k)
+        s = probe_schedule(n, probe)
+        got = receive_rounds(s.ops, s.matches, RoundCost((1,), (1.0,)))
+        for r in range(n):
+            mine = [got.of[op.id] for op in s.ops if op.rank == r and op.kind == "recv"]
+            assert len(set(mine)) == 3 and {got.peers[g] for g in mine} == {k}
+        # every send after the first round waits for all k receives of the last one
+        later = [op for op in s.ops if op.kind == "send" and op.deps]
+        assert len(later) == 2 * k * n and all(sum(s.ops[d].kind == "recv" for d in op.deps) == k for op in later)
+        assert probe.size_bytes == n * 3 * k * 8
+        lower_for_executor(s, probe.size_bytes)  # the executor runs it
+
+
+def test_round_peer_counts_stay_few_on_many_ranks():
+    ks = round_peer_counts(64)
+    assert ks[:8] == tuple(range(1, 9)) and ks[-1] == 63 and len(ks) <= 14
+    assert round_peer_counts(1024)[-1] == 64  # the round cost stays at its last point beyond
+    rounds = {(p.peers, p.messages) for p in round_probes(64, ProfileOptions())}
+    assert {r for k, r in rounds if k == 1} == {1, 2, 4, 8} and {r for k, r in rounds if k == 63} == {1, 2}
+    assert len(round_probes(4, ProfileOptions(quick=True))) == 2 * 3
+
+
+def test_robust_us_is_the_median_of_the_fastest_half():
+    assert robust_us([9.0, 1.0, 2.0, 100.0]) == 1.5
+    assert robust_us([5.0, 3.0, 4.0]) == 3.5
+    assert robust_us([7.0]) == 7.0
+
+
+def test_fit_round_cost_recovers_known_costs_from_synthetic_timings():
+    n = 4
+    topo = build_topology(n, [LinkFit(p, 1.0, 0.5, 4.0) for p in patterns([0] * n)], 3.0,
+                          KernelRates(8.0, 6.0, 5.0, 1 << 24, 1.0), [0] * n, name="m")
+    true = RoundCost((1, 2, 3), (0.5, 4.0, 9.0))
+    timed = topo.__class__(**{**topo.__dict__, "round_cost": true})
+    samples = []
+    for probe in round_probes(n, ProfileOptions()):
+        g = lower_for_executor(probe_schedule(n, probe), probe.size_bytes)
+        # the machine's own intercept differs from the model's by 2 us: the slope ignores it
+        samples.append(Sample(probe, simulate_graph(g, timed).time_us + 2.0))
+    got = fit_round_cost(topo, samples)
+    assert got.peers == (1, 2, 3)
+    assert got.us == pytest.approx(true.us, abs=0.05)
+    # rounds measured as fast as predicted: no extra cost
+    flat = [Sample(s.probe, simulate_graph(lower_for_executor(probe_schedule(n, s.probe), s.probe.size_bytes),
+                                           topo).time_us) for s in samples]
+    assert fit_round_cost(topo, flat).us == pytest.approx((0.0, 0.0, 0.0), abs=1e-6)
+    assert fit_round_cost(topo, []) is None

@@ -187,13 +187,35 @@ def test_staggered_sends_are_half_a_shard_apart():
     verify(s, t)
     assert s.meta["stagger"] == stagger_for("allgather", n) == 3 and s.collective.chunk_factor == 2
     halves = [o for o in s.ops if o.rank == 0 and o.kind == "send" and o.src.buf == "i" and o.src.count == 1]
-    assert len(halves) == 4  # its own shard: to the NIC's second child and the NVSwitch port's, each in halves
+    # its own shard: to the NIC's second child and the NVSwitch port's, each in halves; and to the NIC's last child
+    # (its 15 sends are at least TAIL_SPLIT: test_one_chunk_per_root_ends_with_half_a_chunk)
+    assert sorted(o.peer for o in halves) == [2, 2, 16, 16, 120, 120]
     r = simulate(s, t, n << 20)
     assert r.gap < 1.08, r
     plain = lower_out_trees(p.trees, Collective("allgather", n, 1), t, stagger=0)
     assert simulate(plain, t, n << 20).gap > 1.15
     # on 1,024 ranks only the NICs' 127 sends are staggered (the NVSwitch ports' 7 would cost 254 ops per rank)
     assert stagger_for("allgather", 1024) == 9
+
+
+def test_one_chunk_per_root_ends_with_half_a_chunk():
+    # after its NIC's last byte a GPU fans out what that message brought to the 7 others of its node: a whole 1 MiB
+    # shard (29 of the 43 us between this allgather and its bound: 1.068x). The last send through a NIC now goes in
+    # halves, the second last, and relays forward each piece as it arrives: half a shard is fanned out at the end
+    t = catalog.dgx_a100(16)
+    n = t.n_ranks
+    s = lower(packing_for(t, "allgather"), Collective("allgather", n, 1), t)
+    verify(s, t)
+    r = simulate(s, t, n << 20, trace=True)
+    assert r.gap < 1.05, r
+    assert r.trace is not None
+    nic = [x for x in r.trace.transfers if x.dst == 0 and x.src // 8 != 0]
+    last = max(nic, key=lambda x: x.data_end)
+    assert last.chunks.count == 1  # half of a shard (two chunks per shard)
+    # the relay forwards the first half of that shard before the second is in
+    first = [x for x in r.trace.transfers if x.src == 0 and x.dst // 8 == 0 and x.chunks.index == last.chunks.index - 1]
+    assert first and max(x.posted for x in first) < last.done
+    assert runtime_problems(schedule_to_msccl_xml(s, topology=t)) == []  # the pieces still load in MSCCL's runtimes
 
 
 def test_staggered_schedule_exports_to_msccl():

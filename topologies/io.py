@@ -17,6 +17,8 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "local_curve":   {"version": 1, "sizes_bytes": [...], "factors": [...]},  # the same for local work
       "forward_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # forwarded messages (>= 1)
       "async_progress": false,                      # bytes move only while both ranks wait (optional: true)
+      "round_cost": {"version": 1, "peers": [1, 2, 3], "us": [0.5, 6.0, 12.0]},  # a round of k peers (optional)
+      "communicator_overhead_us": 2.0,              # per call through ccsynth's communicator (optional: 0)
       "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0, "overhead_us": 1.35}, ...],
       "switches":     [{"name": "nvswitch", "ranks": [0, 1, ...], "bw_GBps": 150.0, "alpha_us": 0.7,
                         "overhead_us": 1.35}],
@@ -49,7 +51,12 @@ piecewise-linear between the sizes given; each curve object has its own
 data received in the same call costs more, see
 :mod:`ccsynth.topologies.model`; left out: nothing) and ``async_progress``
 (false: a message's bytes move only while both ranks' engines are idle;
-left out: true, as before).
+left out: true, as before), ``round_cost`` (the extra us of a round in
+which a rank waits on ``k`` peers, piecewise-linear in ``k``:
+:mod:`ccsynth.topologies.rounds`; left out: none, every prediction as
+before) and ``communicator_overhead_us`` (the extra fixed cost of a call
+through ccsynth's communicator, which only ``ccsynth bench --predict``
+adds, to the rows that run through it; left out: 0).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
 link). Bandwidths are GB/s per direction, latencies microseconds.
@@ -82,6 +89,7 @@ from ccsynth.errors import TopologyError
 from ccsynth.limits import check as check_limit, check_min as check_limit_min
 from ccsynth.reading import parse_json, read_text
 from ccsynth.topologies.curve import CURVE_VERSION, SizeCurve
+from ccsynth.topologies.rounds import ROUND_COST_VERSION, RoundCost
 from ccsynth.topologies.model import OVERHEAD_SCOPES, Dimension, Link, SharedPort, Spine, Switch, Topology
 
 FORMAT = "ccsynth.topology"
@@ -89,7 +97,8 @@ VERSION = 1
 
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
              "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
-             "message_curve", "local_curve", "forward_curve", "async_progress",
+             "message_curve", "local_curve", "forward_curve", "async_progress", "round_cost",
+             "communicator_overhead_us",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -132,6 +141,10 @@ def topology_to_dict(topology: Topology) -> dict:
         d["forward_curve"] = t.forward_curve.to_dict()
     if not t.async_progress:
         d["async_progress"] = False
+    if t.round_cost is not None:
+        d["round_cost"] = t.round_cost.to_dict()
+    if t.communicator_overhead:
+        d["communicator_overhead_us"] = float(t.communicator_overhead)
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -373,6 +386,9 @@ def _topology_from_dict(d: Any) -> Topology:
     async_progress = d.get("async_progress", True)
     if not isinstance(async_progress, bool):
         raise TopologyError(f"async_progress must be true or false, got {json_type_name(async_progress)}")
+    round_cost = _round_cost(d)
+    communicator_overhead = _number(d.get("communicator_overhead_us", 0.0), "communicator_overhead_us",
+                                    positive=False)
     scope = d.get("overhead_scope", "connection")
     if scope not in OVERHEAD_SCOPES:
         raise TopologyError(f"overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, got {scope!r}")
@@ -399,31 +415,59 @@ def _topology_from_dict(d: Any) -> Topology:
         local_curve=local_curve,
         forward_curve=forward_curve,
         async_progress=async_progress,
+        round_cost=round_cost,
+        communicator_overhead=communicator_overhead,
     )
 
 
 _CURVE_KEYS = ("version", "sizes_bytes", "factors")
 
 
-def _curve(d: Mapping, key: str) -> SizeCurve | None:
-    """The size curve under ``key`` (None when left out); every problem names the key."""
+def _versioned(d: Mapping, key: str, keys: tuple[str, ...], version: int, what: str) -> Mapping | None:
+    """The versioned object under ``key`` (None when left out), its keys and version checked (``what``: the keys it
+    must have, for the message)."""
     if key not in d:
         return None
     e = d[key]
     if not isinstance(e, Mapping):
-        raise TopologyError(f"{key} must be an object with sizes_bytes and factors, got {type(e).__name__}")
+        raise TopologyError(f"{key} must be an object with {what}, got {type(e).__name__}")
     for k in e:
-        if k not in _CURVE_KEYS and not str(k).startswith("_"):
-            raise TopologyError(f"{key}: unknown key {k!r} (known: {', '.join(_CURVE_KEYS)})")
-    version = e.get("version", CURVE_VERSION)
-    if version != CURVE_VERSION:
-        raise TopologyError(f"{key}: version {version!r} is not supported (this ccsynth reads version {CURVE_VERSION})")
+        if k not in keys and not str(k).startswith("_"):
+            raise TopologyError(f"{key}: unknown key {k!r} (known: {', '.join(keys)})")
+    got = e.get("version", version)
+    if got != version:
+        raise TopologyError(f"{key}: version {got!r} is not supported (this ccsynth reads version {version})")
+    return e
+
+
+def _curve(d: Mapping, key: str) -> SizeCurve | None:
+    """The size curve under ``key`` (None when left out); every problem names the key."""
+    e = _versioned(d, key, _CURVE_KEYS, CURVE_VERSION, "sizes_bytes and factors")
+    if e is None:
+        return None
     sizes = [_number(x, f"{key}.sizes_bytes[{i}]", positive=True)
              for i, x in enumerate(_list(_get(e, "sizes_bytes", key), f"{key}.sizes_bytes"))]
     factors = [_number(x, f"{key}.factors[{i}]", positive=True)
                for i, x in enumerate(_list(_get(e, "factors", key), f"{key}.factors"))]
     try:
         return SizeCurve(tuple(sizes), tuple(factors))
+    except TopologyError as err:
+        raise TopologyError(f"{key}: {err}") from None
+
+
+_ROUND_KEYS = ("version", "peers", "us")
+
+
+def _round_cost(d: Mapping) -> RoundCost | None:
+    """The round cost (None when left out); every problem names the key."""
+    key = "round_cost"
+    e = _versioned(d, key, _ROUND_KEYS, ROUND_COST_VERSION, "peers and us")
+    if e is None:
+        return None
+    peers = [_int(x, f"{key}.peers[{i}]", 1) for i, x in enumerate(_list(_get(e, "peers", key), f"{key}.peers"))]
+    us = [_number(x, f"{key}.us[{i}]", positive=False) for i, x in enumerate(_list(_get(e, "us", key), f"{key}.us"))]
+    try:
+        return RoundCost(tuple(peers), tuple(us))
     except TopologyError as err:
         raise TopologyError(f"{key}: {err}") from None
 

@@ -60,6 +60,24 @@ Units used everywhere in ccsynth:
   different times -- added once per call whatever the schedule. Measured by
   ``ccsynth topo profile``; 0 in the catalog, whose figures describe the
   network alone.
+* ``Topology.round_cost`` (optional :class:`~ccsynth.topologies.rounds.RoundCost`,
+  default None): what a *round* costs beyond its messages -- a rank waiting
+  on the messages of ``k`` distinct peers at once pays ``c(k)`` us more,
+  once per round, as a delay of the round's last message (the
+  rounds of a rank are its receives by hop level: :mod:`ccsynth.topologies.rounds`,
+  :mod:`ccsynth.synth.simulate`). With more ranks than cores a round
+  completes only once every peer it waits on has been scheduled; the
+  per-message figures, fitted on rounds of one peer, do not see it.
+  Measured by ``ccsynth topo profile`` (rounds of ``k = 1 .. n - 1``
+  peers); None: every prediction as before, as in the catalog.
+* ``Topology.communicator_overhead`` (us, default 0): the extra fixed cost
+  of one call made through ccsynth's communicator
+  (:class:`~ccsynth.collectives.communicator.Communicator`: argument
+  checks, the plan's look-up, the call's channel) over the same schedule run
+  by the executor directly, which ``call_overhead`` covers. The simulator
+  never adds it (it predicts a schedule's run); ``ccsynth bench --predict``
+  adds it to the rows that run through the communicator (``default``,
+  ``plan:FILE``). Measured by ``ccsynth topo profile``; 0 in the catalog.
 
 A :class:`Topology` holds
 
@@ -114,6 +132,7 @@ import networkx as nx
 
 from ccsynth.errors import TopologyError
 from ccsynth.topologies.curve import SizeCurve
+from ccsynth.topologies.rounds import RoundCost
 from ccsynth.limits import check as check_limit, check_min as check_limit_min
 
 BYTES_PER_US_PER_GBPS = 1e3
@@ -395,6 +414,10 @@ class Topology:
     forward_curve: SizeCurve | None = None
     # False (with overhead_scope "rank"): a message's bytes start moving only when both ranks' engines are idle
     async_progress: bool = True
+    # extra us of a round by the peers a rank waits on in it (None: nothing), see the module docstring
+    round_cost: RoundCost | None = None
+    # us per call made through ccsynth's communicator, over call_overhead (predictions of such rows only)
+    communicator_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -462,6 +485,13 @@ class Topology:
                             ("forward_curve", self.forward_curve)):
             if curve is not None and not isinstance(curve, SizeCurve):
                 raise TopologyError(f"topology {self.name!r}: {what} must be a SizeCurve, got {type(curve).__name__}")
+        object.__setattr__(
+            self, "communicator_overhead",
+            _check_alpha(self.communicator_overhead, f"topology {self.name!r}: communicator overhead"),
+        )
+        if self.round_cost is not None and not isinstance(self.round_cost, RoundCost):
+            raise TopologyError(f"topology {self.name!r}: round_cost must be a RoundCost, got "
+                                f"{type(self.round_cost).__name__}")
         if not isinstance(self.async_progress, bool):
             raise TopologyError(f"topology {self.name!r}: async_progress must be true or false, got {self.async_progress!r}")
         if self.forward_curve is not None and self.forward_curve.fastest < 1.0:

@@ -103,6 +103,11 @@ def run(args) -> int:
         extras.append(f"messages above {topo.eager_limit:g} B: {topo.rendezvous_alpha:g} us more latency")
     if not topo.async_progress:
         extras.append("no asynchronous progress (a message's bytes wait for both ranks to be idle)")
+    if topo.round_cost is not None:
+        extras.append("a round of k peers costs more: " + ", ".join(f"k={k} {c:.3g} us" for k, c in
+                                                                  zip(topo.round_cost.peers, topo.round_cost.us)))
+    if topo.communicator_overhead:
+        extras.append(f"{topo.communicator_overhead:g} us more per call through ccsynth's communicator")
     for what, curve in (("message", topo.message_curve), ("local", topo.local_curve),
                         ("forwarded message (more)", topo.forward_curve)):
         if curve is not None:
@@ -205,6 +210,15 @@ def _summary(prof) -> None:
         if curve is not None:
             print(f"{what} cost by size (x the constant rate; PLogP g(m)): "
                   + ", ".join(f"{format_size(int(m))} {f:.2f}" for m, f in zip(curve.sizes, curve.factors)))
+    rc = prof.topology.round_cost
+    if rc is not None:
+        print("a round costs more by the peers a rank waits on in it: "
+              + ", ".join(f"{k} peer{'s' if k > 1 else ''} {c:.3g} us" for k, c in zip(rc.peers, rc.us)))
+    if prof.communicator is not None:
+        print(f"a call through ccsynth's communicator costs {prof.topology.communicator_overhead:.3g} us more than "
+              "through the executor (" + ", ".join(f"{k} {prof.communicator.via_us[k]:.3g} against "
+                                                  f"{prof.communicator.direct_us[k]:.3g} us"
+                                                  for k in prof.communicator.via_us) + ")")
     k = prof.kernels
     print(f"local work {k.local_bw:.3g} GB/s (kernels, every rank at once, {format_size(k.nbytes)} buffers: "
           f"receive-reduce-copy {k.fused:.3g}, sum {k.reduce:.3g}, copy {k.copy:.3g}) and {k.call_us:.3g} us per "

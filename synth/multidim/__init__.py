@@ -13,6 +13,8 @@ One concept per module:
 * :mod:`.load` -- Themis's per-dimension load;
 * :mod:`.policies` -- the fixed order and Themis's greedy (and its flex chunk sizes);
 * :mod:`.lp` -- the lattice LP that balances the dimensions, and its bound;
+* :mod:`.ramp` -- tapered pipelines: the first and last chunks cut into growing and shrinking pieces;
+* :mod:`.losses` -- where a schedule's time goes per dimension (fill, drain, exposed costs), against the bound;
 * :mod:`.pipeline` -- the dimension-level cost model (a queue per dimension);
 * :mod:`.search` -- the schedulers' public face (chunk count search, ``auto``);
 * :mod:`.lowering` -- a schedule as a Schedule IR (up to 128 ranks);

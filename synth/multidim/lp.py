@@ -127,13 +127,18 @@ def _phase_charge(costs: PhaseCosts, kind: str, d: int, m: float, charge: str) -
 
 
 def solve_lattice(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chunks: int,
-                  options: SolverOptions | None = None, charge: str = "floor") -> LatticeSolution:
-    """Solve the lattice LP for ``chunks`` equal chunks, then its second stage (see the module docstring)."""
+                  options: SolverOptions | None = None, charge: str = "floor",
+                  head_us: dict[int, float] | None = None) -> LatticeSolution:
+    """Solve the lattice LP for ``chunks`` equal chunks, then its second stage (see the module docstring).
+
+    ``head_us`` adds, per dimension, a time its phases cannot use (``busy_d + head_us[d] <= T``): with the
+    fill, drain and exposed costs a schedule measured (:mod:`~ccsynth.synth.multidim.losses`) the optimum is
+    what a split could reach if those stayed -- an estimate, no bound."""
     if charge not in CHARGES + ("bandwidth",):
         raise CollectiveError(f"unknown LP charge {charge!r}; choose one of: {', '.join(CHARGES)}")
     options = options or SolverOptions()
     n_dims = net.n_dims
-    prob, t, f, whole = _lattice_lp(net, costs, kind, size_bytes, chunks, charge)
+    prob, t, f, whole = _lattice_lp(net, costs, kind, size_bytes, chunks, charge, head_us)
     first = solve(prob, options, stage=f"multidim lattice LP ({chunks} chunks, {charge})")
     t_star = value(t)
     if charge == "bandwidth":  # a bound only: no second stage
@@ -420,9 +425,10 @@ def pipelined_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float
     ``F``; the bound is the least of these optima (``2^D - 1`` small LPs,
     15 for four dimensions). It is at least ``T*`` and holds where ``T*``
     holds: for schedules of ``len(chunks)`` equal chunks (with chunks of
-    unequal size, :func:`weighted_chunks` and Themis's flex, ``T*`` charges
-    every chunk the average chunk's per-phase latency, which is what the
-    bound's ratios in ``bench/RESULTS.md`` take as given for them too);
+    unequal size, :func:`weighted_chunks`, Themis's flex and the ramped
+    chunks of :mod:`~ccsynth.synth.multidim.ramp`, ``T*`` charges every
+    chunk the average chunk's per-phase latency, which is what the bound's
+    ratios in ``bench/RESULTS.md`` take as given for them too);
     ``tests/test_multidim.py`` checks it against the event-driven simulator
     for every equal-chunk scheduler on every topology of the cross-check (up
     to 128 ranks).

@@ -93,6 +93,7 @@ class DimTiming:
     busy_us: tuple[float, ...]  # per active dimension: the sum of its tasks' times
     sent_bytes: tuple[float, ...]  # per active dimension: bytes one rank sends there
     tasks: tuple[Task, ...]  # in schedule order (see the module docstring)
+    priority: str = PRIORITIES[0]  # the queue priority it was timed under
 
     def utilization(self, net: DimNet) -> tuple[float, ...]:
         """Per dimension: the fraction of its bandwidth (``Dimension.bw`` per rank) used over the makespan."""
@@ -183,7 +184,7 @@ def time_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, ch
                 makespan = max(makespan, done + costs.copies_after(kind, sizes[k]))
     if tasks:
         makespan += net.call_overhead  # once per call (0 in the catalog; see DimNet)
-    return DimTiming(makespan, tuple(q.busy for q in dims), tuple(q.sent for q in dims), tuple(tasks))
+    return DimTiming(makespan, tuple(q.busy for q in dims), tuple(q.sent for q in dims), tuple(tasks), priority)
 
 
 def _start(costs: PhaseCosts, q: _Dim, d: int, step, chunk: float, now: float) -> float:

@@ -38,8 +38,14 @@ class (the warm starts a solver would be given), so the LP is never worse
 than either, and its own bound ``T*`` holds for all of them. The winner's
 chunks are then timed once more in the reverse sequence (the same split,
 but the queues fill and drain differently), and the faster sequence is
-kept. :attr:`MultiDimSchedule.origin` says which one won (``..., reversed``
-for the reverse sequence).
+kept. Where the count is searched (no ``chunks``, no ``max_chunks``), the
+winner's first and last chunks are then cut into growing and shrinking
+pieces (:mod:`~.ramp`, the depths of :data:`~.ramp.RAMP_DEPTHS`, timed
+under the winner's queue priority): the same split, a shorter fill and
+drain, ``2 x depth`` chunks more -- so a fixed count stays fixed, and the
+IR, which takes at most four units a chunk, gets none.
+:attr:`MultiDimSchedule.origin` says which one won (``..., reversed``
+for the reverse sequence, ``..., ramped to 1/8`` for a ramp of depth 3).
 
 Nothing here walks the ranks: scheduling 4,096 ranks in 4 dimensions costs
 what 16 ranks do (see ``bench/bench_multidim.py``). Every result is a
@@ -69,6 +75,7 @@ from ccsynth.synth.multidim.cost import PhaseCosts
 from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, rounded_chunks, weighted_chunks
 from ccsynth.synth.multidim.network import DimNet, dim_net
 from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
+from ccsynth.synth.multidim.ramp import RAMP_DEPTHS, ramped_chunks
 from ccsynth.synth.multidim.policies import equal_units, fixed_chunks, themis_chunks, themis_flex_chunks
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.tolerance import is_less
@@ -212,11 +219,14 @@ class _Run:
     """One scheduler on one (network, collective, size): builds chunks for a count, times them."""
 
     def __init__(self, net: DimNet, costs: PhaseCosts, kind: str, size: float, policy: str, options: SolverOptions,
-                 weighted: bool = True):
+                 weighted: bool = True, ramp: bool = True):
         self.net, self.costs, self.kind, self.size, self.policy, self.options = net, costs, kind, size, policy, options
         self.weighted = weighted  # chunks of unequal units (the IR takes up to 4 units a chunk: off under max_chunks)
+        self.ramp = ramp  # the winner's first and last chunks cut into pieces (adds chunks: off at a fixed count)
         # the model's timing of each chunk plan already timed (the roundings and warm starts often coincide)
-        self._timings: dict[tuple[ChunkPlan, ...], DimTiming] = {}
+        self._timings: dict[tuple[tuple[ChunkPlan, ...], tuple[str, ...]], DimTiming] = {}
+        # per chunk count: the makespan before the ramp (what the search would have found without it)
+        self.unramped_us: dict[int, float] = {}
 
     def at(self, k: int) -> MultiDimSchedule:
         net, costs, kind, size = self.net, self.costs, self.kind, self.size
@@ -252,15 +262,29 @@ class _Run:
             # reversed, the chunks that start elsewhere lead, and the queues fill and drain differently (the
             # model decides; only the winner's, since timing every candidate twice would cost a third more)
             best = fastest([best, self._timed(best.chunks[::-1], f"{best.origin}, reversed")])
+        if self.ramp and k > 1:
+            self.unramped_us[k] = best.makespan_us
+            best = self._ramped(best)
         return replace(best, lp_bound_us=bound)
 
-    def _timed(self, chunks: tuple[ChunkPlan, ...], origin: str) -> MultiDimSchedule:
-        """``chunks`` timed under every queue priority; the faster one."""
-        timing = self._timings.get(chunks)
+    def _ramped(self, best: MultiDimSchedule) -> MultiDimSchedule:
+        """``best`` with its first and last chunks cut into growing and shrinking pieces (:mod:`.ramp`: the
+        pipeline's fill and drain shrink, the split and the other chunks stay), at the depths of
+        :data:`~.ramp.RAMP_DEPTHS` while each is faster than the one before; the fastest, ``best`` included."""
+        # under the queue priority the winner was fastest with: the ramp changes the queues only at the ends
+        ramps = (self._timed(ramped_chunks(self.net, self.costs, self.kind, self.size, best.chunks, r),
+                             f"{best.origin}, ramped to 1/{1 << r}", (best.timing.priority,)) for r in RAMP_DEPTHS)
+        return fastest([best, *ramps])
+
+    def _timed(self, chunks: tuple[ChunkPlan, ...], origin: str,
+               priorities: Sequence[str] = PRIORITIES) -> MultiDimSchedule:
+        """``chunks`` timed under each of ``priorities`` (default: every queue priority); the fastest."""
+        key = (chunks, tuple(priorities))
+        timing = self._timings.get(key)
         if timing is None:
-            timing = min((time_chunks(self.net, self.costs, self.kind, self.size, chunks, p) for p in PRIORITIES),
+            timing = min((time_chunks(self.net, self.costs, self.kind, self.size, chunks, p) for p in priorities),
                          key=lambda t: t.makespan_us)
-            self._timings[chunks] = timing
+            self._timings[key] = timing
         return MultiDimSchedule(self.policy, self.kind, self.size, self.net, chunks, timing, origin=origin)
 
 
@@ -286,18 +310,25 @@ def _search(run: _Run, counts: Sequence[int], refine: bool = True) -> MultiDimSc
     for k in counts:
         found[k] = run.at(k)
 
-    def best_k() -> int:
-        k0 = min(found)
-        for k in sorted(found):
-            if is_less(found[k].makespan_us, found[k0].makespan_us):
+    def best_k(times: dict[int, float]) -> int:
+        k0 = min(times)
+        for k in sorted(times):
+            if is_less(times[k], times[k0]):
                 k0 = k
         return k0
 
     if refine and len(counts) > 1:
-        for k in refine_counts(best_k(), counts):
-            found[k] = run.at(k)
+        # around the best count, and around the best one before the ramp (where they differ): every count the
+        # search without the ramp would have tried is tried, so the ramp never makes the result worse
+        centres = {best_k({k: s.makespan_us for k, s in found.items()})}
+        if run.unramped_us:
+            centres.add(best_k(run.unramped_us))
+        for centre in sorted(centres):
+            for k in refine_counts(centre, counts):
+                if k not in found:
+                    found[k] = run.at(k)
     tried = tuple((k, found[k].makespan_us) for k in sorted(found))
-    return replace(found[best_k()], tried=tried)
+    return replace(found[best_k({k: s.makespan_us for k, s in found.items()})], tried=tried)
 
 
 def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float, scheduler: str = "auto", *,
@@ -330,7 +361,9 @@ def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float,
     policies = POLICIES if name == "auto" else (name,)
     found = []
     for policy in policies:
-        s = _search(_Run(net, costs, kind, size, policy, options, weighted=max_chunks is None), counts)
+        run = _Run(net, costs, kind, size, policy, options, weighted=max_chunks is None,
+                   ramp=max_chunks is None and chunks is None)
+        s = _search(run, counts)
         log.info("%s on %s, %s bytes: %d chunks, %.3f us in the dimension model", policy, net.topology, f"{size:.0f}",
                  s.n_chunks, s.makespan_us)
         found.append(s)

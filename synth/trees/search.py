@@ -36,6 +36,9 @@ For a collective and a topology (:data:`KINDS`):
    the receivers of some of them are busy with other roots' sends (the
    1 MiB shards of dgx_a100x64: 1.106x of the bound with two, 1.051x with
    four; dgx_a100x16's shorter chains: 1.068x with two, 1.112x with four).
+   Both end with half a chunk (the lowering's
+   :data:`~ccsynth.synth.trees.lowering.TAIL_SPLIT`): dgx_a100x16 1.047x
+   with two, dgx_a100x32 1.041x and dgx_a100x64 1.046x with four.
 4. The fastest schedule is returned with its simulated time; the caller
    verifies it (:func:`ccsynth.synth.synthesize.synthesize` does).
 
@@ -184,7 +187,9 @@ def stagger_for(kind: str, n: int) -> int:
 
     :data:`~ccsynth.synth.trees.lowering.STAGGER` unless a rank's ops could then exceed
     :data:`MAX_OPS_PER_RANK`: one chunk per root is ``_ops_per_chunk / n`` ops per rank, and staggering can
-    add a send and a receive for every chunk a rank forwards; then :data:`LONG_CHAIN` + 1.
+    add a send and a receive for every chunk a rank forwards (and the relays' forwarding of the pieces); then
+    :data:`LONG_CHAIN` + 1 (the NICs' cuts cost dgx_a100x128 about 50 ops per rank above the 2,046 of one
+    chunk per root, within the 4,095 XML elements per gpu that MSCCL loads).
     """
     per_rank = _ops_per_chunk(kind, n) / n
     return STAGGER if 2 * per_rank <= MAX_OPS_PER_RANK else LONG_CHAIN + 1
