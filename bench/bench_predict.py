@@ -321,6 +321,10 @@ def _profile_lines(case: dict) -> list[str]:
         extras.append("a round of k peers costs more: " + ", ".join(f"k={k} {c:.2f} us" for k, c in zip(rc["peers"], rc["us"])))
     if "communicator_overhead_us" in t:
         extras.append(f"{t['communicator_overhead_us']:.2f} us more per call through ccsynth's communicator")
+    fp = t.get("footprint_curve")
+    if fp:  # what messages cost more by the bytes a rank touches between two calls (h29-cache)
+        extras.append("messages by footprint " + ", ".join(f"x{f:.2f} at {_sz(int(m))}"
+                                                             for m, f in zip(fp["sizes_bytes"], fp["factors"])))
     lines = [f"*{t['n_ranks']} ranks* ({t.get('description', '')}): " + "; ".join(extras) + f"; shared ports: {ports}.",
              "", "| pair | alpha (us) | overhead (us) | latency alpha+2o (us) | bw (GB/s) |", "|---|---:|---:|---:|---:|"]
     for link in t["links"]:

@@ -15,6 +15,15 @@ schedule directly) get the topology's ``communicator_overhead`` on top
 ``ccsynth topo profile`` measures beside the executor's and the simulator
 never adds (0 in the catalog and in profiles written before it existed).
 
+**Footprint.** Where the topology has a ``footprint_curve`` (a profile
+measures one), a call's bytes cost more the more data a rank touches
+between two calls on the same buffers (:mod:`ccsynth.synth.simulate`).
+Run alone, a row's footprint is its own call's working set; with
+``--interleave`` every algorithm of a size runs in turn, each on buffers of
+its own, so a row's footprint is the working sets of all of them together
+(:func:`interleaved_footprint`: each schedule's as the executor lays it
+out, MPI's own collective its input and output).
+
 What is compared: the *measured* figure is ``Row.median_us``, the median
 over iterations of the slowest rank's time -- what the simulator's
 makespan, the time until the last rank is done, predicts -- and the ratio
@@ -58,12 +67,13 @@ from ccsynth.errors import CCSynthError, ScheduleError
 from ccsynth.formats.files import get_topology
 from ccsynth.synth.baselines import BASELINES, make_baseline
 from ccsynth.synth.default_plan import LazyDefaultPlan
-from ccsynth.synth.executor_model import ExecutorSettings, simulate_run
+from ccsynth.synth.executor_model import ExecutorSettings, simulate_run, working_set_run
 from ccsynth.topologies import fully_connected
 from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
 
-__all__ = ["Predictor", "load_predict_topology", "SavedRun", "repredict_document", "via_communicator", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines"]
+__all__ = ["Predictor", "load_predict_topology", "SavedRun", "repredict_document", "via_communicator",
+           "interleaved_footprint", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -88,19 +98,21 @@ class Predictor:
         self.kind = kind
         self.ctx = ctx
         self.settings = ExecutorSettings(itemsize=ctx.itemsize)
-        self._cache: dict[tuple[int, int], float | None] = {}
+        self._cache: dict[tuple[int, int, float | None], float | None] = {}
 
-    def predict(self, algo, row) -> float | None:
-        """Predicted us of ``row`` of ``algo``; None for MPI's own collective (or a row that fell back to it)."""
+    def predict(self, algo, row, footprint_bytes: float | None = None) -> float | None:
+        """Predicted us of ``row`` of ``algo``; None for MPI's own collective (or a row that fell back to it).
+        ``footprint_bytes``: the call's footprint per rank (None: its own working set; see the module docstring)."""
         if row.algorithm == "mpi" or row.algorithm.startswith("mpi "):
             return None
         schedule = algo.schedule_for(self.kind, self.ctx, row.nbytes)
         if schedule is None:
             return None
-        key = (id(schedule), row.nbytes)
+        key = (id(schedule), row.nbytes, footprint_bytes)
         if key not in self._cache:
             try:
-                self._cache[key] = simulate_run(schedule, self.topology, row.nbytes, self.settings).time_us
+                self._cache[key] = simulate_run(schedule, self.topology, row.nbytes, self.settings,
+                                                footprint_bytes=footprint_bytes).time_us
             except ScheduleError as e:  # a size this schedule cannot split: the row ran on MPI's own
                 log.info("no prediction for %s at %d bytes: %s", schedule.name, row.nbytes, e)
                 self._cache[key] = None
@@ -109,10 +121,37 @@ class Predictor:
             pred += self.topology.communicator_overhead
         return pred
 
-    def annotate(self, algo, row):
+    def annotate(self, algo, row, footprint_bytes: float | None = None):
         """``row`` with ``predicted_us`` set (unchanged for rows without a schedule)."""
-        pred = self.predict(algo, row)
+        pred = self.predict(algo, row, footprint_bytes)
         return row if pred is None else replace(row, predicted_us=pred)
+
+    def interleaved_footprint(self, algos, nbytes: int) -> float | None:
+        """The footprint of every row of ``algos`` run in turn at ``nbytes`` (None where the topology has no
+        footprint curve: nothing to compute)."""
+        if self.topology.footprint_curve is None:
+            return None
+        return interleaved_footprint(self.kind, self.topology.n_ranks, nbytes,
+                                     [a.schedule_for(self.kind, self.ctx, nbytes) for a in algos], self.settings)
+
+
+def interleaved_footprint(kind: str, n: int, nbytes: int, schedules: Sequence[Schedule | None],
+                          settings: ExecutorSettings) -> float:
+    """Bytes one rank touches between two calls of the same algorithm when ``schedules`` run in turn at ``nbytes``
+    (nccl-tests size), each on buffers of its own: the sum of their working sets (the executor's layout; None --
+    MPI's own collective -- its input and output, a schedule the size cannot split the same)."""
+    coll = Collective(kind, n)
+    own = coll.chunk_bytes(float(nbytes)) * (coll.in_chunks + coll.out_chunks)
+    total = 0.0
+    for s in schedules:
+        ws = own
+        if s is not None:
+            try:
+                ws = working_set_run(s, nbytes, settings)
+            except ScheduleError:
+                ws = own
+        total += ws
+    return total
 
 
 class SavedRun:
@@ -165,6 +204,17 @@ def via_communicator(column: str) -> bool:
     """Whether the bench column ``column`` runs through ccsynth's communicator (``default``, ``plan``,
     ``plan:FILE``), whose per-call cost its predictions add (see the module docstring)."""
     return column in ("default", "plan") or column.startswith("plan:")
+def _footprints(doc: Mapping, saved: SavedRun, topology: Topology, settings: ExecutorSettings) -> dict[int, float]:
+    """Per size of an ``--interleave`` run, the footprint of its rows (:func:`interleaved_footprint`); empty for a
+    run of one algorithm at a time, or where the topology has no footprint curve (each row: its own call's)."""
+    if topology.footprint_curve is None or "--interleave" not in str(doc.get("command", "")).split():
+        return {}
+    by_size: dict[int, list[Schedule | None]] = {}
+    for column, rows in doc["results"].items():
+        for row in rows:
+            by_size.setdefault(_nccl_size(row), []).append(saved.schedule(column, row))
+    return {size: interleaved_footprint(saved.kind, saved.n, size, schedules, settings)
+            for size, schedules in by_size.items()}
 
 
 def _nccl_size(row: Mapping) -> int:
@@ -197,6 +247,7 @@ def repredict_document(doc: Mapping, topology: Topology, folder: str | Path | No
     settings = ExecutorSettings(itemsize=saved.itemsize)
     cache: dict[tuple[int, int], float | None] = {}
     results: dict[str, list[dict]] = {}
+    footprints = _footprints(doc, saved, topology, settings)
     for column, rows in doc["results"].items():
         out = []
         for row in rows:
@@ -206,7 +257,8 @@ def repredict_document(doc: Mapping, topology: Topology, folder: str | Path | No
                 key = (id(schedule), _nccl_size(row))
                 if key not in cache:
                     try:
-                        cache[key] = simulate_run(schedule, topology, key[1], settings).time_us
+                        cache[key] = simulate_run(schedule, topology, key[1], settings,
+                                                  footprint_bytes=footprints.get(key[1])).time_us
                     except ScheduleError as e:
                         log.info("no prediction for %s at %s bytes: %s", schedule.name, key[1], e)
                         cache[key] = None

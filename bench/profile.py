@@ -83,7 +83,24 @@ what collectives will see:
      (:func:`fit_curve`): ``Topology.message_curve``;
   6. the forward probes against that: per size, the factor by which a
      forwarded message costs more (:func:`fit_forward_curve`):
-     ``Topology.forward_curve``.
+     ``Topology.forward_curve``;
+  7. *footprint probes*, fitted before the message curve: windows of
+     :data:`FOOTPRINT_MESSAGE` messages (first pattern only), each timed call
+     after an untimed pass over an eviction buffer of 0 to
+     :data:`FOOTPRINT_LLC_MULTIPLES` times the last-level cache (sysfs,
+     :func:`llc_bytes`), so that a rank touches ``F`` bytes -- the probe's
+     buffers and the eviction pass -- between two calls (the call's
+     *footprint*); per ``F``, the factor its bytes cost more than at the
+     smallest ``F`` (:func:`fit_footprint_curve`): ``Topology.footprint_curve``.
+     Every probe is then predicted at its own footprint (its buffers, plus
+     the cold probes' eviction pass), so the message and forward curves hold
+     what the footprint does not explain. Why: the profile's probes touch
+     a few MiB per call, while a collective in an application, or in
+     ``ccsynth bench --interleave`` beside other algorithms, meets data the
+     last-level cache no longer holds; on the project's 2-core machine a
+     window of 2 x 256 KiB took 60 us at footprints up to 5.5 MiB, 126 us at
+     17.5 MiB and 185 us at 65 MiB (32 MiB L3), and run D's rows measured
+     2.1-3x their prediction from 1 MiB up (bench/RESULTS.md, h29-cache).
 
 **Rounds and the communicator** (:func:`round_probes`, :func:`fit_round_cost`,
 :func:`measure_communicator`). Two figures the probes above cannot see,
@@ -196,7 +213,9 @@ __all__ = [
     "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
     "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve",
     "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
-    "CommunicatorFit", "measure_communicator",
+    "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE",
+    "FOOTPRINT_LLC_MULTIPLES", "llc_bytes", "probe_footprint", "fit_footprint_curve", "refit_with_footprint",
+    "measure_footprint", "main",
 ]
 
 log = logging.getLogger(__name__)
@@ -232,6 +251,15 @@ ROUND_COUNTS = (1, 2, 4, 8)
 #: the most peers a round probe waits on, and the most messages per rank of one (fewer rounds beyond; at least two
 #: round counts): a probe of every rank on many ranks would cost more to build and fit than to run
 ROUND_MAX_PEERS, ROUND_MAX_MESSAGES = 64, 128
+#: message size of the footprint probes (windows of BW_WINDOW messages: one slice each)
+FOOTPRINT_MESSAGE = 256 << 10
+#: their eviction passes, in multiples of the last-level cache (0: none, the call's own buffers alone)
+FOOTPRINT_LLC_MULTIPLES = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0)
+QUICK_FOOTPRINT_LLC_MULTIPLES = (0.0, 0.5, 2.0)
+#: a footprint curve whose factors all lie within this of 1 says nothing: left out
+FOOTPRINT_FLAT = 0.05
+#: timed iterations of a footprint probe over all passes (a ratio of two probes is fitted: more than a window's)
+FOOTPRINT_ITERS = 48
 QUICK_ITERS_SMALL, QUICK_ITERS_LARGE = 15, 3
 
 
@@ -283,6 +311,13 @@ class ProfileOptions:
     def ladder(self) -> tuple[int, ...]:
         return QUICK_LADDER if self.quick else LADDER
 
+    @property
+    def footprint_evictions(self) -> tuple[int, ...]:
+        """Bytes of the footprint probes' eviction passes (see the module docstring)."""
+        llc = llc_bytes()
+        return tuple(sorted({int(k * llc) for k in (QUICK_FOOTPRINT_LLC_MULTIPLES if self.quick else
+                                                     FOOTPRINT_LLC_MULTIPLES)}))
+
 
 @dataclass(frozen=True)
 class Pattern:
@@ -308,8 +343,9 @@ class Probe:
     small messages and of the protocol ladder), ``rounds`` (``messages``
     rounds of exchanges with ``peers`` peers, :func:`round_probes`; the
     pattern only names it), ``forward`` (the same of
-    large messages: the bandwidth probes of forwarded data) or ``window``
-    (all messages independent, in flight together);
+    large messages: the bandwidth probes of forwarded data), ``window``
+    (all messages independent, in flight together) or ``footprint`` (a
+    window, each call after an eviction pass over ``evict_bytes``);
     ``slice_bytes`` is the executor's pipeline slice (None: its default).
     """
 
@@ -319,6 +355,12 @@ class Probe:
     nbytes: int
     slice_bytes: int | None = None
     peers: int = 1  # shape "rounds": the peers every rank exchanges with in each of its ``messages`` rounds
+    evict_bytes: int = 0  # footprint probes: the eviction pass before each call
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes of one rank's send and receive buffers (the probe's own working set)."""
+        return self.messages * self.peers * self.nbytes * (1 + len(self.pattern.dest))
 
     @property
     def size_bytes(self) -> int:
@@ -329,7 +371,8 @@ class Probe:
         if self.shape == "rounds":
             return f"{self.messages} rounds with {self.peers} peer{'s' if self.peers > 1 else ''} of {format_size(self.nbytes)}"
         sl = f", {self.slice_bytes >> 20} MiB slices" if self.slice_bytes and self.nbytes > SMALL else ""
-        return f"{self.pattern.name}: {self.shape} of {self.messages} x {format_size(self.nbytes)}{sl}"
+        ev = f", after {format_size(self.evict_bytes)} of other data" if self.shape == "footprint" else ""
+        return f"{self.pattern.name}: {self.shape} of {self.messages} x {format_size(self.nbytes)}{sl}{ev}"
 
 
 @dataclass(frozen=True)
@@ -436,6 +479,7 @@ class MachineProfile:
             "message_curve": None if self.topology.message_curve is None else self.topology.message_curve.to_dict(),
             "local_curve": None if self.topology.local_curve is None else self.topology.local_curve.to_dict(),
             "forward_curve": None if self.topology.forward_curve is None else self.topology.forward_curve.to_dict(),
+            "footprint_curve": None if self.topology.footprint_curve is None else self.topology.footprint_curve.to_dict(),
             "local_ladder_us": [[m, t] for m, t in self.kernels.ladder],
             "pair_bw_GBps": {str(k): v for k, v in self.pair_bw.items()},
             "samples": [{"probe": s.probe.describe(), "measured_us": s.measured_us} for s in self.samples],
@@ -516,7 +560,7 @@ def probe_schedule(n: int, probe: Probe) -> Schedule:
     b = ScheduleBuilder(Collective("allgather", n, m), f"{probe.shape}{m}", topology="profile")
     for j in range(m):
         for r, d in probe.pattern.pairs:
-            if probe.shape in ("chain", "forward"):
+            if probe.shape in ("chain", "forward"):  # a window or footprint probe: independent messages
                 b.transfer(r, d, ("i", 0) if j == 0 else ("o", j - 1), ("o", j))
             else:
                 b.transfer(r, d, ("i", j), ("o", j))
@@ -580,19 +624,29 @@ def plan_probes(pats: Sequence[Pattern], options: ProfileOptions) -> list[Probe]
             # below 1 MiB every slice size cuts a message alike: one probe is enough
             out += [Probe(pat, "window", BW_WINDOW, s, sl) for s in options.bw_sizes if sl == SLICES[0] or s >= SLICES[0]]
         out += [Probe(pat, "forward", FORWARD_ROUNDS, s, SLICES[0]) for s in forward_sizes]
+    # the footprint is the machine's caches: one pattern measures it
+    out += [Probe(pats[0], "footprint", BW_WINDOW, FOOTPRINT_MESSAGE, SLICES[0], evict_bytes=e) for e in options.footprint_evictions]
     return out
 
 
-def eviction_bytes() -> int:
-    """Bytes that push a rank's data out of its core's own caches: four times the largest cache private to
-    a core (read from Linux's sysfs; a cache shared by several cores, the last level, is left alone); 8 MiB
-    where the system does not say."""
+def llc_bytes() -> int:
+    """The last-level cache (the largest one several cores share, from Linux's sysfs); 32 MiB where the system
+    does not say."""
     largest = 0
+    for size, shared in _caches():
+        if "," in shared or "-" in shared:
+            largest = max(largest, size)
+    return largest or 32 << 20
+
+
+def _caches() -> list[tuple[int, str]]:
+    """(bytes, shared_cpu_list) of every cache of cpu0 that sysfs lists."""
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
         entries = os.listdir(base)
     except OSError:
-        entries = []
+        return []
+    out = []
     for e in entries:
         try:
             with open(os.path.join(base, e, "size")) as f:
@@ -601,13 +655,36 @@ def eviction_bytes() -> int:
                 shared = f.read().strip()
         except OSError:
             continue
-        if "," in shared or "-" in shared:  # shared by several cores
-            continue
         mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
         try:
-            largest = max(largest, int(text.rstrip("KMGkmg")) * mult)
+            out.append((int(text.rstrip("KMGkmg")) * mult, shared))
         except ValueError:
             continue
+    return out
+
+
+def _evicts(probe: Probe, cold: bool) -> int:
+    """Bytes of the untimed eviction pass before each timed call of ``probe``."""
+    if probe.shape == "footprint":
+        return probe.evict_bytes
+    if cold and probe.shape in ("window", "forward") and probe.nbytes > SMALL:
+        return eviction_bytes()
+    return 0
+
+
+def probe_footprint(probe: Probe, cold: bool = True) -> int:
+    """The bytes a rank touches between two timed calls of ``probe``: its buffers and the eviction pass."""
+    return probe.buffer_bytes + _evicts(probe, cold)
+
+
+def eviction_bytes() -> int:
+    """Bytes that push a rank's data out of its core's own caches: four times the largest cache private to
+    a core (read from Linux's sysfs; a cache shared by several cores, the last level, is left alone); 8 MiB
+    where the system does not say."""
+    largest = 0
+    for size, shared in _caches():
+        if "," not in shared and "-" not in shared:  # private to a core
+            largest = max(largest, size)
     return 4 * largest if largest else 8 << 20
 
 
@@ -621,9 +698,12 @@ def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
     send = np.ones(probe.size_bytes // n, np.uint8)
     recv = np.ones(probe.size_bytes, np.uint8)
     iters, warmup = options.iterations(probe.nbytes)
+    if probe.shape == "footprint" and options.iters is None:
+        iters = max(iters, -(-(FOOTPRINT_ITERS // (4 if options.quick else 1)) // options.n_passes))
     cases = [Case(lambda: cs.run(send, recv), probe.size_bytes, probe.nbytes)]
-    if options.cold and probe.shape in ("window", "forward") and probe.nbytes > SMALL:
-        evict = np.zeros(eviction_bytes(), np.uint8)
+    nevict = _evicts(probe, options.cold)
+    if nevict:
+        evict = np.zeros(nevict, np.uint8)
         cases.append(Case(lambda: np.add(evict, 1, out=evict), 1, 1))  # untimed: caches hold other data
     local = measure(comm, cases, iters, warmup)[0]
     cs.free()
@@ -752,10 +832,14 @@ def local_curve(kernels: KernelRates) -> SizeCurve | None:
 
 # ------------------------------------------------------------------ fitting
 class _Predictor:
-    """Predicted probe times for candidate figures: each probe lowered once, simulated per candidate."""
+    """Predicted probe times for candidate figures: each probe lowered once, simulated per candidate.
 
-    def __init__(self, n: int):
+    ``cold``: whether the window and forward probes ran after an eviction pass (their footprint).
+    """
+
+    def __init__(self, n: int, cold: bool = True):
         self.n = n
+        self.cold = cold
         self._graphs: dict[Probe, TaskGraph] = {}
 
     def graph(self, probe: Probe) -> TaskGraph:
@@ -768,17 +852,18 @@ class _Predictor:
 
     def time(self, probe: Probe, alpha: float, overhead: float, bw: float, call: float,
              protocol: ProtocolFit = NO_SWITCH, curve: SizeCurve | None = None,
-             forward: SizeCurve | None = None) -> float:
+             forward: SizeCurve | None = None, footprint: SizeCurve | None = None) -> float:
         links = tuple(Link(r, d, max(alpha, 0.0), bw, overhead) for r, d in probe.pattern.pairs)
         topo = Topology("candidate", self.n, links=links, overhead_scope="rank", call_overhead=call,
                         eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
-                        message_curve=curve, forward_curve=forward, async_progress=False)
-        return simulate_graph(self.graph(probe), topo).time_us
+                        message_curve=curve, forward_curve=forward, async_progress=False, footprint_curve=footprint)
+        return simulate_graph(self.graph(probe), topo, footprint_bytes=probe_footprint(probe, self.cold)).time_us
 
     def fitted(self, probe: Probe, f: LinkFit, call: float, protocol: ProtocolFit,
-               curve: SizeCurve | None = None, forward: SizeCurve | None = None) -> float:
+               curve: SizeCurve | None = None, forward: SizeCurve | None = None,
+               footprint: SizeCurve | None = None) -> float:
         """The predicted time of ``probe`` with the figures ``f`` of its pattern."""
-        return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol, curve, forward)
+        return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol, curve, forward, footprint)
 
 
 def _log_error(pred: Callable[[Probe], float], samples: Sequence[Sample]) -> float:
@@ -884,9 +969,11 @@ def fit_protocol(predictor: _Predictor, ladder: Sequence[Sample], fits: dict[Pat
 CURVE_RANGE = (0.1, 10.0)
 
 
-def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult) -> SizeCurve | None:
+def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult,
+              footprint: SizeCurve | None = None) -> SizeCurve | None:
     """The message curve (PLogP's ``g(m)``) that explains the probes of every size best, the figures of ``result``
-    fixed; None where no probe moves :data:`CURVE_MIN_BYTES` or more per message.
+    and the footprint curve ``footprint`` fixed; None where no probe moves :data:`CURVE_MIN_BYTES` or more per
+    message.
 
     A probe counts at its schedule's size (``Probe.size_bytes``, the
     working set the simulator indexes the curve by). Each size is fitted by
@@ -895,9 +982,10 @@ def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResul
     one factor per call, so the sizes are independent.
     """
     fits = {f.pattern: f for f in result.fits}
-    mine = [s for s in samples if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits and s.probe.shape != "forward"]
+    mine = [s for s in samples if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits
+            and s.probe.shape in ("chain", "window")]
     fitted = _factor_per_size(mine, math.log(CURVE_RANGE[0]), lambda p, c: predictor.fitted(
-        p, fits[p.pattern], result.call_overhead, result.protocol, c))
+        p, fits[p.pattern], result.call_overhead, result.protocol, c, footprint=footprint))
     return None if fitted is None else SizeCurve(*fitted)
 
 
@@ -926,7 +1014,7 @@ def _factor_per_size(samples: Sequence[Sample], log_lo: float,
 
 
 def fit_forward_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult,
-                      curve: SizeCurve | None) -> SizeCurve | None:
+                      curve: SizeCurve | None, footprint: SizeCurve | None = None) -> SizeCurve | None:
     """The forward curve (``Topology.forward_curve``): per size of the forward probes, the factor in
     ``[1, CURVE_RANGE[1]]`` by which their forwarded messages' bytes cost more than the message curve says,
     the figures of ``result`` and ``curve`` fixed; None without forward probes, or where every factor is 1.
@@ -938,7 +1026,7 @@ def fit_forward_curve(predictor: _Predictor, samples: Sequence[Sample], result: 
     fits = {f.pattern: f for f in result.fits}
     mine = [s for s in samples if s.probe.pattern in fits and s.probe.shape == "forward"]
     fitted = _factor_per_size(mine, 0.0, lambda p, fwd: predictor.fitted(
-        p, fits[p.pattern], result.call_overhead, result.protocol, curve, fwd))
+        p, fits[p.pattern], result.call_overhead, result.protocol, curve, fwd, footprint))
     if fitted is None or all(f <= 1.0 + 1e-3 for f in fitted[1]):
         return None
     return SizeCurve(fitted[0], tuple(max(1.0, f) for f in fitted[1]))
@@ -1008,6 +1096,41 @@ class CommunicatorFit:
     def overhead_us(self) -> float:
         diffs = [self.via_us[k] - self.direct_us[k] for k in self.via_us]
         return max(0.0, float(np.mean(diffs))) if diffs else 0.0
+def fit_footprint_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult) -> SizeCurve | None:
+    """The footprint curve (``Topology.footprint_curve``): per footprint of the footprint probes
+    (:func:`probe_footprint`), the factor by which their bytes cost more than at the smallest one, the figures of
+    ``result`` fixed; None without footprint probes, or where every factor lies within :data:`FOOTPRINT_FLAT` of 1.
+
+    Each footprint's factor is a one-dimensional search (within :data:`CURVE_RANGE`). Load only ever slows a
+    probe down, and touching more data between two calls never makes them faster, so each footprint then takes
+    the smallest factor measured at it or at any larger footprint (the largest non-decreasing curve below the
+    measurements: a load spike at one footprint does not carry over to the larger ones), and the factors are
+    divided by the smallest footprint's.
+    """
+    fits = {f.pattern: f for f in result.fits}
+    mine = sorted((s for s in samples if s.probe.shape == "footprint" and s.probe.pattern in fits),
+                  key=lambda s: probe_footprint(s.probe, predictor.cold))
+    if not mine:
+        return None
+    sizes: list[float] = []
+    raw: list[float] = []
+    for s in mine:
+        fp = float(probe_footprint(s.probe, predictor.cold))
+        if sizes and fp <= sizes[-1]:
+            continue
+
+        def err(log_h: float, fp: float = fp, s: Sample = s) -> float:
+            one = SizeCurve((fp,), (math.exp(log_h),))
+            return _log_error(lambda p: predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol,
+                                                         footprint=one), [s])
+
+        sizes.append(fp)
+        raw.append(math.exp(_minimize(err, math.log(CURVE_RANGE[0]), math.log(CURVE_RANGE[1]), steps=16, rounds=20)))
+    low = [min(raw[i:]) for i in range(len(raw))]
+    factors = [min(h / low[0], CURVE_RANGE[1]) for h in low]
+    if max(factors) <= 1.0 + FOOTPRINT_FLAT:
+        return None
+    return SizeCurve(tuple(sizes), tuple(factors))
 
 
 def _split(samples: Sequence[Sample]):
@@ -1059,7 +1182,7 @@ def build_topology(
     ports: dict[int, SharedPort] | None = None, pair_bw: dict[int, float] | None = None, name: str = "profiled",
     description: str = "", sources: Sequence[str] = (), protocol: ProtocolFit = NO_SWITCH,
     message_curve: SizeCurve | None = None, local_curve: SizeCurve | None = None,
-    forward_curve: SizeCurve | None = None,
+    forward_curve: SizeCurve | None = None, footprint_curve: SizeCurve | None = None,
 ) -> Topology:
     """The ccsynth topology of the fitted figures: a link per ordered pair, with its pattern's figures.
 
@@ -1082,7 +1205,7 @@ def build_topology(
                     local_overhead=kernels.call_us, overhead_scope="rank",
                     call_overhead=call, eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
                     message_curve=message_curve, local_curve=local_curve, forward_curve=forward_curve,
-                    async_progress=False)
+                    async_progress=False, footprint_curve=footprint_curve)
 
 
 def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int, float]) -> dict[int, SharedPort]:
@@ -1189,7 +1312,7 @@ def profile_machine(
     kernels = measure_kernels(comm, KERNEL_BYTES, KERNEL_SECONDS / 5 if options.quick else KERNEL_SECONDS)
     say(total, total, "fitting")
 
-    predictor = _Predictor(n)
+    predictor = _Predictor(n, options.cold)
     result = fit_patterns(n, samples, predictor)
     call, fits, protocol = result.call_overhead, result.fits, result.protocol
     pair_bw = {}
@@ -1199,14 +1322,15 @@ def profile_machine(
         ref = same[0] if same else fits[0]
         pair_bw[node] = fit_bandwidth(predictor, ps, ref.alpha, ref.overhead, call, protocol)
     ports = _node_ports(fits, nodes, pair_bw)
-    curve = fit_curve(predictor, samples, result)
-    forward = fit_forward_curve(predictor, samples, result, curve)
+    footprint = fit_footprint_curve(predictor, samples, result)
+    curve = fit_curve(predictor, samples, result, footprint)
+    forward = fit_forward_curve(predictor, samples, result, curve, footprint)
     lib = MPI.Get_library_version().strip().splitlines()[0].strip()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     topo = build_topology(
         n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}", protocol=protocol,
-        message_curve=curve, local_curve=local_curve(kernels), forward_curve=forward,
+        message_curve=curve, local_curve=local_curve(kernels), forward_curve=forward, footprint_curve=footprint,
         description=_describe(n, hosts, nodes, cores, lib),
         sources=(f"ccsynth topo profile on {hosts[0]} at {when}, load average {load}, "
                  f"{len(samples) + sum(len(v) for v in pair_samples.values()) + len(round_samples)} probes",),
@@ -1216,3 +1340,88 @@ def profile_machine(
     return MachineProfile(topo, fits, call, kernels, tuple(samples) + tuple(s for v in pair_samples.values() for s in v),
                           nodes, hosts, cores, tuple(ports.values()), pair_bw, protocol, time.perf_counter() - t_start,
                           round_samples, communicator)
+
+
+# ------------------------------------------------------------------ a footprint for an older profile
+def _fit_result_of(topology: Topology) -> FitResult:
+    """The figures of a profiled ``topology`` as the fit had them: per pattern its first pair's link."""
+    fits = []
+    for pat in patterns(topology.nodes):
+        r, d = pat.pairs[0]
+        c = topology.connection(r, d)
+        if c is None:
+            raise CCSynthError(f"topology {topology.name!r} has no connection {r}->{d}: not a profiled machine")
+        fits.append(LinkFit(pat, c.alpha, c.overhead, c.bw))
+    protocol = ProtocolFit(topology.eager_limit, topology.rendezvous_alpha) \
+        if topology.eager_limit is not None and topology.rendezvous_alpha else NO_SWITCH
+    return FitResult(topology.call_overhead, tuple(fits), protocol)
+
+
+def refit_with_footprint(topology: Topology, footprint: SizeCurve | None,
+                         options: ProfileOptions | None = None) -> Topology:
+    """``topology`` (a profile without footprint probes) with ``footprint`` as its footprint curve, and its message
+    and forward curves fitted again with the footprint in place, on the probe times the topology itself predicts
+    (what its own fit reproduced of its probes): the same figures for the probes it was fitted on, the footprint
+    for calls that touch more data. ``options``: the probes the profile ran (default: ``ccsynth topo profile``'s)."""
+    options = options or ProfileOptions()
+    result = _fit_result_of(topology)
+    predictor = _Predictor(topology.n_ranks, options.cold)
+    fits = {f.pattern: f for f in result.fits}
+    # as the profile's own fit saw them: the message curve from chains and windows alone, then the forward probes
+    samples = [Sample(p, predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol,
+                                          topology.message_curve, topology.forward_curve if p.shape == "forward" else None))
+               for p in plan_probes(tuple(fits), options) if p.shape != "footprint"]
+    curve = fit_curve(predictor, samples, result, footprint) if topology.message_curve is not None else None
+    forward = fit_forward_curve(predictor, samples, result, curve, footprint) \
+        if topology.forward_curve is not None else None
+    return replace(topology, message_curve=curve, forward_curve=forward, footprint_curve=footprint)
+
+
+def measure_footprint(comm, topology: Topology, options: ProfileOptions | None = None) -> SizeCurve | None:
+    """The footprint probes alone, measured here (on every rank) and fitted against the figures of ``topology``
+    (:func:`fit_footprint_curve`); for :func:`refit_with_footprint`."""
+    options = options or ProfileOptions()
+    result = _fit_result_of(topology)
+    probes = [p for p in plan_probes(tuple(f.pattern for f in result.fits), options) if p.shape == "footprint"]
+    best: dict[Probe, float] = {}
+    for _ in range(options.n_passes):
+        for probe in probes:
+            best[probe] = min(measure_probe(comm, probe, options).measured_us, best.get(probe, math.inf))
+    return fit_footprint_curve(_Predictor(topology.n_ranks, options.cold), [Sample(p, t) for p, t in best.items()],
+                               result)
+
+
+def main(argv=None) -> int:
+    """``mpiexec -n N python -m ccsynth.bench.profile --add-footprint IN -o OUT``: a profile written before the
+    footprint probes, with a footprint measured here added (:func:`measure_footprint`, :func:`refit_with_footprint`)."""
+    import argparse
+
+    from mpi4py import MPI
+
+    from ccsynth.topologies.io import load_topology, topology_to_json
+
+    p = argparse.ArgumentParser(prog="python -m ccsynth.bench.profile", description=main.__doc__)
+    p.add_argument("--add-footprint", required=True, metavar="IN", help="a profiled topology file")
+    p.add_argument("-o", "--output", required=True, help="the topology file to write")
+    p.add_argument("--passes", type=int, default=PASSES, help=f"passes over the footprint probes (default {PASSES})")
+    args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    topo = load_topology(args.add_footprint)
+    if topo.n_ranks != comm.Get_size():
+        raise CCSynthError(f"{args.add_footprint} describes {topo.n_ranks} ranks; start as many")
+    footprint = measure_footprint(comm, topo, ProfileOptions(passes=args.passes))
+    if comm.Get_rank() == 0:
+        out = refit_with_footprint(topo, footprint)
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        out = replace(out, sources=(*out.sources, f"footprint curve measured by python -m ccsynth.bench.profile at "
+                                                  f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load "
+                                                  f"average {load}; message and forward curves fitted again with it"))
+        with open(args.output, "w") as f:
+            f.write(topology_to_json(out))
+        log.warning("wrote %s: footprint %s", args.output,
+                    None if footprint is None else list(zip(footprint.sizes, footprint.factors)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -86,7 +86,8 @@ from ccsynth.graphs import topological_order
 from ccsynth.synth.simulate import SimResult, Task, TaskGraph, simulate_graph
 from ccsynth.topologies.model import Topology
 
-__all__ = ["ExecutorSettings", "executor_programs", "lower_for_executor", "simulate_run", "default_slice_bytes"]
+__all__ = ["ExecutorSettings", "executor_programs", "lower_for_executor", "simulate_run", "default_slice_bytes",
+           "working_set_run"]
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,14 @@ def lower_for_executor(schedule: Schedule, size_bytes: float, settings: Executor
         builder.add_rank(q, lay)
     matches = builder.match()
     path = "straight-line" if straight else "dataflow"
-    return TaskGraph(f"{schedule.name}@executor({path})", coll, size_bytes, tuple(builder.tasks), matches)
+    return TaskGraph(f"{schedule.name}@executor({path})", coll, size_bytes, tuple(builder.tasks), matches,
+                     working_set_bytes=float(max(_layout_bytes(lay) for lay in layouts)))
+
+
+def _layout_bytes(lay: Layout) -> int:
+    """Bytes of the buffers one rank's call touches: the caller's input and output, the executor's scratch and
+    staging (the footprint of a call repeated back to back, :mod:`ccsynth.synth.simulate`)."""
+    return (lay.in_len + lay.out_len + lay.scratch_len + lay.staging_len) * lay.dtype.itemsize
 
 
 class _TaskBuilder:
@@ -257,11 +265,23 @@ def _node_order(preds: list[list[int]]) -> list[int]:
 
 
 def simulate_run(
-    schedule: Schedule, topology: Topology, size_bytes: float, settings: ExecutorSettings | None = None
+    schedule: Schedule, topology: Topology, size_bytes: float, settings: ExecutorSettings | None = None, *,
+    footprint_bytes: float | None = None,
 ) -> SimResult:
-    """Predict one call of ``schedule`` run by ccsynth's executor at ``size_bytes`` on ``topology``."""
+    """Predict one call of ``schedule`` run by ccsynth's executor at ``size_bytes`` on ``topology``.
+
+    ``footprint_bytes``: the bytes a rank touches between two calls on the same buffers, where the topology
+    has a ``footprint_curve`` (None: the call's own working set, :func:`working_set_run`).
+    """
     graph = lower_for_executor(schedule, size_bytes, settings)
-    result = simulate_graph(graph, topology)
+    result = simulate_graph(graph, topology, footprint_bytes=footprint_bytes)
     log.debug("predicted %s on %s at %g bytes: %.6g us (%d tasks)", schedule.name, topology.name, size_bytes,
               result.time_us, len(graph.ops))
     return result
+
+
+def working_set_run(schedule: Schedule, size_bytes: float, settings: ExecutorSettings | None = None) -> float:
+    """Bytes of buffers the busiest rank touches in one call of ``schedule`` run by the executor at ``size_bytes``
+    (input, output, scratch, staging): its footprint when called back to back; the sum of several such is the
+    footprint of calls interleaved (``ccsynth bench --interleave``)."""
+    return lower_for_executor(schedule, size_bytes, settings).working_set_bytes

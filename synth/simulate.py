@@ -40,6 +40,17 @@ Model
   curve): passing on what was just received costs more than sending the
   call's own input (measured by the forward probes of ``ccsynth topo
   profile``). Without one every message is alike, as before.
+* **Footprint.** Where the topology has a ``footprint_curve``
+  (:mod:`ccsynth.topologies.model`), every message's bytes cost ``h(F)``
+  times more, on top of the message curve, where
+  ``F`` is the call's *footprint*: the bytes a rank touches between two
+  calls on the same buffers. By default that is the call's own working
+  set per rank (:func:`working_set_bytes`: input, output and scratch
+  chunks of a schedule; a :class:`TaskGraph` says its own, staging
+  included), i.e. a call repeated back to back; ``footprint_bytes=``
+  gives another (``ccsynth bench --interleave`` runs several algorithms
+  in turn, each with its own buffers: their working sets together).
+  Without the curve nothing changes.
 * **Progress.** Where the topology says ``async_progress=False`` (with
   ``overhead_scope="rank"``: MPI without a progress thread, as ccsynth's
   executor over MPICH's shared memory), a transfer's data phase starts
@@ -293,7 +304,10 @@ class TaskGraph:
 
     ``matches`` maps every send task id to its receive task id and back;
     ``size_bytes`` is the collective's message size (nccl-tests
-    convention), which the result reports and the lower bound uses.
+    convention), which the result reports and the lower bound uses;
+    ``working_set_bytes`` the bytes of buffers the busiest rank touches
+    in one call (input, output, scratch, staging; 0: unknown), the
+    default footprint (see the module docstring).
     """
 
     name: str
@@ -301,6 +315,7 @@ class TaskGraph:
     size_bytes: float
     ops: tuple[Task, ...]
     matches: Mapping[int, int]
+    working_set_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
@@ -955,17 +970,64 @@ def _check_args(size_bytes, local_bw) -> float:
     return size
 
 
-def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool = False) -> SimResult:
+def working_set_bytes(schedule: Schedule | TaskGraph, size_bytes: float) -> float:
+    """Bytes of buffers one rank touches in a call of ``schedule`` at ``size_bytes``: the default footprint.
+
+    A schedule's input, output and scratch chunks (every rank holds as many);
+    a :class:`TaskGraph`'s own figure (the executor's layout, staging included).
+    """
+    if isinstance(schedule, TaskGraph):
+        return float(schedule.working_set_bytes)
+    coll = schedule.collective
+    return coll.chunk_bytes(float(size_bytes)) * (coll.in_chunks + coll.out_chunks + schedule.scratch_chunks)
+
+
+@dataclass(frozen=True)
+class ByteFactors:
+    """What one byte of a call costs, relative to the constant model (see the module docstring).
+
+    ``message``: every message (``message_curve`` at the call's size, times
+    ``footprint_curve`` at its footprint); ``local``: every local copy or
+    reduction (``local_curve`` at the call's size: its ladder of kernel
+    calls is measured on buffers of that size, its own footprint);
+    ``forward``: a forwarded message's extra (``forward_curve``). All 1.0
+    on a topology without curves.
+    """
+
+    message: float = 1.0
+    local: float = 1.0
+    forward: float = 1.0
+
+
+def byte_factors(topology: Topology, size_bytes: float, footprint_bytes: float) -> ByteFactors:
+    """The :class:`ByteFactors` of a call of ``size_bytes`` whose footprint is ``footprint_bytes`` per rank."""
+    mcurve, lcurve, fcurve = topology.message_curve, topology.local_curve, topology.forward_curve
+    hcurve = topology.footprint_curve
+    h = hcurve.factor(footprint_bytes) if hcurve is not None else 1.0
+    return ByteFactors((mcurve.factor(size_bytes) if mcurve is not None else 1.0) * h,
+                       lcurve.factor(size_bytes) if lcurve is not None else 1.0,
+                       fcurve.factor(size_bytes) if fcurve is not None else 1.0)
+
+
+def _footprint(p: _Prepared, size: float, footprint_bytes: float | None) -> float:
+    if footprint_bytes is None:
+        return working_set_bytes(p.schedule, size)
+    if isinstance(footprint_bytes, bool) or not isinstance(footprint_bytes, (int, float)) or not (
+            math.isfinite(footprint_bytes) and footprint_bytes >= 0):
+        raise SizeError(f"footprint must be a non-negative number of bytes, got {footprint_bytes!r}")
+    return float(footprint_bytes)
+
+
+def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool = False,
+            footprint_bytes: float | None = None) -> SimResult:
     size = _check_args(size_bytes, local_bw)
     if local_bw is None:
         local_bw = topology.local_bw
     coll = p.schedule.collective
     chunk_bytes = coll.chunk_bytes(size) if p.unit_is_chunk else 1.0
     rec = Recorder(p.n_ops) if trace else None
-    mcurve, lcurve, fcurve = topology.message_curve, topology.local_curve, topology.forward_curve
-    time_us, busy = _run(p, chunk_bytes, local_bw, rec, mcurve.factor(size) if mcurve is not None else 1.0,
-                         lcurve.factor(size) if lcurve is not None else 1.0,
-                         fcurve.factor(size) if fcurve is not None else 1.0)
+    f = byte_factors(topology, size, _footprint(p, size, footprint_bytes))
+    time_us, busy = _run(p, chunk_bytes, local_bw, rec, f.message, f.local, f.forward)
     if p.n_ops:
         time_us += topology.call_overhead
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)
@@ -998,7 +1060,8 @@ def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool 
 
 
 def simulate(
-    schedule: Schedule, topology: Topology, size_bytes: float, *, local_bw: float | None = None, trace: bool = False
+    schedule: Schedule, topology: Topology, size_bytes: float, *, local_bw: float | None = None, trace: bool = False,
+    footprint_bytes: float | None = None,
 ) -> SimResult:
     """Predict the time of ``schedule`` on ``topology`` for a ``size_bytes`` message.
 
@@ -1007,12 +1070,15 @@ def simulate(
     where that is None too they are free. ``trace=True`` also records when
     every transfer and every engine's work happened (``SimResult.trace``,
     see :mod:`ccsynth.synth.trace`); the time does not change.
+    ``footprint_bytes``: the call's footprint per rank where the topology
+    has a ``footprint_curve`` (None: its own working set, see the module
+    docstring).
 
     Raises :class:`ScheduleError` if the rank counts differ, a send has no
     connection (the message names the op), a send/recv is unmatched, or the
     schedule deadlocks; :class:`~ccsynth.errors.SizeError` for a bad size.
     """
-    return _result(_Prepared(schedule, topology), topology, size_bytes, local_bw, trace)
+    return _result(_Prepared(schedule, topology), topology, size_bytes, local_bw, trace, footprint_bytes)
 
 
 def known_result(schedule: Schedule, topology: Topology, size_bytes: float, time_us: float) -> SimResult:
@@ -1085,14 +1151,13 @@ def _static(p: _Prepared, topology: Topology, size_bytes: float) -> StaticBound:
     schedule = p.schedule
     if not p.n_ops:
         return StaticBound(0.0, 0.0, 0.0)
-    mcurve = topology.message_curve
-    unit = schedule.collective.chunk_bytes(size) * (mcurve.factor(size) if mcurve is not None else 1.0)
+    f = byte_factors(topology, size, _footprint(p, size, None))
+    unit = schedule.collective.chunk_bytes(size) * f.message
     cls = np.asarray(p.cls)
     sends = np.flatnonzero(cls >= 0)
     units = np.asarray(p.count, dtype=float)
-    fcurve = topology.forward_curve
-    if fcurve is not None and p.forwards is not None:  # forwarded sends move the forward curve's factor of theirs
-        units = np.where(np.asarray(p.forwards, dtype=bool), units * fcurve.factor(size), units)
+    if p.forwards is not None:  # forwarded sends move the forward curve's factor of theirs
+        units = np.where(np.asarray(p.forwards, dtype=bool), units * f.forward, units)
     class_bytes = np.bincount(cls[sends], weights=units[sends] * unit, minlength=len(p.class_res))
     res_bytes = np.zeros(len(p.res_cap))
     for c, rs in enumerate(p.class_res):
@@ -1103,16 +1168,19 @@ def _static(p: _Prepared, topology: Topology, size_bytes: float) -> StaticBound:
     return StaticBound(volume, engine, topology.call_overhead)
 
 
-def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | None = None) -> SimResult:
+def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | None = None,
+                   footprint_bytes: float | None = None) -> SimResult:
     """Predict the time of a lowered program (:class:`TaskGraph`) on ``topology``.
 
     The same model and errors as :func:`simulate`; sizes are the tasks' own
-    byte counts, and the result reports ``graph.size_bytes``.
+    byte counts, and the result reports ``graph.size_bytes``; the default
+    footprint is ``graph.working_set_bytes``.
     """
-    return _result(_Prepared(graph, topology), topology, graph.size_bytes, local_bw)
+    return _result(_Prepared(graph, topology), topology, graph.size_bytes, local_bw, footprint_bytes=footprint_bytes)
 
 
 __all__ = [
-    "ReceiveRounds", "SimResult", "StaticBound", "Task", "TaskGraph", "known_result", "receive_rounds", "simulate", "simulate_below", "simulate_sizes",
-    "simulate_graph", "static_bound",
+    "ByteFactors", "ReceiveRounds", "SimResult", "StaticBound", "Task", "TaskGraph", "byte_factors", "known_result",
+    "receive_rounds", "simulate", "simulate_below", "simulate_sizes", "simulate_graph", "static_bound",
+    "working_set_bytes",
 ]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.spec import Collective
-from ccsynth.errors import TopologyError
+from ccsynth.errors import SizeError, TopologyError
 from ccsynth.synth.baselines import make_baseline
 from ccsynth.synth.executor_model import simulate_run
 from ccsynth.synth.simulate import simulate
@@ -215,3 +215,84 @@ def test_bounds_never_above_the_simulated_time_with_forwards(fwd, size, algo):
     s = make_baseline(algo, Collective("allreduce", 4, 4), t)
     r = simulate(s, t, size)
     assert r.lower_bound_us <= r.time_us * (1 + 1e-9)
+
+
+# ------------------------------------------------------------------ footprint (issue 10, h29-cache)
+FOOT = SizeCurve((1_000_000.0, 4_000_000.0), (1.0, 3.0))
+
+
+def test_footprint_factor_scales_messages_by_the_calls_footprint_by_hand():
+    """exchange(): one message each way of half the size; a schedule's own working set is its input and output
+    chunks (1 + 2 of S/2 each: 1.5 S per rank)."""
+    t = pair(footprint_curve=FOOT)
+    # 20 KB call: working set 30 KB, below the first point: factor 1, 1 us + 10 KB / 1e4
+    assert simulate(exchange(), t, 20_000).time_us == pytest.approx(1.0 + 1.0)
+    # told a footprint of 2.5 MB: cost (1e6 + (12e6 - 1e6) * 1.5e6 / 3e6) / 2.5e6 = 2.6 per byte
+    assert simulate(exchange(), t, 20_000, footprint_bytes=2_500_000).time_us == pytest.approx(1.0 + 2.6)
+    # beyond the last point: 3x; a 4 MB call's own working set is 6 MB
+    assert simulate(exchange(), t, 4_000_000).time_us == pytest.approx(1.0 + 3.0 * 2_000_000 / 1e4)
+
+
+def test_footprint_multiplies_the_message_curve_and_leaves_local_work_alone():
+    copies = ScheduleBuilder(Collective("allgather", 2), "copies")
+    for r in range(2):
+        copies.copy(r, ("i", 0), ("o", r))
+    t = pair(SizeCurve((1.0,), (0.5,)), footprint_curve=FOOT, local_bw=1.0, overhead_scope="rank")
+    # each copy 10 KB at 1e3 B/us = 10 us, whatever the footprint
+    assert simulate(copies.build(), t, 20_000, footprint_bytes=4e6).time_us == pytest.approx(10.0)
+    # the message: 10 KB x 0.5 (message curve) x 3 (footprint) = 15 KB at 1e4 B/us = 1.5 us after 1 us latency
+    assert simulate(exchange(), t, 20_000, footprint_bytes=4e6).time_us == pytest.approx(1.0 + 1.5)
+
+
+def test_without_a_footprint_curve_the_footprint_changes_nothing():
+    for fp in (None, 0.0, 1e9):
+        assert simulate(exchange(), pair(), 20_000, footprint_bytes=fp).time_us == pytest.approx(2.0)
+    with pytest.raises(SizeError, match="footprint"):
+        simulate(exchange(), pair(footprint_curve=FOOT), 20_000, footprint_bytes=-1.0)
+
+
+def test_executor_working_set_and_interleaved_footprint():
+    """The executor's working set of a 2-rank ring allreduce at 1 MiB: input, output and staging for the received
+    half (1 + 1 + 0.5 MiB); interleaved with MPI's own (input and output: 2 MiB) the footprint is their sum, and
+    the prediction at that footprint is the topology's factor times the bytes."""
+    from ccsynth.bench.predict import interleaved_footprint
+    from ccsynth.synth.executor_model import ExecutorSettings, working_set_run
+    ring = make_baseline("ring", Collective("allreduce", 2, 2), fully_connected(2))
+    assert working_set_run(ring, 1 << 20) == 2.5 * (1 << 20)
+    assert interleaved_footprint("allreduce", 2, 1 << 20, [ring, None], ExecutorSettings()) == 4.5 * (1 << 20)
+    t0 = Topology("fc2", 2, links=(Link(0, 1, 1.0, 2.0, 0.5), Link(1, 0, 1.0, 2.0, 0.5)), local_bw=2.0,
+                  overhead_scope="rank")
+    flat = simulate_run(ring, t0, 1 << 20).time_us
+    t = Topology("fc2", 2, links=t0.links, local_bw=2.0, overhead_scope="rank",
+                 footprint_curve=SizeCurve((3.0 * (1 << 20),), (1.0,)))
+    assert simulate_run(ring, t, 1 << 20).time_us == flat  # its own 2.5 MiB: factor 1
+    # a footprint where messages cost twice as much: slower, by less than twice (latency, overheads, local work)
+    t2 = Topology("fc2", 2, links=t0.links, local_bw=2.0, overhead_scope="rank",
+                  footprint_curve=SizeCurve((3.0 * (1 << 20), 6.0 * (1 << 20)), (1.0, 2.0)))
+    slow = simulate_run(ring, t2, 1 << 20, footprint_bytes=8.0 * (1 << 20)).time_us
+    assert flat < slow < 2 * flat
+
+
+def test_catalog_topologies_have_no_footprint_curve_and_round_trip_one():
+    from ccsynth.formats.files import list_topologies, get_topology
+    for spec, _ in list_topologies():
+        if "PATH" not in spec:
+            assert get_topology(spec).footprint_curve is None
+    t = pair(footprint_curve=FOOT)
+    d = topology_to_dict(t)
+    assert d["footprint_curve"] == {"version": 1, "sizes_bytes": [1e6, 4e6], "factors": [1.0, 3.0]}
+    assert topology_from_dict(json.loads(topology_to_json(t))) == t
+    assert "footprint_curve" not in topology_to_dict(pair())
+    with pytest.raises(TopologyError, match="footprint_curve"):
+        topology_from_dict({**d, "footprint_curve": {"sizes_bytes": [1.0], "factors": [0.0]}})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([1e3, 3e4, 2e6, 5e7]), st.sampled_from(["ring", "recursive_doubling", "direct"]),
+       st.sampled_from([None, 1e6, 1e8]))
+def test_bounds_never_above_the_simulated_time_with_a_footprint(size, algo, fp):
+    from ccsynth.synth.bounds import lower_bound
+    s = make_baseline(algo, Collective("allreduce", 4, 4), fully_connected(4))
+    base = fully_connected(4)
+    t = Topology(base.name, 4, links=base.links, switches=base.switches, footprint_curve=SizeCurve((1e6, 1e7), (1.0, 2.5)))
+    assert lower_bound(s.collective, t, size).time_us <= simulate(s, t, size, footprint_bytes=fp).time_us * (1 + 1e-9)

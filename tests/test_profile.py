@@ -13,8 +13,9 @@ import pytest
 from ccsynth.bench.profile import (
     CURVE_MIN_BYTES, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
     _pair_pattern, _Predictor,
-    build_topology, eviction_bytes, fit_curve, fit_forward_curve, fit_patterns, fit_round_cost, local_curve, patterns,
-    plan_probes, probe_schedule, robust_us, round_partners, round_peer_counts, round_probes,
+    build_topology, eviction_bytes, fit_curve, fit_footprint_curve, fit_forward_curve, fit_patterns, fit_round_cost,
+    llc_bytes, local_curve, patterns, plan_probes, probe_footprint, probe_schedule, refit_with_footprint, robust_us,
+    round_partners, round_peer_counts, round_probes,
 )
 from ccsynth.synth.executor_model import lower_for_executor
 from ccsynth.synth.simulate import receive_rounds, simulate_graph
@@ -176,6 +177,7 @@ def test_profile_writes_a_topology_that_loads_and_synth_uses(ranks, tmp_path):
     progress = [ln for ln in proc.stderr.splitlines() if ln.startswith("[")]
     assert progress and progress[-1].startswith(f"[{len(progress) - 1}/{len(progress) - 1}]")
     assert proc.stdout.count("fixed cost per collective call") == 1 and f"wrote {out}" in proc.stdout
+    assert any("footprint of 2 x 256K" in ln for ln in progress) and "cost by footprint" in proc.stdout
     topo = load_topology(out)
     assert topo.n_ranks == ranks and len(topo.links) == ranks * (ranks - 1)
     assert topo.overhead_scope == "rank" and topo.local_bw > 0 and topo.call_overhead >= 0
@@ -188,8 +190,14 @@ def test_profile_writes_a_topology_that_loads_and_synth_uses(ranks, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["format"] == "ccsynth.topology" and doc["overhead_scope"] == "rank"
 
+    # the footprint probes ran; a curve is written where they differ by more than FOOTPRINT_FLAT (on a quiet
+    # machine data beyond the last-level cache costs more; under heavy load every probe is the scheduler's)
+    assert (topo.footprint_curve is not None) == ("footprint_curve" in doc)
+    if topo.footprint_curve is not None:
+        assert topo.footprint_curve.factors[0] == 1.0 and max(topo.footprint_curve.factors) > 1.05
     show = _run([sys.executable, "-m", "ccsynth", "topo", "show", str(out)])
     assert show.returncode == 0 and "overhead scope: rank" in show.stdout, show.stderr
+    assert (topo.footprint_curve is not None) == ("message cost by footprint" in show.stdout)
     sched = tmp_path / "s.json"
     synth = _run([sys.executable, "-m", "ccsynth", "-q", "synth", "-t", str(out), "-c", "allreduce", "--size", "1M",
                   "-o", str(sched)])
@@ -415,3 +423,98 @@ def test_fit_round_cost_recovers_known_costs_from_synthetic_timings():
                                            topo).time_us) for s in samples]
     assert fit_round_cost(topo, flat).us == pytest.approx((0.0, 0.0, 0.0), abs=1e-6)
     assert fit_round_cost(topo, []) is None
+# ------------------------------------------------------------------ footprint (h29-cache)
+def test_the_plan_has_footprint_probes_up_to_twice_the_last_level_cache():
+    pats = patterns([0] * 4)
+    fp = [p for p in plan_probes(pats, ProfileOptions()) if p.shape == "footprint"]
+    assert {p.pattern for p in fp} == {pats[0]} and {p.nbytes for p in fp} == {256 << 10}
+    llc = llc_bytes()
+    assert sorted(p.evict_bytes for p in fp) == [0, llc // 8, llc // 4, llc // 2, llc, 2 * llc]
+    # a probe's footprint: its send (2 x 256 KiB) and receive (4 x 2 x 256 KiB) buffers and the eviction pass
+    assert probe_footprint(fp[0]) == 10 * (256 << 10) + fp[0].evict_bytes
+    # the cold windows count their eviction pass too, the chains do not
+    w = next(p for p in plan_probes(pats, ProfileOptions()) if p.shape == "window" and p.nbytes > 8)
+    assert probe_footprint(w) == w.buffer_bytes + eviction_bytes() and probe_footprint(w, cold=False) == w.buffer_bytes
+    # a footprint probe compiles as a window of independent messages
+    sched = probe_schedule(4, fp[0])
+    assert all(not op.deps for op in sched.ops if op.kind == "send")
+
+
+def test_fit_footprint_curve_recovers_known_factors_and_the_message_curve_stays_exact():
+    """Timings made with a footprint curve (3x from 16 MiB per rank): the footprint fitted back relative to the
+    smallest footprint, then the message curve with it in place reproduces every window."""
+    pats = patterns([0, 0])
+    pred = _Predictor(2)
+    M = 1 << 20
+    true = SizeCurve((2.0 * M, 8.0 * M, 16.0 * M, 64.0 * M), (1.0, 1.0, 3.0, 3.0))
+    samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, None, None, true))
+               for p in plan_probes(pats, ProfileOptions())]
+    result = fit_patterns(2, samples, pred)
+    fp = fit_footprint_curve(pred, samples, result)
+    assert fp is not None and fp.factors[0] == 1.0
+    for s in (llc_bytes() // 8, 2 * llc_bytes()):
+        f = 10 * (128 << 10) / 2 + s  # 2 ranks: 512 KiB sent, 1 MiB received, the eviction pass
+        assert fp.factor(f) == pytest.approx(true.factor(f), rel=0.05)
+    curve = fit_curve(pred, samples, result, fp)
+    [f] = result.fits
+    for s in samples:
+        if s.probe.shape == "window" and s.probe.nbytes >= CURVE_MIN_BYTES:
+            assert pred.fitted(s.probe, f, result.call_overhead, result.protocol, curve, None, fp) == \
+                pytest.approx(s.measured_us, rel=0.03)
+    # timings without a footprint: no curve; a spike at one footprint does not raise the larger ones
+    flat = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7)) for p in plan_probes(pats, ProfileOptions())]
+    flat_result = fit_patterns(2, flat, pred)
+    assert fit_footprint_curve(pred, flat, flat_result) is None
+    spiked = [Sample(s.probe, s.measured_us * (3.0 if s.probe.shape == "footprint" and s.probe.evict_bytes == llc_bytes() // 4
+                                               else 1.0)) for s in flat]
+    assert fit_footprint_curve(pred, spiked, flat_result) is None
+
+
+def test_refit_with_footprint_keeps_a_profile_without_one_and_adds_one(tmp_path):
+    pats = patterns([0, 0])
+    msg = SizeCurve((16384.0, 1 << 20, 64 << 20), (1.2, 0.9, 1.0))
+    fwd = SizeCurve((65536.0, 1 << 20), (2.0, 1.0))
+    t = build_topology(2, [LinkFit(p, 0.3, 0.7, 8.0) for p in pats], 2.2, KernelRates(6.0, 6.0, 6.0, 1 << 24), [0, 0],
+                       name="m", message_curve=msg, forward_curve=fwd)
+    same = refit_with_footprint(t, None)
+    # a point per probe size, each on the profile's own curve
+    for new, old in ((same.message_curve, msg), (same.forward_curve, fwd)):
+        assert [new.factor(m) for m in new.sizes] == pytest.approx([old.factor(m) for m in new.sizes], rel=1e-3)
+    assert same.footprint_curve is None
+    fp = SizeCurve((2.0 * (1 << 20), 64.0 * (1 << 20)), (1.0, 3.0))
+    more = refit_with_footprint(t, fp)
+    assert more.footprint_curve == fp
+    path = tmp_path / "m.json"  # the profile's file carries the key, and it loads
+    path.write_text(topology_to_json(build_topology(2, [LinkFit(p, 0.3, 0.7, 8.0) for p in pats], 2.2,
+                                                    KernelRates(6.0, 6.0, 6.0, 1 << 24), [0, 0], footprint_curve=fp)))
+    assert "footprint_curve" in json.loads(path.read_text()) and load_topology(path).footprint_curve == fp
+    # the largest windows' footprint costs 3x: the message curve there gives it back, so they predict the same
+    assert more.message_curve.factor(64 << 20) == pytest.approx(msg.factor(64 << 20) / 3.0, rel=0.05)
+
+
+def test_repredict_of_an_interleaved_run_predicts_every_row_at_the_footprint_of_all_algorithms(tmp_path):
+    from ccsynth.bench.predict import repredict_document
+
+    fp = SizeCurve((1.0 * (1 << 20), 8.0 * (1 << 20)), (1.0, 3.0))
+    topo = build_topology(2, [LinkFit(p, 1.0, 0.5, 4.0) for p in patterns([0, 0])], 2.0,
+                          KernelRates(8.0, 6.0, 5.0, 1 << 24), [0, 0], name="m", footprint_curve=fp)
+    rows = lambda algo: [{"size_bytes": 1 << 20, "nccl_size_bytes": 1 << 20, "median_us": 50.0,  # noqa: E731
+                          "algorithm": algo}]
+    doc = {"collective": "allreduce", "n_ranks": 2, "dtype": "float32", "command": "ccsynth bench allreduce",
+           "results": {"mpi": rows("mpi"), "ring": rows("ring"), "recursive_doubling": rows("recursive_doubling")}}
+    alone = repredict_document(doc, topo, tmp_path)["results"]["ring"][0]["predicted_us"]
+    together = repredict_document(dict(doc, command=doc["command"] + " --interleave"), topo, tmp_path)
+    # ring 2.5 MiB, recursive doubling 4 MiB, MPI's own 2 MiB: 8.5 MiB per rank, beyond the curve's last point
+    from ccsynth.synth.baselines import make_baseline
+    from ccsynth.collectives.spec import Collective
+    from ccsynth.synth.executor_model import simulate_run
+    from ccsynth.topologies import fully_connected
+    ring = make_baseline("ring", Collective("allreduce", 2, 2), fully_connected(2))
+    assert together["results"]["ring"][0]["predicted_us"] == \
+        pytest.approx(simulate_run(ring, topo, 1 << 20, footprint_bytes=8.5 * (1 << 20)).time_us)
+    assert together["results"]["ring"][0]["predicted_us"] > 1.1 * alone
+    # without a footprint curve the interleaving changes nothing
+    plain = build_topology(2, [LinkFit(p, 1.0, 0.5, 4.0) for p in patterns([0, 0])], 2.0,
+                           KernelRates(8.0, 6.0, 5.0, 1 << 24), [0, 0], name="m")
+    assert repredict_document(dict(doc, command="x --interleave"), plain, tmp_path)["results"]["ring"][0]["predicted_us"] \
+        == repredict_document(doc, plain, tmp_path)["results"]["ring"][0]["predicted_us"]

@@ -41,6 +41,14 @@ exactly that), while a 32 KiB allreduce's whole-buffer messages get the
 ``ccsynth topo profile`` measures both the same way: each probe at its own
 size (:mod:`ccsynth.bench.profile`); the catalog has none.
 
+**Or its footprint.** The same class indexes ``Topology.footprint_curve``
+by another quantity: the bytes a rank touches between two calls on the
+same buffers (the call's own working set when it runs back to back,
+every interleaved algorithm's in ``ccsynth bench --interleave``). The
+call's size says how much data one call moves; its footprint says
+whether that data is still in the last-level cache when the call starts
+(:mod:`ccsynth.topologies.model`).
+
 Example:
     >>> c = SizeCurve((4096, 65536), (0.5, 1.0))
     >>> c.cost_bytes(4096), c.cost_bytes(65536), c.cost_bytes(1 << 20)

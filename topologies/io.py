@@ -16,6 +16,7 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
                         "factors": [0.6, 0.5, 1.0]},                           # (optional, PLogP's g(m))
       "local_curve":   {"version": 1, "sizes_bytes": [...], "factors": [...]},  # the same for local work
       "forward_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # forwarded messages (>= 1)
+      "footprint_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # by bytes touched per rank
       "async_progress": false,                      # bytes move only while both ranks wait (optional: true)
       "round_cost": {"version": 1, "peers": [1, 2, 3], "us": [0.5, 6.0, 12.0]},  # a round of k peers (optional)
       "communicator_overhead_us": 2.0,              # per call through ccsynth's communicator (optional: 0)
@@ -56,7 +57,10 @@ which a rank waits on ``k`` peers, piecewise-linear in ``k``:
 :mod:`ccsynth.topologies.rounds`; left out: none, every prediction as
 before) and ``communicator_overhead_us`` (the extra fixed cost of a call
 through ccsynth's communicator, which only ``ccsynth bench --predict``
-adds, to the rows that run through it; left out: 0).
+adds, to the rows that run through it; left out: 0) and ``footprint_curve`` (what every byte of
+a call costs more by its footprint: the bytes a rank touches between two
+calls on the same buffers, see :mod:`ccsynth.topologies.model`; left out:
+nothing).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
 link). Bandwidths are GB/s per direction, latencies microseconds.
@@ -99,6 +103,7 @@ _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "
              "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
              "message_curve", "local_curve", "forward_curve", "async_progress", "round_cost",
              "communicator_overhead_us",
+             "message_curve", "local_curve", "forward_curve", "async_progress", "footprint_curve",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -145,6 +150,8 @@ def topology_to_dict(topology: Topology) -> dict:
         d["round_cost"] = t.round_cost.to_dict()
     if t.communicator_overhead:
         d["communicator_overhead_us"] = float(t.communicator_overhead)
+    if t.footprint_curve is not None:
+        d["footprint_curve"] = t.footprint_curve.to_dict()
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -383,6 +390,7 @@ def _topology_from_dict(d: Any) -> Topology:
     message_curve = _curve(d, "message_curve")
     local_curve = _curve(d, "local_curve")
     forward_curve = _curve(d, "forward_curve")
+    footprint_curve = _curve(d, "footprint_curve")
     async_progress = d.get("async_progress", True)
     if not isinstance(async_progress, bool):
         raise TopologyError(f"async_progress must be true or false, got {json_type_name(async_progress)}")
@@ -417,6 +425,7 @@ def _topology_from_dict(d: Any) -> Topology:
         async_progress=async_progress,
         round_cost=round_cost,
         communicator_overhead=communicator_overhead,
+        footprint_curve=footprint_curve,
     )
 
 

@@ -49,6 +49,23 @@ Units used everywhere in ccsynth:
   independent one (the receiving core's copy leaves the data where the
   next copy must fetch it again: measured, not modelled further). None:
   every message alike, as in the catalog.
+* ``Topology.footprint_curve`` (optional :class:`~ccsynth.topologies.curve.SizeCurve`,
+  default None): what the bytes of a call cost by its *footprint* -- the
+  bytes a rank touches between two calls on the same buffers (the reuse
+  distance of its data): the call's own working set (input, output,
+  scratch, staging) when it is called back to back, the working sets of
+  every algorithm in turn under ``ccsynth bench --interleave``, whatever
+  the application computed on in between. Every message's bytes cost
+  ``h(F)`` times more, on top of ``message_curve``: data that the
+  last-level cache no longer holds moves at memory speed (on the
+  project's 2-core machine an MPI exchange through the executor ran about
+  3x slower once a rank's footprint passed 8-16 MiB of the 32 MiB L3; the
+  benchmark's interleaved algorithms pass it at 1 MiB per call: run D's
+  2.1-3x misses at 1-4 MiB). Local copies and reductions keep
+  ``local_curve`` alone (its kernel ladder already runs at its own
+  footprint; charging them ``h`` too over-predicted the 2-rank allgather
+  at 4-16 MiB). Measured by ``ccsynth topo profile`` (``h`` is 1 at the
+  smallest footprint probed); None: nothing, as in the catalog.
 * ``Topology.async_progress`` (default True): False says that the MPI
   library moves a message's bytes only while both ranks are inside it (no
   progress thread; ccsynth's executor enters MPI to wait only when it has
@@ -418,6 +435,8 @@ class Topology:
     round_cost: RoundCost | None = None
     # us per call made through ccsynth's communicator, over call_overhead (predictions of such rows only)
     communicator_overhead: float = 0.0
+    # what bytes cost more by the call's footprint per rank (its data's reuse distance; None: nothing)
+    footprint_curve: SizeCurve | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -482,7 +501,7 @@ class Topology:
             _check_bw(sp.bw, f"topology {self.name!r}: bandwidth of shared port {sp.name!r}")
         self._check_dims()
         for what, curve in (("message_curve", self.message_curve), ("local_curve", self.local_curve),
-                            ("forward_curve", self.forward_curve)):
+                            ("forward_curve", self.forward_curve), ("footprint_curve", self.footprint_curve)):
             if curve is not None and not isinstance(curve, SizeCurve):
                 raise TopologyError(f"topology {self.name!r}: {what} must be a SizeCurve, got {type(curve).__name__}")
         object.__setattr__(
@@ -507,11 +526,14 @@ class Topology:
         that (see :mod:`ccsynth.topologies.curve`), so a lower bound computed
         on it never exceeds a time simulated with the curves. Without curves:
         the topology itself. The forward curve (factors >= 1: only ever
-        slower) is dropped too.
+        slower) is dropped too; the footprint curve's fastest point scales
+        the messages'.
         """
-        if self.message_curve is None and self.local_curve is None and self.forward_curve is None:
+        if self.message_curve is None and self.local_curve is None and self.forward_curve is None \
+                and self.footprint_curve is None:
             return self
-        f = self.message_curve.fastest if self.message_curve is not None else 1.0
+        h = self.footprint_curve.fastest if self.footprint_curve is not None else 1.0
+        f = (self.message_curve.fastest if self.message_curve is not None else 1.0) * h
         lf = self.local_curve.fastest if self.local_curve is not None else 1.0
         return replace(
             self,
@@ -524,6 +546,7 @@ class Topology:
             message_curve=None,
             local_curve=None,
             forward_curve=None,
+            footprint_curve=None,
         )
 
     def message_alpha(self, alpha: float, nbytes: float) -> float:

@@ -519,8 +519,8 @@ def _run(args, comm) -> int:
             predictor = Predictor(topo, bench.kind, ctx)
     say = report.emit if rank == 0 else (lambda line: None)
 
-    def predicted(algo, row):
-        return predictor.annotate(algo, row) if predictor is not None else row
+    def predicted(algo, row, footprint=None):
+        return predictor.annotate(algo, row, footprint) if predictor is not None else row
 
     results: dict[str, list] = {}
     note = f"# skipped sizes below {unit} B: {', '.join(map(str, skipped))} (less than one element per block)" if skipped else ""
@@ -550,8 +550,10 @@ def _run(args, comm) -> int:
         if getattr(args, "interleave", False) and len(algos) > 1:
             # Iteration by iteration, every algorithm in turn: a change of machine load hits all alike.
             for k, done in enumerate(run_interleaved(bench, ctx, algos), 1):
+                # each row's footprint: every algorithm's buffers, touched in turn (bench/predict.py)
+                footprint = predictor.interleaved_footprint(algos, done[0].nbytes) if predictor is not None else None
                 for a, row in zip(algos, done):
-                    results.setdefault(a.name, []).append(predicted(a, row))
+                    results.setdefault(a.name, []).append(predicted(a, row, footprint))
                 cells = ", ".join(f"{a.name} {row.avg_us:.2f} us" for a, row in zip(algos, done))
                 progress.say(f"# {bench.name} [{k}/{len(options.sizes)}] {done[0].size} B: {cells}")
             for i, algo in enumerate(algos):

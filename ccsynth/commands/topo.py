@@ -112,6 +112,10 @@ def run(args) -> int:
                         ("forwarded message (more)", topo.forward_curve)):
         if curve is not None:
             extras.append(f"{what} cost by size: " + ", ".join(f"{m:g} B x{f:.2f}" for m, f in zip(curve.sizes, curve.factors)))
+    if topo.footprint_curve is not None:
+        c = topo.footprint_curve
+        extras.append("message cost by footprint (bytes a rank touches between two calls): "
+                      + ", ".join(f"{format_size(int(m))} x{f:.2f}" for m, f in zip(c.sizes, c.factors)))
     if extras:
         print("; ".join(extras))
     if topo.dims:
@@ -219,6 +223,12 @@ def _summary(prof) -> None:
               "through the executor (" + ", ".join(f"{k} {prof.communicator.via_us[k]:.3g} against "
                                                   f"{prof.communicator.direct_us[k]:.3g} us"
                                                   for k in prof.communicator.via_us) + ")")
+    fc = prof.topology.footprint_curve
+    if fc is not None:
+        print("message cost by footprint (bytes a rank touches between two calls; x the smallest): "
+              + ", ".join(f"{format_size(int(m))} {f:.2f}" for m, f in zip(fc.sizes, fc.factors)))
+    else:
+        print("message cost by footprint: flat (no footprint probe cost 5% more than the smallest)")
     k = prof.kernels
     print(f"local work {k.local_bw:.3g} GB/s (kernels, every rank at once, {format_size(k.nbytes)} buffers: "
           f"receive-reduce-copy {k.fused:.3g}, sum {k.reduce:.3g}, copy {k.copy:.3g}) and {k.call_us:.3g} us per "
