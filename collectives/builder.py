@@ -28,8 +28,17 @@ from ccsynth.collectives.spec import Collective
 __all__ = ["ScheduleBuilder"]
 
 
+#: a chunk's key in the builder's tables: (rank, buffer, index) packed in one int (no tuple per access)
+_BUF_BITS = {"i": 0 << 32, "o": 1 << 32, "s": 2 << 32}
+
+
 class ScheduleBuilder:
-    """Accumulates ops; ``build()`` returns the immutable :class:`Schedule`."""
+    """Accumulates ops; ``build()`` returns the immutable :class:`Schedule`.
+
+    Chunk ranges given as tuples are made :class:`Chunks` once per builder
+    and shared by every op that names them; a chunk's last writer and its
+    readers since are kept under one int per (rank, buffer, index).
+    """
 
     def __init__(self, collective: Collective, name: str, *, topology: str = "", scratch_chunks: int = 0):
         self.collective = collective
@@ -37,47 +46,76 @@ class ScheduleBuilder:
         self.topology = topology
         self.scratch_chunks = scratch_chunks
         self._ops: list[Op] = []
-        # (rank, buf, idx) -> last writer op id, and readers since that write
-        self._writer: dict[tuple[int, str, int], int] = {}
-        self._readers: dict[tuple[int, str, int], list[int]] = {}
+        # chunk key (see _BUF_BITS) -> last writer op id, and the readers since that write
+        self._writer: dict[int, int] = {}
+        self._readers: dict[int, list[int]] = {}
+        self._chunks: dict[tuple, Chunks] = {}
 
     # ----------------------------------------------------------- internals
-    def _deps(self, rank: int, reads: Iterable[Chunks], writes: Iterable[Chunks], extra: Iterable[int]) -> tuple[int, ...]:
-        deps: set[int] = set(extra)
-        for c in reads:
-            for i in c.indices():
-                w = self._writer.get((rank, c.buf, i))
-                if w is not None:
-                    deps.add(w)
-        for c in writes:
-            for i in c.indices():
-                key = (rank, c.buf, i)
-                w = self._writer.get(key)
-                if w is not None:
-                    deps.add(w)
-                deps.update(self._readers.get(key, ()))
-        return tuple(sorted(deps))
+    def _range(self, value) -> Chunks:
+        """``value`` as a shared :class:`Chunks` (see the class docstring)."""
+        if type(value) is tuple:
+            c = self._chunks.get(value)
+            if c is None:
+                c = self._chunks[value] = Chunks.of(value)
+            return c
+        return Chunks.of(value)
 
     def _add(self, rank: int, kind: str, *, src=None, dst=None, peer=-1, reduce=False, deps=(), channel=0) -> int:
-        src = Chunks.of(src) if src is not None else None
-        dst = Chunks.of(dst) if dst is not None else None
-        op = Op(len(self._ops), rank, kind, src, dst, peer, reduce, (), channel)
-        reads, writes = op.reads(), op.writes()
-        dep_ids = self._deps(rank, reads, writes, deps)
-        op = Op(op.id, rank, kind, src, dst, peer, reduce, dep_ids, channel)
-        self._ops.append(op)
+        src = self._range(src) if src is not None else None
+        dst = self._range(dst) if dst is not None else None
+        op_id = len(self._ops)
+        # what the op reads and writes on its rank (as Op.reads() / Op.writes() say)
+        reads: tuple[Chunks, ...]
+        writes: tuple[Chunks, ...]
+        if kind == "send" and src is not None:
+            reads, writes = (src,), ()
+        elif kind == "copy" and src is not None and dst is not None:
+            reads, writes = (src,), (dst,)
+        elif kind == "reduce" and src is not None and dst is not None:
+            reads, writes = (src, dst), (dst,)
+        elif kind == "recv" and dst is not None:
+            reads, writes = ((dst,) if reduce else ()), (dst,)
+        else:  # a range the kind needs is missing (Op says which), or an unknown kind (the Schedule says)
+            probe = Op(op_id, rank, kind, src, dst, peer, reduce, (), channel)
+            reads, writes = probe.reads(), probe.writes()
+        writer, readers = self._writer, self._readers
+        base = rank << 34
+        dep_ids: set[int] = set(deps)
         for c in reads:
-            for i in c.indices():
-                self._readers.setdefault((rank, c.buf, i), []).append(op.id)
+            k0 = base | _BUF_BITS.get(c.buf, 0)
+            for k in range(k0 + c.index, k0 + c.index + c.count):
+                w = writer.get(k)
+                if w is not None:
+                    dep_ids.add(w)
         for c in writes:
-            for i in c.indices():
-                self._writer[(rank, c.buf, i)] = op.id
-                self._readers[(rank, c.buf, i)] = []
-        if src is not None and src.buf == "s":
-            self.scratch_chunks = max(self.scratch_chunks, src.index + src.count)
-        if dst is not None and dst.buf == "s":
-            self.scratch_chunks = max(self.scratch_chunks, dst.index + dst.count)
-        return op.id
+            k0 = base | _BUF_BITS.get(c.buf, 0)
+            for k in range(k0 + c.index, k0 + c.index + c.count):
+                w = writer.get(k)
+                if w is not None:
+                    dep_ids.add(w)
+                rs = readers.get(k)
+                if rs:
+                    dep_ids.update(rs)
+        self._ops.append(Op(op_id, rank, kind, src, dst, peer, reduce,
+                            tuple(sorted(dep_ids)) if len(dep_ids) > 1 else tuple(dep_ids), channel))
+        for c in reads:
+            k0 = base | _BUF_BITS.get(c.buf, 0)
+            for k in range(k0 + c.index, k0 + c.index + c.count):
+                rs = readers.get(k)
+                if rs is None:
+                    readers[k] = [op_id]
+                else:
+                    rs.append(op_id)
+        for c in writes:
+            k0 = base | _BUF_BITS.get(c.buf, 0)
+            for k in range(k0 + c.index, k0 + c.index + c.count):
+                writer[k] = op_id
+                readers.pop(k, None)
+        for c in (src, dst):
+            if c is not None and c.buf == "s" and c.index + c.count > self.scratch_chunks:
+                self.scratch_chunks = c.index + c.count
+        return op_id
 
     # ------------------------------------------------------------- public
     def copy(self, rank: int, src, dst, *, deps: Iterable[int] = (), channel: int = 0) -> int:

@@ -62,14 +62,16 @@ files written before the field existed read as they always did.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, cast
 
 from ccsynth.atomic import write_text
 from ccsynth.collectives.explicit import EXPLICIT_KIND, ExplicitCollective
+from ccsynth.collectives.gc_pause import gc_paused
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, ScheduleError, ScheduleFormatError
 from ccsynth.limits import LIMITS
@@ -113,9 +115,14 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Chunks:
-    """``count`` consecutive chunks of buffer ``buf`` starting at ``index``."""
+    """``count`` consecutive chunks of buffer ``buf`` starting at ``index``.
+
+    Immutable and without a ``__dict__`` (slots): a schedule holds millions of
+    ops, and the builder shares one :class:`Chunks` between every op of a
+    schedule that names the same range.
+    """
 
     buf: str
     index: int
@@ -165,6 +172,31 @@ def in_place_storage(collective: Collective, rank: int, chunks: Chunks) -> Chunk
     return chunks
 
 
+def _plainly_valid(op: Op, i: int, n: int, sizes: dict[str, int], max_channels: float, n_ops: int,
+                   ranks_of: list[int]) -> bool:
+    """Every check of :meth:`Schedule.check_structure` passes for ``op`` at position ``i`` of a schedule of
+    uniform chunks, out of place (False: some check may fail; the full checks then say which)."""
+    r, k, src, dst, ch = op.rank, op.kind, op.src, op.dst, op.channel
+    if not (op.id == i and 0 <= r < n and ch.__class__ is int and 0 <= ch <= max_channels):
+        return False
+    if k == "send":
+        if not (dst is None and src is not None and not op.reduce and 0 <= op.peer < n and op.peer != r
+                and src.index + src.count <= sizes[src.buf]):
+            return False
+    elif k == "recv":
+        if not (src is None and dst is not None and 0 <= op.peer < n and op.peer != r and dst.buf != "i"
+                and dst.index + dst.count <= sizes[dst.buf]):
+            return False
+    elif k in ("copy", "reduce"):
+        if not (src is not None and dst is not None and op.peer == -1 and not op.reduce and src.count == dst.count
+                and dst.buf != "i" and src.index + src.count <= sizes[src.buf]
+                and dst.index + dst.count <= sizes[dst.buf] and not _overlap(src, dst)):
+            return False
+    else:
+        return False
+    return all(0 <= d < n_ops and ranks_of[d] == r and d != i for d in op.deps)
+
+
 def _overlap(a: Chunks, b: Chunks) -> bool:
     return a.buf == b.buf and a.index < b.index + b.count and b.index < a.index + a.count
 
@@ -178,6 +210,7 @@ class ChunkRanges:
     lacks is a bug or a malformed input, and raises ``missing_error``.
     """
 
+    __slots__ = ()  # subclasses choose: Op has slots, other records may keep a __dict__
     src: Chunks | None
     dst: Chunks | None
     missing_error: ClassVar[type[ScheduleError]] = ScheduleError
@@ -195,9 +228,13 @@ class ChunkRanges:
         return self.dst
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Op(ChunkRanges):
-    """One operation of one rank. ``id`` is its index in ``Schedule.ops``."""
+    """One operation of one rank. ``id`` is its index in ``Schedule.ops``.
+
+    Slotted (no ``__dict__``): about 100 bytes an op plus its ``deps`` tuple,
+    what lets a 3-million-op schedule (1,024 ranks) fit in memory.
+    """
 
     id: int
     rank: int
@@ -282,6 +319,25 @@ class Op(ChunkRanges):
             raise ScheduleFormatError(f"operation {d.get('id', '?')} is missing field {e.args[0]!r}") from None
         except ScheduleError as e:
             raise ScheduleFormatError(f"operation {d.get('id', '?')}: {e}") from None
+
+
+def _op_json(op: Op) -> str:
+    """``json.dumps(op.to_dict(), separators=(",", ":"))`` without the dict: the fields of a checked op are
+    ints, a bool and the names of :data:`OP_KINDS` and :data:`BUFFERS`, which JSON writes as Python does."""
+    text = f'{{"id":{op.id},"rank":{op.rank},"op":"{op.kind}"'
+    if op.peer >= 0:
+        text += f',"peer":{op.peer}'
+    if op.src is not None:
+        text += f',"src":["{op.src.buf}",{op.src.index},{op.src.count}]'
+    if op.dst is not None:
+        text += f',"dst":["{op.dst.buf}",{op.dst.index},{op.dst.count}]'
+    if op.reduce:
+        text += ',"reduce":true'
+    if op.deps:
+        text += f',"deps":[{",".join(map(str, op.deps))}]'
+    if op.channel:
+        text += f',"channel":{op.channel}'
+    return text + "}"
 
 
 def _int(v, what: str) -> int:
@@ -399,7 +455,13 @@ class Schedule:
         ranks_of = [op.rank for op in self.ops]
         max_channels = LIMITS["MAX_CHANNELS"]
         sizes = {"i": c.in_chunks, "o": c.out_chunks, "s": self.scratch_chunks}
+        n_ops = len(self.ops)
+        # the common case (uniform chunks, out of place) is accepted by one test per field below; an op it
+        # does not accept goes through every check in order, which names what is wrong
+        fast = c.uniform and not self.in_place
         for i, op in enumerate(self.ops):
+            if fast and _plainly_valid(op, i, n, sizes, max_channels, n_ops, ranks_of):
+                continue
             if op.id != i:
                 raise ScheduleError(f"operation at position {i} has id {op.id}; ids must be 0..{len(self.ops) - 1} in order")
             if not 0 <= op.rank < n:
@@ -452,6 +514,10 @@ class Schedule:
 
     # ----------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
+        return {**self._head(), "ops": [op.to_dict() for op in self.ops]}
+
+    def _head(self) -> dict:
+        """:meth:`to_dict` up to its ``ops``, which come last."""
         return {
             "format": FORMAT,
             "version": VERSION,
@@ -461,7 +527,6 @@ class Schedule:
             "scratch_chunks": self.scratch_chunks,
             **({"in_place": True} if self.in_place else {}),
             "meta": self.meta,
-            "ops": [op.to_dict() for op in self.ops],
         }
 
     @classmethod
@@ -490,25 +555,43 @@ class Schedule:
             raise ScheduleFormatError(f"schedule meta must be an object, got {_json_type(meta)} {meta!r:.40}")
         check_depth(meta, "schedule meta", ScheduleFormatError)
         try:
-            return cls(
-                name=d.get("name") or "",
-                collective=collective_from_dict(d.get("collective")),
-                ops=tuple(Op.from_dict(o) for o in ops),
-                scratch_chunks=d.get("scratch_chunks", 0),
-                topology=d.get("topology") or "",
-                meta=dict(meta),
-                in_place=in_place,
-            )
+            with gc_paused():  # millions of ops (see ccsynth.collectives.gc_pause)
+                return cls(
+                    name=d.get("name") or "",
+                    collective=collective_from_dict(d.get("collective")),
+                    ops=tuple(Op.from_dict(o) for o in ops),
+                    scratch_chunks=d.get("scratch_chunks", 0),
+                    topology=d.get("topology") or "",
+                    meta=dict(meta),
+                    in_place=in_place,
+                )
         except ScheduleFormatError:
             raise
         except CCSynthError as e:
             raise ScheduleFormatError(str(e)) from None
 
     def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent, separators=(",", ":") if indent is None else None)
+        """The JSON text of :meth:`to_dict` (compact unless ``indent``).
+
+        The compact text is written op by op (:func:`_op_json`), byte for byte
+        what ``json.dumps`` makes of :meth:`to_dict` (``tests/test_schedule.py``),
+        without the dict and lists of every op in between.
+        """
+        with gc_paused():  # one string per op (see ccsynth.collectives.gc_pause)
+            if indent is not None:
+                return json.dumps(self.to_dict(), indent=indent)
+            text = json.dumps(self._head(), separators=(",", ":"))
+            return f"{text[:-1]},\"ops\":[{','.join(map(_op_json, self.ops))}]}}"
 
     def with_meta(self, **kv) -> Schedule:
-        return replace(self, meta={**self.meta, **kv})
+        """This schedule with ``kv`` added to its ``meta``.
+
+        The ops are this schedule's own, checked already: the copy is not checked again, and keeps what
+        this one has computed of them (:attr:`matches`; a million-op check costs seconds).
+        """
+        out = copy.copy(self)
+        object.__setattr__(out, "meta", {**self.meta, **kv})
+        return out
 
     def __repr__(self) -> str:
         where = ", in place" if self.in_place else ""

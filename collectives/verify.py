@@ -27,12 +27,14 @@ An in-place schedule (``Schedule.in_place``) is checked on its one buffer:
 stages 4 to 6 address every chunk by its storage (:meth:`Schedule.storage`),
 so an input chunk and the output chunk it aliases are the same chunk.
 
-Reachability for the race check uses, per op, a Python-int bitset of its
-ancestors indexed by topological position; a bitset is dropped as soon as
-the last successor of its op has been visited, and the topological order is
+Each chunk keeps its last writer and the readers since; a new access is
+tested only against those, and nearly always a direct dependency orders the
+two (the builder adds one for every conflict). Only the pairs that none
+does need reachability: per op, a Python-int bitset of the ops those pairs
+ask about among its ancestors; a bitset is dropped as soon as the last
+successor of its op has been visited, and the topological order is
 depth-first (:func:`ccsynth.graphs.topological_order` with ``depth_first``)
-so that few bitsets are alive at once. Each chunk keeps its last
-writer and the readers since; a new access is tested only against those.
+so that few bitsets are alive at once.
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -56,6 +58,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from ccsynth.collectives.gc_pause import gc_paused
 from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Contribution, Value
 from ccsynth.errors import ScheduleError
@@ -103,19 +106,29 @@ def verify(schedule: Schedule, topology: Topology | None = None) -> VerifyReport
     :class:`~ccsynth.errors.ScheduleError` naming the rank, chunk and op at
     fault; returns a :class:`VerifyReport` otherwise.
     """
+    with gc_paused():  # millions of acyclic table entries (see ccsynth.collectives.gc_pause)
+        return _verify(schedule, topology)
+
+
+def _verify(schedule: Schedule, topology: Topology | None) -> VerifyReport:
     matches = schedule.matches  # raises on unmatched sends/recvs and count mismatches
     if topology is not None:
         _check_topology(schedule, topology)
-    preds, succs = _graph(schedule, matches)
+    preds, n_succs = _graph(schedule, matches)
     order, max_depth = _topological_order(schedule, preds)
-    _check_races(schedule, order, preds, succs)
-    final, last_writer = _execute(schedule, order, matches)
+    ranges = _ranges(schedule)
+    _check_races(schedule, order, preds, n_succs, ranges)
+    final, last_writer = _execute(schedule, order, matches, ranges)
     _check_postcondition(schedule, final, last_writer)
-    sends = [op for op in schedule.ops if op.kind == "send"]
+    n_transfers = moved = 0
+    for op in schedule.ops:
+        if op.kind == "send":
+            n_transfers += 1
+            moved += op.count
     report = VerifyReport(
         n_ops=len(schedule.ops),
-        n_transfers=len(sends),
-        n_bytes_moved_chunks=sum(op.count for op in sends),
+        n_transfers=n_transfers,
+        n_bytes_moved_chunks=moved,
         max_depth=max_depth,
         ranks=schedule.n_ranks,
     )
@@ -149,21 +162,21 @@ def _check_topology(schedule: Schedule, topology: Topology) -> None:
 
 
 # ----------------------------------------------------------- 3. deadlock
-def _graph(schedule: Schedule, matches: dict[int, int]) -> tuple[list[tuple[int, ...]], list[list[int]]]:
-    """Predecessor and successor lists: deps, plus send -> matching recv."""
+def _graph(schedule: Schedule, matches: dict[int, int]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """Predecessors (deps, plus send -> matching recv) of every op, and how many successors each has."""
     n = len(schedule.ops)
     preds: list[tuple[int, ...]] = [()] * n
-    succs: list[list[int]] = [[] for _ in range(n)]
+    n_succs = [0] * n
     for op in schedule.ops:
         p = op.deps
         if op.kind == "recv":
-            p = p + (matches[op.id],)
-        if len(set(p)) != len(p):
+            p = (*p, matches[op.id])
+        if len(p) > 1 and len(set(p)) != len(p):
             p = tuple(dict.fromkeys(p))
         preds[op.id] = p
         for d in p:
-            succs[d].append(op.id)
-    return preds, succs
+            n_succs[d] += 1
+    return preds, n_succs
 
 
 def _topological_order(schedule: Schedule, preds: list[tuple[int, ...]]) -> tuple[list[int], int]:
@@ -198,65 +211,106 @@ def _describe_cycle(schedule: Schedule, cycle: list[int]) -> str:
 
 
 # -------------------------------------------------------------- 4. races
-def _check_races(
-    schedule: Schedule, order: list[int], preds: list[tuple[int, ...]], succs: list[list[int]]
-) -> None:
+#: a chunk's key in the verifier's tables: (rank, buffer, index) packed in one int (no tuple per access)
+_BUF_BITS = {"i": 0, "o": 1, "s": 2}
+_BUF_OF = "ios"
+
+
+def _key(rank: int, buf: str, idx: int) -> int:
+    return (rank << 34) | (_BUF_BITS[buf] << 32) | idx
+
+
+def _unkey(key: int) -> tuple[int, str, int]:
+    return key >> 34, _BUF_OF[(key >> 32) & 3], key & 0xFFFFFFFF
+
+
+def _ranges(schedule: Schedule) -> list[tuple[Chunks | None, Chunks | None]]:
+    """Every op's source and destination, as stored (in place: input and output aliased)."""
+    if not schedule.in_place:
+        return [(op.src, op.dst) for op in schedule.ops]
+    return [(None if op.src is None else schedule.storage(op.rank, op.src),
+             None if op.dst is None else schedule.storage(op.rank, op.dst)) for op in schedule.ops]
+
+
+def _check_races(schedule: Schedule, order: list[int], preds: list[tuple[int, ...]], n_succs: list[int],
+                 ranges: list[tuple[Chunks | None, Chunks | None]]) -> None:
+    """Every two accesses of one chunk on one rank, one a write, ordered by happens-before.
+
+    Each chunk keeps its last writer and its readers since; a new access is
+    tested against those. Nearly always the two are ordered by a direct
+    dependency (the builder adds one for every conflict); the pairs that are
+    not are collected and, only if there are any, answered by the ancestor
+    bitsets of :func:`_ancestors_order`, in the same visit order, so that the
+    race reported is the first one met either way.
+    """
     ops = schedule.ops
+    writer: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
+    # op -> the accesses it makes that no direct dependency orders: (chunk key, other op, other does, it does)
+    pending: dict[int, list[tuple[int, int, str, str]]] = {}
+    for x in order:
+        op = ops[x]
+        px = preds[x]
+        kind = op.kind
+        src, dst = ranges[x]
+        base = op.rank << 34
+        if src is not None:  # send, copy, reduce; a reduce's read of its dst is checked as its write
+            k0 = base | (_BUF_BITS[src.buf] << 32)
+            for k in range(k0 + src.index, k0 + src.index + src.count):
+                w = writer.get(k)
+                if w is not None and w not in px:
+                    pending.setdefault(x, []).append((k, w, "writes", "reads"))
+                rs = readers.get(k)
+                if rs is None:
+                    readers[k] = [x]
+                else:
+                    rs.append(x)
+        if dst is not None and kind != "send":
+            k0 = base | (_BUF_BITS[dst.buf] << 32)
+            for k in range(k0 + dst.index, k0 + dst.index + dst.count):
+                w = writer.get(k)
+                if w is not None and w not in px:
+                    pending.setdefault(x, []).append((k, w, "writes", "writes"))
+                rs = readers.pop(k, None)
+                if rs:
+                    for q in rs:
+                        if q not in px:
+                            pending.setdefault(x, []).append((k, q, "reads", "writes"))
+                writer[k] = x
+    if pending:
+        _check_transitively(schedule, order, preds, n_succs, pending)
+
+
+def _check_transitively(schedule: Schedule, order: list[int], preds: list[tuple[int, ...]], n_succs: list[int],
+                        pending: dict[int, list[tuple[int, int, str, str]]]) -> None:
+    """Raise on the first of ``pending``'s pairs (in visit order) that no path of dependencies orders.
+
+    Per op, a Python-int bitset of the *targets* among its ancestors: the ops that some pending pair asks
+    about, one bit each (by topological position), so a schedule with few such pairs keeps tiny bitsets. A
+    bitset is dropped as soon as the last successor of its op has been visited (the depth-first order keeps
+    few alive at once).
+    """
+    ops = schedule.ops
+    targets = {other for pairs in pending.values() for _, other, _, _ in pairs}
     pos = [0] * len(ops)
     for i, x in enumerate(order):
         pos[x] = i
-    pending = [len(s) for s in succs]  # successors not yet visited
-    reach: dict[int, int] = {}  # op -> bitset (by topological position) of itself and its ancestors
-    writer: dict[tuple[int, str, int], int] = {}
-    readers: dict[tuple[int, str, int], list[int]] = {}
-
+    bit = {t: b for b, t in enumerate(sorted(targets, key=pos.__getitem__))}
+    left = list(n_succs)  # successors not yet visited
+    reach: dict[int, int] = {}  # op -> bitset of the targets among itself and its ancestors (absent: none)
     for x in order:
-        px = preds[x]
         anc = 0
-        for p in px:
-            anc |= reach[p]
-            pending[p] -= 1
-            if pending[p] == 0:
-                del reach[p]
-        op = ops[x]
-        r = op.rank
-
-        def before(a: int) -> bool:
-            # Direct dependencies are by far the common case (the builder adds them).
-            # Called only within this iteration of the loop, so binding px and anc late is right.
-            return a in px or (anc >> pos[a]) & 1 == 1  # noqa: B023
-
-        reads, writes = _accesses(schedule, op)
-        written = {(c.buf, i) for c in writes for i in c.indices()}
-        for c in reads:
-            for i in c.indices():
-                if (c.buf, i) in written:
-                    continue  # a read-modify-write is checked as a write below
-                key = (r, c.buf, i)
-                w = writer.get(key)
-                if w is not None and not before(w):
-                    raise ScheduleError(_race(schedule, key, ops[w], "writes", op, "reads"))
-                readers.setdefault(key, []).append(x)
-        for c in writes:
-            for i in c.indices():
-                key = (r, c.buf, i)
-                w = writer.get(key)
-                if w is not None and not before(w):
-                    raise ScheduleError(_race(schedule, key, ops[w], "writes", op, "writes"))
-                for q in readers.pop(key, ()):
-                    if not before(q):
-                        raise ScheduleError(_race(schedule, key, ops[q], "reads", op, "writes"))
-                writer[key] = x
-        if pending[x]:
-            reach[x] = anc | (1 << pos[x])
-
-
-def _accesses(schedule: Schedule, op: Op) -> tuple[tuple[Chunks, ...], tuple[Chunks, ...]]:
-    """The ranges ``op`` reads and writes, as stored (in place: input and output aliased)."""
-    if not schedule.in_place:
-        return op.reads(), op.writes()
-    return (tuple(schedule.storage(op.rank, c) for c in op.reads()),
-            tuple(schedule.storage(op.rank, c) for c in op.writes()))
+        for p in preds[x]:
+            left[p] -= 1
+            anc |= reach.pop(p, 0) if left[p] == 0 else reach.get(p, 0)
+        for key, other, other_does, does in pending.get(x, ()):
+            if (anc >> bit[other]) & 1 == 0:
+                raise ScheduleError(_race(schedule, _unkey(key), ops[other], other_does, ops[x], does))
+        b = bit.get(x)
+        if b is not None:
+            anc |= 1 << b
+        if left[x] and anc:
+            reach[x] = anc
 
 
 def _race(schedule: Schedule, key, a: Op, a_does: str, b: Op, b_does: str) -> str:
@@ -277,44 +331,53 @@ def _race(schedule: Schedule, key, a: Op, a_does: str, b: Op, b_does: str) -> st
 
 # ------------------------------------------------- 5. symbolic execution
 def _execute(
-    schedule: Schedule, order: list[int], matches: dict[int, int]
-) -> tuple[dict[tuple[int, str, int], Value], dict[tuple[int, str, int], int]]:
+    schedule: Schedule, order: list[int], matches: dict[int, int], ranges: list[tuple[Chunks | None, Chunks | None]]
+) -> tuple[dict[int, Value], dict[int, int]]:
+    """Every chunk's final value and last writer, by chunk key (:func:`_key`), as stored."""
     ops = schedule.ops
-    state: dict[tuple[int, str, int], Value] = {
-        _stored(schedule, key): v for key, v in schedule.collective.precondition().items()
-    }
-    last_writer: dict[tuple[int, str, int], int] = {}
+    state: dict[int, Value] = {_key(*_stored(schedule, key)): v for key, v in schedule.collective.precondition().items()}
+    last_writer: dict[int, int] = {}
     in_flight: dict[int, list[Value]] = {}
     pieces = not schedule.collective.uniform
 
-    def read(op: Op, buf: str, idx: int) -> Value:
-        v = state.get((op.rank, buf, idx))
-        if v is None:
-            raise ScheduleError(
-                f"{op.describe()} reads {buf}[{idx}] of rank {op.rank}, which is uninitialised "
-                "(nothing wrote it before this op)"
-            )
-        return v
-
     for x in order:
         op = ops[x]
-        r = op.rank
+        base = op.rank << 34
+        src, dst = ranges[x]
         if op.kind == "recv":
             values = in_flight.pop(matches[x])
         else:
-            src = op.src_chunks if not schedule.in_place else schedule.storage(r, op.src_chunks)
-            values = [read(op, src.buf, i) for i in src.indices()]
+            if src is None:
+                src = op.src_chunks  # raises: the structure check lets no such op through
+            k0 = base | (_BUF_BITS[src.buf] << 32)
+            values = []
+            for k in range(k0 + src.index, k0 + src.index + src.count):
+                v = state.get(k)
+                if v is None:
+                    raise ScheduleError(_uninitialised(op, src, k - k0 - src.index))
+                values.append(v)
             if op.kind == "send":
                 in_flight[x] = values
                 continue
+        if dst is None:
+            raise ScheduleError(f"{op!r} has no dst range")
         combine = op.kind == "reduce" or op.reduce
-        dst = op.dst_chunks if not schedule.in_place else schedule.storage(r, op.dst_chunks)
-        buf = dst.buf
-        for i, v in zip(dst.indices(), values):
-            key = (r, buf, i)
-            state[key] = _merge(op, buf, i, read(op, buf, i), v, pieces) if combine else v
+        k0 = base | (_BUF_BITS[dst.buf] << 32)
+        for i, v in zip(range(dst.index, dst.index + dst.count), values):
+            key = k0 + i
+            if combine:
+                old = state.get(key)
+                if old is None:
+                    raise ScheduleError(_uninitialised(op, dst, i - dst.index))
+                v = _merge(op, dst.buf, i, old, v, pieces)
+            state[key] = v
             last_writer[key] = x
     return state, last_writer
+
+
+def _uninitialised(op: Op, chunks: Chunks, offset: int) -> str:
+    return (f"{op.describe()} reads {chunks.buf}[{chunks.index + offset}] of rank {op.rank}, which is uninitialised "
+            "(nothing wrote it before this op)")
 
 
 def _stored(schedule: Schedule, key: tuple[int, str, int]) -> tuple[int, str, int]:
@@ -336,36 +399,40 @@ def _merge(op: Op, buf: str, idx: int, a: Value, b: Value, pieces: bool = False)
 
 
 # ------------------------------------------------------ 6. postcondition
-def _check_postcondition(
-    schedule: Schedule,
-    final: dict[tuple[int, str, int], Value],
-    last_writer: dict[tuple[int, str, int], int],
-) -> None:
+def _check_postcondition(schedule: Schedule, final: dict[int, Value], last_writer: dict[int, int]) -> None:
+    """Every output chunk the collective names holds its value; else the first wrong one (in key order) is named."""
     coll = schedule.collective
     pieces = not coll.uniform
-    for key, want in sorted(coll.postcondition().items()):
-        got = final.get(_stored(schedule, key))
-        if got == want:
-            continue
-        rank, buf, idx = key
-        where = f"rank {rank} output {buf}[{idx}]"
-        if got is None:
-            raise ScheduleError(
-                f"{where} is uninitialised (no op writes it) but {coll.kind} needs {_fmt_value(want, pieces)}"
-            )
-        missing = sorted(set(want) - set(got))
-        extra = sorted(set(got) - set(want))
-        parts = []
-        if missing:
-            parts.append(f"missing {_fmt_contribs(missing, pieces)}")
-        if extra:
-            parts.append(f"unexpected {_fmt_contribs(extra, pieces)}")
-        writer = last_writer.get(_stored(schedule, key))
-        by = f"; last written by {schedule.ops[writer].describe()}" if writer is not None else ""
+    post = coll.postcondition()
+    if schedule.in_place:
+        wrong = [key for key, want in post.items() if final.get(_key(*_stored(schedule, key))) != want]
+    else:
+        wrong = [key for key, want in post.items() if final.get(_key(*key)) != want]
+    if not wrong:
+        return
+    key = min(wrong)
+    want = post[key]
+    stored = _key(*_stored(schedule, key))
+    got = final.get(stored)
+    rank, buf, idx = key
+    where = f"rank {rank} output {buf}[{idx}]"
+    if got is None:
         raise ScheduleError(
-            f"{where} holds {_fmt_value(got, pieces)} but {coll.kind} needs {_fmt_value(want, pieces)}: "
-            f"{', '.join(parts)}{by}"
+            f"{where} is uninitialised (no op writes it) but {coll.kind} needs {_fmt_value(want, pieces)}"
         )
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    parts = []
+    if missing:
+        parts.append(f"missing {_fmt_contribs(missing, pieces)}")
+    if extra:
+        parts.append(f"unexpected {_fmt_contribs(extra, pieces)}")
+    writer = last_writer.get(stored)
+    by = f"; last written by {schedule.ops[writer].describe()}" if writer is not None else ""
+    raise ScheduleError(
+        f"{where} holds {_fmt_value(got, pieces)} but {coll.kind} needs {_fmt_value(want, pieces)}: "
+        f"{', '.join(parts)}{by}"
+    )
 
 
 def _fmt_value(v: Value, pieces: bool = False) -> str:

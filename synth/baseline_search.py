@@ -17,31 +17,47 @@ through this module:
 * :func:`best_for` -- one baseline at one size: walk the ladder, stop once
   two factors in a row are slower than the best so far (the time is a
   convex-looking function of the factor: pipelining gains shrink while
-  message costs grow linearly);
+  message costs grow linearly). A factor whose
+  :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` (the busiest
+  stream, resource or engine with the pipeline's fill before it and its
+  drain after it, from the schedule's own dependencies; never above the
+  simulated time) exceeds the best so far is that slower factor without
+  being simulated, so the walk picks what it picked when it simulated
+  every factor;
 * :func:`baseline_choices` / :func:`best_baseline` -- every applicable
   baseline at its best, fastest first;
 * :func:`plan_baselines` -- the same for many sizes at once (schedules
   built once), for per-size plans;
 * :func:`baselines_against` -- the search ``ccsynth synth`` runs: every
   applicable baseline at its best chunk factor *where it could beat* a
-  given time (the synthesized schedule's). A schedule whose static bound
+  given time (the synthesized schedule's). Until one of its factors is
+  simulated, a factor whose static bound
   (:func:`~ccsynth.synth.simulate.static_bound`: its busiest resource's
-  bytes, its busiest engine's per-message overheads) already exceeds that
-  time cannot beat it and is not simulated; when the *volume* part does,
-  no factor of that baseline can (a chunk factor cuts every block into
+  bytes, its busiest engine's per-message overheads) exceeds that time
+  cannot beat it and is not simulated; when the *volume* part does, no
+  factor of that baseline can (a chunk factor cuts every block into
   pieces that take the block's own routes, so every resource carries the
   same bytes at every factor: ``tests/test_baseline_search.py`` checks it
   for every baseline), and the baseline's other factors are not even
-  built. Such baselines are reported with the bound they exceeded
-  (:class:`Outrun`), never with a time. Schedules are built unverified
-  during the search (the builders are verified by their tests); the one
-  returned for use is verified (:func:`verified`). At 256 ranks this is
-  what lets the comparison finish: a 1-million-op ring schedule costs
-  tens of seconds to build, verify and simulate, its bound a fraction;
-  the ring family's bytes come without building at all
-  (:func:`ring_volume_us`), and no factor beyond :data:`MAX_OPS` ops is
-  built (the packed trees' own op budget: both sides of the comparison
-  get the same).
+  built. After that the pipeline bound prunes as in :func:`best_for`;
+  per-message overheads above the best so far end the walk (a larger
+  factor never sends fewer messages on an engine, tested the same way),
+  and for the baselines that send every chunk as a message of its own
+  (:data:`MESSAGES_PER_CHUNK`) the next factor's overheads are twice
+  this one's, so a factor whose doubled overheads exceed the best is not
+  built either. Baselines proven slower are reported with
+  the bound they exceeded (:class:`Outrun`), never with a time.
+  Schedules are built unverified during the search (the builders are
+  verified by their tests); the one returned for use is verified
+  (:func:`verified`). At 256 ranks this is what lets the comparison
+  finish: a 1-million-op schedule costs tens of seconds to build, verify
+  and simulate, its bound a fraction; the ring family's bytes come
+  without building at all (:func:`ring_volume_us`), and no factor beyond
+  :data:`MAX_OPS` ops is built (the packed trees' own op budget: both
+  sides of the comparison get the same; the op count comes from the
+  factor before, or for the ring family's first factor from
+  :func:`ring_sends`: multi_ring's first factor on 1,024 ranks is 17
+  million ops).
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -58,8 +74,9 @@ from __future__ import annotations
 
 import logging
 from typing import NamedTuple
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from ccsynth.collectives.gc_pause import gc_paused
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, CollectiveError
@@ -67,6 +84,7 @@ from ccsynth.collectives.verify import verify
 from ccsynth.synth.baselines import BASELINES, get_baseline, make_baseline, min_chunk_factor, why_not
 from ccsynth.synth.baselines import multi_ring, ring
 from ccsynth.synth.baselines._util import split
+from ccsynth.synth.pipeline_bound import pipeline_bound
 from ccsynth.synth.simulate import SimResult, simulate, simulate_below
 from ccsynth.tolerance import is_greater, is_less
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
@@ -86,6 +104,8 @@ __all__ = [
     "baselines_against",
     "verified",
     "RING_FAMILY",
+    "ring_sends",
+    "MESSAGES_PER_CHUNK",
     "MAX_OPS",
     "ring_volume_us",
 ]
@@ -154,19 +174,28 @@ class _Builds:
     see the module docstring).
     """
 
-    def __init__(self, collective: Collective, topology: Topology, checked: bool = True):
+    def __init__(self, collective: Collective, topology: Topology, checked: bool = True,
+                 progress: Callable[[str], None] | None = None):
         self.kind, self.n, self.root = collective.kind, collective.n_ranks, collective.root
         self.topology = topology
         self.checked = checked
+        self.progress = progress
         self.cache: dict[tuple[str, int], Schedule | None] = {}
+
+    def say(self, message: str) -> None:
+        """Log ``message`` (INFO) and hand it to the progress callback, if any."""
+        log.info("%s", message)
+        if self.progress is not None:
+            self.progress(message)
 
     def get(self, name: str, factor: int) -> Schedule | None:
         key = (name, factor)
         if key not in self.cache:
             coll = Collective(self.kind, self.n, factor, self.root)
             try:
-                sched = make_baseline(name, coll, self.topology) if self.checked else \
-                    get_baseline(name).build(coll, self.topology)
+                with gc_paused():  # up to millions of ops (see ccsynth.collectives.gc_pause)
+                    sched = make_baseline(name, coll, self.topology) if self.checked else \
+                        get_baseline(name).build(coll, self.topology)
             except CCSynthError as e:
                 log.debug("baseline %s at chunk factor %d: %s", name, factor, e)
                 sched = None
@@ -178,6 +207,9 @@ class _Builds:
 
 #: the baselines whose bytes per resource :func:`ring_volume_us` computes without building them
 RING_FAMILY = ("ring", "multi_ring")
+#: the baselines that send every chunk as a message of its own: at twice the chunk factor every engine sends and
+#: receives twice the messages (``tests/test_baseline_search.py``), so its per-message overheads double
+MESSAGES_PER_CHUNK = ("ring", "multi_ring", "hierarchical")
 
 
 def ring_volume_us(name: str, collective: Collective, topology: Topology, size_bytes: float) -> float | None:
@@ -213,51 +245,108 @@ def ring_volume_us(name: str, collective: Collective, topology: Topology, size_b
     return max((v / (bw[r] * BYTES_PER_US_PER_GBPS) for r, v in res_bytes.items()), default=0.0)
 
 
+def ring_sends(name: str, collective: Collective) -> int | None:
+    """How many messages ring-family baseline ``name`` sends for ``collective``, without building it.
+
+    :func:`~ccsynth.synth.baselines._util.ring_collective` sends every chunk on its own around its ring:
+    ``(n - 1) * n * c`` messages for allgather and reduce-scatter, ``2 * (n - 1) * c`` for allreduce (each ring
+    reduce-scatters and allgathers its share of the buffer in ``n`` blocks), ``(n - 1) * c`` for the chains of
+    broadcast and reduce; as many receives again. None for other baselines and kinds.
+    (``tests/test_baseline_search.py`` checks it against the built schedules.)
+    """
+    n, c = collective.n_ranks, collective.chunk_factor
+    if name not in RING_FAMILY:
+        return None
+    per_kind = {"allgather": (n - 1) * n * c, "reduce_scatter": (n - 1) * n * c, "allreduce": 2 * (n - 1) * c,
+                "broadcast": (n - 1) * c, "reduce": (n - 1) * c}
+    return per_kind.get(collective.kind)
+
+
 def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = None,
             outrun: list[Outrun] | None = None) -> BaselineChoice | None:
     """Walk baseline ``name``'s ladder at ``size_bytes``; stop after WORSE_IN_A_ROW slower factors.
 
-    With ``beat``: a factor whose static bound exceeds ``beat`` counts as slower and is not simulated; if its
-    volume alone does, the walk stops (no factor can beat it: module docstring). Those go to ``outrun``.
+    Until a factor is simulated, a factor is simulated unless its static bound
+    (:func:`~ccsynth.synth.simulate.simulate_below`) exceeds ``beat``, as it always was (its bytes above
+    ``beat`` end the walk; such factors go to ``outrun``). Once one is, a factor is simulated only if its
+    :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` does not exceed the best so far (and its static bound
+    not ``beat``): otherwise it counts as the slower factor its simulated time would have made it, so the walk
+    picks what it picked when it simulated every factor. Per-message overheads above the best end the walk
+    (they never shrink as the factor grows; where every message splits in two at the next factor,
+    :data:`MESSAGES_PER_CHUNK`, the next factor's are known without building it).
     """
     best: BaselineChoice | None = None
     worse = 0
+    topology = builds.topology
+    call = topology.call_overhead
     last: tuple[int, int] | None = None  # the last factor built and its op count
-    for factor in chunk_factor_ladder(name, builds.kind, builds.topology, size_bytes):
-        if beat is not None and best is None and worse == 0:
+    overheads: tuple[int, float] | None = None  # the last factor bounded and its busiest engine's overheads
+    for factor in chunk_factor_ladder(name, builds.kind, topology, size_bytes):
+        if beat is not None and best is None and worse == 0 and last is None:
             # the ring family's bytes without building its (at 1,024 ranks: 2-17 million op) schedules
             coll = Collective(builds.kind, builds.n, factor, builds.root)
-            volume = ring_volume_us(name, coll, builds.topology, size_bytes)
-            if volume is not None and is_greater(volume + builds.topology.call_overhead, beat):
-                log.info("baseline %s at chunk factor %d: at least %.3f us (its bytes, at every factor), slower "
-                         "than %.3f us", name, factor, volume + builds.topology.call_overhead, beat)
+            volume = ring_volume_us(name, coll, topology, size_bytes)
+            if volume is not None and is_greater(volume + call, beat):
+                builds.say(f"baseline {name} at chunk factor {factor}: at least {volume + call:.3f} us (its bytes, "
+                           f"at every factor), slower than {beat:.3f} us")
                 if outrun is not None:
-                    outrun.append(Outrun(name, factor, volume + builds.topology.call_overhead, True))
+                    outrun.append(Outrun(name, factor, volume + call, True))
                 break
-        if beat is not None and last is not None and last[1] * factor / last[0] > MAX_OPS:
-            log.info("baseline %s at chunk factor %d: not tried (about %d ops, over MAX_OPS)", name, factor,
-                     last[1] * factor / last[0])
-            break
+        if beat is not None:
+            # no factor beyond MAX_OPS ops is built: its op count from the factor before, or the ring family's own
+            sends = ring_sends(name, Collective(builds.kind, builds.n, factor, builds.root)) if last is None else None
+            ops = last[1] * factor / last[0] if last is not None else None if sends is None else 2 * sends
+            if ops is not None and ops > MAX_OPS:
+                builds.say(f"baseline {name} at chunk factor {factor}: not tried (about {ops:.0f} ops, over MAX_OPS)")
+                break
+        if best is not None and overheads is not None and name in MESSAGES_PER_CHUNK:
+            engine = overheads[1] * factor / overheads[0] + call
+            if is_greater(engine, best.result.time_us):
+                builds.say(f"baseline {name} at chunk factor {factor}: at least {engine:.3f} us (its per-message "
+                           f"overheads, not built), slower than its best so far")
+                break
         sched = builds.get(name, factor)
         if sched is None:
             continue
         last = (factor, len(sched.ops))
-        if beat is not None:
-            b, r = simulate_below(sched, builds.topology, size_bytes, beat)
-            if r is None:
-                every = is_greater(b.volume_us + b.call_us, beat)
-                log.info("baseline %s at chunk factor %d: at least %.3f us (%s), slower than %.3f us", name, factor,
-                         b.time_us, "its bytes, at every factor" if every else "its per-message overheads", beat)
+        if best is not None:  # only a factor its pipeline bound leaves below the best so far can become the best
+            b = pipeline_bound(sched, topology, size_bytes)
+            overheads = (factor, b.engine_us)
+            static_out = beat is not None and is_greater(max(b.volume_us, b.engine_us) + call, beat)  # as always
+            if static_out or is_greater(b.time_us, best.result.time_us):
+                done = is_greater(b.engine_us + call, best.result.time_us)
+                why = "its per-message overheads, at every larger factor" if done else f"its pipeline: {b.which}"
+                builds.say(f"baseline {name} at chunk factor {factor}: at least {b.time_us:.3f} us ({why}), slower "
+                           f"than its best so far")
+                if done:
+                    break
+                worse += 1
+                if worse >= WORSE_IN_A_ROW:
+                    break
+                continue
+            with gc_paused():
+                r = simulate(sched, topology, size_bytes)
+        elif beat is not None:  # nothing simulated yet: the static bound against the time to beat, as always
+            with gc_paused():
+                sb, got = simulate_below(sched, topology, size_bytes, beat)
+            if got is None:
+                every = is_greater(sb.volume_us + sb.call_us, beat)
+                builds.say(f"baseline {name} at chunk factor {factor}: at least {sb.time_us:.3f} us ("
+                           f"{'its bytes, at every factor' if every else 'its per-message overheads'}), slower than "
+                           f"{beat:.3f} us")
                 if outrun is not None:
-                    outrun.append(Outrun(name, factor, b.time_us, every))
+                    outrun.append(Outrun(name, factor, sb.time_us, every))
                 if every:
                     break
                 worse += 1
                 if worse >= WORSE_IN_A_ROW:
                     break
                 continue
+            r = got
         else:
-            r = simulate(sched, builds.topology, size_bytes)
+            with gc_paused():
+                r = simulate(sched, topology, size_bytes)
+        builds.say(f"baseline {name} at chunk factor {factor}: {r.time_us:.3f} us ({len(sched.ops)} ops, simulated)")
         if best is None or is_less(r.time_us, best.result.time_us):
             best, worse = BaselineChoice(name, factor, r, sched), 0
         else:
@@ -317,17 +406,18 @@ def plan_baselines(collective: Collective, topology: Topology, sizes: Sequence[f
     return out
 
 
-def baselines_against(collective: Collective, topology: Topology, size_bytes: float, beat: float) -> BaselineSearch:
+def baselines_against(collective: Collective, topology: Topology, size_bytes: float, beat: float,
+                      progress: Callable[[str], None] | None = None) -> BaselineSearch:
     """Every applicable baseline at its best chunk factor, where it could be faster than ``beat`` us.
 
     The choices come fastest first, their schedules unverified (:func:`verified` before use); a baseline
     whose every candidate factor is proven slower than ``beat`` (or whose walk stopped on such factors before
-    reaching one that is not) appears only in ``outrun``, with the bound of its first factor. A factor is
-    left out only when it is provably slower than ``beat`` (see the module docstring); the ladder's stopping
-    rule counts it as a slower factor (the per-message overheads, which grow with the factor, are what
-    prove it then).
+    reaching one that is not) appears only in ``outrun``, with the bound of its first factor. A factor
+    is left out only when it is provably slower than the time it had to beat (see the module docstring).
+    ``progress`` is told what became of every factor (the lines logged at INFO): at 1,024 ranks the search
+    takes minutes.
     """
-    builds = _Builds(collective, topology, checked=False)
+    builds = _Builds(collective, topology, checked=False, progress=progress)
     choices: list[BaselineChoice] = []
     outrun: list[Outrun] = []
     for name in _applicable(collective, topology):

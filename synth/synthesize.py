@@ -96,6 +96,7 @@ from collections.abc import Callable
 
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
+from ccsynth.collectives.gc_pause import gc_paused
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import CollectiveError, InfeasibleError, SketchError
 from ccsynth.synth.alltoall import route_alltoall
@@ -320,7 +321,8 @@ def synthesize(
     prog = _Progress(progress, report)
     size_bytes = _check_request(topology, collective, sketch, size_bytes)
     multidim = _multidim_candidate(topology, collective, size_bytes, options, prog, report)
-    trees = _tree_candidate(topology, collective, sketch, size_bytes, prog, report)
+    with gc_paused():  # lowering and simulating up to millions of ops (see ccsynth.collectives.gc_pause)
+        trees = _tree_candidate(topology, collective, sketch, size_bytes, prog, report)
     best_t, best_sched = math.inf, None
     if _use_milps(topology, collective, sketch, trees, multidim):
         best_t, best_sched = _milp_stages(topology, collective, sketch, options, size_bytes, prog, report,
@@ -336,10 +338,10 @@ def synthesize(
         raise InfeasibleError(f"no schedule for {collective.kind} on {topology.name}: "
                               "neither the MILPs nor packed trees apply")
     best_sched = best_sched.with_meta(predicted_us=best_t, size_bytes=size_bytes, candidates=report.candidates)
-    best_sched = _finish(best_sched, topology, prog)
+    trees = multidim = None  # only the best is kept: the others' schedules are freed before the baselines are built
     report.synthesized_us = best_t
     if not compare_baselines:
-        return best_sched
+        return _finish(best_sched, topology, prog)
     return _against_baselines(best_sched, best_t, topology, collective, size_bytes, prog, report)
 
 
@@ -391,9 +393,13 @@ def _use_milps(topology, collective: Collective, sketch: Sketch | None, trees: T
 
 def _against_baselines(sched: Schedule, time_us: float, topology, collective: Collective, size_bytes: int,
                        prog: _Progress, report: SynthReport) -> Schedule:
-    """The synthesized schedule, or the fastest baseline at its best chunk factor when that is faster."""
+    """The synthesized schedule, or the fastest baseline at its best chunk factor when that is faster.
+
+    Whichever is returned is verified then, and only it: at 256 ranks a synthesized schedule that a baseline
+    beats costs seconds to verify for nothing.
+    """
     found = baselines_against(Collective(collective.kind, collective.n_ranks, 1, collective.root), topology,
-                              size_bytes, time_us)
+                              size_bytes, time_us, progress=lambda detail: prog("baseline", detail))
     choices = found.choices
     # the baselines simulated, fastest first, then those proven slower than the synthesized schedule by a bound
     report.baselines = [{"name": c.name, "chunk_factor": c.chunk_factor, "time_us": c.result.time_us}
@@ -410,6 +416,7 @@ def _against_baselines(sched: Schedule, time_us: float, topology, collective: Co
                           f"of {len(choices)} at their best chunk factors; synthesized {time_us:.3f} us")
         if is_less(best.result.time_us, time_us):
             best = verified(best, topology)
+            prog("verify", f"baseline {best.name}: {len(best.schedule.ops)} ops: verified")
             msg = (f"baseline {best.name} (chunk factor {best.chunk_factor}) simulates faster "
                    f"({best.result.time_us:.3f} us) than the best synthesized schedule ({time_us:.3f} us) at "
                    f"{size_bytes} bytes on {topology.name}: returning the baseline")
@@ -418,7 +425,7 @@ def _against_baselines(sched: Schedule, time_us: float, topology, collective: Co
             report.chosen = "baseline"
             return best.schedule.with_meta(predicted_us=best.result.time_us, size_bytes=size_bytes, chosen="baseline",
                                            synthesized_us=time_us, chunk_factor=best.chunk_factor, verified=True)
-    return sched.with_meta(chosen=report.chosen)
+    return _finish(sched, topology, prog).with_meta(chosen=report.chosen)
 
 
 def _multidim_candidate(topology, collective: Collective, size_bytes: int, options: SolverOptions, prog: _Progress,

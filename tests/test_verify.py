@@ -449,6 +449,46 @@ def test_race_two_writes():
         verify(mutated)
 
 
+def _transitive_allgather(send_deps: tuple[int, ...]) -> Schedule:
+    """Rank 0 writes o[0] (op 0) and sends it (op 2) after op 1, which itself waits for op 0: the write and the
+    read are ordered through op 1 only, not by a dependency of their own."""
+    ops = (
+        Op(0, 0, "copy", src=Chunks("i", 0), dst=Chunks("o", 0)),
+        Op(1, 0, "copy", src=Chunks("i", 0), dst=Chunks("s", 0), deps=(0,)),
+        Op(2, 0, "send", src=Chunks("o", 0), peer=1, deps=send_deps),
+        Op(3, 1, "copy", src=Chunks("i", 0), dst=Chunks("o", 1)),
+        Op(4, 1, "recv", dst=Chunks("o", 0), peer=0),
+        Op(5, 1, "send", src=Chunks("i", 0), peer=0),
+        Op(6, 0, "recv", dst=Chunks("o", 1), peer=1),
+    )
+    return Schedule("transitive", Collective("allgather", 2), ops, scratch_chunks=1)
+
+
+def test_accesses_ordered_only_through_another_op_are_no_race():
+    assert verify(_transitive_allgather(send_deps=(1,))).ok
+
+
+def test_accesses_that_no_path_orders_are_a_race_among_many_that_one_does():
+    with pytest.raises(ScheduleError, match=r"race on rank 0, chunk o\[0\]: op 0 .* writes it and op 2 .* reads it"
+                                            r".*the read may see the chunk before or after the write"):
+        verify(_transitive_allgather(send_deps=()))
+    # a write and its read ordered only through a chain of 40 unrelated copies: broken anywhere, a race
+    n = 40
+    b = ScheduleBuilder(Collective("broadcast", 2, root=0), "chain", scratch_chunks=n)
+    first = b.copy(0, ("i", 0), ("o", 0))
+    chained = [b.copy(0, ("i", 0), ("s", k)) for k in range(n)]  # no conflicts among them or with o[0]
+    send, _ = b.transfer(0, 1, ("o", 0), ("o", 0))
+    ok = b.build()
+    for k, op_id in enumerate(chained):
+        ok = replace_op(ok, op_id, deps=(chained[k - 1] if k else first,))
+    ok = replace_op(ok, send, deps=(chained[-1],))
+    assert verify(ok).ok
+    broken = replace_op(ok, chained[n // 2], deps=())
+    with pytest.raises(ScheduleError, match=rf"race on rank 0, chunk o\[0\]: op {first} .* writes it and op "
+                                            rf"{send} .* reads it"):
+        verify(broken)
+
+
 def test_reading_an_uninitialised_chunk():
     b = ScheduleBuilder(Collective("broadcast", 2, root=0), "early")
     b.copy(0, ("i", 0), ("o", 0))
