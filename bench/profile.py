@@ -88,11 +88,11 @@ what collectives will see:
      :func:`non_increasing`). Why: the forward probes have two modes from
      run to run (forwarded 1-16 MiB messages 1.0x or 2.5-5x an independent
      one on the project's 2-core machine), and no collective measured in
-     the quiet runs C, D and E showed the second one from 2 MiB up: there the
-     two-step allreduces (ring, Rabenseifner, direct: they forward) ran
-     0.5-0.9x recursive doubling (which does not), where the probes' 2.5-5x
-     predicted them 2-4x too slow; below 512 KiB they ran 1.3-2.9x it
-     (bench/RESULTS.md, issue 10, h38-model);
+     the quiet runs C, D, E and E's tuned run showed the second one from 2
+     MiB up: there the 2-rank ring and Rabenseifner allreduces (they
+     forward) ran 0.5-0.94x recursive doubling (which does not), where the
+     probes' 2.5-5x predicted them 2-4x too slow; below 1 MiB they ran
+     0.9-2.9x it (bench/RESULTS.md, issue 10, h38-model);
   7. *footprint probes*, fitted before the message curve: windows of
      :data:`FOOTPRINT_MESSAGE` messages (first pattern only), each timed call
      after an untimed pass over an eviction buffer of 0 to
