@@ -83,7 +83,16 @@ what collectives will see:
      (:func:`fit_curve`): ``Topology.message_curve``;
   6. the forward probes against that: per size, the factor by which a
      forwarded message costs more (:func:`fit_forward_curve`):
-     ``Topology.forward_curve``;
+     ``Topology.forward_curve``, never rising with the size (each size
+     takes the smallest factor measured at it or any smaller size,
+     :func:`non_increasing`). Why: the forward probes have two modes from
+     run to run (forwarded 1-16 MiB messages 1.0x or 2.5-5x an independent
+     one on the project's 2-core machine), and no collective measured in
+     the quiet runs C, D, E and E's tuned run showed the second one from 2
+     MiB up: there the 2-rank ring and Rabenseifner allreduces (they
+     forward) ran 0.5-0.94x recursive doubling (which does not), where the
+     probes' 2.5-5x predicted them 2-4x too slow; below 1 MiB they ran
+     0.9-2.9x it (bench/RESULTS.md, issue 10, h38-model);
   7. *footprint probes*, fitted before the message curve: windows of
      :data:`FOOTPRINT_MESSAGE` messages (first pattern only), each timed call
      after an untimed pass over an eviction buffer of 0 to
@@ -168,7 +177,14 @@ too (:func:`_pair_pattern`); if every pattern's ranks together get less
 than ``1 - PORT_MARGIN`` of what that pair alone gets per link, the node
 gets a :class:`~ccsynth.topologies.model.SharedPort` (its memory, seen as
 one port) with the aggregate the patterns reach, and its links that pair's
-bandwidth. How many ranks share how many cores (``os.sched_getaffinity``)
+bandwidth. A node that runs more ranks than it has cores gets that port
+whatever the pair alone measured: its ranks' copies share the cores, so
+all of its pairs together can never move more than the patterns reached,
+and the pair is not alone there (the other ranks poll in MPI on the same
+cores), so the margin test passes or fails by chance (run E's 4-rank
+profile on 2 cores had no port, runs D and E's tuned run had one of 11-12
+GB/s; without it the algorithms that send to three peers at once, direct
+and one-shot, measured 1.8-2.6x their prediction from 64 KiB up). How many ranks share how many cores (``os.sched_getaffinity``)
 goes into the description: oversubscription shows in every figure, since
 every figure is measured with all ranks running.
 
@@ -211,7 +227,7 @@ __all__ = [
     "ProtocolFit", "FitResult", "KernelRates", "MachineProfile", "patterns", "plan_probes", "probe_schedule",
     "measure_probe", "measure_kernels", "local_curve", "fit_hops", "fit_overhead", "fit_bandwidth", "fit_protocol",
     "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
-    "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve",
+    "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve", "non_increasing",
     "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
     "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE",
     "FOOTPRINT_LLC_MULTIPLES", "llc_bytes", "probe_footprint", "fit_footprint_curve", "refit_with_footprint",
@@ -1021,15 +1037,29 @@ def fit_forward_curve(predictor: _Predictor, samples: Sequence[Sample], result: 
 
     The smallest forward probe (:data:`FORWARD_SMALLEST` per message) sets
     the factor below it: forwarding costs bytes, so small messages hardly
-    feel it.
+    feel it. The factors are then made :func:`non_increasing` in the size
+    (see the module docstring: the probes' second mode at large sizes is
+    one no collective showed).
     """
     fits = {f.pattern: f for f in result.fits}
     mine = [s for s in samples if s.probe.pattern in fits and s.probe.shape == "forward"]
     fitted = _factor_per_size(mine, 0.0, lambda p, fwd: predictor.fitted(
         p, fits[p.pattern], result.call_overhead, result.protocol, curve, fwd, footprint))
-    if fitted is None or all(f <= 1.0 + 1e-3 for f in fitted[1]):
+    if fitted is None:
         return None
-    return SizeCurve(fitted[0], tuple(max(1.0, f) for f in fitted[1]))
+    factors = non_increasing(tuple(max(1.0, f) for f in fitted[1]))
+    if all(f <= 1.0 + 1e-3 for f in factors):
+        return None
+    return SizeCurve(fitted[0], factors)
+
+
+def non_increasing(factors: Sequence[float]) -> tuple[float, ...]:
+    """Each factor replaced by the smallest one at or before it (factors in increasing size): the largest
+    non-increasing sequence below ``factors``, as :func:`fit_forward_curve` keeps a forward curve."""
+    out: list[float] = []
+    for f in factors:
+        out.append(min(f, out[-1]) if out else f)
+    return tuple(out)
 
 
 def robust_us(values: Sequence[float]) -> float:
@@ -1208,18 +1238,21 @@ def build_topology(
                     async_progress=False, footprint_curve=footprint_curve)
 
 
-def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int, float]) -> dict[int, SharedPort]:
-    """A port per node where all its pairs at once get less than one pair alone (see the module docstring)."""
+def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int, float],
+                cores: Sequence[int] | None = None) -> dict[int, SharedPort]:
+    """A port per node where all its pairs at once get less than one pair alone, or whose ranks outnumber its
+    cores (``cores[r]``: the cores rank ``r`` may use; see the module docstring)."""
     ports = {}
     for node, alone in sorted(pair_bw.items()):
         ranks = tuple(r for r, x in enumerate(nodes) if x == node)
+        oversubscribed = cores is not None and len(ranks) > cores[ranks[0]]
         aggs, per_link = [], []
         for f in fits:
             inside = [(r, d) for r, d in f.pattern.pairs if nodes[r] == node and nodes[d] == node]
             if f.pattern.kind == "intra" and inside:
                 aggs.append(f.bw * len(inside))
                 per_link.append(f.bw)
-        if per_link and max(per_link) < (1 - PORT_MARGIN) * alone:
+        if per_link and (oversubscribed or max(per_link) < (1 - PORT_MARGIN) * alone):
             ports[node] = SharedPort(f"node{node}.memory", ranks, ranks, float(np.median(aggs)))
     return ports
 
@@ -1321,7 +1354,7 @@ def profile_machine(
         same = [f for f in fits if f.pattern.kind == "intra"]
         ref = same[0] if same else fits[0]
         pair_bw[node] = fit_bandwidth(predictor, ps, ref.alpha, ref.overhead, call, protocol)
-    ports = _node_ports(fits, nodes, pair_bw)
+    ports = _node_ports(fits, nodes, pair_bw, cores)
     footprint = fit_footprint_curve(predictor, samples, result)
     curve = fit_curve(predictor, samples, result, footprint)
     forward = fit_forward_curve(predictor, samples, result, curve, footprint)

@@ -14,6 +14,7 @@ from ccsynth.bench.profile import (
     CURVE_MIN_BYTES, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
     _pair_pattern, _Predictor,
     build_topology, eviction_bytes, fit_curve, fit_footprint_curve, fit_forward_curve, fit_patterns, fit_round_cost,
+    non_increasing,
     llc_bytes, local_curve, patterns, plan_probes, probe_footprint, probe_schedule, refit_with_footprint, robust_us,
     round_partners, round_peer_counts, round_probes,
 )
@@ -155,6 +156,19 @@ def test_a_node_whose_pairs_slow_each_other_down_gets_a_shared_port():
     t = build_topology(4, fits, 0.0, KernelRates(8.0, 6.0, 5.0, 1), nodes, ports=ports, pair_bw={0: 5.0})
     assert t.links[0].bw == 5.0 and t.connection(0, 1).bw == pytest.approx(5.0)  # alone: the pair's rate
     assert not _node_ports(fits, nodes, {0: 2.1})  # within the margin: no port
+    assert not _node_ports(fits, nodes, {0: 2.1}, [4, 4, 4, 4])  # 4 ranks on 4 cores: still none
+
+
+def test_an_oversubscribed_node_gets_a_shared_port_whatever_its_pair_alone_measured():
+    """4 ranks on 2 cores: the pair is not alone (the others poll on the same cores), so its figure cannot decide;
+    the node's port is what all its pairs reached together, and a stream alone keeps the patterns' rate."""
+    nodes = [0, 0, 0, 0]
+    fits = [LinkFit(p, 1.0, 0.5, bw) for p, bw in zip(patterns(nodes), (2.0, 3.0, 2.5))]
+    ports = _node_ports(fits, nodes, {0: 2.9}, [2, 2, 2, 2])  # within the margin of the fastest pattern
+    assert list(ports) == [0] and ports[0].bw == pytest.approx(4 * 2.5)
+    t = build_topology(4, fits, 0.0, KernelRates(8.0, 6.0, 5.0, 1), nodes, ports=ports, pair_bw={0: 2.9})
+    assert t.shared_ports[0].bw == pytest.approx(10.0) and t.connection(0, 1).bw == pytest.approx(2.9)
+    assert not _node_ports(fits, [0, 0, 1, 1], {}, [1, 1, 1, 1])  # no node with a pair probe: nothing to go by
 
 
 # ------------------------------------------------------------------ end to end
@@ -326,24 +340,46 @@ def test_the_plan_has_forward_probes_at_every_bandwidth_size_and_one_smaller():
     assert 1 << 20 <= eviction_bytes() <= 1 << 30
 
 
-def test_fit_forward_curve_recovers_known_factors_from_synthetic_timings():
-    """Timings made with a forward curve (forwarded messages 3x dearer from 256 KiB): fitted back, and windows
-    alone fit the bandwidth as before."""
+def _forward_fit(true: SizeCurve | None):
+    """The forward curve fitted to synthetic timings of a 2-rank profile made with forward curve ``true``."""
     pats = patterns([0, 0])
     pred = _Predictor(2)
-    true = SizeCurve((65536.0, 1 << 20, 64 << 20), (1.0, 3.0, 3.0))
     samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, None, true))
                for p in plan_probes(pats, ProfileOptions())]
     result = fit_patterns(2, samples, pred)
     [f] = result.fits
-    assert f.bw == pytest.approx(3.0, rel=0.02)
-    fwd = fit_forward_curve(pred, samples, result, None)
+    assert f.bw == pytest.approx(3.0, rel=0.02)  # windows alone fit the bandwidth, whatever the forwards cost
+    return fit_forward_curve(pred, samples, result, None)
+
+
+def test_fit_forward_curve_recovers_known_factors_from_synthetic_timings():
+    """Timings made with a forward curve (forwarded messages 3x dearer up to 256 KiB, as dear as any from 1 MiB):
+    fitted back from 1 MiB, and dearer than 1 below, never above what the probes measured (the smallest probe's
+    16 KiB messages fit low: its factor, the curve's first point, bounds the ones after it)."""
+    true = SizeCurve((65536.0, 256 << 10, 1 << 20, 64 << 20), (3.0, 3.0, 1.0, 1.0))
+    fwd = _forward_fit(true)
     assert fwd is not None and min(fwd.factors) >= 1.0
-    for m in (1 << 20, 4 << 20):
-        assert fwd.factor(m) == pytest.approx(true.factor(m), rel=0.05)
+    assert list(fwd.factors) == sorted(fwd.factors, reverse=True)
+    for m in fwd.sizes:
+        assert fwd.factor(m) <= true.factor(m) * 1.05
+    assert fwd.factor(65536) > 1.4 and fwd.factor(256 << 10) > 1.4
+    for m in (1 << 20, 4 << 20, 16 << 20):
+        assert fwd.factor(m) == pytest.approx(1.0, rel=0.05)
     # without forwarding costs there is no curve
-    flat = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7)) for p in plan_probes(pats, ProfileOptions())]
-    assert fit_forward_curve(pred, flat, fit_patterns(2, flat, pred), None) is None
+    assert _forward_fit(None) is None
+
+
+def test_forward_curve_never_rises_with_the_size():
+    """Forward probes dearer only from 1 MiB (the probes' second mode, which no collective showed): each size keeps
+    the smallest factor at it or below, so (about) none; dearer from 4 MiB than at 1 MiB: those keep the 1 MiB probe's factor."""
+    rising = _forward_fit(SizeCurve((65536.0, 1 << 20, 64 << 20), (1.0, 3.0, 3.0)))  # measured 3x from 1 MiB
+    assert rising is None or max(rising.factors) < 1.05
+    fwd = _forward_fit(SizeCurve((65536.0, 256 << 10, 1 << 20, 4 << 20, 64 << 20), (3.0, 3.0, 1.5, 4.0, 4.0)))
+    assert fwd is not None
+    assert fwd.factor(1 << 20) == pytest.approx(1.5, rel=0.05)
+    for m in (4 << 20, 16 << 20):  # measured 4x, kept at the 1 MiB probe's 1.5x
+        assert fwd.factor(m) == pytest.approx(1.5, rel=0.05)
+    assert non_increasing((2.0, 1.0, 3.0, 0.5)) == (2.0, 1.0, 1.0, 0.5) and non_increasing(()) == ()
 
 
 def test_repredict_recomputes_a_saved_run_with_the_current_model(tmp_path):

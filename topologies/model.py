@@ -47,8 +47,11 @@ Units used everywhere in ccsynth:
   the project's 2-core machine with MPICH's shared memory a 256 KiB message
   that passes on what was just received takes 4-5x as long as an
   independent one (the receiving core's copy leaves the data where the
-  next copy must fetch it again: measured, not modelled further). None:
-  every message alike, as in the catalog.
+  next copy must fetch it again: measured, not modelled further). ``ccsynth
+  topo profile`` writes a curve that never rises with ``S`` (its forward
+  probes' penalty at 1-16 MiB, 2.5-5x in some runs, was seen by no
+  collective of the quiet benchmark runs). None: every message alike, as in
+  the catalog.
 * ``Topology.footprint_curve`` (optional :class:`~ccsynth.topologies.curve.SizeCurve`,
   default None): what the bytes of a call cost by its *footprint* -- the
   bytes a rank touches between two calls on the same buffers (the reuse
