@@ -61,6 +61,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ccsynth.bench import compare
+from ccsynth.bench.compare import ROUNDS
 from ccsynth.bench.predict import BAND_ANCHOR, band_of, error_table, repredict_document
 from ccsynth.collectives.spec import Collective
 from ccsynth.synth.baselines import applicable_baselines
@@ -129,10 +131,12 @@ def baselines_for(kind: str, n: int) -> list[str]:
 
 
 def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], max_load: float | None = None,
-             max_wait: float = 0.0, repeats: int = 1, tune: bool = False) -> dict:
+             max_wait: float = 0.0, repeats: int = 1, tune: bool = False, rounds: int = ROUNDS) -> dict:
     """Profile, synthesize and measure for ``n`` ranks; returns what the report needs. ``tune``: the plan is
     tuned on the machine (``mpiexec -n N ccsynth tune``) before the bench, whose ``plan`` column runs the tuned
-    plan (``tuned_C{N}.json``; the synthesized one stays beside it)."""
+    plan (``tuned_C{N}.json``; the synthesized one stays beside it). ``rounds``: after the bench, the plan
+    against the default plan in that many interleaved rounds (:mod:`ccsynth.bench.compare`,
+    ``compare_C{N}.json``; 0: not measured)."""
     ccsynth = [_bin("ccsynth")]
     mpiexec = [_bin("mpiexec"), "-n", str(n)]
     machine = out / f"machine{n}.json"
@@ -164,6 +168,13 @@ def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], 
             docs.append(json.loads(js.read_text()))
         result["runs"][kind] = {"json": fastest_rows(docs), "plan": f"plan:{plan}", "synth_s": synth_s,
                                 "repeats": repeats}
+        if rounds > 0:
+            cj = out / f"compare_{kind}{n}.json"
+            cmd = mpiexec + [sys.executable, "-m", "ccsynth.bench.compare", str(plan), "-c", kind, "-m", sizes,
+                             "--rounds", str(rounds), "--json", str(cj)] + (["-i", "4"] if quick else [])
+            _run(cmd, log, max_load, max_wait, env={"CCSYNTH_CACHE_BYTES": str(BENCH_CACHE_BYTES)})
+            loads[f"after {kind} rounds"] = _load()
+            result["runs"][kind]["compare"] = json.loads(cj.read_text())
     return result
 
 
@@ -366,6 +377,31 @@ def summary(cases: list[dict]) -> list[str]:
         out.append(f"| {label} | {100 * ps.at_least_as_fast:.0f}% | {100 * ps.within_5pct:.0f}% | "
                    f"{ps.same_algorithm} of {ps.sizes} | {100 * ps.same_or_faster:.0f}% | "
                    f"{ps.predicted_sizes} of {ps.sizes} | {agree} |")
+    out.append("")
+    rounds = [(f"{kind} {case['n']}r", run["compare"]) for case in cases for kind, run in case["runs"].items()
+              if run.get("compare")]
+    if rounds:
+        out += rounds_summary(rounds)
+    return out
+
+
+def rounds_summary(docs: list[tuple[str, dict]]) -> list[str]:
+    """The plan against the default plan measured in rounds (:mod:`ccsynth.bench.compare`), one row per case:
+    the share the issue's target counts (faster, or a tie within the noise measured at that size)."""
+    out = [f"Plan against the default plan in interleaved rounds (``python -m ccsynth.bench.compare``: plan, default "
+           "and the default again as a control, rounds rotated; *at least as fast*: not slower beyond the noise "
+           "measured at that size; target "
+           f"{100 * TARGET_PLAN_SHARE:.0f}%):", "",
+           "| case | rounds | at least as fast | faster | slower | median ratio <= 1 | same schedule as the default "
+           "| median noise | slower at |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for label, doc in docs:
+        rows = compare.from_dict(doc)
+        sh = compare.share(rows)
+        slower = ", ".join(f"{_sz(c.size)} ({c.ratio:.2f})" for c in rows if c.verdict == "slower") or "-"
+        noise = float(np.median([c.noise for c in rows])) if rows else float("nan")
+        out.append(f"| {label} | {len(rows[0].ratios) if rows else 0} | {100 * sh['at_least_as_fast']:.0f}% | "
+                   f"{100 * sh['faster']:.0f}% | {100 * sh['slower']:.0f}% | {100 * sh['strict']:.0f}% | "
+                   f"{sum(c.same_schedule for c in rows)} of {len(rows)} | {100 * noise:.1f}% | {slower} |")
     return out + [""]
 
 
@@ -403,6 +439,9 @@ def markdown(cases: list[dict], commands: list[str]) -> str:
                     f"({100 * ps.within_5pct:.0f}% within 5%; target {100 * TARGET_PLAN_SHARE:.0f}%; it runs the "
                     f"default plan's own algorithm at {ps.same_algorithm}); {agree}.", ""]
             out += lines
+            if run.get("compare"):
+                out += [f"The same plan against the default plan in interleaved rounds (``compare_{kind}{case['n']}"
+                        ".json``):", ""] + compare.lines(compare.from_dict(run["compare"])) + [""]
             out += ["Median latency / MPI's per size band:", ""] + _ratio_to_mpi(results)
     return "\n".join(out)
 
@@ -591,6 +630,9 @@ def main(argv=None) -> int:
                    help="wait at most S seconds for --max-load (default 120), then run anyway")
     p.add_argument("--repeats", type=int, default=1, metavar="R",
                    help="run every bench R times and keep, per algorithm and size, the fastest median (default 1)")
+    p.add_argument("--rounds", type=int, default=ROUNDS, metavar="R",
+                   help=f"after each bench, the plan against the default plan in R interleaved rounds with a "
+                        f"same-schedule control (python -m ccsynth.bench.compare; default {ROUNDS}, 0: skip)")
     p.add_argument("--tune", action="store_true",
                    help="tune every plan on the machine (mpiexec -n N ccsynth tune) before its bench; the plan column "
                         "runs the tuned plan")
@@ -630,7 +672,7 @@ def main(argv=None) -> int:
     print(f"# load average before: {_load()} on {os.cpu_count()} cores; files in {out}", file=sys.stderr, flush=True)
     for n in (int(x) for x in args.ranks.split(",")):
         cases.append(run_case(n, [k.strip() for k in args.collectives.split(",")], out, args.sizes, args.quick, commands,
-                              args.max_load, args.max_wait, args.repeats, args.tune))
+                              args.max_load, args.max_wait, args.repeats, args.tune, args.rounds))
     (out / "cases.json").write_text(json.dumps(cases, indent=1))
     (out / "commands.txt").write_text("\n".join(commands) + "\n")
     text = markdown(cases, commands)

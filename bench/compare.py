@@ -65,7 +65,7 @@ SCHEMA = "ccsynth.compare/1"
 #: of the others, equally often)
 ROUNDS = 6
 #: timed iterations per round, up to and above OMB's LARGE_MESSAGE (8 KiB); one warm-up iteration in 10
-ITERS_SMALL, ITERS_LARGE = 40, 8
+ITERS_SMALL, ITERS_LARGE = 40, 16
 #: the smallest noise a comparison allows for (a same-schedule ratio is never known better than 2%)
 NOISE_FLOOR = 0.02
 #: the standard error of a median of normal samples is 1.2533 sigma / sqrt(R); sigma is 1.4826 MAD

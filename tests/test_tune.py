@@ -185,7 +185,12 @@ def test_bench_predict_tunes_each_plan_before_its_bench(monkeypatch, tmp_path):
     tune = next(c for c in ran if "tune" in c)
     assert tune[tune.index("tune") + 1] == str(tmp_path / "plan_allgather2.json")
     assert tune[tune.index("-o") + 1] == str(tmp_path / "tuned_allgather2.json") and tune[:3] == [tune[0], "-n", "2"]
-    bench = ran[-1]
+    bench = next(c for c in ran if "bench" in c)
     assert f"plan:{tmp_path / 'tuned_allgather2.json'}" in bench[bench.index("--algo") + 1].split(",")
     assert case["runs"]["allgather"]["plan"] == f"plan:{tmp_path / 'tuned_allgather2.json'}"
-    assert ran.index(tune) < len(ran) - 1  # tuned before the bench
+    assert ran.index(tune) < ran.index(bench)  # tuned before the bench
+    # then the tuned plan against the default plan in rounds (ccsynth.bench.compare)
+    rounds = ran[-1]
+    assert rounds[rounds.index("-m") + 1] == "ccsynth.bench.compare" and str(tmp_path / "tuned_allgather2.json") in rounds
+    assert rounds[rounds.index("--json") + 1] == str(tmp_path / "compare_allgather2.json")
+    assert "compare" in case["runs"]["allgather"]
