@@ -66,13 +66,13 @@ from ccsynth.bench.compare import ROUNDS
 from ccsynth.bench.predict import BAND_ANCHOR, band_of, error_table, repredict_document
 from ccsynth.collectives.spec import Collective
 from ccsynth.synth.baselines import applicable_baselines
-from ccsynth.synth.tables import keeps_candidate, pick_winner
+from ccsynth.synth.tables import TUNE_REL, keeps_candidate, pick_winner
 from ccsynth.topologies import fully_connected
 from ccsynth.topologies.io import load_topology, topology_to_dict
 from ccsynth.units import format_size
 
 __all__ = ["RANKS", "COLLECTIVES", "SIZES", "BENCH_CACHE_BYTES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
-           "markdown", "repredict_cases", "row_lines", "POLICY_MARGINS", "PolicyOutcome", "policy_outcome",
+           "markdown", "repredict_cases", "row_lines", "POLICY_MARGINS", "loss_margin", "PolicyOutcome", "policy_outcome",
            "policy_lines", "main"]
 
 RANKS = (2, 4)
@@ -390,17 +390,18 @@ def rounds_summary(docs: list[tuple[str, dict]]) -> list[str]:
     the share the issue's target counts (faster, or a tie within the noise measured at that size)."""
     out = [f"Plan against the default plan in interleaved rounds (``python -m ccsynth.bench.compare``: plan, default "
            "and the default again as a control, rounds rotated; *at least as fast*: not slower beyond the noise "
-           "measured at that size; target "
+           "measured at that size, and that noise at most 25%; target "
            f"{100 * TARGET_PLAN_SHARE:.0f}%):", "",
-           "| case | rounds | at least as fast | faster | slower | median ratio <= 1 | same schedule as the default "
-           "| median noise | slower at |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "| case | rounds | at least as fast | faster | slower | unresolved | median ratio <= 1 | same schedule as "
+           "the default | median noise | slower at |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for label, doc in docs:
         rows = compare.from_dict(doc)
         sh = compare.share(rows)
         slower = ", ".join(f"{_sz(c.size)} ({c.ratio:.2f})" for c in rows if c.verdict == "slower") or "-"
         noise = float(np.median([c.noise for c in rows])) if rows else float("nan")
         out.append(f"| {label} | {len(rows[0].ratios) if rows else 0} | {100 * sh['at_least_as_fast']:.0f}% | "
-                   f"{100 * sh['faster']:.0f}% | {100 * sh['slower']:.0f}% | {100 * sh['strict']:.0f}% | "
+                   f"{100 * sh['faster']:.0f}% | {100 * sh['slower']:.0f}% | {100 * sh['unresolved']:.0f}% | "
+                   f"{100 * sh['strict']:.0f}% | "
                    f"{sum(c.same_schedule for c in rows)} of {len(rows)} | {100 * noise:.1f}% | {slower} |")
     return out + [""]
 
@@ -479,8 +480,29 @@ def row_lines(cases: list[dict]) -> list[str]:
 
 
 # ------------------------------------------------------------------ plan policies, offline
-#: the margins :func:`policy_lines` tries besides the plan as run (the plan's own margin was 25%)
-POLICY_MARGINS = (0.25, 0.5, 0.7)
+#: the margins :func:`policy_lines` tries besides the plan as run (runs C, D, E: their plans' margin was 25%)
+POLICY_MARGINS = (0.25, 0.5, 0.6, 0.7)
+
+
+def loss_margin(cases: list[dict], rel: float = TUNE_REL) -> float:
+    """The model's error where it predicts a gain, measured on a run: the largest predicted gain over the default
+    plan, ``1 - predicted / predicted default``, among the run's predicted rows (every column but MPI's and the
+    default's, every size) measured slower than the default by more than ``rel`` (one pass's noise,
+    :data:`~ccsynth.synth.tables.TUNE_REL`). A margin above it keeps every such loss out of a plan; 0: no loss."""
+    worst = 0.0
+    for case in cases:
+        for run in case["runs"].values():
+            results = _results(run["json"])
+            default = {r.size: r for r in results.get("default", [])}
+            for name, rows in results.items():
+                if name in ("mpi", "default"):
+                    continue
+                for r in rows:
+                    d = default.get(r.size)
+                    pred, dpred = getattr(r, "predicted_us", None), getattr(d, "predicted_us", None)
+                    if pred and dpred and r.median_us > (1.0 + rel) * d.median_us:
+                        worst = max(worst, 1.0 - pred / dpred)
+    return worst
 
 
 def _column_cf(kind: str, n: int) -> int:
@@ -592,8 +614,11 @@ def _tuned_pick(kind: str, n: int, table: dict, tuning: dict[str, list] | None, 
 
 def policy_lines(cases: list[dict], folder: str | Path, other: list[dict] | None = None) -> list[str]:
     """The plan as run, the same candidates under larger margins, and the plan tuned by measurement, judged on the
-    run's measured rows (``--policies``): per case, share of sizes at least as fast as the default plan."""
+    run's measured rows (``--policies``): per case, share of sizes at least as fast as the default plan. With
+    ``other`` (another run's cases) also the margin of :func:`loss_margin` measured on that run (the model's error
+    where it predicts a gain, fitted on one run and judged on this one)."""
     others = {(c["n"], kind): _results(run["json"]) for c in other or [] for kind, run in c["runs"].items()}
+    fitted = loss_margin(other) if other else None
     out = ["| case | policy | departures | sizes judged | <= default | <= default or its algorithm | <= 1.05 x default "
            "| measured / default at the departures |", "|---|---|---:|---:|---:|---:|---:|---|"]
     for case in cases:
@@ -604,6 +629,9 @@ def policy_lines(cases: list[dict], folder: str | Path, other: list[dict] | None
             table = next(t for t in plan_doc["meta"]["tables"] if t["kind"] == kind)
             policies = [("as run", lambda j, size, t=table: t["winners"][j])]
             policies += [(f"margin {100 * m:.0f}%", _margin_pick(table, m)) for m in POLICY_MARGINS]
+            if fitted is not None:
+                margin = min(fitted + 0.01, 0.99)  # just above the largest predicted gain the other run saw lost
+                policies.append((f"margin above the other run's losses ({100 * margin:.0f}%)", _margin_pick(table, margin)))
             policies.append(("tuned (this run's rows)", _tuned_pick(kind, n, table, None, results)))
             if (n, kind) in others:
                 policies.append(("tuned (the other run's rows)", _tuned_pick(kind, n, table, others[(n, kind)], results)))
@@ -645,9 +673,10 @@ def main(argv=None) -> int:
                    help="with --repredict: predict on these topology files (one per rank count) instead of the "
                         "run's own profiles")
     p.add_argument("--rows", action="store_true", help="with --repredict or --report: also print every predicted row")
-    p.add_argument("--policies", nargs="?", const="", metavar="OTHER_DIR",
+    p.add_argument("--policies", nargs="?", const="", metavar="OTHER_DIR[,DIR]",
                    help="with --repredict or --report: judge plan policies (larger margins, tuning by measurement) "
-                        "on the run's measured rows; tuning also on OTHER_DIR's rows (another run, same ranks)")
+                        "on the run's measured rows; tuning also on OTHER_DIR's rows (another run, same ranks), and "
+                        "the margin above the largest predicted gain measured a loss in all of the other run's folders")
     args = p.parse_args(argv)
     if args.repredict or args.report:
         folder = Path(args.repredict or args.report)
@@ -659,7 +688,12 @@ def main(argv=None) -> int:
         if args.rows:
             text += "\n\n### Every predicted row\n\n" + "\n".join(row_lines(cases))
         if args.policies is not None:
-            other = json.loads((Path(args.policies) / "cases.json").read_text()) if args.policies else None
+            other = None
+            for d in filter(None, args.policies.split(",")):  # another run, each of its rank counts' folders
+                more = json.loads((Path(d) / "cases.json").read_text())
+                if args.repredict:  # the other run's errors under the same (current) model
+                    more = repredict_cases(more, d)
+                other = (other or []) + more
             text += "\n\n### Plan policies judged on the measured rows\n\n" + "\n".join(policy_lines(cases, folder, other))
         print(text)
         if args.markdown:

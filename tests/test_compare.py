@@ -30,7 +30,7 @@ def test_the_same_schedule_within_its_noise_is_a_tie_however_the_median_falls():
     # the strict count ("median ratio <= 1") tells them apart; the verdict does not
     rows = [Comparison(8, (101.5,) * 6, (100.0,) * 6, (100.0,) * 6), Comparison(16, (98.5,) * 6, (100.0,) * 6, (100.0,) * 6)]
     assert [c.verdict for c in rows] == ["tie", "tie"]
-    assert share(rows) == {"at_least_as_fast": 1.0, "faster": 0.0, "slower": 0.0, "strict": 0.5}
+    assert share(rows) == {"at_least_as_fast": 1.0, "faster": 0.0, "slower": 0.0, "unresolved": 0.0, "strict": 0.5}
 
 
 def test_a_loss_beyond_the_noise_is_slower_and_a_win_faster():
@@ -56,6 +56,16 @@ def test_one_round_hit_by_load_does_not_widen_the_noise():
     assert noise_of((1.0,) * 6) == NOISE_FLOOR and verdict((1.015,) * 6, (1.0,) * 6) == "tie"
     with pytest.raises(CCSynthError):
         verdict((), QUIET)
+
+
+def test_a_noise_band_too_wide_to_decide_is_unresolved_and_no_success():
+    wild = (0.2, 1.0, 4.0, 1.2, 0.6, 1.9)  # a loaded machine at 4 MiB: rounds a scheduler time slice apart
+    assert noise_of((1.2,) * 6, wild) > compare.MAX_NOISE
+    assert verdict((1.25, 1.19, 0.9, 1.4, 1.1, 1.3), wild) == "unresolved"
+    assert verdict((5.0, 4.5, 6.0, 4.8, 5.5, 5.2), wild) == "slower"  # beyond even that band: still slower
+    rows = [Comparison(8, (10.0,) * 6, (10.0,) * 6, (10.0,) * 6),
+            Comparison(16, (12.5, 11.9, 9.0, 14.0, 11.0, 13.0), (10.0,) * 6, tuple(10.0 * c for c in wild))]
+    assert share(rows)["at_least_as_fast"] == 0.5 and share(rows)["unresolved"] == 0.5
 
 
 def test_orders_give_each_case_each_place_and_each_neighbour_alike():
@@ -86,7 +96,7 @@ def test_bench_predict_reports_the_rounds():
     rows = [Comparison(s, (10.0,) * 6, (10.0,) * 6, (10.0,) * 6, "x", "x", True) for s in (8, 16)]
     rows.append(Comparison(32, (13.0,) * 6, (10.0,) * 6, (10.0,) * 6, "y", "x", False))
     text = "\n".join(rounds_summary([("allreduce 2r", compare.to_dict(rows))]))
-    assert "| allreduce 2r | 6 | 67% | 0% | 33% | 67% | 2 of 3 | 2.0% | 32 B (1.30) |" in text
+    assert "| allreduce 2r | 6 | 67% | 0% | 33% | 0% | 67% | 2 of 3 | 2.0% | 32 B (1.30) |" in text
 
 
 def _plan(monkeypatch, tmp_path, candidate_us: float) -> Path:
@@ -118,7 +128,7 @@ def test_rounds_under_mpiexec_measure_plan_default_and_control(monkeypatch, tmp_
         for r in doc["rows"]:
             assert len(r["plan_us"]) == len(r["default_us"]) == len(r["control_us"]) == 3
             assert min(r["plan_us"] + r["default_us"] + r["control_us"]) > 0
-            assert r["same_schedule"] is same and r["verdict"] in ("faster", "tie", "slower")
+            assert r["same_schedule"] is same and r["verdict"] in ("faster", "tie", "slower", "unresolved")
             assert r["plan_algorithm"] == ("recursive_doubling(c=1)" if same else "fast")
             assert r["default_algorithm"] == "recursive_doubling"
         assert "at least as fast" in run.stdout
