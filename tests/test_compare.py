@@ -101,7 +101,7 @@ def test_bench_predict_reports_the_rounds():
 
 def _plan(monkeypatch, tmp_path, candidate_us: float) -> Path:
     """An allgather plan on 2 ranks: a ring named "fast" predicted at ``candidate_us`` against the default's 100 us
-    (50: the plan leaves the default's recursive doubling at every size; 90: it keeps it)."""
+    (20: the plan leaves the default's recursive doubling at every size; 90: it keeps it)."""
     topo = fully_connected(2)
     ring = make_baseline("ring", Collective("allgather", 2), topo)
     fast = Schedule("fast", ring.collective, ring.ops, ring.scratch_chunks, ring.topology, ring.meta)
@@ -117,7 +117,7 @@ def _plan(monkeypatch, tmp_path, candidate_us: float) -> Path:
 def test_rounds_under_mpiexec_measure_plan_default_and_control(monkeypatch, tmp_path):
     if not MPIEXEC.exists():
         pytest.skip("mpiexec not installed in the virtual environment")
-    for candidate_us, same in ((50.0, False), (90.0, True)):
+    for candidate_us, same in ((20.0, False), (90.0, True)):
         path, out = _plan(monkeypatch, tmp_path, candidate_us), tmp_path / "cmp.json"
         run = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "ccsynth.bench.compare", str(path), "-c",
                               "allgather", "-m", "512:8K", "--rounds", "3", "-i", "4", "--json", str(out)],

@@ -24,7 +24,7 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 SIZES = [1024, 4096, 16384]  # the default plan runs recursive doubling for allgather on 2 ranks at all three
 
 
-def _plan(monkeypatch, candidate_us: float = 50.0):
+def _plan(monkeypatch, candidate_us: float = 20.0):
     """An allgather plan on 2 ranks whose model puts a candidate ("fast", a ring) at ``candidate_us`` against the
     default's algorithm at 100 us at every size: with the default margin the candidate takes every size."""
     topo = fully_connected(2)
@@ -61,7 +61,7 @@ def test_tune_measures_only_the_departures_and_keeps_the_faster(monkeypatch):
     # entries merged again: the candidate below the midpoint of 1K and 4K (2K), the default's algorithm above
     assert [(e.algorithm, e.min_bytes, e.max_bytes) for e in tuned.entries] == [
         ("fast", 0, 2048), ("recursive_doubling(c=1)", 2048, None)]
-    assert tuned.entries[1].predicted_us == 100.0 and tuned.entries[0].predicted_us == 50.0
+    assert tuned.entries[1].predicted_us == 100.0 and tuned.entries[0].predicted_us == 20.0
     assert tuned.meta["tables"][0]["winners"] == ["fast", "recursive_doubling(c=1)", "recursive_doubling(c=1)"]
     assert [t["kept"] for t in tuned.meta["tuned"]] == [c.kept for c in choices]
     assert departures(tuned) == departures(tuned)[:1]  # only the kept departure is left
@@ -71,7 +71,7 @@ def test_tune_measures_only_the_departures_and_keeps_the_faster(monkeypatch):
 
 
 def test_a_plan_that_runs_the_default_everywhere_is_not_measured(monkeypatch):
-    plan, topo = _plan(monkeypatch, candidate_us=90.0)  # 10% faster: within the margin, the default stays
+    plan, topo = _plan(monkeypatch, candidate_us=50.0)  # 50% faster: within the margin, the default stays
     assert departures(plan) == []
     tuned, choices = tune_plan(plan, topo, lambda *a: pytest.fail("nothing to measure"))
     assert choices == [] and [e.algorithm for e in tuned.entries] == [e.algorithm for e in plan.entries]
