@@ -499,6 +499,8 @@ def loss_margin(cases: list[dict], rel: float = TUNE_REL) -> float:
                     continue
                 for r in rows:
                     d = default.get(r.size)
+                    if d is None:
+                        continue
                     pred, dpred = getattr(r, "predicted_us", None), getattr(d, "predicted_us", None)
                     if pred and dpred and r.median_us > (1.0 + rel) * d.median_us:
                         worst = max(worst, 1.0 - pred / dpred)

@@ -194,3 +194,22 @@ def test_bench_predict_tunes_each_plan_before_its_bench(monkeypatch, tmp_path):
     assert rounds[rounds.index("-m") + 1] == "ccsynth.bench.compare" and str(tmp_path / "tuned_allgather2.json") in rounds
     assert rounds[rounds.index("--json") + 1] == str(tmp_path / "compare_allgather2.json")
     assert "compare" in case["runs"]["allgather"]
+
+
+def test_loss_margin_is_the_largest_predicted_gain_measured_a_loss():
+    from ccsynth.bench.bench_predict import loss_margin
+
+    def row(size, measured, predicted):
+        return {"size_bytes": size, "median_us": measured, "predicted_us": predicted, "algorithm": "x"}
+
+    doc = {"results": {
+        "mpi": [row(8, 50.0, None), row(16, 50.0, None)],
+        "default": [row(8, 10.0, 10.0), row(16, 10.0, 10.0)],
+        "ring": [row(8, 12.0, 4.0),  # predicted 60% faster, measured 1.2x: a loss
+                 row(16, 9.0, 2.0)],  # predicted 80% faster and right: no loss
+        "direct": [row(8, 10.4, 1.0),  # predicted 90% faster, measured 1.04x: within one pass's noise (5%)
+                   row(32, 30.0, 1.0)],  # no default row at this size: not judged
+    }}
+    assert loss_margin([{"n": 2, "runs": {"allreduce": {"json": doc}}}]) == pytest.approx(0.6)
+    assert loss_margin([{"n": 2, "runs": {"allreduce": {"json": doc}}}], rel=0.01) == pytest.approx(0.9)
+    assert loss_margin([]) == 0.0
