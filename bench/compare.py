@@ -140,13 +140,16 @@ def verdict(ratios: Sequence[float], control_ratios: Sequence[float]) -> str:
 
 
 def share(rows: Sequence[Comparison]) -> dict[str, float]:
-    """Shares of sizes: at least as fast (faster or tie), faster, slower, unresolved, and plan <= default by the
-    median ratio alone (the strict count, noise ignored)."""
+    """Shares of sizes: at least as fast (faster or tie), faster, slower, unresolved, at least as fast or unresolved
+    where plan and default run the same schedule (``or_same_schedule``), and plan <= default by the median ratio
+    alone (the strict count, noise ignored)."""
     n = len(rows) or 1
     verdicts = [c.verdict for c in rows]
     return {"at_least_as_fast": sum(v in ("faster", "tie") for v in verdicts) / n,
             "faster": verdicts.count("faster") / n, "slower": verdicts.count("slower") / n,
             "unresolved": verdicts.count("unresolved") / n,
+            "or_same_schedule": sum(v in ("faster", "tie") or (v == "unresolved" and c.same_schedule)
+                                    for v, c in zip(verdicts, rows)) / n,
             "strict": sum(c.ratio <= 1.0 for c in rows) / n}
 
 

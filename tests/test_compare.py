@@ -30,7 +30,8 @@ def test_the_same_schedule_within_its_noise_is_a_tie_however_the_median_falls():
     # the strict count ("median ratio <= 1") tells them apart; the verdict does not
     rows = [Comparison(8, (101.5,) * 6, (100.0,) * 6, (100.0,) * 6), Comparison(16, (98.5,) * 6, (100.0,) * 6, (100.0,) * 6)]
     assert [c.verdict for c in rows] == ["tie", "tie"]
-    assert share(rows) == {"at_least_as_fast": 1.0, "faster": 0.0, "slower": 0.0, "unresolved": 0.0, "strict": 0.5}
+    assert share(rows) == {"at_least_as_fast": 1.0, "faster": 0.0, "slower": 0.0, "unresolved": 0.0,
+                           "or_same_schedule": 1.0, "strict": 0.5}
 
 
 def test_a_loss_beyond_the_noise_is_slower_and_a_win_faster():
@@ -66,6 +67,9 @@ def test_a_noise_band_too_wide_to_decide_is_unresolved_and_no_success():
     rows = [Comparison(8, (10.0,) * 6, (10.0,) * 6, (10.0,) * 6),
             Comparison(16, (12.5, 11.9, 9.0, 14.0, 11.0, 13.0), (10.0,) * 6, tuple(10.0 * c for c in wild))]
     assert share(rows)["at_least_as_fast"] == 0.5 and share(rows)["unresolved"] == 0.5
+    assert share(rows)["or_same_schedule"] == 0.5  # not the same schedule: an unresolved size is no success
+    same = [rows[0], Comparison(16, rows[1].plan_us, rows[1].default_us, rows[1].control_us, same_schedule=True)]
+    assert share(same)["or_same_schedule"] == 1.0 and share(same)["at_least_as_fast"] == 0.5
 
 
 def test_orders_give_each_case_each_place_and_each_neighbour_alike():
@@ -96,7 +100,7 @@ def test_bench_predict_reports_the_rounds():
     rows = [Comparison(s, (10.0,) * 6, (10.0,) * 6, (10.0,) * 6, "x", "x", True) for s in (8, 16)]
     rows.append(Comparison(32, (13.0,) * 6, (10.0,) * 6, (10.0,) * 6, "y", "x", False))
     text = "\n".join(rounds_summary([("allreduce 2r", compare.to_dict(rows))]))
-    assert "| allreduce 2r | 6 | 67% | 0% | 33% | 0% | 67% | 2 of 3 | 2.0% | 32 B (1.30) |" in text
+    assert "| allreduce 2r | 6 | 67% | 0% | 33% | 0% | 67% | 67% | 2 of 3 | 2.0% | 32 B (1.30) |" in text
 
 
 def _plan(monkeypatch, tmp_path, candidate_us: float) -> Path:
