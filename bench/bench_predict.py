@@ -12,7 +12,11 @@ For every rank count (2 and 4 by default):
    --interleave --json bench_C{N}.json``, with ``CCSYNTH_CACHE_BYTES`` at
    :data:`BENCH_CACHE_BYTES` so that the interleaved baselines keep their
    buffers as a program running one of them would (the issue names 8 B to 64 MiB;
-   ``--sizes 8:64M`` runs that, several times longer on 2 shared cores).
+   ``--sizes 8:64M`` runs that, several times longer on 2 shared cores);
+4. the plan against the default plan in interleaved rounds with a same-schedule control
+   (:mod:`ccsynth.bench.compare`: ``mpiexec -n N python -m ccsynth.bench.compare plan_C{N}.json -c C
+   -m 8:16M --json compare_C{N}.json``; ``--rounds R``, 0 skips it): per size a verdict against the noise
+   measured there, which the summary's share "at least as fast" counts.
 
 Then it prints, as Markdown (for ``bench/RESULTS.md``): the fitted figures
 of every profile; the prediction error per size band -- median and worst
