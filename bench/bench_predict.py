@@ -12,7 +12,11 @@ For every rank count (2 and 4 by default):
    --interleave --json bench_C{N}.json``, with ``CCSYNTH_CACHE_BYTES`` at
    :data:`BENCH_CACHE_BYTES` so that the interleaved baselines keep their
    buffers as a program running one of them would (the issue names 8 B to 64 MiB;
-   ``--sizes 8:64M`` runs that, several times longer on 2 shared cores).
+   ``--sizes 8:64M`` runs that, several times longer on 2 shared cores);
+4. the plan against the default plan in interleaved rounds with a same-schedule control
+   (:mod:`ccsynth.bench.compare`: ``mpiexec -n N python -m ccsynth.bench.compare plan_C{N}.json -c C
+   -m 8:16M --json compare_C{N}.json``; ``--rounds R``, 0 skips it): per size a verdict against the noise
+   measured there, which the summary's share "at least as fast" counts.
 
 Then it prints, as Markdown (for ``bench/RESULTS.md``): the fitted figures
 of every profile; the prediction error per size band -- median and worst
@@ -61,16 +65,18 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ccsynth.bench import compare
+from ccsynth.bench.compare import ROUNDS
 from ccsynth.bench.predict import BAND_ANCHOR, band_of, error_table, repredict_document
 from ccsynth.collectives.spec import Collective
 from ccsynth.synth.baselines import applicable_baselines
-from ccsynth.synth.tables import keeps_candidate, pick_winner
+from ccsynth.synth.tables import TUNE_REL, keeps_candidate, pick_winner
 from ccsynth.topologies import fully_connected
 from ccsynth.topologies.io import load_topology, topology_to_dict
 from ccsynth.units import format_size
 
 __all__ = ["RANKS", "COLLECTIVES", "SIZES", "BENCH_CACHE_BYTES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
-           "markdown", "repredict_cases", "row_lines", "POLICY_MARGINS", "PolicyOutcome", "policy_outcome",
+           "markdown", "repredict_cases", "row_lines", "POLICY_MARGINS", "loss_margin", "PolicyOutcome", "policy_outcome",
            "policy_lines", "main"]
 
 RANKS = (2, 4)
@@ -129,10 +135,12 @@ def baselines_for(kind: str, n: int) -> list[str]:
 
 
 def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], max_load: float | None = None,
-             max_wait: float = 0.0, repeats: int = 1, tune: bool = False) -> dict:
+             max_wait: float = 0.0, repeats: int = 1, tune: bool = False, rounds: int = ROUNDS) -> dict:
     """Profile, synthesize and measure for ``n`` ranks; returns what the report needs. ``tune``: the plan is
     tuned on the machine (``mpiexec -n N ccsynth tune``) before the bench, whose ``plan`` column runs the tuned
-    plan (``tuned_C{N}.json``; the synthesized one stays beside it)."""
+    plan (``tuned_C{N}.json``; the synthesized one stays beside it). ``rounds``: after the bench, the plan
+    against the default plan in that many interleaved rounds (:mod:`ccsynth.bench.compare`,
+    ``compare_C{N}.json``; 0: not measured)."""
     ccsynth = [_bin("ccsynth")]
     mpiexec = [_bin("mpiexec"), "-n", str(n)]
     machine = out / f"machine{n}.json"
@@ -164,6 +172,13 @@ def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], 
             docs.append(json.loads(js.read_text()))
         result["runs"][kind] = {"json": fastest_rows(docs), "plan": f"plan:{plan}", "synth_s": synth_s,
                                 "repeats": repeats}
+        if rounds > 0:
+            cj = out / f"compare_{kind}{n}.json"
+            cmd = mpiexec + [sys.executable, "-m", "ccsynth.bench.compare", str(plan), "-c", kind, "-m", sizes,
+                             "--rounds", str(rounds), "--json", str(cj)] + (["-i", "4"] if quick else [])
+            _run(cmd, log, max_load, max_wait, env={"CCSYNTH_CACHE_BYTES": str(BENCH_CACHE_BYTES)})
+            loads[f"after {kind} rounds"] = _load()
+            result["runs"][kind]["compare"] = json.loads(cj.read_text())
     return result
 
 
@@ -366,6 +381,34 @@ def summary(cases: list[dict]) -> list[str]:
         out.append(f"| {label} | {100 * ps.at_least_as_fast:.0f}% | {100 * ps.within_5pct:.0f}% | "
                    f"{ps.same_algorithm} of {ps.sizes} | {100 * ps.same_or_faster:.0f}% | "
                    f"{ps.predicted_sizes} of {ps.sizes} | {agree} |")
+    out.append("")
+    rounds = [(f"{kind} {case['n']}r", run["compare"]) for case in cases for kind, run in case["runs"].items()
+              if run.get("compare")]
+    if rounds:
+        out += rounds_summary(rounds)
+    return out
+
+
+def rounds_summary(docs: list[tuple[str, dict]]) -> list[str]:
+    """The plan against the default plan measured in rounds (:mod:`ccsynth.bench.compare`), one row per case:
+    the share the issue's target counts (faster, or a tie within the noise measured at that size)."""
+    out = [f"Plan against the default plan in interleaved rounds (``python -m ccsynth.bench.compare``: plan, default "
+           "and the default again as a control, rounds rotated; *at least as fast*: not slower beyond the noise "
+           "measured at that size, and that noise at most 25%; target "
+           f"{100 * TARGET_PLAN_SHARE:.0f}%):", "",
+           "| case | rounds | at least as fast | faster | slower | unresolved | at least as fast, or unresolved on the "
+           "same schedule | median ratio <= 1 | same schedule as the default | median noise | slower at |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for label, doc in docs:
+        rows = compare.from_dict(doc)
+        sh = compare.share(rows)
+        slower = ", ".join(f"{_sz(c.size)} ({c.ratio:.2f})" for c in rows if c.verdict == "slower") or "-"
+        noise = float(np.median([c.noise for c in rows])) if rows else float("nan")
+        out.append(f"| {label} | {len(rows[0].ratios) if rows else 0} | {100 * sh['at_least_as_fast']:.0f}% | "
+                   f"{100 * sh['faster']:.0f}% | {100 * sh['slower']:.0f}% | {100 * sh['unresolved']:.0f}% | "
+                   f"{100 * sh['or_same_schedule']:.0f}% | "
+                   f"{100 * sh['strict']:.0f}% | "
+                   f"{sum(c.same_schedule for c in rows)} of {len(rows)} | {100 * noise:.1f}% | {slower} |")
     return out + [""]
 
 
@@ -403,6 +446,9 @@ def markdown(cases: list[dict], commands: list[str]) -> str:
                     f"({100 * ps.within_5pct:.0f}% within 5%; target {100 * TARGET_PLAN_SHARE:.0f}%; it runs the "
                     f"default plan's own algorithm at {ps.same_algorithm}); {agree}.", ""]
             out += lines
+            if run.get("compare"):
+                out += [f"The same plan against the default plan in interleaved rounds (``compare_{kind}{case['n']}"
+                        ".json``):", ""] + compare.lines(compare.from_dict(run["compare"])) + [""]
             out += ["Median latency / MPI's per size band:", ""] + _ratio_to_mpi(results)
     return "\n".join(out)
 
@@ -440,8 +486,31 @@ def row_lines(cases: list[dict]) -> list[str]:
 
 
 # ------------------------------------------------------------------ plan policies, offline
-#: the margins :func:`policy_lines` tries besides the plan as run (the plan's own margin was 25%)
-POLICY_MARGINS = (0.25, 0.5, 0.7)
+#: the margins :func:`policy_lines` tries besides the plan as run (runs C, D, E: their plans' margin was 25%)
+POLICY_MARGINS = (0.25, 0.5, 0.6, 0.7)
+
+
+def loss_margin(cases: list[dict], rel: float = TUNE_REL) -> float:
+    """The model's error where it predicts a gain, measured on a run: the largest predicted gain over the default
+    plan, ``1 - predicted / predicted default``, among the run's predicted rows (every column but MPI's and the
+    default's, every size) measured slower than the default by more than ``rel`` (one pass's noise,
+    :data:`~ccsynth.synth.tables.TUNE_REL`). A margin above it keeps every such loss out of a plan; 0: no loss."""
+    worst = 0.0
+    for case in cases:
+        for run in case["runs"].values():
+            results = _results(run["json"])
+            default = {r.size: r for r in results.get("default", [])}
+            for name, rows in results.items():
+                if name in ("mpi", "default"):
+                    continue
+                for r in rows:
+                    d = default.get(r.size)
+                    if d is None:
+                        continue
+                    pred, dpred = getattr(r, "predicted_us", None), getattr(d, "predicted_us", None)
+                    if pred and dpred and r.median_us > (1.0 + rel) * d.median_us:
+                        worst = max(worst, 1.0 - pred / dpred)
+    return worst
 
 
 def _column_cf(kind: str, n: int) -> int:
@@ -553,8 +622,11 @@ def _tuned_pick(kind: str, n: int, table: dict, tuning: dict[str, list] | None, 
 
 def policy_lines(cases: list[dict], folder: str | Path, other: list[dict] | None = None) -> list[str]:
     """The plan as run, the same candidates under larger margins, and the plan tuned by measurement, judged on the
-    run's measured rows (``--policies``): per case, share of sizes at least as fast as the default plan."""
+    run's measured rows (``--policies``): per case, share of sizes at least as fast as the default plan. With
+    ``other`` (another run's cases) also the margin of :func:`loss_margin` measured on that run (the model's error
+    where it predicts a gain, fitted on one run and judged on this one)."""
     others = {(c["n"], kind): _results(run["json"]) for c in other or [] for kind, run in c["runs"].items()}
+    fitted = loss_margin(other) if other else None
     out = ["| case | policy | departures | sizes judged | <= default | <= default or its algorithm | <= 1.05 x default "
            "| measured / default at the departures |", "|---|---|---:|---:|---:|---:|---:|---|"]
     for case in cases:
@@ -565,6 +637,9 @@ def policy_lines(cases: list[dict], folder: str | Path, other: list[dict] | None
             table = next(t for t in plan_doc["meta"]["tables"] if t["kind"] == kind)
             policies = [("as run", lambda j, size, t=table: t["winners"][j])]
             policies += [(f"margin {100 * m:.0f}%", _margin_pick(table, m)) for m in POLICY_MARGINS]
+            if fitted is not None:
+                margin = min(fitted + 0.01, 0.99)  # just above the largest predicted gain the other run saw lost
+                policies.append((f"margin above the other run's losses ({100 * margin:.0f}%)", _margin_pick(table, margin)))
             policies.append(("tuned (this run's rows)", _tuned_pick(kind, n, table, None, results)))
             if (n, kind) in others:
                 policies.append(("tuned (the other run's rows)", _tuned_pick(kind, n, table, others[(n, kind)], results)))
@@ -591,6 +666,9 @@ def main(argv=None) -> int:
                    help="wait at most S seconds for --max-load (default 120), then run anyway")
     p.add_argument("--repeats", type=int, default=1, metavar="R",
                    help="run every bench R times and keep, per algorithm and size, the fastest median (default 1)")
+    p.add_argument("--rounds", type=int, default=ROUNDS, metavar="R",
+                   help=f"after each bench, the plan against the default plan in R interleaved rounds with a "
+                        f"same-schedule control (python -m ccsynth.bench.compare; default {ROUNDS}, 0: skip)")
     p.add_argument("--tune", action="store_true",
                    help="tune every plan on the machine (mpiexec -n N ccsynth tune) before its bench; the plan column "
                         "runs the tuned plan")
@@ -603,9 +681,10 @@ def main(argv=None) -> int:
                    help="with --repredict: predict on these topology files (one per rank count) instead of the "
                         "run's own profiles")
     p.add_argument("--rows", action="store_true", help="with --repredict or --report: also print every predicted row")
-    p.add_argument("--policies", nargs="?", const="", metavar="OTHER_DIR",
+    p.add_argument("--policies", nargs="?", const="", metavar="OTHER_DIR[,DIR]",
                    help="with --repredict or --report: judge plan policies (larger margins, tuning by measurement) "
-                        "on the run's measured rows; tuning also on OTHER_DIR's rows (another run, same ranks)")
+                        "on the run's measured rows; tuning also on OTHER_DIR's rows (another run, same ranks), and "
+                        "the margin above the largest predicted gain measured a loss in all of the other run's folders")
     args = p.parse_args(argv)
     if args.repredict or args.report:
         folder = Path(args.repredict or args.report)
@@ -617,7 +696,12 @@ def main(argv=None) -> int:
         if args.rows:
             text += "\n\n### Every predicted row\n\n" + "\n".join(row_lines(cases))
         if args.policies is not None:
-            other = json.loads((Path(args.policies) / "cases.json").read_text()) if args.policies else None
+            other = None
+            for d in filter(None, args.policies.split(",")):  # another run, each of its rank counts' folders
+                more = json.loads((Path(d) / "cases.json").read_text())
+                if args.repredict:  # the other run's errors under the same (current) model
+                    more = repredict_cases(more, d)
+                other = (other or []) + more
             text += "\n\n### Plan policies judged on the measured rows\n\n" + "\n".join(policy_lines(cases, folder, other))
         print(text)
         if args.markdown:
@@ -630,7 +714,7 @@ def main(argv=None) -> int:
     print(f"# load average before: {_load()} on {os.cpu_count()} cores; files in {out}", file=sys.stderr, flush=True)
     for n in (int(x) for x in args.ranks.split(",")):
         cases.append(run_case(n, [k.strip() for k in args.collectives.split(",")], out, args.sizes, args.quick, commands,
-                              args.max_load, args.max_wait, args.repeats, args.tune))
+                              args.max_load, args.max_wait, args.repeats, args.tune, args.rounds))
     (out / "cases.json").write_text(json.dumps(cases, indent=1))
     (out / "commands.txt").write_text("\n".join(commands) + "\n")
     text = markdown(cases, commands)

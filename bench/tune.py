@@ -7,10 +7,13 @@ both. :func:`mpi_timer` is that timer under mpiexec: the two schedules run
 side by side (one iteration of each in turn, after a barrier each, as
 ``ccsynth bench --interleave`` does), each through ccsynth's drop-in
 communicator with a one-row plan -- the path a program calling the plan
-takes -- on the benchmark's buffers (:mod:`ccsynth.bench.omb`), and the
-figure is the median over iterations of the slowest rank. Both results are
-checked against the expected output first (a schedule that computes a
-wrong result is refused with an error, whatever its time).
+takes -- on the benchmark's buffers (:mod:`ccsynth.bench.omb`), in
+:data:`TUNE_ROUNDS` rounds whose order alternates (candidate first, then
+default first: a fixed place in the iteration biased single passes by up to
+10%, bench/RESULTS.md issue 10, h39-plans); the figure is the median over
+rounds of each round's median over iterations of the slowest rank. Both
+results are checked against the expected output first (a schedule that
+computes a wrong result is refused with an error, whatever its time).
 
 Every rank calls the timer with the same schedules in the same order (the
 plan file is the same on all of them), so the ranks meet in the same
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from ccsynth.bench import omb
 from ccsynth.bench.algos import PlanAlgorithm
 from ccsynth.collectives.plan import Plan, PlanEntry
@@ -28,10 +33,12 @@ from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import CCSynthError
 from ccsynth.units import format_size
 
-__all__ = ["TUNE_ITERS", "TUNE_WARMUP", "bench_size", "mpi_timer"]
+__all__ = ["TUNE_ITERS", "TUNE_WARMUP", "TUNE_ROUNDS", "bench_size", "mpi_timer"]
 
-#: timed iterations of each schedule per size (interleaved), and untimed ones before
+#: timed iterations of each schedule per size (interleaved, over all rounds), and untimed ones before each round
 TUNE_ITERS, TUNE_WARMUP = 50, 5
+#: rounds the iterations are split into, the order of the two schedules alternating (even: each first alike)
+TUNE_ROUNDS = 4
 
 #: collectives whose benchmark size is per rank (OMB), a ``ranks``-th of the plan's (nccl-tests) size
 _PER_RANK = ("allgather", "alltoall")
@@ -61,9 +68,10 @@ class _OneSchedule(PlanAlgorithm):
 
 
 def mpi_timer(comm, *, iters: int = TUNE_ITERS, warmup: int = TUNE_WARMUP, buffer: str = "numpy",
-              dtype: str = "float32") -> Callable[[Schedule, Schedule, int], tuple[float, float]]:
-    """A timer for :func:`~ccsynth.synth.tables.tune_plan` on ``comm`` (every rank calls it alike): the
-    median over ``iters`` interleaved iterations of the slowest rank, for both schedules (us)."""
+              dtype: str = "float32", rounds: int = TUNE_ROUNDS) -> Callable[[Schedule, Schedule, int], tuple[float, float]]:
+    """A timer for :func:`~ccsynth.synth.tables.tune_plan` on ``comm`` (every rank calls it alike): for both
+    schedules (us), the median over ``rounds`` rounds (the order alternating) of the median over the round's
+    share of ``iters`` interleaved iterations of the slowest rank."""
 
     def timer(candidate: Schedule, default: Schedule, plan_bytes: int) -> tuple[float, float]:
         kind = candidate.collective.kind
@@ -79,9 +87,15 @@ def mpi_timer(comm, *, iters: int = TUNE_ITERS, warmup: int = TUNE_WARMUP, buffe
             ok = case.check() if case.check is not None else True
             if not all(comm.allgather(bool(ok))):
                 raise CCSynthError(f"{name} computed a wrong {kind} at {format_size(plan_bytes)}: not tuned")
-        times = omb.measure(comm, cases, iters, warmup)
-        per_rank = comm.allgather(times)
-        out = tuple(omb.slowest_rank_median([r[i] for r in per_rank]) for i in range(len(cases)))
+        n_rounds = max(1, min(rounds, iters))
+        medians: list[list[float]] = [[], []]
+        for k in range(n_rounds):
+            order = (0, 1) if k % 2 == 0 else (1, 0)  # candidate first, then default first
+            times = omb.measure(comm, [cases[i] for i in order], max(1, iters // n_rounds), warmup)
+            per_rank = comm.allgather(times)
+            for j, i in enumerate(order):
+                medians[i].append(omb.slowest_rank_median([r[j] for r in per_rank]))
+        out = tuple(float(np.median(m)) for m in medians)
         del cases
         for a in algos:
             a.comm(ctx).Free()

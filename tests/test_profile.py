@@ -270,6 +270,14 @@ def test_bench_predict_report_from_results():
     assert "| 1M | 10.0 | 12.0 | 11.0 | 0.92 | 1.10 | 1.20 | 0.90 | ring(c=4) |" in text
     # latency / MPI's per band, the same run
     assert "| ring | 2.00 | 2.00 | 2.00 |" in text
+    # with the rounds of ccsynth.bench.compare: the summary's row and the per-size table of the case
+    from ccsynth.bench import compare
+
+    rounds = [compare.Comparison(s, (11.0,) * 6, (12.0,) * 6, (12.0,) * 6, "ring(c=4)", "ring", False) for s in sizes]
+    case["runs"]["allreduce"]["compare"] = compare.to_dict(rounds)
+    text = markdown([case], [])
+    assert "| allreduce 2r | 6 | 100% | 100% | 0% | 0% | 100% | 100% | 0 of 3 | 2.0% | - |" in text
+    assert "| 8 | 11.0 | 12.0 | 0.917 | 0.92-0.92 | 1.00-1.00 | 2.0% | faster | ring(c=4) | ring |" in text
 
 
 def test_bench_predict_keeps_the_fastest_run_of_each_row():

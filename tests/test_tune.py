@@ -24,7 +24,7 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 SIZES = [1024, 4096, 16384]  # the default plan runs recursive doubling for allgather on 2 ranks at all three
 
 
-def _plan(monkeypatch, candidate_us: float = 50.0):
+def _plan(monkeypatch, candidate_us: float = 20.0):
     """An allgather plan on 2 ranks whose model puts a candidate ("fast", a ring) at ``candidate_us`` against the
     default's algorithm at 100 us at every size: with the default margin the candidate takes every size."""
     topo = fully_connected(2)
@@ -61,7 +61,7 @@ def test_tune_measures_only_the_departures_and_keeps_the_faster(monkeypatch):
     # entries merged again: the candidate below the midpoint of 1K and 4K (2K), the default's algorithm above
     assert [(e.algorithm, e.min_bytes, e.max_bytes) for e in tuned.entries] == [
         ("fast", 0, 2048), ("recursive_doubling(c=1)", 2048, None)]
-    assert tuned.entries[1].predicted_us == 100.0 and tuned.entries[0].predicted_us == 50.0
+    assert tuned.entries[1].predicted_us == 100.0 and tuned.entries[0].predicted_us == 20.0
     assert tuned.meta["tables"][0]["winners"] == ["fast", "recursive_doubling(c=1)", "recursive_doubling(c=1)"]
     assert [t["kept"] for t in tuned.meta["tuned"]] == [c.kept for c in choices]
     assert departures(tuned) == departures(tuned)[:1]  # only the kept departure is left
@@ -71,7 +71,7 @@ def test_tune_measures_only_the_departures_and_keeps_the_faster(monkeypatch):
 
 
 def test_a_plan_that_runs_the_default_everywhere_is_not_measured(monkeypatch):
-    plan, topo = _plan(monkeypatch, candidate_us=90.0)  # 10% faster: within the margin, the default stays
+    plan, topo = _plan(monkeypatch, candidate_us=50.0)  # 50% faster: within the margin, the default stays
     assert departures(plan) == []
     tuned, choices = tune_plan(plan, topo, lambda *a: pytest.fail("nothing to measure"))
     assert choices == [] and [e.algorithm for e in tuned.entries] == [e.algorithm for e in plan.entries]
@@ -185,7 +185,31 @@ def test_bench_predict_tunes_each_plan_before_its_bench(monkeypatch, tmp_path):
     tune = next(c for c in ran if "tune" in c)
     assert tune[tune.index("tune") + 1] == str(tmp_path / "plan_allgather2.json")
     assert tune[tune.index("-o") + 1] == str(tmp_path / "tuned_allgather2.json") and tune[:3] == [tune[0], "-n", "2"]
-    bench = ran[-1]
+    bench = next(c for c in ran if "bench" in c)
     assert f"plan:{tmp_path / 'tuned_allgather2.json'}" in bench[bench.index("--algo") + 1].split(",")
     assert case["runs"]["allgather"]["plan"] == f"plan:{tmp_path / 'tuned_allgather2.json'}"
-    assert ran.index(tune) < len(ran) - 1  # tuned before the bench
+    assert ran.index(tune) < ran.index(bench)  # tuned before the bench
+    # then the tuned plan against the default plan in rounds (ccsynth.bench.compare)
+    rounds = ran[-1]
+    assert rounds[rounds.index("-m") + 1] == "ccsynth.bench.compare" and str(tmp_path / "tuned_allgather2.json") in rounds
+    assert rounds[rounds.index("--json") + 1] == str(tmp_path / "compare_allgather2.json")
+    assert "compare" in case["runs"]["allgather"]
+
+
+def test_loss_margin_is_the_largest_predicted_gain_measured_a_loss():
+    from ccsynth.bench.bench_predict import loss_margin
+
+    def row(size, measured, predicted):
+        return {"size_bytes": size, "median_us": measured, "predicted_us": predicted, "algorithm": "x"}
+
+    doc = {"results": {
+        "mpi": [row(8, 50.0, None), row(16, 50.0, None)],
+        "default": [row(8, 10.0, 10.0), row(16, 10.0, 10.0)],
+        "ring": [row(8, 12.0, 4.0),  # predicted 60% faster, measured 1.2x: a loss
+                 row(16, 9.0, 2.0)],  # predicted 80% faster and right: no loss
+        "direct": [row(8, 10.4, 1.0),  # predicted 90% faster, measured 1.04x: within one pass's noise (5%)
+                   row(32, 30.0, 1.0)],  # no default row at this size: not judged
+    }}
+    assert loss_margin([{"n": 2, "runs": {"allreduce": {"json": doc}}}]) == pytest.approx(0.6)
+    assert loss_margin([{"n": 2, "runs": {"allreduce": {"json": doc}}}], rel=0.01) == pytest.approx(0.9)
+    assert loss_margin([]) == 0.0
