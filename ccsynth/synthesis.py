@@ -54,13 +54,14 @@ def synthesize(
     options: SolverOptions | None = None,
     time_limit: float | None = None,
     contiguity: bool = True,
-    margin: float | None = DEFAULT_MARGIN,
+    margin: float | str | None = DEFAULT_MARGIN,
 ) -> Schedule | Plan:
     """A verified Schedule (``size=``, or neither) or a Plan (``sizes=``); see the module doc.
 
     ``margin`` (plans only): a candidate replaces the default plan's algorithm
     at a size only when predicted faster by more than this fraction
-    (:data:`~ccsynth.synth.tables.DEFAULT_MARGIN`; None: the fastest wins).
+    (default ``"auto"``: :func:`~ccsynth.synth.tables.margin_for` the topology, 70% on a profiled
+    machine run by ccsynth's executor, 25% elsewhere; None: the fastest wins).
 
     Example:
         >>> import ccsynth

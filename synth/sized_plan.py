@@ -90,7 +90,7 @@ def synthesize_sized(
     contiguity: bool = True,
     stage_progress: Callable[[int], ProgressFn | None] | None = None,
     on_size: Callable[[SizedSchedule], None] | None = None,
-    default_margin: float | None = DEFAULT_MARGIN,
+    default_margin: float | str | None = DEFAULT_MARGIN,
 ) -> SizedPlan:
     """:func:`synthesize_plan` with its pieces (see the module docstring for the hooks)."""
     values = sorted({int(s) for s in sizes})
@@ -124,7 +124,7 @@ def synthesize_plan(
     *,
     contiguity: bool = True,
     progress: ProgressFn | None = None,
-    default_margin: float | None = DEFAULT_MARGIN,
+    default_margin: float | str | None = DEFAULT_MARGIN,
 ) -> Plan:
     """A :class:`Plan` for ``collective`` on ``topology``: the fastest schedule per size range of ``sizes``.
 

@@ -111,7 +111,7 @@ def _plan(monkeypatch, tmp_path, candidate_us: float) -> Path:
     fast = Schedule("fast", ring.collective, ring.ops, ring.scratch_chunks, ring.topology, ring.meta)
     monkeypatch.setattr(tables, "simulate_sizes", lambda s, t, sizes, *, local_bw=None: [
         SimpleNamespace(time_us=candidate_us if s.name == "fast" else 100.0) for _ in sizes])
-    plan = tables.build_plan([fast], topo, [1024, 4096, 16384], default_margin=tables.DEFAULT_MARGIN)
+    plan = tables.build_plan([fast], topo, [1024, 4096, 16384], default_margin=tables.EXECUTOR_MARGIN)
     path = tmp_path / f"plan{candidate_us:g}.json"
     save_plan(plan, path)
     return path

@@ -15,7 +15,7 @@ from ccsynth.collectives.plan import load_plan, save_plan
 from ccsynth.synth import tables
 from ccsynth.synth.baselines import make_baseline
 from ccsynth.synth.executor_model import simulate_run
-from ccsynth.synth.tables import DEFAULT_MARGIN, build_plan, candidates_for, plan_table
+from ccsynth.synth.tables import EXECUTOR_MARGIN, MODEL_MARGIN, build_plan, margin_for, candidates_for, plan_table
 from ccsynth.topologies.model import Link, SharedPort, Topology
 
 N = 4
@@ -163,7 +163,7 @@ def test_bad_input():
 
 
 # ------------------------------------------------------------------ the default plan's margin
-def _margin_case(monkeypatch, candidate_us: float, margin: float | None = DEFAULT_MARGIN):
+def _margin_case(monkeypatch, candidate_us: float, margin: float | None = EXECUTOR_MARGIN):
     """A plan for allgather on 2 ranks at 1 KiB (the default plan: recursive doubling) with one other candidate,
     simulated times fixed: the default's algorithm 100 us, the candidate ``candidate_us``."""
     topo = Topology("fc2", 2, links=(Link(0, 1, ALPHA, BW), Link(1, 0, ALPHA, BW)))
@@ -184,7 +184,7 @@ def test_a_candidate_a_little_faster_does_not_replace_the_default_choice(monkeyp
     [entry] = plan.entries
     assert entry.algorithm == "recursive_doubling(c=1)"
     table = plan.meta["tables"][0]
-    assert table["defaults"] == ["recursive_doubling(c=1)"] and table["default_margin"] == DEFAULT_MARGIN
+    assert table["defaults"] == ["recursive_doubling(c=1)"] and table["default_margin"] == EXECUTOR_MARGIN
 
 
 def test_a_candidate_much_faster_replaces_the_default_choice(monkeypatch):
@@ -197,6 +197,18 @@ def test_without_a_margin_the_fastest_wins_and_the_default_is_no_candidate(monke
     plan = _margin_case(monkeypatch, 130.0, margin=None)  # the old policy: only the candidates given
     assert [e.algorithm for e in plan.entries] == ["fast"]
     assert "defaults" not in plan.meta["tables"][0]
+
+
+def test_the_auto_margin_is_the_measured_one_on_executor_machines_only(monkeypatch):
+    """"auto": 70% where ccsynth's executor runs the plan (the model's measured error), 25% on a GPU/catalog model:
+    a candidate predicted 50% faster replaces the default on the catalog model only."""
+    gpu = Topology("fc2", 2, links=(Link(0, 1, ALPHA, BW), Link(1, 0, ALPHA, BW)))
+    cpu = Topology("cpu2", 2, links=gpu.links, overhead_scope="rank", local_bw=5.0)
+    assert margin_for(gpu) == MODEL_MARGIN == 0.25 and margin_for(cpu) == EXECUTOR_MARGIN == 0.70
+    plan = _margin_case(monkeypatch, 50.0, margin="auto")  # the helper's topology is a GPU-runtime model
+    assert [e.algorithm for e in plan.entries] == ["fast"] and plan.meta["tables"][0]["default_margin"] == 0.25
+    with pytest.raises(PlanError, match="margin"):
+        _margin_case(monkeypatch, 50.0, margin="some")
 
 
 def test_the_default_choice_is_always_a_candidate_and_a_bad_margin_is_refused(monkeypatch):

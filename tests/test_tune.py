@@ -35,7 +35,7 @@ def _plan(monkeypatch, candidate_us: float = 20.0):
         return [SimpleNamespace(time_us=candidate_us if schedule.name == "fast" else 100.0) for _ in sizes]
 
     monkeypatch.setattr(tables, "simulate_sizes", fake)
-    return build_plan([fast], topo, SIZES, default_margin=tables.DEFAULT_MARGIN), topo
+    return build_plan([fast], topo, SIZES, default_margin=tables.EXECUTOR_MARGIN), topo
 
 
 def test_keeps_candidate_only_when_measured_faster_by_more_than_the_noise():

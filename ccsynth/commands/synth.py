@@ -48,8 +48,9 @@ def register(sub) -> None:
                         "and write a plan picking the fastest schedule per size range")
     p.add_argument("--margin", type=float, default=None, metavar="M",
                    help="with --sizes: another algorithm replaces the default plan's at a size only when predicted "
-                        "faster by more than this fraction (default 0.25, the model's measured error; 0: the "
-                        "fastest in simulation always wins)")
+                        "faster by more than this fraction (default: 0.7 on a profiled machine run by ccsynth's "
+                        "executor, the model's measured error there; 0.25 elsewhere; 0: the fastest in simulation "
+                        "always wins)")
     p.add_argument("--scheduler", default=None, metavar="S",
                    help="on a topology with dimensions: the multi-dimension schedulers (fixed, themis, themis-flex, "
                         "lp or auto) side by side, no MILPs; the chosen one is written with -o (up to 128 ranks)")
@@ -263,9 +264,9 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
     from ccsynth.collectives.plan import save_plan
     from ccsynth.synth.simulate import simulate
     from ccsynth.synth.sized_plan import SizedSchedule, synthesize_sized
-    from ccsynth.synth.tables import DEFAULT_MARGIN
+    from ccsynth.synth.tables import margin_for
 
-    margin = DEFAULT_MARGIN if args.margin is None else args.margin
+    margin = margin_for(topo) if args.margin is None else args.margin
 
     counter = progress.counter("size", len(set(sizes)))  # the library synthesizes each size once, smallest first
 
