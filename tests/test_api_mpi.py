@@ -73,12 +73,13 @@ def test_nonblocking_collectives_equal_mpi(k, tmp_path):
 
 
 def test_nonblocking_allreduce_overlaps_computation(capsys):
-    """bench/overlap.py: Iallreduce + computation on another engine (sleep) takes less than their sum."""
+    """bench/overlap.py: Iallreduce + computation on another engine (sleep) takes less than their sum (medians of
+    9 calls: the machine may be shared)."""
     from ccsynth.bench.overlap import main
 
     if MPIEXEC is None:
         pytest.skip("mpiexec not found")
-    assert main(["-n", "2", "--size", "4M", "--compute", "sleep", "--iters", "3", "--json"]) == 0
+    assert main(["-n", "2", "--size", "4M", "--compute", "sleep", "--iters", "9", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
     assert row["algorithm"] != "mpi"
     assert row["both_ms"] < 0.9 * row["sum_ms"], row
