@@ -1,0 +1,114 @@
+"""Offline evaluation of model variants on the saved quiet runs (issue 10, h44-coldcall).
+
+Run as a script (``python bench/data/issue10_h44/evaluate.py [VARIANT ...]``): per run and case, the median
+|measured / predicted - 1| per size band from 64 KiB, for the "before" topologies (h38's stand-ins) and each
+variant's. Nothing here runs on import.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent
+
+#: run -> (folder, {ranks: before topology file})
+RUNS = {
+    "E": ("issue10_runE/r2", {2: "issue10_runE/h38_machine2.json"}),
+    "E4": ("issue10_runE/r4", {4: "issue10_runE/h38_machine4.json"}),
+    "Et": ("issue10_runE/tuned", {2: "issue10_runE/h38_tuned_machine2.json", 4: "issue10_runE/h38_tuned_machine4.json"}),
+    "D": ("issue10_runD/r2", {2: "issue10_runD/h38_machine2.json"}),
+    "D4": ("issue10_runD/r4", {4: "issue10_runD/h38_machine4.json"}),
+}
+
+
+def bands(folder: str, topos) -> dict[str, dict[str, float]]:
+    from ccsynth.bench.bench_predict import _results, repredict_cases
+    from ccsynth.bench.predict import BAND_ANCHOR, error_table
+
+    cases = json.loads((DATA / folder / "cases.json").read_text())
+    cases = repredict_cases(cases, DATA / folder, topos)
+    out: dict[str, dict[str, float]] = {}
+    for case in cases:
+        for kind, run in case["runs"].items():
+            col = out.setdefault(("ar" if kind == "allreduce" else "ag") + str(case["n"]), {})
+            for d in error_table(_results(run["json"])):
+                if d.lo >= BAND_ANCHOR:
+                    col[d.label] = d.median
+    return out
+
+
+def evaluate(transform=None) -> dict[str, dict[str, dict[str, float]]]:
+    """Per run, per case, per band from 64 KiB: the median error on the before topologies passed through
+    ``transform(topology, run, n)`` (None: as they are)."""
+    from ccsynth.topologies.io import load_topology
+
+    res = {}
+    for run, (folder, files) in RUNS.items():
+        topos = []
+        for n, f in files.items():
+            t = load_topology(DATA / f)
+            topos.append(transform(t, run, n) if transform else t)
+        res[run] = bands(folder, topos)
+    return res
+
+
+def show(before, after=None) -> None:
+    met_b = met_a = cells = 0
+    for run, cols in before.items():
+        for col, per in cols.items():
+            line = []
+            for band, v in per.items():
+                cells += 1
+                met_b += v <= 0.25
+                if after is not None:
+                    w = after[run][col][band]
+                    met_a += w <= 0.25
+                    line.append(f"{band} {100 * v:.0f}->{100 * w:.0f}")
+                else:
+                    line.append(f"{band} {100 * v:.0f}")
+            print(f"{run:3s} {col}: " + ", ".join(line))
+    print(f"met {met_b}" + (f" -> {met_a}" if after is not None else "") + f" of {cells}")
+
+
+
+
+def standin(topology, phi: float):
+    """``topology`` (a saved profile with a per-byte footprint curve ``h``) with a share ``phi`` of each footprint's
+    extra moved into a per-call cold cost: at each point ``F`` of the curve the small footprint window (2 x 256
+    KiB) costs ``(h - 1) * D`` more (``D``: its bytes' time, predicted with the profile's figures); the stand-in
+    charges ``phi`` of that once per call and ``1 + (1 - phi) (h - 1)`` per byte, then fits the message and forward
+    curves again (``refit_with_footprint``). Probes as on the runs' machine (32 MiB L3, 1 MiB L2)."""
+    import ccsynth.bench.profile as prof
+    from ccsynth.topologies.coldcall import ColdCallCost
+    from ccsynth.topologies.curve import SizeCurve
+
+    prof.llc_bytes = lambda: 32 << 20
+    prof.eviction_bytes = lambda: 4 << 20
+    h = topology.footprint_curve
+    if h is None or phi == 0:
+        return topology
+    result = prof._fit_result_of(topology)
+    pred = prof._Predictor(topology.n_ranks)
+    f = result.fits[0]
+    base = prof.Probe(f.pattern, "footprint", prof.BW_WINDOW, prof.FOOTPRINT_MESSAGE, prof.SLICES[0])
+    us = []
+    for F in h.sizes:
+        probe = prof.Probe(f.pattern, "footprint", prof.BW_WINDOW, prof.FOOTPRINT_MESSAGE, prof.SLICES[0],
+                           evict_bytes=max(0, int(F) - base.buffer_bytes))
+        one, two = (pred.fitted(probe, f, result.call_overhead, result.protocol,
+                                footprint=SizeCurve((F,), (x,))) for x in (1.0, 2.0))
+        us.append(phi * (h.factor(F) - 1.0) * (two - one))
+    new_h = SizeCurve(h.sizes, tuple(1.0 + (1.0 - phi) * (x - 1.0) for x in h.factors))
+    return prof.refit_with_footprint(topology, new_h, cold=ColdCallCost(h.sizes, tuple(us), float(base.buffer_bytes)))
+
+
+if __name__ == "__main__":
+    before = evaluate()
+    if len(sys.argv) == 1:
+        show(before)
+    for phi in map(float, sys.argv[1:]):
+        print(f"--- phi {phi}")
+        show(before, evaluate(lambda t, run, n, phi=phi: standin(t, phi)))
