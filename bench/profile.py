@@ -230,7 +230,7 @@ __all__ = [
     "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
     "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve", "non_increasing",
     "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
-    "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE", "FOOTPRINT_LARGE",
+    "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE", "FOOTPRINT_SMALL", "footprint_probes",
     "FOOTPRINT_LLC_MULTIPLES", "llc_bytes", "probe_footprint", "fit_footprint", "refit_with_footprint",
     "measure_footprint", "main",
 ]
@@ -270,8 +270,8 @@ ROUND_COUNTS = (1, 2, 4, 8)
 ROUND_MAX_PEERS, ROUND_MAX_MESSAGES = 64, 128
 #: message size of the footprint probes (windows of BW_WINDOW messages: one slice each)
 FOOTPRINT_MESSAGE = 256 << 10
-#: message size of the second footprint probes (4x the bytes: what a cold call pays once, and per byte)
-FOOTPRINT_LARGE = 1 << 20
+#: message size of the second footprint probes (a quarter of the bytes: what a cold call pays once, and per byte)
+FOOTPRINT_SMALL = 64 << 10
 #: their eviction passes, in multiples of the last-level cache (0: none, the call's own buffers alone)
 FOOTPRINT_LLC_MULTIPLES = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0)
 QUICK_FOOTPRINT_LLC_MULTIPLES = (0.0, 0.5, 2.0)
@@ -649,16 +649,12 @@ def plan_probes(pats: Sequence[Pattern], options: ProfileOptions) -> list[Probe]
 
 def footprint_probes(pat: Pattern, options: ProfileOptions) -> list[Probe]:
     """The footprint probes (see the module docstring): windows of :data:`FOOTPRINT_MESSAGE` messages after each
-    eviction pass, and windows of :data:`FOOTPRINT_LARGE` messages at the same footprints, from the smallest the
-    larger buffers allow (with a window of the small messages at that one, the reference of the two)."""
-    small = [Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_MESSAGE, SLICES[0], evict_bytes=e)
+    eviction pass, and windows of :data:`FOOTPRINT_SMALL` messages at the same footprints (their buffers are
+    smaller: their eviction passes longer by the difference)."""
+    large = [Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_MESSAGE, SLICES[0], evict_bytes=e)
              for e in options.footprint_evictions]
-    small_buf = small[0].buffer_bytes
-    big_buf = Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_LARGE, SLICES[0]).buffer_bytes
-    targets = sorted({big_buf} | {small_buf + e for e in options.footprint_evictions if small_buf + e > big_buf})
-    ref = [Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_MESSAGE, SLICES[0], evict_bytes=big_buf - small_buf)]
-    large = [Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_LARGE, SLICES[0], evict_bytes=f - big_buf) for f in targets]
-    return small + [p for p in ref if p not in small] + large
+    less = large[0].buffer_bytes - Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_SMALL, SLICES[0]).buffer_bytes
+    return large + [replace(p, nbytes=FOOTPRINT_SMALL, evict_bytes=p.evict_bytes + less) for p in large]
 
 
 def llc_bytes() -> int:
@@ -1148,29 +1144,29 @@ class CommunicatorFit:
 def fit_footprint(predictor: _Predictor, samples: Sequence[Sample],
                   result: FitResult) -> tuple[SizeCurve | None, ColdCallCost | None]:
     """The footprint's costs: ``Topology.footprint_curve`` (per footprint ``F`` of the footprint probes,
-    :func:`probe_footprint`, the factor by which their bytes cost more than at the smallest one) and
+    :func:`probe_footprint`, the factor by which a byte costs more than at the smallest one) and
     ``Topology.cold_call`` (what a call pays once more at ``F``), the figures of ``result`` fixed. (None, None)
-    without footprint probes; the curve None where every factor lies within :data:`FOOTPRINT_FLAT` of 1, the cold
-    cost None without windows of the larger messages (0 where they measured none).
+    without footprint probes; the curve None where every factor lies within :data:`FOOTPRINT_FLAT` of 1; the cold
+    cost None without the windows of smaller messages (a profile of the older plan: every extra per byte, as
+    before), 0 where they measured none.
 
-    Per footprint of the small windows (:data:`FOOTPRINT_MESSAGE`), a factor alone (a one-dimensional search within
-    :data:`CURVE_RANGE`). Where a window of :data:`FOOTPRINT_LARGE` messages ran at the same footprint (4x the
-    bytes), the extra over the reference footprint (the smallest of the large windows, where both ran; below it
-    everything stays per byte) is split: a factor ``r`` on both windows' bytes, relative to each window's own
-    factor at the reference (which holds what the two sizes differ by anyway), and a cost ``c`` once per call --
-    the ``c`` that fits the small window exactly, at the ``r`` that then fits the large one best (``c`` at least
-    0). Load only ever slows a probe down, and touching more data between two calls never makes them faster, so
-    each footprint then takes the smallest factor (and cost) measured at it or at any larger footprint, and the
-    factors are divided by the smallest footprint's.
+    At the smallest footprint each window size gets a factor of its own (a one-dimensional search within
+    :data:`CURVE_RANGE`: what the two sizes differ by anyway, caches warm). At every larger footprint the extra
+    over that is split between a factor ``r`` on both windows' bytes and a cost ``c`` once per call: the ``c``
+    that fits the small window (:data:`FOOTPRINT_SMALL`) exactly, at the ``r`` (at least 1) that then fits the
+    large one (:data:`FOOTPRINT_MESSAGE`, a quarter of the bytes less) best; ``c`` at least 0. Without the small
+    windows a footprint's factor is the large window's alone. Load only ever slows a probe down, and touching
+    more data between two calls never makes it faster, so each footprint then takes the smallest factor (and
+    cost) measured at it or at any larger footprint, and the factors are divided by the smallest footprint's.
     """
     fits = {f.pattern: f for f in result.fits}
     mine = [s for s in samples if s.probe.shape == "footprint" and s.probe.pattern in fits]
     if not mine:
         return None, None
-    nbytes = min(s.probe.nbytes for s in mine)
+    nbytes = max(s.probe.nbytes for s in mine)
     at = lambda s: float(probe_footprint(s.probe, predictor.cold))  # noqa: E731
-    small = {at(s): s for s in sorted(mine, key=at, reverse=True) if s.probe.nbytes == nbytes}
-    large = {at(s): s for s in sorted(mine, key=at, reverse=True) if s.probe.nbytes > nbytes}
+    large = {at(s): s for s in sorted(mine, key=at, reverse=True) if s.probe.nbytes == nbytes}
+    small = {at(s): s for s in sorted(mine, key=at, reverse=True) if s.probe.nbytes < nbytes}
 
     def pred(s: Sample, h: float) -> float:
         return predictor.fitted(s.probe, fits[s.probe.pattern], result.call_overhead, result.protocol,
@@ -1180,35 +1176,36 @@ def fit_footprint(predictor: _Predictor, samples: Sequence[Sample],
         return math.exp(_minimize(lambda log_h: _log_error(lambda p: pred(s, math.exp(log_h)), [s]),
                                   math.log(CURVE_RANGE[0]), math.log(CURVE_RANGE[1]), steps=16, rounds=20))
 
-    sizes = sorted(small)
-    raw = {f: alone(small[f]) for f in sizes}
+    sizes = sorted(large)
+    raw = {f: alone(large[f]) for f in sizes}
     cost = dict.fromkeys(sizes, 0.0)
-    ref = min(large, default=None)
-    if ref is not None and ref in small:
-        hs, hl = raw[ref], alone(large[ref])
-        for f in sorted(large):
-            if f <= ref or f not in small:
+    ref = sizes[0]
+    split = ref in small
+    if split:
+        hl, hs = raw[ref], alone(small[ref])
+        for f in sizes[1:]:
+            if f not in small:
                 continue
-            s, b = small[f], large[f]
+            a, b = small[f], large[f]
 
-            def err(log_r: float, s: Sample = s, b: Sample = b) -> float:
+            def err(log_r: float, a: Sample = a, b: Sample = b) -> float:
                 r = math.exp(log_r)
-                ps, pl = pred(s, hs * r), pred(b, hl * r)
-                c = max(0.0, s.measured_us - ps)
-                return math.log((ps + c) / s.measured_us) ** 2 + math.log((pl + c) / b.measured_us) ** 2
+                pa, pb = pred(a, hs * r), pred(b, hl * r)
+                c = max(0.0, a.measured_us - pa)
+                return math.log((pa + c) / a.measured_us) ** 2 + math.log((pb + c) / b.measured_us) ** 2
 
             # r >= 1: more data between two calls never makes a byte cheaper (a load spike of the small window
             # alone then goes to c, which the envelope below drops)
             r = math.exp(_minimize(err, 0.0, math.log(CURVE_RANGE[1]), steps=16, rounds=20))
-            raw[f] = hs * r
-            cost[f] = max(0.0, s.measured_us - pred(s, hs * r))
+            raw[f] = hl * r
+            cost[f] = max(0.0, a.measured_us - pred(a, hs * r))
     low = [min(raw[f] for f in sizes[i:]) for i in range(len(sizes))]
     factors = [min(h / low[0], CURVE_RANGE[1]) for h in low]
     cold = [min(cost[f] for f in sizes[i:]) for i in range(len(sizes))]
     curve = None if max(factors) <= 1.0 + FOOTPRINT_FLAT else SizeCurve(tuple(sizes), tuple(factors))
-    if ref is None or ref not in small:
+    if not split:
         return curve, None
-    # the small windows' own buffers: a call of at least as many pays the cold cost in full
+    # the small windows' own buffers: a call of at least as many pays the cold cost in full, one of fewer in part
     return curve, ColdCallCost(tuple(sizes), tuple(cold), float(small[ref].probe.buffer_bytes))
 
 

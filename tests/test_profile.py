@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ccsynth.bench.profile import (
-    CURVE_MIN_BYTES, FOOTPRINT_LARGE, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
+    CURVE_MIN_BYTES, FOOTPRINT_SMALL, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
     _pair_pattern, _Predictor,
     build_topology, eviction_bytes, fit_curve, fit_footprint, fit_forward_curve, fit_patterns, fit_round_cost,
     non_increasing,
@@ -476,15 +476,12 @@ def test_the_plan_has_footprint_probes_up_to_twice_the_last_level_cache():
     pats = patterns([0] * 4)
     every = [p for p in plan_probes(pats, ProfileOptions()) if p.shape == "footprint"]
     fp = [p for p in every if p.nbytes == 256 << 10]
-    assert {p.pattern for p in every} == {pats[0]} and {p.nbytes for p in every} == {256 << 10, FOOTPRINT_LARGE}
+    assert {p.pattern for p in every} == {pats[0]} and {p.nbytes for p in every} == {256 << 10, FOOTPRINT_SMALL}
     llc = llc_bytes()
-    big = 10 * FOOTPRINT_LARGE  # 4 ranks: the large windows' buffers, their smallest footprint (the reference)
-    assert sorted(p.evict_bytes for p in fp) == sorted({0, llc // 8, llc // 4, llc // 2, llc, 2 * llc,
-                                                        big - 10 * (256 << 10)})
-    # the large windows at every footprint of the small ones they can reach, and at their own reference
-    small_at = {probe_footprint(p) for p in fp}
-    large_at = sorted(probe_footprint(p) for p in every if p.nbytes == FOOTPRINT_LARGE)
-    assert large_at[0] == big and set(large_at) <= small_at and set(large_at) == {f for f in small_at if f >= big}
+    assert sorted(p.evict_bytes for p in fp) == [0, llc // 8, llc // 4, llc // 2, llc, 2 * llc]
+    # the windows of smaller messages at exactly the same footprints (longer eviction passes)
+    assert sorted(probe_footprint(p) for p in every if p.nbytes == FOOTPRINT_SMALL) == \
+        sorted(probe_footprint(p) for p in fp)
     # a probe's footprint: its send (2 x 256 KiB) and receive (4 x 2 x 256 KiB) buffers and the eviction pass
     assert probe_footprint(fp[0]) == 10 * (256 << 10) + fp[0].evict_bytes
     # the cold windows count their eviction pass too, the chains do not
@@ -526,30 +523,30 @@ def test_fit_footprint_recovers_known_factors_and_the_message_curve_stays_exact(
                                                else 1.0)) for s in flat]
     assert fit_footprint(pred, spiked, flat_result)[0] is None
     # without the large windows (a profile of the older plan): the curve alone, as before
-    older = [s for s in samples if s.probe.nbytes != FOOTPRINT_LARGE]
+    older = [s for s in samples if s.probe.nbytes != FOOTPRINT_SMALL]
     assert fit_footprint(pred, older, result)[1] is None
 
 
 def test_fit_footprint_splits_a_cold_call_from_the_per_byte_cost():
-    """Timings made with a per-byte curve and a cold cost per call (0 up to the large windows' reference footprint,
-    40 us at a quarter of the last-level cache, 90 us from twice it): both fitted back at every footprint of the
-    large windows; the message curve fitted with them in place reproduces the windows; a 4 MiB-per-rank call after
-    that much data then costs what the truth says, where the per-byte curve alone over-charges it."""
+    """Timings made with a per-byte curve and a cold cost per call (0 at the smallest footprint, 40 us at a quarter
+    of the last-level cache, 90 us from twice it): both fitted back at every footprint; the message curve fitted
+    with them in place reproduces the windows; a 4 MiB-per-rank call after that much data then costs what the
+    truth says, where the per-byte curve alone over-charges it."""
     pats = patterns([0, 0])
     pred = _Predictor(2)
     M, llc = 1 << 20, llc_bytes()
     true = SizeCurve((2.0 * M, llc / 4, 2.0 * llc), (1.0, 1.6, 2.2))
-    ref = 6.0 * FOOTPRINT_LARGE  # 2 ranks: two 1 MiB messages sent, four received
-    truth = ColdCallCost((ref, llc / 4, 2.0 * llc), (0.0, 40.0, 90.0), working_set_bytes=1.5 * M)
+    ref = 1.5 * M  # 2 ranks: two 256 KiB messages sent, four received
+    ws = 6.0 * FOOTPRINT_SMALL  # the small windows' buffers: calls of as many pay the cold cost in full
+    truth = ColdCallCost((ref, llc / 4, 2.0 * llc), (0.0, 40.0, 90.0), working_set_bytes=ws)
     probes = plan_probes(pats, ProfileOptions())
     samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, None, None, true, truth)) for p in probes]
     result = fit_patterns(2, samples, pred)
     fp, cold = fit_footprint(pred, samples, result)
-    assert fp is not None and cold is not None and cold.working_set_bytes == 1.5 * M
+    assert fp is not None and cold is not None and cold.working_set_bytes == ws and cold.footprints[0] == ref
     for f in cold.footprints:
-        if f >= ref:
-            assert cold.cost_us(f, 1.5 * M) == pytest.approx(truth.cost_us(f, 1.5 * M), abs=2.0)
-            assert fp.factor(f) == pytest.approx(true.factor(f), rel=0.03)
+        assert cold.cost_us(f, ws) == pytest.approx(truth.cost_us(f, ws), abs=2.0)
+        assert fp.factor(f) == pytest.approx(true.factor(f), rel=0.03)
     curve = fit_curve(pred, samples, result, fp, cold)
     [f] = result.fits
     for s in samples:
@@ -557,7 +554,7 @@ def test_fit_footprint_splits_a_cold_call_from_the_per_byte_cost():
             assert pred.fitted(s.probe, f, result.call_overhead, result.protocol, curve, None, fp, cold) == \
                 pytest.approx(s.measured_us, rel=0.03)
     # the per-byte curve alone (the small windows only) puts the cold cost on the bytes: 4x the bytes, 4x the cost
-    alone, none = fit_footprint(pred, [s for s in samples if s.probe.nbytes != FOOTPRINT_LARGE], result)
+    alone, none = fit_footprint(pred, [s for s in samples if s.probe.nbytes != FOOTPRINT_SMALL], result)
     assert none is None
     big = Probe(pats[0], "footprint", 2, 4 * M, 1 << 20, evict_bytes=int(2 * llc))
     want = pred.time(big, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, None, None, true, truth)

@@ -79,8 +79,11 @@ def standin(topology, phi: float):
     """``topology`` (a saved profile with a per-byte footprint curve ``h``) with a share ``phi`` of each footprint's
     extra moved into a per-call cold cost: at each point ``F`` of the curve the small footprint window (2 x 256
     KiB) costs ``(h - 1) * D`` more (``D``: its bytes' time, predicted with the profile's figures); the stand-in
-    charges ``phi`` of that once per call and ``1 + (1 - phi) (h - 1)`` per byte, then fits the message and forward
-    curves again (``refit_with_footprint``). Probes as on the runs' machine (32 MiB L3, 1 MiB L2)."""
+    charges ``phi`` of that once per call (in full from the buffers of the 2 x 64 KiB window, the profile's second
+    footprint probe) and ``1 + (1 - phi) (h - 1)`` per byte, then fits the message and forward curves again
+    (``refit_with_footprint``). Probes as on the runs' machine (32 MiB L3, 1 MiB L2)."""
+    from dataclasses import replace
+
     import ccsynth.bench.profile as prof
     from ccsynth.topologies.coldcall import ColdCallCost
     from ccsynth.topologies.curve import SizeCurve
@@ -102,7 +105,7 @@ def standin(topology, phi: float):
                                 footprint=SizeCurve((F,), (x,))) for x in (1.0, 2.0))
         us.append(phi * (h.factor(F) - 1.0) * (two - one))
     new_h = SizeCurve(h.sizes, tuple(1.0 + (1.0 - phi) * (x - 1.0) for x in h.factors))
-    return prof.refit_with_footprint(topology, new_h, cold=ColdCallCost(h.sizes, tuple(us), float(base.buffer_bytes)))
+    return prof.refit_with_footprint(topology, new_h, cold=ColdCallCost(h.sizes, tuple(us), float(replace(base, nbytes=prof.FOOTPRINT_SMALL).buffer_bytes)))
 
 
 if __name__ == "__main__":
@@ -112,3 +115,19 @@ if __name__ == "__main__":
     for phi in map(float, sys.argv[1:]):
         print(f"--- phi {phi}")
         show(before, evaluate(lambda t, run, n, phi=phi: standin(t, phi)))
+
+
+def ratios(folder: str, topos, lo: int = 64 << 10) -> dict[str, dict[str, dict[str, float]]]:
+    """Per case, per algorithm, per size from ``lo``: measured / predicted."""
+    from ccsynth.bench.bench_predict import _results, repredict_cases
+
+    cases = repredict_cases(json.loads((DATA / folder / "cases.json").read_text()), DATA / folder, topos)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for case in cases:
+        for kind, run in case["runs"].items():
+            col = out.setdefault(("ar" if kind == "allreduce" else "ag") + str(case["n"]), {})
+            for algo, rows in _results(run["json"]).items():
+                for r in rows:
+                    if r.size >= lo and getattr(r, "predicted_us", None):
+                        col.setdefault(algo, {})[str(r.size >> 10) + "K"] = r.median_us / r.predicted_us
+    return out
