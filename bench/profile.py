@@ -99,8 +99,12 @@ what collectives will see:
      :data:`FOOTPRINT_LLC_MULTIPLES` times the last-level cache (sysfs,
      :func:`llc_bytes`), so that a rank touches ``F`` bytes -- the probe's
      buffers and the eviction pass -- between two calls (the call's
-     *footprint*); per ``F``, the factor its bytes cost more than at the
-     smallest ``F`` (:func:`fit_footprint_curve`): ``Topology.footprint_curve``.
+     *footprint*), and windows of :data:`FOOTPRINT_SMALL` messages at the
+     same footprints; per ``F``, what a call costs more than at the smallest
+     ``F``, split between a factor on its bytes (``Topology.footprint_curve``)
+     and a cost once per call (``Topology.cold_call``, in full for calls of
+     at least the small windows' buffers; :func:`fit_footprint`: the two
+     window sizes, a quarter of the bytes apart, tell them apart).
      Every probe is then predicted at its own footprint (its buffers, plus
      the cold probes' eviction pass), so the message and forward curves hold
      what the footprint does not explain. Why: the profile's probes touch
@@ -110,6 +114,12 @@ what collectives will see:
      window of 2 x 256 KiB took 60 us at footprints up to 5.5 MiB, 126 us at
      17.5 MiB and 185 us at 65 MiB (32 MiB L3), and run D's rows measured
      2.1-3x their prediction from 1 MiB up (bench/RESULTS.md, h29-cache).
+     Why two sizes: the extra is not all per byte. At the same footprints
+     2 x 1 MiB windows paid 2.3-2.7x the extra of 2 x 256 KiB ones, not 4x
+     (h29-cache), and on a later machine 2 x 256 KiB windows 1.5-2.3x the
+     extra of 2 x 64 KiB ones; a factor fitted on one size charged the
+     4-rank benchmark rows of 4-16 MiB 1.3-2x too much (h38-model), and the
+     per-call part matters most to calls of 64 KiB-2 MiB (h44-coldcall).
 
 **Rounds and the communicator** (:func:`round_probes`, :func:`fit_round_cost`,
 :func:`measure_communicator`). Two figures the probes above cannot see,
