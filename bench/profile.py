@@ -1206,7 +1206,7 @@ def fit_footprint(predictor: _Predictor, samples: Sequence[Sample],
 
             # r >= 1: more data between two calls never makes a byte cheaper (a load spike of the small window
             # alone then goes to c, which the envelope below drops)
-            r = math.exp(_minimize(err, 0.0, math.log(CURVE_RANGE[1]), steps=16, rounds=20))
+            r = math.exp(_minimize(err, 0.0, max(0.0, math.log(CURVE_RANGE[1] / max(hl, hs))), steps=16, rounds=20))
             raw[f] = hl * r
             cost[f] = max(0.0, a.measured_us - pred(a, hs * r))
     low = [min(raw[f] for f in sizes[i:]) for i in range(len(sizes))]

@@ -522,6 +522,10 @@ def test_fit_footprint_recovers_known_factors_and_the_message_curve_stays_exact(
     spiked = [Sample(s.probe, s.measured_us * (3.0 if s.probe.shape == "footprint" and s.probe.evict_bytes == llc_bytes() // 4
                                                else 1.0)) for s in flat]
     assert fit_footprint(pred, spiked, flat_result)[0] is None
+    # a window slower than the factors' range at the smallest footprint (a load spike) leaves every factor in range
+    slow = [Sample(s.probe, s.measured_us * (50.0 if s.probe.shape == "footprint" and s.probe.evict_bytes == 0 else 1.0))
+            for s in samples]
+    assert fit_footprint(pred, slow, result)[1] is not None
     # without the large windows (a profile of the older plan): the curve alone, as before
     older = [s for s in samples if s.probe.nbytes != FOOTPRINT_SMALL]
     assert fit_footprint(pred, older, result)[1] is None
