@@ -492,6 +492,17 @@ def test_the_plan_has_footprint_probes_up_to_twice_the_last_level_cache():
     assert all(not op.deps for op in sched.ops if op.kind == "send")
 
 
+def _windows_reproduced(pred, samples, result, fp, cold):
+    """The message curve fitted with the footprint's costs in place; every bandwidth window predicted within 3%."""
+    curve = fit_curve(pred, samples, result, fp, cold)
+    [f] = result.fits
+    for s in samples:
+        if s.probe.shape == "window" and s.probe.nbytes >= CURVE_MIN_BYTES:
+            assert pred.fitted(s.probe, f, result.call_overhead, result.protocol, curve, None, fp, cold) == \
+                pytest.approx(s.measured_us, rel=0.03)
+    return curve
+
+
 def test_fit_footprint_recovers_known_factors_and_the_message_curve_stays_exact():
     """Timings made with a footprint curve (3x from 16 MiB per rank) and no cold cost: the footprint fitted back
     relative to the smallest footprint, a cold cost of (about) 0, then the message curve with them in place
@@ -509,12 +520,7 @@ def test_fit_footprint_recovers_known_factors_and_the_message_curve_stays_exact(
         f = 10 * (128 << 10) / 2 + s  # 2 ranks: 512 KiB sent, 1 MiB received, the eviction pass
         assert fp.factor(f) == pytest.approx(true.factor(f), rel=0.05)
     assert cold is not None and max(cold.us) < 1.0  # us, against windows of 60-600 us
-    curve = fit_curve(pred, samples, result, fp, cold)
-    [f] = result.fits
-    for s in samples:
-        if s.probe.shape == "window" and s.probe.nbytes >= CURVE_MIN_BYTES:
-            assert pred.fitted(s.probe, f, result.call_overhead, result.protocol, curve, None, fp, cold) == \
-                pytest.approx(s.measured_us, rel=0.03)
+    _windows_reproduced(pred, samples, result, fp, cold)
     # timings without a footprint: no curve; a spike at one footprint does not raise the larger ones
     flat = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7)) for p in plan_probes(pats, ProfileOptions())]
     flat_result = fit_patterns(2, flat, pred)
@@ -551,12 +557,8 @@ def test_fit_footprint_splits_a_cold_call_from_the_per_byte_cost():
     for f in cold.footprints:
         assert cold.cost_us(f, ws) == pytest.approx(truth.cost_us(f, ws), abs=2.0)
         assert fp.factor(f) == pytest.approx(true.factor(f), rel=0.03)
-    curve = fit_curve(pred, samples, result, fp, cold)
+    curve = _windows_reproduced(pred, samples, result, fp, cold)
     [f] = result.fits
-    for s in samples:
-        if s.probe.shape == "window" and s.probe.nbytes >= CURVE_MIN_BYTES:
-            assert pred.fitted(s.probe, f, result.call_overhead, result.protocol, curve, None, fp, cold) == \
-                pytest.approx(s.measured_us, rel=0.03)
     # the per-byte curve alone (the small windows only) puts the cold cost on the bytes: 4x the bytes, 4x the cost
     alone, none = fit_footprint(pred, [s for s in samples if s.probe.nbytes != FOOTPRINT_SMALL], result)
     assert none is None

@@ -37,10 +37,11 @@ Example:
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 from itertools import pairwise
+
+import numpy as np
 
 from ccsynth.errors import TopologyError
 
@@ -92,15 +93,7 @@ class ColdCallCost:
     def cost_us(self, footprint_bytes: float, working_set_bytes: float) -> float:
         """The extra us of a call whose footprint is ``footprint_bytes`` per rank and whose own buffers are
         ``working_set_bytes`` per rank: ``c(F)``, in proportion below :attr:`working_set_bytes`."""
-        fps, us = self.footprints, self.us
-        if footprint_bytes <= fps[0]:
-            c = us[0]
-        elif footprint_bytes >= fps[-1]:
-            c = us[-1]
-        else:
-            j = bisect.bisect_right(fps, footprint_bytes)
-            f0, f1 = fps[j - 1], fps[j]
-            c = us[j - 1] + (us[j] - us[j - 1]) * (footprint_bytes - f0) / (f1 - f0)
+        c = float(np.interp(footprint_bytes, self.footprints, self.us))  # constant beyond the ends
         return c * min(1.0, max(0.0, working_set_bytes) / self.working_set_bytes)
 
     def to_dict(self) -> dict:
