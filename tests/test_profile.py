@@ -590,6 +590,17 @@ def test_refit_with_footprint_keeps_a_profile_without_one_and_adds_one(tmp_path)
     assert "footprint_curve" in json.loads(path.read_text()) and load_topology(path).footprint_curve == fp
     # the largest windows' footprint costs 3x: the message curve there gives it back, so they predict the same
     assert more.message_curve.factor(64 << 20) == pytest.approx(msg.factor(64 << 20) / 3.0, rel=0.05)
+    # part of it once per call instead: refitted again from that profile, the windows still predict as they did
+    cold = ColdCallCost((2.0 * (1 << 20), 64.0 * (1 << 20)), (0.0, 40.0), working_set_bytes=6.0 * FOOTPRINT_SMALL)
+    split = refit_with_footprint(more, SizeCurve(fp.sizes, (1.0, 2.0)), cold=cold)
+    assert split.cold_call == cold and split.footprint_curve.factors == (1.0, 2.0)
+    pred = _Predictor(2)
+    [f] = [LinkFit(p, 0.3, 0.7, 8.0) for p in pats]
+    for p in plan_probes(pats, ProfileOptions()):
+        if p.shape == "window" and p.nbytes >= CURVE_MIN_BYTES:
+            old = pred.fitted(p, f, 2.2, NO_SWITCH, more.message_curve, None, more.footprint_curve)
+            assert pred.fitted(p, f, 2.2, NO_SWITCH, split.message_curve, None, split.footprint_curve, cold) == \
+                pytest.approx(old, rel=0.03)
 
 
 def test_repredict_of_an_interleaved_run_predicts_every_row_at_the_footprint_of_all_algorithms(tmp_path):
