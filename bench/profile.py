@@ -104,7 +104,7 @@ what collectives will see:
      ``F``, split between a factor on its bytes (``Topology.footprint_curve``)
      and a cost once per call (``Topology.cold_call``, in full for calls of
      at least the small windows' buffers; :func:`fit_footprint`: the two
-     window sizes, a quarter of the bytes apart, tell them apart).
+     window sizes, four times the bytes apart, tell them apart).
      Every probe is then predicted at its own footprint (its buffers, plus
      the cold probes' eviction pass), so the message and forward curves hold
      what the footprint does not explain. Why: the profile's probes touch
@@ -116,7 +116,7 @@ what collectives will see:
      2.1-3x their prediction from 1 MiB up (bench/RESULTS.md, h29-cache).
      Why two sizes: the extra is not all per byte. At the same footprints
      2 x 1 MiB windows paid 2.3-2.7x the extra of 2 x 256 KiB ones, not 4x
-     (h29-cache), and on a later machine 2 x 256 KiB windows 1.5-2.3x the
+     (h29-cache), and on a later machine 2 x 256 KiB windows 1.5-2.4x the
      extra of 2 x 64 KiB ones; a factor fitted on one size charged the
      4-rank benchmark rows of 4-16 MiB 1.3-2x too much (h38-model), and the
      per-call part matters most to calls of 64 KiB-2 MiB (h44-coldcall).
@@ -1164,7 +1164,7 @@ def fit_footprint(predictor: _Predictor, samples: Sequence[Sample],
     :data:`CURVE_RANGE`: what the two sizes differ by anyway, caches warm). At every larger footprint the extra
     over that is split between a factor ``r`` on both windows' bytes and a cost ``c`` once per call: the ``c``
     that fits the small window (:data:`FOOTPRINT_SMALL`) exactly, at the ``r`` (at least 1) that then fits the
-    large one (:data:`FOOTPRINT_MESSAGE`, a quarter of the bytes less) best; ``c`` at least 0. Without the small
+    large one (:data:`FOOTPRINT_MESSAGE`, four times the bytes) best; ``c`` at least 0. Without the small
     windows a footprint's factor is the large window's alone. Load only ever slows a probe down, and touching
     more data between two calls never makes it faster, so each footprint then takes the smallest factor (and
     cost) measured at it or at any larger footprint, and the factors are divided by the smallest footprint's.
