@@ -340,6 +340,10 @@ def _profile_lines(case: dict) -> list[str]:
     if fp:  # what messages cost more by the bytes a rank touches between two calls (h29-cache)
         extras.append("messages by footprint " + ", ".join(f"x{f:.2f} at {_sz(int(m))}"
                                                              for m, f in zip(fp["sizes_bytes"], fp["factors"])))
+    cold = t.get("cold_call")
+    if cold:  # what a call pays once more by its footprint (h44-coldcall)
+        extras.append("a cold call once " + ", ".join(f"{c:.1f} us at {_sz(int(m))}"
+                                                      for m, c in zip(cold["footprints_bytes"], cold["us"])))
     lines = [f"*{t['n_ranks']} ranks* ({t.get('description', '')}): " + "; ".join(extras) + f"; shared ports: {ports}.",
              "", "| pair | alpha (us) | overhead (us) | latency alpha+2o (us) | bw (GB/s) |", "|---|---:|---:|---:|---:|"]
     for link in t["links"]:

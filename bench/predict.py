@@ -15,7 +15,7 @@ schedule directly) get the topology's ``communicator_overhead`` on top
 ``ccsynth topo profile`` measures beside the executor's and the simulator
 never adds (0 in the catalog and in profiles written before it existed).
 
-**Footprint.** Where the topology has a ``footprint_curve`` (a profile
+**Footprint.** Where the topology has a ``footprint_curve`` or a ``cold_call`` (a profile
 measures one), a call's bytes cost more the more data a rank touches
 between two calls on the same buffers (:mod:`ccsynth.synth.simulate`).
 Run alone, a row's footprint is its own call's working set; with
@@ -73,7 +73,7 @@ from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
 
 __all__ = ["Predictor", "load_predict_topology", "SavedRun", "repredict_document", "via_communicator",
-           "interleaved_footprint", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines"]
+           "has_footprint_terms", "interleaved_footprint", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +127,17 @@ class Predictor:
         return row if pred is None else replace(row, predicted_us=pred)
 
     def interleaved_footprint(self, algos, nbytes: int) -> float | None:
-        """The footprint of every row of ``algos`` run in turn at ``nbytes`` (None where the topology has no
-        footprint curve: nothing to compute)."""
-        if self.topology.footprint_curve is None:
+        """The footprint of every row of ``algos`` run in turn at ``nbytes`` (None where the topology prices no
+        footprint: nothing to compute)."""
+        if not has_footprint_terms(self.topology):
             return None
         return interleaved_footprint(self.kind, self.topology.n_ranks, nbytes,
                                      [a.schedule_for(self.kind, self.ctx, nbytes) for a in algos], self.settings)
+
+
+def has_footprint_terms(topology: Topology) -> bool:
+    """Whether ``topology`` prices a call by its footprint (a ``footprint_curve`` or a ``cold_call``)."""
+    return topology.footprint_curve is not None or topology.cold_call is not None
 
 
 def interleaved_footprint(kind: str, n: int, nbytes: int, schedules: Sequence[Schedule | None],
@@ -206,8 +211,8 @@ def via_communicator(column: str) -> bool:
     return column in ("default", "plan") or column.startswith("plan:")
 def _footprints(doc: Mapping, saved: SavedRun, topology: Topology, settings: ExecutorSettings) -> dict[int, float]:
     """Per size of an ``--interleave`` run, the footprint of its rows (:func:`interleaved_footprint`); empty for a
-    run of one algorithm at a time, or where the topology has no footprint curve (each row: its own call's)."""
-    if topology.footprint_curve is None or "--interleave" not in str(doc.get("command", "")).split():
+    run of one algorithm at a time, or where the topology prices no footprint (each row: its own call's)."""
+    if not has_footprint_terms(topology) or "--interleave" not in str(doc.get("command", "")).split():
         return {}
     by_size: dict[int, list[Schedule | None]] = {}
     for column, rows in doc["results"].items():

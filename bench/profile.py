@@ -99,8 +99,12 @@ what collectives will see:
      :data:`FOOTPRINT_LLC_MULTIPLES` times the last-level cache (sysfs,
      :func:`llc_bytes`), so that a rank touches ``F`` bytes -- the probe's
      buffers and the eviction pass -- between two calls (the call's
-     *footprint*); per ``F``, the factor its bytes cost more than at the
-     smallest ``F`` (:func:`fit_footprint_curve`): ``Topology.footprint_curve``.
+     *footprint*), and windows of :data:`FOOTPRINT_SMALL` messages at the
+     same footprints; per ``F``, what a call costs more than at the smallest
+     ``F``, split between a factor on its bytes (``Topology.footprint_curve``)
+     and a cost once per call (``Topology.cold_call``, in full for calls of
+     at least the small windows' buffers; :func:`fit_footprint`: the two
+     window sizes, four times the bytes apart, tell them apart).
      Every probe is then predicted at its own footprint (its buffers, plus
      the cold probes' eviction pass), so the message and forward curves hold
      what the footprint does not explain. Why: the profile's probes touch
@@ -110,6 +114,12 @@ what collectives will see:
      window of 2 x 256 KiB took 60 us at footprints up to 5.5 MiB, 126 us at
      17.5 MiB and 185 us at 65 MiB (32 MiB L3), and run D's rows measured
      2.1-3x their prediction from 1 MiB up (bench/RESULTS.md, h29-cache).
+     Why two sizes: the extra is not all per byte. At the same footprints
+     2 x 1 MiB windows paid 2.3-2.7x the extra of 2 x 256 KiB ones, not 4x
+     (h29-cache), and on a later machine 2 x 256 KiB windows 1.5-2.4x the
+     extra of 2 x 64 KiB ones; a factor fitted on one size charged the
+     4-rank benchmark rows of 4-16 MiB 1.3-2x too much (h38-model), and the
+     per-call part matters most to calls of 64 KiB-2 MiB (h44-coldcall).
 
 **Rounds and the communicator** (:func:`round_probes`, :func:`fit_round_cost`,
 :func:`measure_communicator`). Two figures the probes above cannot see,
@@ -216,6 +226,7 @@ from ccsynth.kernels.base import get_backend
 from ccsynth.synth.baselines import make_baseline
 from ccsynth.synth.executor_model import ExecutorSettings, lower_for_executor
 from ccsynth.synth.simulate import TaskGraph, simulate_graph
+from ccsynth.topologies.coldcall import ColdCallCost
 from ccsynth.topologies.curve import SizeCurve
 from ccsynth.topologies.catalog import fully_connected
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Link, SharedPort, Topology
@@ -229,8 +240,8 @@ __all__ = [
     "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
     "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve", "non_increasing",
     "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
-    "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE",
-    "FOOTPRINT_LLC_MULTIPLES", "llc_bytes", "probe_footprint", "fit_footprint_curve", "refit_with_footprint",
+    "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE", "FOOTPRINT_SMALL", "footprint_probes",
+    "FOOTPRINT_LLC_MULTIPLES", "llc_bytes", "probe_footprint", "fit_footprint", "refit_with_footprint",
     "measure_footprint", "main",
 ]
 
@@ -269,6 +280,8 @@ ROUND_COUNTS = (1, 2, 4, 8)
 ROUND_MAX_PEERS, ROUND_MAX_MESSAGES = 64, 128
 #: message size of the footprint probes (windows of BW_WINDOW messages: one slice each)
 FOOTPRINT_MESSAGE = 256 << 10
+#: message size of the second footprint probes (a quarter of the bytes: what a cold call pays once, and per byte)
+FOOTPRINT_SMALL = 64 << 10
 #: their eviction passes, in multiples of the last-level cache (0: none, the call's own buffers alone)
 FOOTPRINT_LLC_MULTIPLES = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0)
 QUICK_FOOTPRINT_LLC_MULTIPLES = (0.0, 0.5, 2.0)
@@ -496,6 +509,7 @@ class MachineProfile:
             "local_curve": None if self.topology.local_curve is None else self.topology.local_curve.to_dict(),
             "forward_curve": None if self.topology.forward_curve is None else self.topology.forward_curve.to_dict(),
             "footprint_curve": None if self.topology.footprint_curve is None else self.topology.footprint_curve.to_dict(),
+            "cold_call": None if self.topology.cold_call is None else self.topology.cold_call.to_dict(),
             "local_ladder_us": [[m, t] for m, t in self.kernels.ladder],
             "pair_bw_GBps": {str(k): v for k, v in self.pair_bw.items()},
             "samples": [{"probe": s.probe.describe(), "measured_us": s.measured_us} for s in self.samples],
@@ -640,9 +654,17 @@ def plan_probes(pats: Sequence[Pattern], options: ProfileOptions) -> list[Probe]
             # below 1 MiB every slice size cuts a message alike: one probe is enough
             out += [Probe(pat, "window", BW_WINDOW, s, sl) for s in options.bw_sizes if sl == SLICES[0] or s >= SLICES[0]]
         out += [Probe(pat, "forward", FORWARD_ROUNDS, s, SLICES[0]) for s in forward_sizes]
-    # the footprint is the machine's caches: one pattern measures it
-    out += [Probe(pats[0], "footprint", BW_WINDOW, FOOTPRINT_MESSAGE, SLICES[0], evict_bytes=e) for e in options.footprint_evictions]
-    return out
+    return out + footprint_probes(pats[0], options)
+
+
+def footprint_probes(pat: Pattern, options: ProfileOptions) -> list[Probe]:
+    """The footprint probes (see the module docstring): windows of :data:`FOOTPRINT_MESSAGE` messages after each
+    eviction pass, and windows of :data:`FOOTPRINT_SMALL` messages at the same footprints (their buffers are
+    smaller: their eviction passes longer by the difference)."""
+    large = [Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_MESSAGE, SLICES[0], evict_bytes=e)
+             for e in options.footprint_evictions]
+    less = large[0].buffer_bytes - Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_SMALL, SLICES[0]).buffer_bytes
+    return large + [replace(p, nbytes=FOOTPRINT_SMALL, evict_bytes=p.evict_bytes + less) for p in large]
 
 
 def llc_bytes() -> int:
@@ -868,18 +890,20 @@ class _Predictor:
 
     def time(self, probe: Probe, alpha: float, overhead: float, bw: float, call: float,
              protocol: ProtocolFit = NO_SWITCH, curve: SizeCurve | None = None,
-             forward: SizeCurve | None = None, footprint: SizeCurve | None = None) -> float:
+             forward: SizeCurve | None = None, footprint: SizeCurve | None = None,
+             cold: ColdCallCost | None = None) -> float:
         links = tuple(Link(r, d, max(alpha, 0.0), bw, overhead) for r, d in probe.pattern.pairs)
         topo = Topology("candidate", self.n, links=links, overhead_scope="rank", call_overhead=call,
                         eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
-                        message_curve=curve, forward_curve=forward, async_progress=False, footprint_curve=footprint)
+                        message_curve=curve, forward_curve=forward, async_progress=False, footprint_curve=footprint,
+                        cold_call=cold)
         return simulate_graph(self.graph(probe), topo, footprint_bytes=probe_footprint(probe, self.cold)).time_us
 
     def fitted(self, probe: Probe, f: LinkFit, call: float, protocol: ProtocolFit,
                curve: SizeCurve | None = None, forward: SizeCurve | None = None,
-               footprint: SizeCurve | None = None) -> float:
+               footprint: SizeCurve | None = None, cold: ColdCallCost | None = None) -> float:
         """The predicted time of ``probe`` with the figures ``f`` of its pattern."""
-        return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol, curve, forward, footprint)
+        return self.time(probe, f.alpha, f.overhead, f.bw, call, protocol, curve, forward, footprint, cold)
 
 
 def _log_error(pred: Callable[[Probe], float], samples: Sequence[Sample]) -> float:
@@ -986,10 +1010,10 @@ CURVE_RANGE = (0.1, 10.0)
 
 
 def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult,
-              footprint: SizeCurve | None = None) -> SizeCurve | None:
+              footprint: SizeCurve | None = None, cold: ColdCallCost | None = None) -> SizeCurve | None:
     """The message curve (PLogP's ``g(m)``) that explains the probes of every size best, the figures of ``result``
-    and the footprint curve ``footprint`` fixed; None where no probe moves :data:`CURVE_MIN_BYTES` or more per
-    message.
+    and the footprint's costs (curve ``footprint``, cold call ``cold``) fixed; None where no probe moves
+    :data:`CURVE_MIN_BYTES` or more per message.
 
     A probe counts at its schedule's size (``Probe.size_bytes``, the
     working set the simulator indexes the curve by). Each size is fitted by
@@ -1001,7 +1025,7 @@ def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResul
     mine = [s for s in samples if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits
             and s.probe.shape in ("chain", "window")]
     fitted = _factor_per_size(mine, math.log(CURVE_RANGE[0]), lambda p, c: predictor.fitted(
-        p, fits[p.pattern], result.call_overhead, result.protocol, c, footprint=footprint))
+        p, fits[p.pattern], result.call_overhead, result.protocol, c, footprint=footprint, cold=cold))
     return None if fitted is None else SizeCurve(*fitted)
 
 
@@ -1030,7 +1054,8 @@ def _factor_per_size(samples: Sequence[Sample], log_lo: float,
 
 
 def fit_forward_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult,
-                      curve: SizeCurve | None, footprint: SizeCurve | None = None) -> SizeCurve | None:
+                      curve: SizeCurve | None, footprint: SizeCurve | None = None,
+                      cold: ColdCallCost | None = None) -> SizeCurve | None:
     """The forward curve (``Topology.forward_curve``): per size of the forward probes, the factor in
     ``[1, CURVE_RANGE[1]]`` by which their forwarded messages' bytes cost more than the message curve says,
     the figures of ``result`` and ``curve`` fixed; None without forward probes, or where every factor is 1.
@@ -1044,7 +1069,7 @@ def fit_forward_curve(predictor: _Predictor, samples: Sequence[Sample], result: 
     fits = {f.pattern: f for f in result.fits}
     mine = [s for s in samples if s.probe.pattern in fits and s.probe.shape == "forward"]
     fitted = _factor_per_size(mine, 0.0, lambda p, fwd: predictor.fitted(
-        p, fits[p.pattern], result.call_overhead, result.protocol, curve, fwd, footprint))
+        p, fits[p.pattern], result.call_overhead, result.protocol, curve, fwd, footprint, cold))
     if fitted is None:
         return None
     factors = non_increasing(tuple(max(1.0, f) for f in fitted[1]))
@@ -1126,41 +1151,72 @@ class CommunicatorFit:
     def overhead_us(self) -> float:
         diffs = [self.via_us[k] - self.direct_us[k] for k in self.via_us]
         return max(0.0, float(np.mean(diffs))) if diffs else 0.0
-def fit_footprint_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResult) -> SizeCurve | None:
-    """The footprint curve (``Topology.footprint_curve``): per footprint of the footprint probes
-    (:func:`probe_footprint`), the factor by which their bytes cost more than at the smallest one, the figures of
-    ``result`` fixed; None without footprint probes, or where every factor lies within :data:`FOOTPRINT_FLAT` of 1.
+def fit_footprint(predictor: _Predictor, samples: Sequence[Sample],
+                  result: FitResult) -> tuple[SizeCurve | None, ColdCallCost | None]:
+    """The footprint's costs: ``Topology.footprint_curve`` (per footprint ``F`` of the footprint probes,
+    :func:`probe_footprint`, the factor by which a byte costs more than at the smallest one) and
+    ``Topology.cold_call`` (what a call pays once more at ``F``), the figures of ``result`` fixed. (None, None)
+    without footprint probes; the curve None where every factor lies within :data:`FOOTPRINT_FLAT` of 1; the cold
+    cost None without the windows of smaller messages (a profile of the older plan: every extra per byte, as
+    before), 0 where they measured none.
 
-    Each footprint's factor is a one-dimensional search (within :data:`CURVE_RANGE`). Load only ever slows a
-    probe down, and touching more data between two calls never makes them faster, so each footprint then takes
-    the smallest factor measured at it or at any larger footprint (the largest non-decreasing curve below the
-    measurements: a load spike at one footprint does not carry over to the larger ones), and the factors are
-    divided by the smallest footprint's.
+    At the smallest footprint each window size gets a factor of its own (a one-dimensional search within
+    :data:`CURVE_RANGE`: what the two sizes differ by anyway, caches warm). At every larger footprint the extra
+    over that is split between a factor ``r`` on both windows' bytes and a cost ``c`` once per call: the ``c``
+    that fits the small window (:data:`FOOTPRINT_SMALL`) exactly, at the ``r`` (at least 1) that then fits the
+    large one (:data:`FOOTPRINT_MESSAGE`, four times the bytes) best; ``c`` at least 0. Without the small
+    windows a footprint's factor is the large window's alone. Load only ever slows a probe down, and touching
+    more data between two calls never makes it faster, so each footprint then takes the smallest factor (and
+    cost) measured at it or at any larger footprint, and the factors are divided by the smallest footprint's.
     """
     fits = {f.pattern: f for f in result.fits}
-    mine = sorted((s for s in samples if s.probe.shape == "footprint" and s.probe.pattern in fits),
-                  key=lambda s: probe_footprint(s.probe, predictor.cold))
+    mine = [s for s in samples if s.probe.shape == "footprint" and s.probe.pattern in fits]
     if not mine:
-        return None
-    sizes: list[float] = []
-    raw: list[float] = []
-    for s in mine:
-        fp = float(probe_footprint(s.probe, predictor.cold))
-        if sizes and fp <= sizes[-1]:
-            continue
+        return None, None
+    nbytes = max(s.probe.nbytes for s in mine)
+    at = lambda s: float(probe_footprint(s.probe, predictor.cold))  # noqa: E731
+    large = {at(s): s for s in sorted(mine, key=at, reverse=True) if s.probe.nbytes == nbytes}
+    small = {at(s): s for s in sorted(mine, key=at, reverse=True) if s.probe.nbytes < nbytes}
 
-        def err(log_h: float, fp: float = fp, s: Sample = s) -> float:
-            one = SizeCurve((fp,), (math.exp(log_h),))
-            return _log_error(lambda p: predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol,
-                                                         footprint=one), [s])
+    def pred(s: Sample, h: float) -> float:
+        return predictor.fitted(s.probe, fits[s.probe.pattern], result.call_overhead, result.protocol,
+                                footprint=SizeCurve((at(s),), (h,)))
 
-        sizes.append(fp)
-        raw.append(math.exp(_minimize(err, math.log(CURVE_RANGE[0]), math.log(CURVE_RANGE[1]), steps=16, rounds=20)))
-    low = [min(raw[i:]) for i in range(len(raw))]
+    def alone(s: Sample) -> float:
+        return math.exp(_minimize(lambda log_h: _log_error(lambda p: pred(s, math.exp(log_h)), [s]),
+                                  math.log(CURVE_RANGE[0]), math.log(CURVE_RANGE[1]), steps=16, rounds=20))
+
+    sizes = sorted(large)
+    raw = {f: alone(large[f]) for f in sizes}
+    cost = dict.fromkeys(sizes, 0.0)
+    ref = sizes[0]
+    split = ref in small
+    if split:
+        hl, hs = raw[ref], alone(small[ref])
+        for f in sizes[1:]:
+            if f not in small:
+                continue
+            a, b = small[f], large[f]
+
+            def err(log_r: float, a: Sample = a, b: Sample = b) -> float:
+                r = math.exp(log_r)
+                pa, pb = pred(a, hs * r), pred(b, hl * r)
+                c = max(0.0, a.measured_us - pa)
+                return math.log((pa + c) / a.measured_us) ** 2 + math.log((pb + c) / b.measured_us) ** 2
+
+            # r >= 1: more data between two calls never makes a byte cheaper (a load spike of the small window
+            # alone then goes to c, which the envelope below drops)
+            r = math.exp(_minimize(err, 0.0, max(0.0, math.log(CURVE_RANGE[1] / max(hl, hs))), steps=16, rounds=20))
+            raw[f] = hl * r
+            cost[f] = max(0.0, a.measured_us - pred(a, hs * r))
+    low = [min(raw[f] for f in sizes[i:]) for i in range(len(sizes))]
     factors = [min(h / low[0], CURVE_RANGE[1]) for h in low]
-    if max(factors) <= 1.0 + FOOTPRINT_FLAT:
-        return None
-    return SizeCurve(tuple(sizes), tuple(factors))
+    cold = [min(cost[f] for f in sizes[i:]) for i in range(len(sizes))]
+    curve = None if max(factors) <= 1.0 + FOOTPRINT_FLAT else SizeCurve(tuple(sizes), tuple(factors))
+    if not split:
+        return curve, None
+    # the small windows' own buffers: a call of at least as many pays the cold cost in full, one of fewer in part
+    return curve, ColdCallCost(tuple(sizes), tuple(cold), float(small[ref].probe.buffer_bytes))
 
 
 def _split(samples: Sequence[Sample]):
@@ -1213,6 +1269,7 @@ def build_topology(
     description: str = "", sources: Sequence[str] = (), protocol: ProtocolFit = NO_SWITCH,
     message_curve: SizeCurve | None = None, local_curve: SizeCurve | None = None,
     forward_curve: SizeCurve | None = None, footprint_curve: SizeCurve | None = None,
+    cold_call: ColdCallCost | None = None,
 ) -> Topology:
     """The ccsynth topology of the fitted figures: a link per ordered pair, with its pattern's figures.
 
@@ -1235,7 +1292,7 @@ def build_topology(
                     local_overhead=kernels.call_us, overhead_scope="rank",
                     call_overhead=call, eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
                     message_curve=message_curve, local_curve=local_curve, forward_curve=forward_curve,
-                    async_progress=False, footprint_curve=footprint_curve)
+                    async_progress=False, footprint_curve=footprint_curve, cold_call=cold_call)
 
 
 def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int, float],
@@ -1355,16 +1412,16 @@ def profile_machine(
         ref = same[0] if same else fits[0]
         pair_bw[node] = fit_bandwidth(predictor, ps, ref.alpha, ref.overhead, call, protocol)
     ports = _node_ports(fits, nodes, pair_bw, cores)
-    footprint = fit_footprint_curve(predictor, samples, result)
-    curve = fit_curve(predictor, samples, result, footprint)
-    forward = fit_forward_curve(predictor, samples, result, curve, footprint)
+    footprint, cold = fit_footprint(predictor, samples, result)
+    curve = fit_curve(predictor, samples, result, footprint, cold)
+    forward = fit_forward_curve(predictor, samples, result, curve, footprint, cold)
     lib = MPI.Get_library_version().strip().splitlines()[0].strip()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     topo = build_topology(
         n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}", protocol=protocol,
         message_curve=curve, local_curve=local_curve(kernels), forward_curve=forward, footprint_curve=footprint,
-        description=_describe(n, hosts, nodes, cores, lib),
+        cold_call=cold, description=_describe(n, hosts, nodes, cores, lib),
         sources=(f"ccsynth topo profile on {hosts[0]} at {when}, load average {load}, "
                  f"{len(samples) + sum(len(v) for v in pair_samples.values()) + len(round_samples)} probes",),
     )
@@ -1390,38 +1447,40 @@ def _fit_result_of(topology: Topology) -> FitResult:
     return FitResult(topology.call_overhead, tuple(fits), protocol)
 
 
-def refit_with_footprint(topology: Topology, footprint: SizeCurve | None,
-                         options: ProfileOptions | None = None) -> Topology:
-    """``topology`` (a profile without footprint probes) with ``footprint`` as its footprint curve, and its message
-    and forward curves fitted again with the footprint in place, on the probe times the topology itself predicts
-    (what its own fit reproduced of its probes): the same figures for the probes it was fitted on, the footprint
-    for calls that touch more data. ``options``: the probes the profile ran (default: ``ccsynth topo profile``'s)."""
+def refit_with_footprint(topology: Topology, footprint: SizeCurve | None, options: ProfileOptions | None = None,
+                         cold: ColdCallCost | None = None) -> Topology:
+    """``topology`` (a profile) with ``footprint`` as its footprint curve and ``cold`` as its cold call cost, and
+    its message and forward curves fitted again with them in place, on the probe times the topology itself
+    predicts (what its own fit reproduced of its probes, at their footprints with its own footprint costs): the
+    same figures for the probes it was fitted on, the new footprint costs for calls that touch more data.
+    ``options``: the probes the profile ran (default: ``ccsynth topo profile``'s)."""
     options = options or ProfileOptions()
     result = _fit_result_of(topology)
     predictor = _Predictor(topology.n_ranks, options.cold)
     fits = {f.pattern: f for f in result.fits}
     # as the profile's own fit saw them: the message curve from chains and windows alone, then the forward probes
     samples = [Sample(p, predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol,
-                                          topology.message_curve, topology.forward_curve if p.shape == "forward" else None))
+                                          topology.message_curve, topology.forward_curve if p.shape == "forward" else None,
+                                          topology.footprint_curve, topology.cold_call))
                for p in plan_probes(tuple(fits), options) if p.shape != "footprint"]
-    curve = fit_curve(predictor, samples, result, footprint) if topology.message_curve is not None else None
-    forward = fit_forward_curve(predictor, samples, result, curve, footprint) \
+    curve = fit_curve(predictor, samples, result, footprint, cold) if topology.message_curve is not None else None
+    forward = fit_forward_curve(predictor, samples, result, curve, footprint, cold) \
         if topology.forward_curve is not None else None
-    return replace(topology, message_curve=curve, forward_curve=forward, footprint_curve=footprint)
+    return replace(topology, message_curve=curve, forward_curve=forward, footprint_curve=footprint, cold_call=cold)
 
 
-def measure_footprint(comm, topology: Topology, options: ProfileOptions | None = None) -> SizeCurve | None:
+def measure_footprint(comm, topology: Topology,
+                      options: ProfileOptions | None = None) -> tuple[SizeCurve | None, ColdCallCost | None]:
     """The footprint probes alone, measured here (on every rank) and fitted against the figures of ``topology``
-    (:func:`fit_footprint_curve`); for :func:`refit_with_footprint`."""
+    (:func:`fit_footprint`); for :func:`refit_with_footprint`."""
     options = options or ProfileOptions()
     result = _fit_result_of(topology)
-    probes = [p for p in plan_probes(tuple(f.pattern for f in result.fits), options) if p.shape == "footprint"]
+    probes = footprint_probes(result.fits[0].pattern, options)
     best: dict[Probe, float] = {}
     for _ in range(options.n_passes):
         for probe in probes:
             best[probe] = min(measure_probe(comm, probe, options).measured_us, best.get(probe, math.inf))
-    return fit_footprint_curve(_Predictor(topology.n_ranks, options.cold), [Sample(p, t) for p, t in best.items()],
-                               result)
+    return fit_footprint(_Predictor(topology.n_ranks, options.cold), [Sample(p, t) for p, t in best.items()], result)
 
 
 def main(argv=None) -> int:
@@ -1442,17 +1501,18 @@ def main(argv=None) -> int:
     topo = load_topology(args.add_footprint)
     if topo.n_ranks != comm.Get_size():
         raise CCSynthError(f"{args.add_footprint} describes {topo.n_ranks} ranks; start as many")
-    footprint = measure_footprint(comm, topo, ProfileOptions(passes=args.passes))
+    footprint, cold = measure_footprint(comm, topo, ProfileOptions(passes=args.passes))
     if comm.Get_rank() == 0:
-        out = refit_with_footprint(topo, footprint)
+        out = refit_with_footprint(topo, footprint, cold=cold)
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         out = replace(out, sources=(*out.sources, f"footprint curve measured by python -m ccsynth.bench.profile at "
                                                   f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load "
                                                   f"average {load}; message and forward curves fitted again with it"))
         with open(args.output, "w") as f:
             f.write(topology_to_json(out))
-        log.warning("wrote %s: footprint %s", args.output,
-                    None if footprint is None else list(zip(footprint.sizes, footprint.factors)))
+        log.warning("wrote %s: footprint %s, cold call %s", args.output,
+                    None if footprint is None else list(zip(footprint.sizes, footprint.factors)),
+                    None if cold is None else list(zip(cold.footprints, cold.us)))
     return 0
 
 

@@ -50,7 +50,12 @@ Model
   included), i.e. a call repeated back to back; ``footprint_bytes=``
   gives another (``ccsynth bench --interleave`` runs several algorithms
   in turn, each with its own buffers: their working sets together).
-  Without the curve nothing changes.
+  Without the curve nothing changes. Where the topology has a
+  ``cold_call`` (:mod:`ccsynth.topologies.coldcall`), a call also pays
+  ``c(F)`` us once, at the same footprint, added like the per-call cost
+  below (the part of a cold call's extra that does not grow with its bytes;
+  in proportion for a call whose own working set is smaller than the
+  probe's it was measured with).
 * **Progress.** Where the topology says ``async_progress=False`` (with
   ``overhead_scope="rank"``: MPI without a progress thread, as ccsynth's
   executor over MPICH's shared memory), a transfer's data phase starts
@@ -997,6 +1002,15 @@ class ByteFactors:
     message: float = 1.0
     local: float = 1.0
     forward: float = 1.0
+    footprint: float = 0.0  # the call's footprint per rank (bytes), what ``cold_call`` is read at
+
+
+def call_cost(topology: Topology, footprint_bytes: float, working_set_bytes: float) -> float:
+    """What a call of footprint ``footprint_bytes`` and ``working_set_bytes`` of own buffers per rank pays once,
+    whatever its schedule (us): the per-call cost, plus the cold call cost where the topology has one (see the
+    module docstring)."""
+    cold = topology.cold_call
+    return topology.call_overhead + (cold.cost_us(footprint_bytes, working_set_bytes) if cold is not None else 0.0)
 
 
 def byte_factors(topology: Topology, size_bytes: float, footprint_bytes: float) -> ByteFactors:
@@ -1006,7 +1020,7 @@ def byte_factors(topology: Topology, size_bytes: float, footprint_bytes: float) 
     h = hcurve.factor(footprint_bytes) if hcurve is not None else 1.0
     return ByteFactors((mcurve.factor(size_bytes) if mcurve is not None else 1.0) * h,
                        lcurve.factor(size_bytes) if lcurve is not None else 1.0,
-                       fcurve.factor(size_bytes) if fcurve is not None else 1.0)
+                       fcurve.factor(size_bytes) if fcurve is not None else 1.0, float(footprint_bytes))
 
 
 def _footprint(p: _Prepared, size: float, footprint_bytes: float | None) -> float:
@@ -1029,7 +1043,7 @@ def _result(p: _Prepared, topology: Topology, size_bytes, local_bw, trace: bool 
     f = byte_factors(topology, size, _footprint(p, size, footprint_bytes))
     time_us, busy = _run(p, chunk_bytes, local_bw, rec, f.message, f.local, f.forward)
     if p.n_ops:
-        time_us += topology.call_overhead
+        time_us += call_cost(topology, f.footprint, working_set_bytes(p.schedule, size))
     log.debug("simulated %r on %s at %g bytes: %.6g us", p.schedule.name, topology.name, size, time_us)
     bound: Bound = explicit_lower_bound(coll, topology, size) if isinstance(coll, ExplicitCollective) else \
         lower_bound(coll, topology, size)
@@ -1165,7 +1179,7 @@ def _static(p: _Prepared, topology: Topology, size_bytes: float) -> StaticBound:
             res_bytes[r] += class_bytes[c]
     volume = float((res_bytes / np.asarray(p.res_cap)).max()) if len(p.res_cap) else 0.0
     engine = float(np.bincount(np.asarray(p.engine), weights=np.asarray(p.overhead)).max())
-    return StaticBound(volume, engine, topology.call_overhead)
+    return StaticBound(volume, engine, call_cost(topology, f.footprint, working_set_bytes(schedule, size)))
 
 
 def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | None = None,
@@ -1180,7 +1194,8 @@ def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | No
 
 
 __all__ = [
-    "ByteFactors", "ReceiveRounds", "SimResult", "StaticBound", "Task", "TaskGraph", "byte_factors", "known_result",
+    "ByteFactors", "ReceiveRounds", "SimResult", "StaticBound", "Task", "TaskGraph", "byte_factors", "call_cost",
+    "known_result",
     "receive_rounds", "simulate", "simulate_below", "simulate_sizes", "simulate_graph", "static_bound",
     "working_set_bytes",
 ]

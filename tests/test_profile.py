@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 
 from ccsynth.bench.profile import (
-    CURVE_MIN_BYTES, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
+    CURVE_MIN_BYTES, FOOTPRINT_SMALL, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
     _pair_pattern, _Predictor,
-    build_topology, eviction_bytes, fit_curve, fit_footprint_curve, fit_forward_curve, fit_patterns, fit_round_cost,
+    build_topology, eviction_bytes, fit_curve, fit_footprint, fit_forward_curve, fit_patterns, fit_round_cost,
     non_increasing,
     llc_bytes, local_curve, patterns, plan_probes, probe_footprint, probe_schedule, refit_with_footprint, robust_us,
     round_partners, round_peer_counts, round_probes,
 )
 from ccsynth.synth.executor_model import lower_for_executor
 from ccsynth.synth.simulate import receive_rounds, simulate_graph
+from ccsynth.topologies.coldcall import ColdCallCost
 from ccsynth.topologies.rounds import RoundCost
 from ccsynth.topologies.curve import SizeCurve
 from ccsynth.topologies.io import load_topology, topology_to_json
@@ -212,6 +213,9 @@ def test_profile_writes_a_topology_that_loads_and_synth_uses(ranks, tmp_path):
     show = _run([sys.executable, "-m", "ccsynth", "topo", "show", str(out)])
     assert show.returncode == 0 and "overhead scope: rank" in show.stdout, show.stderr
     assert (topo.footprint_curve is not None) == ("message cost by footprint" in show.stdout)
+    # the large footprint windows ran too: the cold call cost is written (0 where they measured none), and shown
+    assert topo.cold_call is not None and "cold_call" in doc and all(c >= 0 for c in topo.cold_call.us)
+    assert "a cold call costs more once" in show.stdout and "a cold call costs more once" in proc.stdout
     sched = tmp_path / "s.json"
     synth = _run([sys.executable, "-m", "ccsynth", "-q", "synth", "-t", str(out), "-c", "allreduce", "--size", "1M",
                   "-o", str(sched)])
@@ -470,10 +474,14 @@ def test_fit_round_cost_recovers_known_costs_from_synthetic_timings():
 # ------------------------------------------------------------------ footprint (h29-cache)
 def test_the_plan_has_footprint_probes_up_to_twice_the_last_level_cache():
     pats = patterns([0] * 4)
-    fp = [p for p in plan_probes(pats, ProfileOptions()) if p.shape == "footprint"]
-    assert {p.pattern for p in fp} == {pats[0]} and {p.nbytes for p in fp} == {256 << 10}
+    every = [p for p in plan_probes(pats, ProfileOptions()) if p.shape == "footprint"]
+    fp = [p for p in every if p.nbytes == 256 << 10]
+    assert {p.pattern for p in every} == {pats[0]} and {p.nbytes for p in every} == {256 << 10, FOOTPRINT_SMALL}
     llc = llc_bytes()
     assert sorted(p.evict_bytes for p in fp) == [0, llc // 8, llc // 4, llc // 2, llc, 2 * llc]
+    # the windows of smaller messages at exactly the same footprints (longer eviction passes)
+    assert sorted(probe_footprint(p) for p in every if p.nbytes == FOOTPRINT_SMALL) == \
+        sorted(probe_footprint(p) for p in fp)
     # a probe's footprint: its send (2 x 256 KiB) and receive (4 x 2 x 256 KiB) buffers and the eviction pass
     assert probe_footprint(fp[0]) == 10 * (256 << 10) + fp[0].evict_bytes
     # the cold windows count their eviction pass too, the chains do not
@@ -484,9 +492,21 @@ def test_the_plan_has_footprint_probes_up_to_twice_the_last_level_cache():
     assert all(not op.deps for op in sched.ops if op.kind == "send")
 
 
-def test_fit_footprint_curve_recovers_known_factors_and_the_message_curve_stays_exact():
-    """Timings made with a footprint curve (3x from 16 MiB per rank): the footprint fitted back relative to the
-    smallest footprint, then the message curve with it in place reproduces every window."""
+def _windows_reproduced(pred, samples, result, fp, cold):
+    """The message curve fitted with the footprint's costs in place; every bandwidth window predicted within 3%."""
+    curve = fit_curve(pred, samples, result, fp, cold)
+    [f] = result.fits
+    for s in samples:
+        if s.probe.shape == "window" and s.probe.nbytes >= CURVE_MIN_BYTES:
+            assert pred.fitted(s.probe, f, result.call_overhead, result.protocol, curve, None, fp, cold) == \
+                pytest.approx(s.measured_us, rel=0.03)
+    return curve
+
+
+def test_fit_footprint_recovers_known_factors_and_the_message_curve_stays_exact():
+    """Timings made with a footprint curve (3x from 16 MiB per rank) and no cold cost: the footprint fitted back
+    relative to the smallest footprint, a cold cost of (about) 0, then the message curve with them in place
+    reproduces every window."""
     pats = patterns([0, 0])
     pred = _Predictor(2)
     M = 1 << 20
@@ -494,24 +514,60 @@ def test_fit_footprint_curve_recovers_known_factors_and_the_message_curve_stays_
     samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, None, None, true))
                for p in plan_probes(pats, ProfileOptions())]
     result = fit_patterns(2, samples, pred)
-    fp = fit_footprint_curve(pred, samples, result)
+    fp, cold = fit_footprint(pred, samples, result)
     assert fp is not None and fp.factors[0] == 1.0
     for s in (llc_bytes() // 8, 2 * llc_bytes()):
         f = 10 * (128 << 10) / 2 + s  # 2 ranks: 512 KiB sent, 1 MiB received, the eviction pass
         assert fp.factor(f) == pytest.approx(true.factor(f), rel=0.05)
-    curve = fit_curve(pred, samples, result, fp)
-    [f] = result.fits
-    for s in samples:
-        if s.probe.shape == "window" and s.probe.nbytes >= CURVE_MIN_BYTES:
-            assert pred.fitted(s.probe, f, result.call_overhead, result.protocol, curve, None, fp) == \
-                pytest.approx(s.measured_us, rel=0.03)
+    assert cold is not None and max(cold.us) < 1.0  # us, against windows of 60-600 us
+    _windows_reproduced(pred, samples, result, fp, cold)
     # timings without a footprint: no curve; a spike at one footprint does not raise the larger ones
     flat = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7)) for p in plan_probes(pats, ProfileOptions())]
     flat_result = fit_patterns(2, flat, pred)
-    assert fit_footprint_curve(pred, flat, flat_result) is None
+    assert fit_footprint(pred, flat, flat_result)[0] is None
     spiked = [Sample(s.probe, s.measured_us * (3.0 if s.probe.shape == "footprint" and s.probe.evict_bytes == llc_bytes() // 4
                                                else 1.0)) for s in flat]
-    assert fit_footprint_curve(pred, spiked, flat_result) is None
+    assert fit_footprint(pred, spiked, flat_result)[0] is None
+    # a window slower than the factors' range at the smallest footprint (a load spike) leaves every factor in range
+    slow = [Sample(s.probe, s.measured_us * (50.0 if s.probe.shape == "footprint" and s.probe.evict_bytes == 0 else 1.0))
+            for s in samples]
+    assert fit_footprint(pred, slow, result)[1] is not None
+    # without the large windows (a profile of the older plan): the curve alone, as before
+    older = [s for s in samples if s.probe.nbytes != FOOTPRINT_SMALL]
+    assert fit_footprint(pred, older, result)[1] is None
+
+
+def test_fit_footprint_splits_a_cold_call_from_the_per_byte_cost():
+    """Timings made with a per-byte curve and a cold cost per call (0 at the smallest footprint, 40 us at a quarter
+    of the last-level cache, 90 us from twice it): both fitted back at every footprint; the message curve fitted
+    with them in place reproduces the windows; a 4 MiB-per-rank call after that much data then costs what the
+    truth says, where the per-byte curve alone over-charges it."""
+    pats = patterns([0, 0])
+    pred = _Predictor(2)
+    M, llc = 1 << 20, llc_bytes()
+    true = SizeCurve((2.0 * M, llc / 4, 2.0 * llc), (1.0, 1.6, 2.2))
+    ref = 1.5 * M  # 2 ranks: two 256 KiB messages sent, four received
+    ws = 6.0 * FOOTPRINT_SMALL  # the small windows' buffers: calls of as many pay the cold cost in full
+    truth = ColdCallCost((ref, llc / 4, 2.0 * llc), (0.0, 40.0, 90.0), working_set_bytes=ws)
+    probes = plan_probes(pats, ProfileOptions())
+    samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, None, None, true, truth)) for p in probes]
+    result = fit_patterns(2, samples, pred)
+    fp, cold = fit_footprint(pred, samples, result)
+    assert fp is not None and cold is not None and cold.working_set_bytes == ws and cold.footprints[0] == ref
+    for f in cold.footprints:
+        assert cold.cost_us(f, ws) == pytest.approx(truth.cost_us(f, ws), abs=2.0)
+        assert fp.factor(f) == pytest.approx(true.factor(f), rel=0.03)
+    curve = _windows_reproduced(pred, samples, result, fp, cold)
+    [f] = result.fits
+    # the per-byte curve alone (the small windows only) puts the cold cost on the bytes: 4x the bytes, 4x the cost
+    alone, none = fit_footprint(pred, [s for s in samples if s.probe.nbytes != FOOTPRINT_SMALL], result)
+    assert none is None
+    big = Probe(pats[0], "footprint", 2, 4 * M, 1 << 20, evict_bytes=int(2 * llc))
+    want = pred.time(big, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, None, None, true, truth)
+    split = pred.fitted(big, f, result.call_overhead, result.protocol, curve, None, fp, cold)
+    per_byte = pred.fitted(big, f, result.call_overhead, result.protocol, fit_curve(pred, samples, result, alone),
+                           None, alone)
+    assert split == pytest.approx(want, rel=0.05) and per_byte > 1.1 * want
 
 
 def test_refit_with_footprint_keeps_a_profile_without_one_and_adds_one(tmp_path):
@@ -534,6 +590,17 @@ def test_refit_with_footprint_keeps_a_profile_without_one_and_adds_one(tmp_path)
     assert "footprint_curve" in json.loads(path.read_text()) and load_topology(path).footprint_curve == fp
     # the largest windows' footprint costs 3x: the message curve there gives it back, so they predict the same
     assert more.message_curve.factor(64 << 20) == pytest.approx(msg.factor(64 << 20) / 3.0, rel=0.05)
+    # part of it once per call instead: refitted again from that profile, the windows still predict as they did
+    cold = ColdCallCost((2.0 * (1 << 20), 64.0 * (1 << 20)), (0.0, 40.0), working_set_bytes=6.0 * FOOTPRINT_SMALL)
+    split = refit_with_footprint(more, SizeCurve(fp.sizes, (1.0, 2.0)), cold=cold)
+    assert split.cold_call == cold and split.footprint_curve.factors == (1.0, 2.0)
+    pred = _Predictor(2)
+    [f] = [LinkFit(p, 0.3, 0.7, 8.0) for p in pats]
+    for p in plan_probes(pats, ProfileOptions()):
+        if p.shape == "window" and p.nbytes >= CURVE_MIN_BYTES:
+            old = pred.fitted(p, f, 2.2, NO_SWITCH, more.message_curve, None, more.footprint_curve)
+            assert pred.fitted(p, f, 2.2, NO_SWITCH, split.message_curve, None, split.footprint_curve, cold) == \
+                pytest.approx(old, rel=0.03)
 
 
 def test_repredict_of_an_interleaved_run_predicts_every_row_at_the_footprint_of_all_algorithms(tmp_path):

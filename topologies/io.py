@@ -17,6 +17,7 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "local_curve":   {"version": 1, "sizes_bytes": [...], "factors": [...]},  # the same for local work
       "forward_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # forwarded messages (>= 1)
       "footprint_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # by bytes touched per rank
+      "cold_call": {"version": 1, "footprints_bytes": [...], "us": [...], "working_set_bytes": 1572864},
       "async_progress": false,                      # bytes move only while both ranks wait (optional: true)
       "round_cost": {"version": 1, "peers": [1, 2, 3], "us": [0.5, 6.0, 12.0]},  # a round of k peers (optional)
       "communicator_overhead_us": 2.0,              # per call through ccsynth's communicator (optional: 0)
@@ -60,6 +61,9 @@ through ccsynth's communicator, which only ``ccsynth bench --predict``
 adds, to the rows that run through it; left out: 0) and ``footprint_curve`` (what every byte of
 a call costs more by its footprint: the bytes a rank touches between two
 calls on the same buffers, see :mod:`ccsynth.topologies.model`; left out:
+nothing) and ``cold_call`` (the us a call pays once more by its footprint,
+piecewise-linear in it, in proportion for calls of fewer buffers per rank
+than ``working_set_bytes``: :mod:`ccsynth.topologies.coldcall`; left out:
 nothing).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
@@ -92,6 +96,7 @@ from ccsynth.atomic import write_text
 from ccsynth.errors import TopologyError
 from ccsynth.limits import check as check_limit, check_min as check_limit_min
 from ccsynth.reading import parse_json, read_text
+from ccsynth.topologies.coldcall import COLD_CALL_VERSION, ColdCallCost
 from ccsynth.topologies.curve import CURVE_VERSION, SizeCurve
 from ccsynth.topologies.rounds import ROUND_COST_VERSION, RoundCost
 from ccsynth.topologies.model import OVERHEAD_SCOPES, Dimension, Link, SharedPort, Spine, Switch, Topology
@@ -103,7 +108,7 @@ _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "
              "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
              "message_curve", "local_curve", "forward_curve", "async_progress", "round_cost",
              "communicator_overhead_us",
-             "message_curve", "local_curve", "forward_curve", "async_progress", "footprint_curve",
+             "message_curve", "local_curve", "forward_curve", "async_progress", "footprint_curve", "cold_call",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -152,6 +157,8 @@ def topology_to_dict(topology: Topology) -> dict:
         d["communicator_overhead_us"] = float(t.communicator_overhead)
     if t.footprint_curve is not None:
         d["footprint_curve"] = t.footprint_curve.to_dict()
+    if t.cold_call is not None:
+        d["cold_call"] = t.cold_call.to_dict()
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -391,6 +398,7 @@ def _topology_from_dict(d: Any) -> Topology:
     local_curve = _curve(d, "local_curve")
     forward_curve = _curve(d, "forward_curve")
     footprint_curve = _curve(d, "footprint_curve")
+    cold_call = _cold_call(d)
     async_progress = d.get("async_progress", True)
     if not isinstance(async_progress, bool):
         raise TopologyError(f"async_progress must be true or false, got {json_type_name(async_progress)}")
@@ -426,6 +434,7 @@ def _topology_from_dict(d: Any) -> Topology:
         round_cost=round_cost,
         communicator_overhead=communicator_overhead,
         footprint_curve=footprint_curve,
+        cold_call=cold_call,
     )
 
 
@@ -477,6 +486,25 @@ def _round_cost(d: Mapping) -> RoundCost | None:
     us = [_number(x, f"{key}.us[{i}]", positive=False) for i, x in enumerate(_list(_get(e, "us", key), f"{key}.us"))]
     try:
         return RoundCost(tuple(peers), tuple(us))
+    except TopologyError as err:
+        raise TopologyError(f"{key}: {err}") from None
+
+
+_COLD_KEYS = ("version", "footprints_bytes", "us", "working_set_bytes")
+
+
+def _cold_call(d: Mapping) -> ColdCallCost | None:
+    """The cold call cost (None when left out); every problem names the key."""
+    key = "cold_call"
+    e = _versioned(d, key, _COLD_KEYS, COLD_CALL_VERSION, "footprints_bytes and us")
+    if e is None:
+        return None
+    fps = [_number(x, f"{key}.footprints_bytes[{i}]", positive=True)
+           for i, x in enumerate(_list(_get(e, "footprints_bytes", key), f"{key}.footprints_bytes"))]
+    us = [_number(x, f"{key}.us[{i}]", positive=False) for i, x in enumerate(_list(_get(e, "us", key), f"{key}.us"))]
+    ws = _number(_get(e, "working_set_bytes", key), f"{key}.working_set_bytes", positive=True)
+    try:
+        return ColdCallCost(tuple(fps), tuple(us), ws)
     except TopologyError as err:
         raise TopologyError(f"{key}: {err}") from None
 

@@ -69,6 +69,12 @@ Units used everywhere in ccsynth:
   footprint; charging them ``h`` too over-predicted the 2-rank allgather
   at 4-16 MiB). Measured by ``ccsynth topo profile`` (``h`` is 1 at the
   smallest footprint probed); None: nothing, as in the catalog.
+* ``Topology.cold_call`` (optional :class:`~ccsynth.topologies.coldcall.ColdCallCost`,
+  default None): the part of a cold call's extra that is paid once per
+  call, not per byte: a call of footprint ``F`` costs ``c(F)`` us more,
+  added once like ``call_overhead``. Measured by ``ccsynth topo profile``
+  beside ``footprint_curve`` (footprint probes of two message sizes); None:
+  nothing, every byte carries the footprint's cost alone, as before.
 * ``Topology.async_progress`` (default True): False says that the MPI
   library moves a message's bytes only while both ranks are inside it (no
   progress thread; ccsynth's executor enters MPI to wait only when it has
@@ -151,6 +157,7 @@ from collections.abc import Iterator
 import networkx as nx
 
 from ccsynth.errors import TopologyError
+from ccsynth.topologies.coldcall import ColdCallCost
 from ccsynth.topologies.curve import SizeCurve
 from ccsynth.topologies.rounds import RoundCost
 from ccsynth.limits import check as check_limit, check_min as check_limit_min
@@ -440,6 +447,8 @@ class Topology:
     communicator_overhead: float = 0.0
     # what bytes cost more by the call's footprint per rank (its data's reuse distance; None: nothing)
     footprint_curve: SizeCurve | None = None
+    # us a call pays once more by its footprint per rank (the per-call part of a cold call; None: nothing)
+    cold_call: ColdCallCost | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -511,6 +520,9 @@ class Topology:
             self, "communicator_overhead",
             _check_alpha(self.communicator_overhead, f"topology {self.name!r}: communicator overhead"),
         )
+        if self.cold_call is not None and not isinstance(self.cold_call, ColdCallCost):
+            raise TopologyError(f"topology {self.name!r}: cold_call must be a ColdCallCost, got "
+                                f"{type(self.cold_call).__name__}")
         if self.round_cost is not None and not isinstance(self.round_cost, RoundCost):
             raise TopologyError(f"topology {self.name!r}: round_cost must be a RoundCost, got "
                                 f"{type(self.round_cost).__name__}")

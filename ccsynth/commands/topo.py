@@ -116,6 +116,8 @@ def run(args) -> int:
         c = topo.footprint_curve
         extras.append("message cost by footprint (bytes a rank touches between two calls): "
                       + ", ".join(f"{format_size(int(m))} x{f:.2f}" for m, f in zip(c.sizes, c.factors)))
+    if topo.cold_call is not None:
+        extras.append(_cold_line(topo.cold_call))
     if extras:
         print("; ".join(extras))
     if topo.dims:
@@ -229,9 +231,18 @@ def _summary(prof) -> None:
               + ", ".join(f"{format_size(int(m))} {f:.2f}" for m, f in zip(fc.sizes, fc.factors)))
     else:
         print("message cost by footprint: flat (no footprint probe cost 5% more than the smallest)")
+    if prof.topology.cold_call is not None:
+        print(_cold_line(prof.topology.cold_call))
     k = prof.kernels
     print(f"local work {k.local_bw:.3g} GB/s (kernels, every rank at once, {format_size(k.nbytes)} buffers: "
           f"receive-reduce-copy {k.fused:.3g}, sum {k.reduce:.3g}, copy {k.copy:.3g}) and {k.call_us:.3g} us per "
           f"kernel call; fixed cost per collective call {prof.call_overhead:.3g} us")
     print("latency = alpha + 2 x overhead: one small message alone; fit error: median |predicted / measured - 1| "
           "over the pattern's probes")
+
+
+def _cold_line(cold) -> str:
+    """The cold call cost (:mod:`ccsynth.topologies.coldcall`) in words."""
+    return (f"a cold call costs more once (calls of {format_size(int(cold.working_set_bytes))} or more per rank; "
+            "less in proportion), by footprint: " + ", ".join(f"{format_size(int(m))} {c:.3g} us"
+                                                               for m, c in zip(cold.footprints, cold.us)))
