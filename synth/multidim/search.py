@@ -76,6 +76,7 @@ from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, rounded_chunks, weight
 from ccsynth.synth.multidim.network import DimNet, dim_net
 from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
 from ccsynth.synth.multidim.ramp import RAMP_DEPTHS, ramped_chunks
+from ccsynth.synth.multidim.shares import tune_shares
 from ccsynth.synth.multidim.policies import equal_units, fixed_chunks, themis_chunks, themis_flex_chunks
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.tolerance import is_less
@@ -267,6 +268,16 @@ class _Run:
             best = self._ramped(best)
         return replace(best, lp_bound_us=bound)
 
+    def tuned(self, best: MultiDimSchedule) -> MultiDimSchedule:
+        """The LP's winner of the whole count search with its orders' shares hill-climbed in the model
+        (:mod:`.shares`; under the winner's queue priority), where the count was searched (like the ramp:
+        the chunks become unequal); the faster of the two. Other policies: ``best`` itself."""
+        if self.policy != "lp" or not self.ramp or best.n_chunks < 2:
+            return best
+        chunks = tune_shares(self.net, self.costs, self.kind, self.size, best.chunks, best.timing.priority)
+        tuned = self._timed(chunks, f"{best.origin}, shares tuned", (best.timing.priority,))
+        return replace(fastest([best, tuned]), lp_bound_us=best.lp_bound_us)
+
     def _ramped(self, best: MultiDimSchedule) -> MultiDimSchedule:
         """``best`` with its first and last chunks cut into growing and shrinking pieces (:mod:`.ramp`: the
         pipeline's fill and drain shrink, the split and the other chunks stay), at the depths of
@@ -328,7 +339,8 @@ def _search(run: _Run, counts: Sequence[int], refine: bool = True) -> MultiDimSc
                 if k not in found:
                     found[k] = run.at(k)
     tried = tuple((k, found[k].makespan_us) for k in sorted(found))
-    return replace(found[best_k({k: s.makespan_us for k, s in found.items()})], tried=tried)
+    best = found[best_k({k: s.makespan_us for k, s in found.items()})]
+    return replace(run.tuned(best), tried=tried)
 
 
 def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float, scheduler: str = "auto", *,
