@@ -43,9 +43,14 @@ winner's first and last chunks are then cut into growing and shrinking
 pieces (:mod:`~.ramp`, the depths of :data:`~.ramp.RAMP_DEPTHS`, timed
 under the winner's queue priority): the same split, a shorter fill and
 drain, ``2 x depth`` chunks more -- so a fixed count stays fixed, and the
-IR, which takes at most four units a chunk, gets none.
+IR, which takes at most four units a chunk, gets none. Last, where the
+count is searched too, the shares of the winning schedule's orders are
+hill-climbed in the model (:mod:`~.shares`: the LP balances floor charges,
+the schedule also pays fill, drain and exposed per-message costs), once,
+on the winner of the whole search.
 :attr:`MultiDimSchedule.origin` says which one won (``..., reversed``
-for the reverse sequence, ``..., ramped to 1/8`` for a ramp of depth 3).
+for the reverse sequence, ``..., ramped to 1/8`` for a ramp of depth 3,
+``..., shares tuned``).
 
 Nothing here walks the ranks: scheduling 4,096 ranks in 4 dimensions costs
 what 16 ranks do (see ``bench/bench_multidim.py``). Every result is a
