@@ -77,7 +77,7 @@ from collections.abc import Iterable, Sequence
 from ccsynth.errors import CollectiveError, InfeasibleError, SizeError, SolverError
 from ccsynth.synth.multidim.chunks import ChunkPlan, check_kind
 from ccsynth.synth.multidim.cost import PhaseCosts
-from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, rounded_chunks, weighted_chunks
+from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, rounded_chunks, solve_lattice, weighted_chunks
 from ccsynth.synth.multidim.network import DimNet, dim_net
 from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
 from ccsynth.synth.multidim.ramp import RAMP_DEPTHS, ramped_chunks
@@ -233,6 +233,8 @@ class _Run:
         self._timings: dict[tuple[tuple[ChunkPlan, ...], tuple[str, ...]], DimTiming] = {}
         # per chunk count: the makespan before the ramp (what the search would have found without it)
         self.unramped_us: dict[int, float] = {}
+        # lp: per warm start (fixed, themis) and chunk count, its makespan -- what that policy's own search sees
+        self.warm_us: dict[str, dict[int, float]] = {}
 
     def at(self, k: int) -> MultiDimSchedule:
         net, costs, kind, size = self.net, self.costs, self.kind, self.size
@@ -258,11 +260,7 @@ class _Run:
                     log.warning("exact rounding of the LP flow at %d chunks skipped: %s", k, e)
             if self.weighted and k > 1:
                 candidates.append((weighted_chunks(net, costs, kind, chunks, sol), f"LP flow ({what}), weighted chunks"))
-        # Themis's chunks and the fixed order are feasible points of the LP's class: warm starts the LP's
-        # roundings must beat
-        candidates.append((themis_chunks(net, costs, kind, size, equal_units(k)), "Themis warm start"))
-        candidates.append((fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed-order warm start"))
-        best = fastest(self._timed(chunks, origin) for chunks, origin in candidates)
+        best = fastest([*(self._timed(chunks, origin) for chunks, origin in candidates), *self._warm(k)])
         if k > 1:
             # the winner's chunks in the reverse sequence: the walk puts the orders the LP favours most early;
             # reversed, the chunks that start elsewhere lead, and the queues fill and drain differently (the
@@ -272,6 +270,24 @@ class _Run:
             self.unramped_us[k] = best.makespan_us
             best = self._ramped(best)
         return replace(best, lp_bound_us=bound)
+
+    def _warm(self, k: int) -> list[MultiDimSchedule]:
+        """Themis's chunks and the fixed order's at ``k``: feasible points of the LP's class, warm starts the
+        LP's roundings must beat (their makespans are kept in :attr:`warm_us`)."""
+        net, costs, kind, size = self.net, self.costs, self.kind, self.size
+        out = []
+        for policy, chunks, origin in (("themis", themis_chunks(net, costs, kind, size, equal_units(k)), "Themis"),
+                                       ("fixed", fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed-order")):
+            s = self._timed(chunks, f"{origin} warm start")
+            self.warm_us.setdefault(policy, {})[k] = s.makespan_us
+            out.append(s)
+        return out
+
+    def warm_at(self, k: int) -> MultiDimSchedule:
+        """The LP at ``k`` from its warm starts alone (no LP rounding; its bound ``T*`` still solved): for the
+        counts that Themis's and the fixed order's own searches try beyond the LP's (:func:`_search`)."""
+        bound = solve_lattice(self.net, self.costs, self.kind, self.size, k, self.options).bound_us
+        return replace(fastest(self._warm(k)), lp_bound_us=bound)
 
     def tuned(self, best: MultiDimSchedule) -> MultiDimSchedule:
         """The LP's winner of the whole count search with its orders' shares hill-climbed in the model
@@ -343,6 +359,12 @@ def _search(run: _Run, counts: Sequence[int], refine: bool = True) -> MultiDimSc
             for k in refine_counts(centre, counts):
                 if k not in found:
                     found[k] = run.at(k)
+        # the LP: every count Themis's and the fixed order's own searches try (the same powers of two, refined
+        # around each one's best) with at least their chunks, so that the LP is never worse than either
+        for times in run.warm_us.values():
+            for k in refine_counts(best_k({k: t for k, t in times.items() if k in counts}), counts):
+                if k not in found:
+                    found[k] = run.warm_at(k)
     tried = tuple((k, found[k].makespan_us) for k in sorted(found))
     best = found[best_k({k: s.makespan_us for k, s in found.items()})]
     return replace(run.tuned(best), tried=tried)
