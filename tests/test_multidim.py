@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ccsynth.cli import main as cli_main
 from ccsynth.collectives.spec import Collective
@@ -93,6 +95,12 @@ def test_lp_is_never_worse_than_themis_and_respects_its_bound():
             assert got["lp"].makespan_us <= got["fixed"].makespan_us * (1 + 1e-9)
             assert got["lp"].lp_bound_us <= got["lp"].makespan_us * (1 + 1e-9)
             assert bandwidth_bound(net, PhaseCosts(net), "allreduce", size) <= got["lp"].makespan_us * (1 + 1e-9)
+            if spec.startswith("hierarchical:8x8x8x8") and size == 1 << 30:
+                # issue 12's target: within 2% of its pipelined bound (tuned shares: 2919.8 us, that bound 2871.0, T* 2862.6)
+                assert got["lp"].makespan_us <= 1.02 * pipelined_bound(net, PhaseCosts(net), "allreduce", size,
+                                                                       got["lp"].chunks)
+                assert got["lp"].makespan_us <= 1.022 * got["lp"].lp_bound_us
+                assert got["lp"].origin.endswith("shares tuned")
 
 
 # ------------------------------------------------------------------ IR, verification, simulator
@@ -356,44 +364,84 @@ def test_exact_rounding_keeps_every_edge_within_a_chunk_and_its_bound_is_the_bes
 
 
 def test_lp_tries_its_winning_chunks_in_the_reverse_sequence():
-    # 24 chunks on 2x2x2x2@250,200,100,50 at 1 GiB: the walk puts the order 0-1-2-3 (19 chunks) first and
-    # 1-2-3-0 (5) from the fourth chunk on; reversed, the same chunks take 4288.2 us instead of 4306.1
+    # 20 chunks on 4x4x2@200,100,50 at 1 GiB: reversed, the LP's winning chunks take 6038.3 us instead of 6231.3
+    # (2x2x2x2@250,200,100,50 at 24 chunks, the earlier case, gains nothing since its 2-rank phases run direct)
     from ccsynth.synth.multidim.pipeline import PRIORITIES
 
-    net = dim_net(get_topology("hierarchical:2x2x2x2@250,200,100,50"))
+    net = dim_net(get_topology("hierarchical:4x4x2@200,100,50"))
     costs = PhaseCosts(net)
     size = 1 << 30
-    lp = schedule_multidim(net, "allreduce", size, "lp", chunks=24)
+    lp = schedule_multidim(net, "allreduce", size, "lp", chunks=20)
     assert lp.origin.endswith(", reversed")
     forward = min(time_chunks(net, costs, "allreduce", size, lp.chunks[::-1], p).makespan_us for p in PRIORITIES)
-    assert lp.makespan_us < forward * (1 - 0.003)
-    assert lp.makespan_us == pytest.approx(4288.17, abs=0.01)
+    assert lp.makespan_us < forward * (1 - 0.02)
+    assert lp.makespan_us == pytest.approx(6038.32, abs=0.01)
     # still deterministic, and never worse than Themis at the same count
-    assert schedule_multidim(net, "allreduce", size, "lp", chunks=24).chunks == lp.chunks
-    assert lp.makespan_us <= schedule_multidim(net, "allreduce", size, "themis", chunks=24).makespan_us
+    assert schedule_multidim(net, "allreduce", size, "lp", chunks=20).chunks == lp.chunks
+    assert lp.makespan_us <= schedule_multidim(net, "allreduce", size, "themis", chunks=20).makespan_us
 
 
 def test_pipelined_bound_adds_the_fill_and_drain_every_schedule_pays():
-    from ccsynth.synth.multidim.lp import solve_lattice
+    from ccsynth.synth.multidim.lp import message_latency, solve_lattice
     from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
 
     # Themis's artifact sample: no chunk may sensibly start on the 12.5 GB/s dimension, so it idles while the
-    # first chunk reduce-scatters on dimension 0 and while the last one gathers there; T* lets it work throughout
+    # first chunk reduce-scatters on dimension 0 and while the last one gathers there; T* lets it work throughout.
+    # Each of those phases pays a message's overheads and latency on dimension 0 (1.35 + 0.7 + 1.35 us) beyond
+    # its bytes, and the 12.5 GB/s dimension its own first and last message's (5.7 + 2.6 + 5.7 us)
     net = dim_net(get_topology("hierarchical:2x8x2@250,175,12.5"))
     costs = PhaseCosts(net)
     size = 1 << 30
+    assert [message_latency(net, d) for d in range(3)] == pytest.approx([3.4, 14.0, 14.0])
     lp = schedule_multidim(net, "allreduce", size, "lp", chunks=20)
     t_star = solve_lattice(net, costs, "allreduce", size, 20).bound_us
     bound = pipelined_bound(net, costs, "allreduce", size, lp.chunks)
     # one reduce-scatter phase of a 1/20 chunk on dimension 0 (2 ranks, 250 GB/s), before and after
     phase = (size / 20) / 2 / (250 * BYTES_PER_US_PER_GBPS)
-    assert bound == pytest.approx(t_star + 2 * phase, rel=1e-6)
+    assert bound == pytest.approx(t_star + 2 * (phase + 3.4) + 14.0, rel=1e-6)
     assert t_star < bound <= lp.makespan_us
     for spec in ("hierarchical:4x4x4x4@100,100,100,100", "hierarchical:2x2@200,50"):
         other = dim_net(get_topology(spec))
         md = schedule_multidim(other, "allreduce", 1 << 26, "fixed", chunks=8)
         t_star = solve_lattice(other, PhaseCosts(other), "allreduce", 1 << 26, 8).bound_us
         assert t_star * (1 - 1e-9) <= pipelined_bound(other, PhaseCosts(other), "allreduce", 1 << 26, md.chunks)
+
+
+def test_pipelined_bound_holds_in_the_model_on_the_4d_fabrics():
+    # every scheduler at 1 GiB on the 4D fabrics of the benchmark (too large for the simulator); every phase runs
+    # direct there, whose floor charge is linear in the bytes, so the LP's weighted chunks are bound too
+    for spec in ("hierarchical:8x8x8x8@400,200,100,50", "hierarchical:2x8x8x8@250,200,100,50",
+                 "hierarchical:2x8x8x8@250,175,50,12.5"):
+        net = dim_net(get_topology(spec))
+        costs = PhaseCosts(net)
+        for policy, k in (("fixed", 64), ("themis", 40), ("lp", 40), ("lp", 72)):
+            md = schedule_multidim(net, "allreduce", 1 << 30, policy, chunks=k)
+            assert {a for c in md.chunks for a in c.algorithms} == {"direct"}
+            bound = pipelined_bound(net, costs, "allreduce", 1 << 30, md.chunks)
+            assert bound <= md.makespan_us * (1 + 1e-9), (spec, policy, k, bound, md.makespan_us)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(2, 4), st.sampled_from([12.5, 50.0, 100.0, 200.0]), st.sampled_from([0.0, 0.7, 2.6]),
+                          st.sampled_from([0.0, 1.35, 5.7])), min_size=2, max_size=3),
+       st.sampled_from(["allreduce", "reduce_scatter", "allgather"]), st.sampled_from([1 << 12, 1 << 20, 1 << 26]),
+       st.integers(1, 4), st.randoms(use_true_random=False))
+def test_pipelined_bound_holds_for_any_equal_chunks_in_the_simulator(dims, kind, size, k, rnd):
+    # any dimension orders (not only a scheduler's), any small hierarchy: the bound is below the event-driven
+    # simulator's time and the dimension-level model's
+    from ccsynth.synth.multidim.search import MultiDimSchedule
+
+    t = hierarchical(dims)
+    net = dim_net(t)
+    costs = PhaseCosts(net)
+    k = min(k, ir_max_chunks(kind, net))
+    orders = [tuple(rnd.sample(range(net.n_dims), net.n_dims)) for _ in range(k)]
+    chunks = tuple(make_chunk(net, costs, kind, o, size / k) for o in orders)
+    timing = time_chunks(net, costs, kind, size, chunks)
+    sim = simulate(to_schedule(MultiDimSchedule("lp", kind, size, net, chunks, timing), t), t, size).time_us
+    bound = pipelined_bound(net, costs, kind, size, chunks)
+    assert bound <= sim * (1 + 1e-9), (bound, sim)
+    assert bound <= timing.makespan_us * (1 + 1e-9), (bound, timing.makespan_us)
 
 
 def test_the_model_charges_a_profiled_topology_like_the_simulator():
@@ -410,3 +458,50 @@ def test_the_model_charges_a_profiled_topology_like_the_simulator():
                 md = schedule_multidim(net, kind, size, policy, max_chunks=cap)
                 sim = simulate(to_schedule(md, t), t, size).time_us
                 assert md.makespan_us == pytest.approx(sim, rel=0.05), (kind, policy, size)
+
+
+def test_two_rank_dimensions_run_direct_on_ties():
+    # on 2 ranks ring and direct send one message each way and take the same time alone; direct wins the tie,
+    # since direct phases overlap in a pipeline (the next one's latency and overheads hide behind these bytes)
+    from ccsynth.synth.multidim.chunks import ChunkPlan
+    from ccsynth.synth.multidim.policies import equal_units, fixed_chunks
+
+    net = dim_net(get_topology("hierarchical:2x8x2@250,175,12.5"))
+    costs = PhaseCosts(net)
+    for d in (0, 2):
+        assert costs.time(d, "ring", 1 << 24, reduce=True) == pytest.approx(costs.time(d, "direct", 1 << 24, reduce=True))
+        assert costs.best(d, 1 << 24, reduce=True).algorithm == "direct"
+    size, k = 1 << 30, 64
+    direct = fixed_chunks(net, costs, "allreduce", size, equal_units(k))
+    assert {c.algorithms for c in direct} == {("direct", "direct", "direct")}
+    ring = tuple(ChunkPlan(c.order, ("ring", "direct", "ring"), c.units) for c in direct)
+    t_direct = time_chunks(net, costs, "allreduce", size, direct).makespan_us
+    t_ring = time_chunks(net, costs, "allreduce", size, ring).makespan_us
+    # the 12.5 GB/s dimension (the bottleneck) pays alpha + 2 overheads (2.6 + 2 x 5.7 us) per ring phase, two a chunk
+    assert t_ring - t_direct == pytest.approx(2 * k * 14.0, rel=0.05)
+
+
+def test_tuned_shares_move_data_between_orders_and_never_lose():
+    from ccsynth.synth.multidim.lp import lp_chunks
+    from ccsynth.synth.multidim.shares import GRAIN, tune_shares, with_shares
+
+    net = dim_net(get_topology("hierarchical:8x8x8x8@400,200,100,50"))
+    costs = PhaseCosts(net)
+    size, k = 1 << 30, 40
+    chunks, _ = lp_chunks(net, costs, "allreduce", size, k)
+    start = time_chunks(net, costs, "allreduce", size, chunks, "phase").makespan_us
+    tuned = tune_shares(net, costs, "allreduce", size, chunks, "phase")
+    got = time_chunks(net, costs, "allreduce", size, tuned, "phase").makespan_us
+    assert got < start * (1 - 0.005)  # the walk's shares at 40 chunks: 2990.1 -> 2951.6 us
+    assert [c.order for c in tuned] == [c.order for c in chunks]  # the sequence and each order's count stay
+    assert sum(c.units for c in tuned) > GRAIN * k // 2  # finer units: chunks of unequal size
+    assert tune_shares(net, costs, "allreduce", size, chunks, "phase") == tuned  # deterministic
+    # with_shares gives each order the share asked for, to the grain
+    shares = {(0, 1, 2, 3): 0.6, (1, 2, 3, 0): 0.25}  # from 0.625 and 0.225 (the other two keep 0.1 and 0.05)
+    resized = with_shares(net, costs, "allreduce", size, chunks, shares)
+    total = sum(c.units for c in resized)
+    for order, x in shares.items():
+        assert sum(c.units for c in resized if c.order == order) / total == pytest.approx(x, abs=0.01)
+    # one order only: nothing to move
+    fixed = schedule_multidim(net, "allreduce", size, "fixed", chunks=8).chunks
+    assert tune_shares(net, costs, "allreduce", size, fixed, "chunk") == fixed

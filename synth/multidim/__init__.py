@@ -14,6 +14,7 @@ One concept per module:
 * :mod:`.policies` -- the fixed order and Themis's greedy (and its flex chunk sizes);
 * :mod:`.lp` -- the lattice LP that balances the dimensions, and its bound;
 * :mod:`.ramp` -- tapered pipelines: the first and last chunks cut into growing and shrinking pieces;
+* :mod:`.shares` -- the LP winner's split between orders moved by the model (fill, drain, exposed costs);
 * :mod:`.losses` -- where a schedule's time goes per dimension (fill, drain, exposed costs), against the bound;
 * :mod:`.pipeline` -- the dimension-level cost model (a queue per dimension);
 * :mod:`.search` -- the schedulers' public face (chunk count search, ``auto``);

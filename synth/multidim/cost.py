@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from ccsynth.errors import CollectiveError
 from ccsynth.synth.multidim.network import DimNet, DimSpec, DirectCost
+from ccsynth.tolerance import is_less
 
 __all__ = ["DirectTiming", "PhaseChoice", "PhaseCosts", "ring_time", "direct_time"]
 
@@ -195,9 +196,23 @@ class PhaseCosts:
         return c
 
     def best(self, d: int, m: float, *, reduce: bool) -> PhaseChoice:
-        """The faster of the dimension's algorithms for a range of ``m`` bytes (ties: ring)."""
+        """The faster of the dimension's algorithms for a range of ``m`` bytes.
+
+        Ties (within :data:`~ccsynth.tolerance.REL`) go to ring, but on a dimension of 2 ranks to direct:
+        there both send one message per rank and take the same time alone, but a ring phase holds its
+        dimension for all of that time while direct phases overlap (:func:`~.pipeline.window_of`: the
+        next phase's overheads and latency hide behind this one's bytes), so in a pipeline of chunks the
+        direct phases cost their bytes only (on ``hierarchical:2x8x2@250,175,12.5`` at 1 GiB the 12.5 GB/s
+        dimension's 2 x 14 us per chunk of latency and overheads: ``bench/RESULTS.md``, h43-lp4d).
+        """
         choices = [PhaseChoice(alg, self.time(d, alg, m, reduce=reduce)) for alg in self.net.dims[d].algorithms]
-        return min(choices, key=lambda c: c.time_us)  # min keeps the first of equals: ring before direct
+        if self.net.dims[d].size == 2:
+            choices.reverse()  # direct first: it wins ties
+        best = choices[0]
+        for c in choices[1:]:
+            if is_less(c.time_us, best.time_us):
+                best = c
+        return best
 
     def us_per_byte(self, d: int, algorithm: str) -> float:
         """The algorithm's bandwidth term per byte a rank sends (ring: its slowest hop)."""

@@ -76,7 +76,7 @@ from ccsynth.synth.solver import SolverOptions, solve, value
 
 __all__ = ["CHARGES", "WEIGHT_UNITS", "LatticeSolution", "solve_lattice", "decompose", "lattice_walk", "lp_chunks",
            "round_flow", "rounded_chunks", "rounded_bound", "weighted_chunks", "bandwidth_bound", "fixed_order_load",
-           "load_imbalance", "pipelined_bound"]
+           "load_imbalance", "message_latency", "pipelined_bound"]
 
 log = logging.getLogger(__name__)
 
@@ -400,12 +400,32 @@ def load_imbalance(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float,
     return fixed_order_load(net, costs, kind, size_bytes) / bandwidth_bound(net, costs, kind, size_bytes, options)
 
 
+def message_latency(net: DimNet, d: int) -> float:
+    """The least a message on dimension ``d`` pays beyond its bytes: its sender's overhead, its latency and its
+    receiver's overhead, each the least over the dimension's connections (``DirectCost.alpha_min`` and
+    ``overhead_min``); 0 for a dimension without ``direct`` (its ring hops are read per ring position, the
+    worst over the groups, so they give no least figure)."""
+    c = net.dims[d].direct
+    return 0.0 if c is None else c.alpha_min + 2 * c.overhead_min
+
+
 def pipelined_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chunks: Sequence[ChunkPlan],
                     options: SolverOptions | None = None) -> float:
-    """The LP's own bound (``T*``, charge ``floor``) for the count of ``chunks``, plus the pipeline's fill and
-    drain that every schedule of such chunks pays (allreduce; other collectives: ``T*`` itself).
+    """The LP's own bound (``T*``, charge ``floor``) for the count of ``chunks``, plus what every schedule of
+    such chunks pays beyond its floor charges: each dimension's first and last message costs and, in an
+    allreduce, the pipeline's fill and drain.
 
-    ``T*`` lets every dimension work from time 0 to the end. It cannot, in a
+    *Message costs.* A dimension's floor charge of a direct phase is its bytes on the streams; the dimension's
+    first bytes flow only after its first message's sender overhead and latency, and its last phase ends
+    only after its last message's receive overhead, so each dimension ``d`` whose lattice edges are all
+    charged the direct floor is busy at least ``message_latency(d)`` (overhead + alpha + overhead, the
+    least over its connections) beyond its floor charges. Where a schedule runs a ring phase on such a
+    dimension instead (a ramp piece, a resized chunk), that phase holds the dimension alone for at least its
+    bytes at the ring's rate (no faster than direct's) plus the same latency and overheads, so the charge
+    still holds. A dimension with an edge charged the ring floor (its whole time, latency included) gets
+    none (it would count a first ring's latency twice).
+
+    *Fill and drain.* ``T*`` lets every dimension work from time 0 to the end. It cannot, in a
     dimension ``d`` no chunk starts on: a chunk's first phase on ``d`` needs
     the data its previous phase reduced (a rank sends only reduced ranges),
     so ``d`` waits at least one first phase of a chunk on another dimension;
@@ -415,6 +435,8 @@ def pipelined_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float
     idle at least one such phase before the end. Both are charged at the
     bytes alone (:func:`bandwidth_bound`'s charge: a phase of ``m`` bytes
     takes at least its sent bytes at the dimension's fastest per-byte rate)
+    plus that dimension's :func:`message_latency` (a phase is a message at least: ring or direct, it pays one
+    sender overhead, one latency and one receive overhead beyond its bytes),
     for the *smallest* chunk of ``chunks``, the one that may go first or
     last. A dimension that some chunk starts on pays neither, but then that
     chunk (at least the smallest chunk's share of the data) takes an order
@@ -422,35 +444,51 @@ def pipelined_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float
     may start on: the lattice LP with the flow out of the empty state
     restricted to ``F`` (at least the smallest share on each) and every
     dimension outside ``F`` charged ``2 x`` the cheapest first phase from
-    ``F``; the bound is the least of these optima (``2^D - 1`` small LPs,
-    15 for four dimensions). It is at least ``T*`` and holds where ``T*``
+    ``F``, every dimension its message costs; the bound is the least of these optima (``2^D - 1`` small LPs,
+    15 for four dimensions). Other collectives: ``T*`` with the message costs.
+
+    It is at least ``T*`` and holds where ``T*``
     holds: for schedules of ``len(chunks)`` equal chunks (with chunks of
     unequal size, :func:`weighted_chunks`, Themis's flex and the ramped
     chunks of :mod:`~ccsynth.synth.multidim.ramp`, ``T*`` charges every
-    chunk the average chunk's per-phase latency, which is what the bound's
-    ratios in ``bench/RESULTS.md`` take as given for them too);
+    chunk the average chunk's per-phase latency on the ring-charged edges, which is what the bound's
+    ratios in ``bench/RESULTS.md`` take as given for them too; on the direct-charged edges the floor is
+    linear in the bytes and the bound holds for any chunk sizes);
     ``tests/test_multidim.py`` checks it against the event-driven simulator
     for every equal-chunk scheduler on every topology of the cross-check (up
-    to 128 ranks).
+    to 128 ranks) and the dimension-level model on the 4D fabrics.
     """
     options = options or SolverOptions()
     k = len(chunks)
     if k == 0:
         raise CollectiveError("pipelined_bound needs at least one chunk")
+    n_dims = net.n_dims
+    reduce = kind != "allgather"
+    chunk = size_bytes / k
+    own = {}
+    for d in range(n_dims):
+        ranges = [chunk / math.prod(net.dims[j].size for j in range(n_dims) if s >> j & 1)
+                  for s in range(1 << n_dims) if not s >> d & 1]
+        if all(costs.best(d, m, reduce=reduce).algorithm == "direct" for m in ranges):
+            own[d] = message_latency(net, d)
     if kind != "allreduce":
-        return solve_lattice(net, costs, kind, size_bytes, k, options, "floor").bound_us
+        prob, t, _, _ = _lattice_lp(net, costs, kind, size_bytes, k, "floor", own)
+        solve(prob, options, stage=f"multidim pipelined bound ({k} chunks)")
+        return value(t)
     units = sum(c.units for c in chunks)
     share = min(c.units for c in chunks) / units
     smallest = size_bytes * share
-    n_dims = net.n_dims
-    # one reduce-scatter phase of the smallest chunk, first in its order (half an allreduce's charge)
-    first_phase = [_phase_charge(costs, kind, d, smallest, "bandwidth") / 2 for d in range(n_dims)]
+    # one reduce-scatter phase of the smallest chunk, first in its order (half an allreduce's charge), and one
+    # message's latency and overheads
+    first_phase = [_phase_charge(costs, kind, d, smallest, "bandwidth") / 2 + message_latency(net, d)
+                   for d in range(n_dims)]
     best = math.inf
     for starts in range(1, 1 << n_dims):
         if bin(starts).count("1") * share > 1 + _FLOW_EPS:  # fewer chunks than starting dimensions
             continue
-        heads = {d: 2 * min(first_phase[j] for j in range(n_dims) if starts >> j & 1)
-                 for d in range(n_dims) if not starts >> d & 1}
+        heads = {d: own.get(d, 0.0) + (0.0 if starts >> d & 1 else
+                                       2 * min(first_phase[j] for j in range(n_dims) if starts >> j & 1))
+                 for d in range(n_dims)}
         prob, t, f, _ = _lattice_lp(net, costs, kind, size_bytes, k, "floor", heads)
         for d in range(n_dims):
             if starts >> d & 1:

@@ -104,6 +104,7 @@ class DirectCost:
     overhead: float
     us_per_byte: float  # all p - 1 streams of a rank together
     conn_us_per_byte: float  # one stream alone
+    overhead_min: float = 0.0  # the least per-message overhead of the group's connections (the bounds' charge)
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ def _ring_hops(t: Topology, bases: list[int], stride: int, order: tuple[int, ...
 
 def _direct_cost(t: Topology, bases: list[int], stride: int, p: int, cap: float) -> DirectCost | None:
     """Direct's costs over the groups at ``bases``; None if some pair has no connection."""
-    a_min, a_max, o, bw_min = math.inf, 0.0, 0.0, math.inf
+    a_min, a_max, o, o_min, bw_min = math.inf, 0.0, 0.0, math.inf, math.inf
     for base in bases:
         for x in range(p):
             for y in range(p):
@@ -229,8 +230,9 @@ def _direct_cost(t: Topology, bases: list[int], stride: int, p: int, cap: float)
                 if c is None:
                     return None
                 a_min, a_max = min(a_min, c.alpha), max(a_max, c.alpha)
-                o, bw_min = max(o, c.overhead), min(bw_min, c.bw)
-    return DirectCost(a_min, a_max, o, _us_per_byte(min(cap, (p - 1) * bw_min)), _us_per_byte(min(cap, bw_min)))
+                o, o_min, bw_min = max(o, c.overhead), min(o_min, c.overhead), min(bw_min, c.bw)
+    return DirectCost(a_min, a_max, o, _us_per_byte(min(cap, (p - 1) * bw_min)), _us_per_byte(min(cap, bw_min)),
+                      o_min)
 
 
 def _ring_bw(t: Topology, group: list[int], order: tuple[int, ...]) -> tuple[float, float] | None:

@@ -43,9 +43,14 @@ winner's first and last chunks are then cut into growing and shrinking
 pieces (:mod:`~.ramp`, the depths of :data:`~.ramp.RAMP_DEPTHS`, timed
 under the winner's queue priority): the same split, a shorter fill and
 drain, ``2 x depth`` chunks more -- so a fixed count stays fixed, and the
-IR, which takes at most four units a chunk, gets none.
+IR, which takes at most four units a chunk, gets none. Last, where the
+count is searched too, the shares of the winning schedule's orders are
+hill-climbed in the model (:mod:`~.shares`: the LP balances floor charges,
+the schedule also pays fill, drain and exposed per-message costs), once,
+on the winner of the whole search.
 :attr:`MultiDimSchedule.origin` says which one won (``..., reversed``
-for the reverse sequence, ``..., ramped to 1/8`` for a ramp of depth 3).
+for the reverse sequence, ``..., ramped to 1/8`` for a ramp of depth 3,
+``..., shares tuned``).
 
 Nothing here walks the ranks: scheduling 4,096 ranks in 4 dimensions costs
 what 16 ranks do (see ``bench/bench_multidim.py``). Every result is a
@@ -72,10 +77,11 @@ from collections.abc import Iterable, Sequence
 from ccsynth.errors import CollectiveError, InfeasibleError, SizeError, SolverError
 from ccsynth.synth.multidim.chunks import ChunkPlan, check_kind
 from ccsynth.synth.multidim.cost import PhaseCosts
-from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, rounded_chunks, weighted_chunks
+from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, rounded_chunks, solve_lattice, weighted_chunks
 from ccsynth.synth.multidim.network import DimNet, dim_net
 from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
 from ccsynth.synth.multidim.ramp import RAMP_DEPTHS, ramped_chunks
+from ccsynth.synth.multidim.shares import tune_shares
 from ccsynth.synth.multidim.policies import equal_units, fixed_chunks, themis_chunks, themis_flex_chunks
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.tolerance import is_less
@@ -227,6 +233,8 @@ class _Run:
         self._timings: dict[tuple[tuple[ChunkPlan, ...], tuple[str, ...]], DimTiming] = {}
         # per chunk count: the makespan before the ramp (what the search would have found without it)
         self.unramped_us: dict[int, float] = {}
+        # lp: per warm start (fixed, themis) and chunk count, its makespan -- what that policy's own search sees
+        self.warm_us: dict[str, dict[int, float]] = {}
 
     def at(self, k: int) -> MultiDimSchedule:
         net, costs, kind, size = self.net, self.costs, self.kind, self.size
@@ -252,11 +260,7 @@ class _Run:
                     log.warning("exact rounding of the LP flow at %d chunks skipped: %s", k, e)
             if self.weighted and k > 1:
                 candidates.append((weighted_chunks(net, costs, kind, chunks, sol), f"LP flow ({what}), weighted chunks"))
-        # Themis's chunks and the fixed order are feasible points of the LP's class: warm starts the LP's
-        # roundings must beat
-        candidates.append((themis_chunks(net, costs, kind, size, equal_units(k)), "Themis warm start"))
-        candidates.append((fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed-order warm start"))
-        best = fastest(self._timed(chunks, origin) for chunks, origin in candidates)
+        best = fastest([*(self._timed(chunks, origin) for chunks, origin in candidates), *self._warm(k)])
         if k > 1:
             # the winner's chunks in the reverse sequence: the walk puts the orders the LP favours most early;
             # reversed, the chunks that start elsewhere lead, and the queues fill and drain differently (the
@@ -266,6 +270,34 @@ class _Run:
             self.unramped_us[k] = best.makespan_us
             best = self._ramped(best)
         return replace(best, lp_bound_us=bound)
+
+    def _warm(self, k: int) -> list[MultiDimSchedule]:
+        """Themis's chunks and the fixed order's at ``k``: feasible points of the LP's class, warm starts the
+        LP's roundings must beat (their makespans are kept in :attr:`warm_us`)."""
+        net, costs, kind, size = self.net, self.costs, self.kind, self.size
+        out = []
+        for policy, chunks, origin in (("themis", themis_chunks(net, costs, kind, size, equal_units(k)), "Themis"),
+                                       ("fixed", fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed-order")):
+            s = self._timed(chunks, f"{origin} warm start")
+            self.warm_us.setdefault(policy, {})[k] = s.makespan_us
+            out.append(s)
+        return out
+
+    def warm_at(self, k: int) -> MultiDimSchedule:
+        """The LP at ``k`` from its warm starts alone (no LP rounding; its bound ``T*`` still solved): for the
+        counts that Themis's and the fixed order's own searches try beyond the LP's (:func:`_search`)."""
+        bound = solve_lattice(self.net, self.costs, self.kind, self.size, k, self.options).bound_us
+        return replace(fastest(self._warm(k)), lp_bound_us=bound)
+
+    def tuned(self, best: MultiDimSchedule) -> MultiDimSchedule:
+        """The LP's winner of the whole count search with its orders' shares hill-climbed in the model
+        (:mod:`.shares`; under the winner's queue priority), where the count was searched (like the ramp:
+        the chunks become unequal); the faster of the two. Other policies: ``best`` itself."""
+        if self.policy != "lp" or not self.ramp or best.n_chunks < 2:
+            return best
+        chunks = tune_shares(self.net, self.costs, self.kind, self.size, best.chunks, best.timing.priority)
+        tuned = self._timed(chunks, f"{best.origin}, shares tuned", (best.timing.priority,))
+        return replace(fastest([best, tuned]), lp_bound_us=best.lp_bound_us)
 
     def _ramped(self, best: MultiDimSchedule) -> MultiDimSchedule:
         """``best`` with its first and last chunks cut into growing and shrinking pieces (:mod:`.ramp`: the
@@ -327,8 +359,15 @@ def _search(run: _Run, counts: Sequence[int], refine: bool = True) -> MultiDimSc
             for k in refine_counts(centre, counts):
                 if k not in found:
                     found[k] = run.at(k)
+        # the LP: every count Themis's and the fixed order's own searches try (the same powers of two, refined
+        # around each one's best) with at least their chunks, so that the LP is never worse than either
+        for times in run.warm_us.values():
+            for k in refine_counts(best_k({k: t for k, t in times.items() if k in counts}), counts):
+                if k not in found:
+                    found[k] = run.warm_at(k)
     tried = tuple((k, found[k].makespan_us) for k in sorted(found))
-    return replace(found[best_k({k: s.makespan_us for k, s in found.items()})], tried=tried)
+    best = found[best_k({k: s.makespan_us for k, s in found.items()})]
+    return replace(run.tuned(best), tried=tried)
 
 
 def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float, scheduler: str = "auto", *,
