@@ -244,6 +244,38 @@ def test_oversubscribed_fat_tree_keeps_several_sends_per_port():
     assert choice.time_us < 0.99 * simulate(two, t, Z).time_us
 
 
+
+def test_chunk_factor_walk_goes_on_while_faster(monkeypatch):
+    # dgx_h100x32 at 1 GiB: factor 2 beat factor 1 by 0.4% (2,688.8 -> 2,678.2 us), less than the 1% step the walk
+    # required, so factor 4 (2,655.6 us) was never tried. Here the simulator is replaced by those times (none good
+    # enough), and the send windows tried at the best factor stop at the first that is not faster
+    from ccsynth.synth.trees import search
+
+    t = catalog.dgx_a100(1)
+    n = t.n_ranks
+    times = {(1, None): 2688.8, (2, None): 2678.2, (4, None): 2655.6, (8, None): 2660.0, (4, 2): 2656.0}
+    asked = []
+
+    class Result:
+        def __init__(self, us):
+            self.time_us = us
+
+    def fake_simulate(schedule, topology, size):
+        key = (schedule.meta["chunk_factor_asked"], schedule.meta["window_asked"])
+        asked.append(key)
+        return Result(times[key])
+
+    def fake_lower(packing, collective, topology, window=None):
+        s = lower(packing, collective, topology, window)
+        return s.with_meta(chunk_factor_asked=collective.chunk_factor, window_asked=window, send_window=window or 1)
+
+    monkeypatch.setattr(search, "simulate", fake_simulate)
+    monkeypatch.setattr(search, "lower", fake_lower)
+    choice = search.best_tree_schedule(t, Collective("allgather", n), 1 << 20, chunk_factors=(1, 2, 4, 8))
+    assert choice.chunk_factor == 4 and choice.time_us == 2655.6
+    assert asked == [(1, None), (2, None), (4, None), (8, None), (4, 2)]
+
+
 # ------------------------------------------------------------------ allreduce beyond reduce-scatter + allgather
 def test_star_allreduce_reduces_to_the_hub_and_meets_its_bound():
     t = star()
