@@ -218,6 +218,24 @@ def test_one_chunk_per_root_ends_with_half_a_chunk():
     assert runtime_problems(schedule_to_msccl_xml(s, topology=t)) == []  # the pieces still load in MSCCL's runtimes
 
 
+def test_long_nic_chains_take_eight_sends_per_port():
+    # with one chunk per root every NIC sends its shard down a chain of one send per other node; the senders drift
+    # apart over a long chain (unequal leaf groups: rail and spine latencies differ) and a receiver then serves
+    # several at once. Eight sends in flight per NIC keep it fed through that: dgx_a100x128 (127 sends per NIC)
+    # 1.059x of the bound with four, 1.030x with eight. The same chains on 2-GPU nodes in leaf groups of 20
+    # (20, 20, 20, 4, as dgx_a100x64's scalable units): 1.095x with two, 1.042x with four, 1.013x with eight
+    t = catalog.fat_tree(64, 2, leaf_nodes=20)
+    n = t.n_ranks
+    Z = n << 20  # 1 MiB shards
+    choice = best_tree_schedule(t, Collective("allgather", n), Z, chunk_factors=(1,))
+    verify(choice.schedule, t)
+    assert choice.schedule.meta["send_window"] == 8 and choice.schedule.meta["stagger"] > 0
+    bound = lower_bound(Collective("allgather", n), t, Z).time_us
+    assert choice.time_us < 1.02 * bound
+    four = lower(choice.packing, Collective("allgather", n, 1), t, window=4)
+    assert simulate(four, t, Z).time_us > 1.03 * bound
+
+
 def test_staggered_schedule_exports_to_msccl():
     # the halves are chunks of a collective with twice the chunk factor: MSCCL's runtimes load it, and it reads back
     t = catalog.dgx_a100(4)

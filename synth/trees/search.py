@@ -34,13 +34,19 @@ For a collective and a topology (:data:`KINDS`):
    (factor 1: 1,024 ranks at 1 GiB) the lowering sends
    :data:`~ccsynth.synth.trees.lowering.WINDOW` at a time already,
    staggered by half a chunk (:func:`stagger_for`), and the search tries
-   :data:`WIDE_WINDOW`: a NIC with four sends in flight stays busy while
-   the receivers of some of them are busy with other roots' sends (the
-   1 MiB shards of dgx_a100x64: 1.106x of the bound with two, 1.051x with
-   four; dgx_a100x16's shorter chains: 1.068x with two, 1.112x with four).
-   Both end with half a chunk (the lowering's
+   :data:`WIDE_WINDOW`, then twice that: a NIC with four or eight sends in
+   flight stays busy while the receivers of some of them are busy with
+   other roots' sends, and the longer a NIC's chain of sends, the further
+   the senders drift apart and the more sends it takes (the 1 MiB shards of
+   dgx_a100x64: 1.106x of the bound with two, 1.051x with four;
+   dgx_a100x16's shorter chains: 1.068x with two, 1.112x with four).
+   All end with half a chunk (the lowering's
    :data:`~ccsynth.synth.trees.lowering.TAIL_SPLIT`): dgx_a100x16 1.047x
-   with two, dgx_a100x32 1.041x and dgx_a100x64 1.046x with four.
+   with two, dgx_a100x32 1.041x with four, dgx_a100x64 1.046x with four
+   and 1.040x with eight, dgx_a100x128 1.059x with four and 1.030x with
+   eight (its 127 sends per NIC); eight on the shorter chains are slower
+   (dgx_a100x8 1.44x, dgx_a100x16 1.15x, dgx_a100x32 1.074x) and the walk
+   stops before them.
 4. The fastest schedule is returned with its simulated time; the caller
    verifies it (:func:`ccsynth.synth.synthesize.synthesize` does).
 
@@ -94,7 +100,8 @@ WORSE_IN_A_ROW = 1
 #: many of a rank's sends of a chunk are staggered (a NIC's sends to the other nodes, not an 8-GPU node's
 #: NVSwitch fan-out)
 LONG_CHAIN = 8
-#: with one chunk per root the search also tries this many sends per port (staggered by half a chunk in pairs)
+#: with one chunk per root the search also tries this many sends per port, then twice as many (staggered by half a
+#: chunk in pairs)
 WIDE_WINDOW = 4
 
 
@@ -179,7 +186,7 @@ def _start(ladder: tuple[int, ...], kind: str, n: int, size_bytes: float) -> int
 
 def _windows(c: int, n: int) -> tuple[int, ...]:
     """The send windows the search tries at its best chunk factor ``c`` on ``n`` ranks (module docstring)."""
-    return (WIDE_WINDOW,) if c == 1 else (WINDOW, WIDE_WINDOW, n)
+    return (WIDE_WINDOW, 2 * WIDE_WINDOW) if c == 1 else (WINDOW, WIDE_WINDOW, n)
 
 
 def stagger_for(kind: str, n: int) -> int:
