@@ -196,7 +196,8 @@ def stagger_for(kind: str, n: int) -> int:
     :data:`MAX_OPS_PER_RANK`: one chunk per root is ``_ops_per_chunk / n`` ops per rank, and staggering can
     add a send and a receive for every chunk a rank forwards (and the relays' forwarding of the pieces); then
     :data:`LONG_CHAIN` + 1 (the NICs' cuts cost dgx_a100x128 about 50 ops per rank above the 2,046 of one
-    chunk per root, within the 4,095 XML elements per gpu that MSCCL loads).
+    chunk per root with four sends per NIC, about 80 with eight, within the 4,095 XML elements per gpu that
+    MSCCL loads).
     """
     per_rank = _ops_per_chunk(kind, n) / n
     return STAGGER if 2 * per_rank <= MAX_OPS_PER_RANK else LONG_CHAIN + 1
