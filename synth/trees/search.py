@@ -18,9 +18,11 @@ For a collective and a topology (:data:`KINDS`):
    allgather has two million ops at factor 1), so the walk starts near
    :data:`START_OPS` ops -- many chunks on a few ranks, one on a thousand --
    and chunks of :data:`START_CHUNK_BYTES` (where the per-message cost
-   stops mattering on the machines of the catalog), goes up while each step is faster (by any margin: on
-   dgx_h100x32 factor 2 gains 0.4% over factor 1 and factor 4 another 0.8%; a 1% threshold stopped the walk
-   at 2), else down, and stops once a schedule is within :data:`GOOD_ENOUGH` of the
+   stops mattering on the machines of the catalog), goes up while each
+   step is faster (by any margin: on dgx_h100x32 factor 2 gains 0.4% over
+   factor 1 and factor 4 another 0.8%; a 1% threshold stopped the walk at
+   2), then down from the start unless going up gained :data:`MIN_GAIN`,
+   and stops once a schedule is within :data:`GOOD_ENOUGH` of the
    packing's own time (more chunks cannot gain more than that).
 3. **Send window** (allgather, broadcast): unless the best factor is good
    enough, it is lowered again with more sends per port (two, four, all;
@@ -90,6 +92,9 @@ MAX_OPS = 3_000_000
 MAX_OPS_PER_RANK = 2_048
 #: the search stops once a schedule simulates within this factor of the packing's LP time
 GOOD_ENOUGH = 1.02
+#: the walk also tries the factors below its start unless going up gained at least this fraction (going up by a
+#: smaller gain does not say that fewer chunks would not be faster still)
+MIN_GAIN = 0.01
 #: the search starts at the largest factor whose schedule has at most this many ops ...
 START_OPS = 200_000
 #: ... and whose chunks keep at least this many bytes
@@ -250,7 +255,7 @@ def best_tree_schedule(topology: Topology, collective: Collective, size_bytes: f
     i = _start(ladder, kind, n, size_bytes)
     best_i = i
     if not good(run(i)):
-        # walk up while it pays, then down from the start if going up did not
+        # walk up while it is faster, then down from the start unless going up gained MIN_GAIN (or good enough)
         for step in (1, -1):
             j, worse = i + step, 0
             while 0 <= j < len(ladder) and worse < WORSE_IN_A_ROW:
@@ -262,7 +267,8 @@ def best_tree_schedule(topology: Topology, collective: Collective, size_bytes: f
                 else:
                     worse += 1
                 j += step
-            if best_i != i:
+            best_t = times[ladder[best_i]][0]
+            if good(best_t) or best_t < times[ladder[i]][0] * (1 - MIN_GAIN):
                 break
     c, (t, sched) = min(times.items(), key=lambda kv: (kv[1][0], kv[0]))
     tried = sorted((f, ft) for f, (ft, _) in times.items())
