@@ -218,6 +218,24 @@ def test_one_chunk_per_root_ends_with_half_a_chunk():
     assert runtime_problems(schedule_to_msccl_xml(s, topology=t)) == []  # the pieces still load in MSCCL's runtimes
 
 
+def test_long_nic_chains_take_eight_sends_per_port():
+    # with one chunk per root every NIC sends its shard down a chain of one send per other node; the senders drift
+    # apart over a long chain (unequal leaf groups: rail and spine latencies differ) and a receiver then serves
+    # several at once. Eight sends in flight per NIC keep it fed through that: dgx_a100x128 (127 sends per NIC)
+    # 1.059x of the bound with four, 1.030x with eight. The same chains on 2-GPU nodes in leaf groups of 20
+    # (20, 20, 20, 4, as dgx_a100x64's scalable units): 1.095x with two, 1.042x with four, 1.013x with eight
+    t = catalog.fat_tree(64, 2, leaf_nodes=20)
+    n = t.n_ranks
+    Z = n << 20  # 1 MiB shards
+    choice = best_tree_schedule(t, Collective("allgather", n), Z, chunk_factors=(1,))
+    verify(choice.schedule, t)
+    assert choice.schedule.meta["send_window"] == 8 and choice.schedule.meta["stagger"] > 0
+    bound = lower_bound(Collective("allgather", n), t, Z).time_us
+    assert choice.time_us < 1.02 * bound
+    four = lower(choice.packing, Collective("allgather", n, 1), t, window=4)
+    assert simulate(four, t, Z).time_us > 1.03 * bound
+
+
 def test_staggered_schedule_exports_to_msccl():
     # the halves are chunks of a collective with twice the chunk factor: MSCCL's runtimes load it, and it reads back
     t = catalog.dgx_a100(4)
@@ -242,6 +260,38 @@ def test_oversubscribed_fat_tree_keeps_several_sends_per_port():
     one, two = (lower(choice.packing, Collective("allgather", n, choice.chunk_factor), t, window=w) for w in (1, 2))
     assert choice.time_us < 0.96 * simulate(one, t, Z).time_us
     assert choice.time_us < 0.99 * simulate(two, t, Z).time_us
+
+
+
+def test_chunk_factor_walk_goes_on_while_faster(monkeypatch):
+    # dgx_h100x32 at 1 GiB: factor 2 beat factor 1 by 0.4% (2,688.8 -> 2,678.2 us), less than the 1% step the walk
+    # required, so factor 4 (2,655.6 us) was never tried. Here the simulator is replaced by those times (none good
+    # enough), and the send windows tried at the best factor stop at the first that is not faster
+    from ccsynth.synth.trees import search
+
+    t = catalog.dgx_a100(1)
+    n = t.n_ranks
+    times = {(1, None): 2688.8, (2, None): 2678.2, (4, None): 2655.6, (8, None): 2660.0, (4, 2): 2656.0}
+    asked = []
+
+    class Result:
+        def __init__(self, us):
+            self.time_us = us
+
+    def fake_simulate(schedule, topology, size):
+        key = (schedule.meta["chunk_factor_asked"], schedule.meta["window_asked"])
+        asked.append(key)
+        return Result(times[key])
+
+    def fake_lower(packing, collective, topology, window=None):
+        s = lower(packing, collective, topology, window)
+        return s.with_meta(chunk_factor_asked=collective.chunk_factor, window_asked=window, send_window=window or 1)
+
+    monkeypatch.setattr(search, "simulate", fake_simulate)
+    monkeypatch.setattr(search, "lower", fake_lower)
+    choice = search.best_tree_schedule(t, Collective("allgather", n), 1 << 20, chunk_factors=(1, 2, 4, 8))
+    assert choice.chunk_factor == 4 and choice.time_us == 2655.6
+    assert asked == [(1, None), (2, None), (4, None), (8, None), (4, 2)]
 
 
 # ------------------------------------------------------------------ allreduce beyond reduce-scatter + allgather

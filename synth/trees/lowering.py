@@ -323,7 +323,7 @@ def _staggered(em: _Emitter, p: int, sends: list[_Send], least: int, window: int
 
     Costs a send of ``p`` and a receive of the child per cut, and the child's forwarding of the second piece
     (a send and a receive per arc of its subtree: dgx_a100x128's allgather has 2,095 ops per rank with four sends
-    per port, 2,051 before the forwarding of pieces and the last cut).
+    per port, 2,127 with eight, 2,051 before the forwarding of pieces and the last cut).
     """
     through: dict[str, list[int]] = {}
     for k, x in enumerate(sends):

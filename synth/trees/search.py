@@ -18,12 +18,16 @@ For a collective and a topology (:data:`KINDS`):
    allgather has two million ops at factor 1), so the walk starts near
    :data:`START_OPS` ops -- many chunks on a few ranks, one on a thousand --
    and chunks of :data:`START_CHUNK_BYTES` (where the per-message cost
-   stops mattering on the machines of the catalog), goes up while each step gains at least :data:`MIN_GAIN`, else down,
+   stops mattering on the machines of the catalog), goes up while each
+   step is faster (by any margin: on dgx_h100x32 factor 2 gains 0.4% over
+   factor 1 and factor 4 another 0.8%; a 1% threshold stopped the walk at
+   2), then down from the start unless going up gained :data:`MIN_GAIN`,
    and stops once a schedule is within :data:`GOOD_ENOUGH` of the
    packing's own time (more chunks cannot gain more than that).
 3. **Send window** (allgather, broadcast): unless the best factor is good
-   enough, it is lowered again with more sends per port and the faster
-   kept (:func:`~ccsynth.synth.trees.lowering.lower_out_trees`: a rank's
+   enough, it is lowered again with more sends per port (two, four, all;
+   until one is not faster: the windows' times fall or rise together on
+   the machines measured) and the fastest kept (:func:`~ccsynth.synth.trees.lowering.lower_out_trees`: a rank's
    sends of one chunk through one port one at a time, or ``window`` at a
    time). One at a time suits non-blocking machines; on the oversubscribed
    fat_tree:16x8:4:2 a send held back by the spine leaves its NIC idle
@@ -32,13 +36,19 @@ For a collective and a topology (:data:`KINDS`):
    (factor 1: 1,024 ranks at 1 GiB) the lowering sends
    :data:`~ccsynth.synth.trees.lowering.WINDOW` at a time already,
    staggered by half a chunk (:func:`stagger_for`), and the search tries
-   :data:`WIDE_WINDOW`: a NIC with four sends in flight stays busy while
-   the receivers of some of them are busy with other roots' sends (the
-   1 MiB shards of dgx_a100x64: 1.106x of the bound with two, 1.051x with
-   four; dgx_a100x16's shorter chains: 1.068x with two, 1.112x with four).
-   Both end with half a chunk (the lowering's
+   :data:`WIDE_WINDOW`, then twice that: a NIC with four or eight sends in
+   flight stays busy while the receivers of some of them are busy with
+   other roots' sends, and the longer a NIC's chain of sends, the further
+   the senders drift apart and the more sends it takes (the 1 MiB shards of
+   dgx_a100x64: 1.106x of the bound with two, 1.051x with four;
+   dgx_a100x16's shorter chains: 1.068x with two, 1.112x with four).
+   All end with half a chunk (the lowering's
    :data:`~ccsynth.synth.trees.lowering.TAIL_SPLIT`): dgx_a100x16 1.047x
-   with two, dgx_a100x32 1.041x and dgx_a100x64 1.046x with four.
+   with two, dgx_a100x32 1.041x with four, dgx_a100x64 1.046x with four
+   and 1.040x with eight, dgx_a100x128 1.059x with four and 1.030x with
+   eight (its 127 sends per NIC); eight on the shorter chains are slower
+   (dgx_a100x8 1.44x, dgx_a100x16 1.15x, dgx_a100x32 1.074x) and the walk
+   stops before them.
 4. The fastest schedule is returned with its simulated time; the caller
    verifies it (:func:`ccsynth.synth.synthesize.synthesize` does).
 
@@ -82,7 +92,8 @@ MAX_OPS = 3_000_000
 MAX_OPS_PER_RANK = 2_048
 #: the search stops once a schedule simulates within this factor of the packing's LP time
 GOOD_ENOUGH = 1.02
-#: a factor must beat the best so far by this fraction to count as better (the search walks on)
+#: the walk also tries the factors below its start unless going up gained at least this fraction (going up by a
+#: smaller gain does not say that fewer chunks would not be faster still)
 MIN_GAIN = 0.01
 #: the search starts at the largest factor whose schedule has at most this many ops ...
 START_OPS = 200_000
@@ -94,7 +105,8 @@ WORSE_IN_A_ROW = 1
 #: many of a rank's sends of a chunk are staggered (a NIC's sends to the other nodes, not an 8-GPU node's
 #: NVSwitch fan-out)
 LONG_CHAIN = 8
-#: with one chunk per root the search also tries this many sends per port (staggered by half a chunk in pairs)
+#: with one chunk per root the search also tries this many sends per port, then twice as many (staggered by half a
+#: chunk in pairs)
 WIDE_WINDOW = 4
 
 
@@ -179,7 +191,7 @@ def _start(ladder: tuple[int, ...], kind: str, n: int, size_bytes: float) -> int
 
 def _windows(c: int, n: int) -> tuple[int, ...]:
     """The send windows the search tries at its best chunk factor ``c`` on ``n`` ranks (module docstring)."""
-    return (WIDE_WINDOW,) if c == 1 else (WINDOW, WIDE_WINDOW, n)
+    return (WIDE_WINDOW, 2 * WIDE_WINDOW) if c == 1 else (WINDOW, WIDE_WINDOW, n)
 
 
 def stagger_for(kind: str, n: int) -> int:
@@ -189,7 +201,8 @@ def stagger_for(kind: str, n: int) -> int:
     :data:`MAX_OPS_PER_RANK`: one chunk per root is ``_ops_per_chunk / n`` ops per rank, and staggering can
     add a send and a receive for every chunk a rank forwards (and the relays' forwarding of the pieces); then
     :data:`LONG_CHAIN` + 1 (the NICs' cuts cost dgx_a100x128 about 50 ops per rank above the 2,046 of one
-    chunk per root, within the 4,095 XML elements per gpu that MSCCL loads).
+    chunk per root with four sends per NIC, about 80 with eight, within the 4,095 XML elements per gpu that
+    MSCCL loads).
     """
     per_rank = _ops_per_chunk(kind, n) / n
     return STAGGER if 2 * per_rank <= MAX_OPS_PER_RANK else LONG_CHAIN + 1
@@ -242,19 +255,20 @@ def best_tree_schedule(topology: Topology, collective: Collective, size_bytes: f
     i = _start(ladder, kind, n, size_bytes)
     best_i = i
     if not good(run(i)):
-        # walk up while it pays, then down from the start if going up did not
+        # walk up while it is faster, then down from the start unless going up gained MIN_GAIN (or good enough)
         for step in (1, -1):
             j, worse = i + step, 0
             while 0 <= j < len(ladder) and worse < WORSE_IN_A_ROW:
                 t = run(j)
-                if t < times[ladder[best_i]][0] * (1 - MIN_GAIN):
+                if t < times[ladder[best_i]][0]:
                     best_i, worse = j, 0
                     if good(t):
                         break
                 else:
                     worse += 1
                 j += step
-            if best_i != i:
+            best_t = times[ladder[best_i]][0]
+            if good(best_t) or best_t < times[ladder[i]][0] * (1 - MIN_GAIN):
                 break
     c, (t, sched) = min(times.items(), key=lambda kv: (kv[1][0], kv[0]))
     tried = sorted((f, ft) for f, (ft, _) in times.items())
@@ -263,14 +277,19 @@ def best_tree_schedule(topology: Topology, collective: Collective, size_bytes: f
         # finish early but leave the port idle when another resource slows the one in flight (an oversubscribed
         # spine), all at once keep every port fed; with one chunk per root (WINDOW, staggered, already)
         # WIDE_WINDOW keep a NIC fed when the receivers of its 63 or 127 sends are busy with other roots'
-        # (dgx_a100x64 at 512 MiB: 1.106x -> 1.051x)
+        # (dgx_a100x64 at 512 MiB: 1.106x -> 1.051x); the first window that is not faster ends the walk (a
+        # non-blocking machine's one send per port: dgx_h100x32 at factor 2, 2,678.2 us against 2,705.5 / 2,812.6 /
+        # 3,629.2 us with two / four / all)
         for window in _windows(c, n):
-            if window == sched.meta.get("send_window", 1) or good(t):
+            if window == sched.meta.get("send_window", 1):
                 continue
+            if good(t):
+                break
             other = lower(packing, Collective(kind, n, c, collective.root), topology, window)
             ot = simulate(other, topology, size_bytes).time_us
             log.info("packed trees, %s, chunk factor %d, send window %d: %.3f us", kind, c, window, ot)
-            if ot < t:
-                t, sched = ot, other
+            if ot >= t:
+                break
+            t, sched = ot, other
     sched = sched.with_meta(lp_time_us=ideal, packing_gap=packing.gap, chunk_factor=c)
     return TreeChoice(sched, t, c, packing, tuple(tried), time.perf_counter() - t0)
