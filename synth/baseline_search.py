@@ -106,6 +106,8 @@ __all__ = [
     "verified",
     "RING_FAMILY",
     "ring_sends",
+    "RingStream",
+    "ring_stream",
     "MESSAGES_PER_CHUNK",
     "MAX_OPS",
     "ring_volume_us",
@@ -250,6 +252,56 @@ def ring_volume_us(name: str, collective: Collective, topology: Topology, size_b
     return max((v / (bw[r] * BYTES_PER_US_PER_GBPS) for r, v in res_bytes.items()), default=0.0)
 
 
+class RingStream(NamedTuple):
+    """What :func:`ring_stream` bounds without building a ring-family schedule (us)."""
+
+    #: the busiest ring stream: its first message's overhead and latency, every message's bytes at the
+    #: connection's slowest resource, its last message's receive overhead (the same at every chunk factor)
+    stream_us: float
+    #: the busiest engine's per-message overheads (a ring connection's sends or receives one after another)
+    engine_us: float
+
+
+def ring_stream(name: str, collective: Collective, topology: Topology, size_bytes: float) -> RingStream | None:
+    """A lower bound on ring-family baseline ``name``'s simulated time from its rings alone, without building it.
+
+    Ring ``k`` of the baseline runs on channel ``k`` and sends each of its group's chunks of the other ``n - 1``
+    pieces over every one of its edges as a message of its own (:func:`ring_volume_us`), one stream per edge.
+    A stream moves its messages' data one after another: its first cannot start before its send's overhead and
+    latency, and the schedule cannot end before its last message's receive overhead -- the head-body-tail
+    bound of :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` for the stream's whole work, which is never
+    above it (``tests/test_baseline_search.py``). Bytes per message as there (the message curve; not the
+    footprint or forward curves, factors of at least 1). None for other baselines and kinds, or when the
+    baseline does not apply.
+    """
+    kind, n, c = collective.kind, collective.n_ranks, collective.chunk_factor
+    if name not in RING_FAMILY or kind not in ("allgather", "reduce_scatter"):
+        return None
+    try:
+        rings = [list(ring.check(collective, topology))] if name == "ring" else \
+            [list(r) for r in multi_ring.check(collective, topology)]
+    except CCSynthError:
+        return None
+    raw = collective.chunk_bytes(size_bytes)
+    mcurve = topology.message_curve
+    chunk = raw * (mcurve.factor(size_bytes) if mcurve is not None else 1.0)
+    bw = topology.resource_bw
+    stream = engine = 0.0
+    for order, grp in zip(rings, split(range(c), len(rings))):
+        messages = (n - 1) * len(grp)
+        if not messages:
+            continue
+        for i, a in enumerate(order):
+            conn = topology.connection(a, order[(i + 1) % n])
+            if conn is None:
+                return None
+            cap = min(bw[r] for r in conn.resources) * BYTES_PER_US_PER_GBPS
+            o = conn.overhead
+            stream = max(stream, 2 * o + topology.message_alpha(conn.alpha, raw) + messages * chunk / cap)
+            engine = max(engine, messages * o)
+    return RingStream(stream, engine)
+
+
 def ring_sends(name: str, collective: Collective) -> int | None:
     """How many messages ring-family baseline ``name`` sends for ``collective``, without building it.
 
@@ -273,6 +325,10 @@ class _Pending(NamedTuple):
     factor: int
     bound_us: float
     schedule: Schedule
+
+
+#: what becomes of a factor before it is built (:meth:`_Walk._unbuilt`)
+_BUILD, _SKIP, _STOP = "build", "skip", "stop"
 
 
 class _Walk:
@@ -301,7 +357,9 @@ class _Walk:
       slower), so it never stops earlier than the walk that simulates every factor;
     * ``MAX_OPS``: no factor beyond it is built (its op count from the factor before, or for the ring family's
       first factor from :func:`ring_sends`); the ring family's bytes (:func:`ring_volume_us`) above ``beat``
-      end the walk before anything is built.
+      end the walk before anything is built, and its busiest stream (:func:`ring_stream`, what the pipeline
+      bound would say at least) above it leaves a first factor out unbuilt, with its overheads for the
+      next.
     """
 
     def __init__(self, name: str, builds: _Builds, size_bytes: float, beat: float | None,
@@ -316,8 +374,9 @@ class _Walk:
         self.pending: list[_Pending] = []
         self.last: tuple[int, int] | None = None  # the last factor built and its op count
         self.overheads: tuple[int, float] | None = None  # the last factor bounded and its busiest engine's overheads
-        #: the first factors left out by their pipeline's fill alone, nothing before them could beat ``beat``
-        self.filled: list[tuple[int, Schedule]] = []
+        #: the first factors left out by their pipeline bound alone (None: not built), nothing before them
+        #: could beat ``beat``
+        self.filled: list[tuple[int, Schedule | None]] = []
 
     def say(self, factor: int, what: str) -> None:
         self.builds.say(f"baseline {self.name} at chunk factor {factor}: {what}")
@@ -328,8 +387,11 @@ class _Walk:
     def run(self) -> BaselineChoice | None:
         b = self.builds
         for factor in chunk_factor_ladder(self.name, b.kind, self.topology, self.size):
-            if self._ruled_out_unbuilt(factor):
+            unbuilt = self._unbuilt(factor)
+            if unbuilt == _STOP:
                 break
+            if unbuilt == _SKIP:
+                continue
             sched = b.get(self.name, factor)
             if sched is None:
                 continue
@@ -339,38 +401,49 @@ class _Walk:
         self._resolve()
         return self.best
 
-    def _ruled_out_unbuilt(self, factor: int) -> bool:
-        """Whether the walk ends before ``factor`` is built (its bytes, its op count, its overheads)."""
+    def _unbuilt(self, factor: int) -> str:
+        """What becomes of ``factor`` before it is built: the walk ends there (its bytes, its op count, its
+        overheads), it is left out unbuilt (the ring family's busiest stream), or it is built."""
         b, beat = self.builds, self.beat
         coll = Collective(b.kind, b.n, factor, b.root)
-        if beat is not None and self.best is None and not self.pending and self.worse == 0 and self.last is None:
+        first = beat is not None and self.best is None and not self.pending and self.worse == 0
+        if first and self.last is None:
             # the ring family's bytes without building its (at 1,024 ranks: 2-17 million op) schedules
             volume = ring_volume_us(self.name, coll, self.topology, self.size)
             if volume is not None and is_greater(volume + self.call, beat):
                 self.say(factor, f"at least {volume + self.call:.3f} us (its bytes, at every factor), slower than "
                                  f"{beat:.3f} us")
                 self.outrun.append(Outrun(self.name, factor, volume + self.call, True))
-                return True
+                return _STOP
         if beat is not None:
             sends = ring_sends(self.name, coll) if self.last is None else None
             last = self.last
             ops = last[1] * factor / last[0] if last is not None else None if sends is None else 2 * sends
             if ops is not None and ops > MAX_OPS:
                 self.say(factor, f"not tried (about {ops:.0f} ops, over MAX_OPS)")
-                return True
-        if self.overheads is None or self.name not in MESSAGES_PER_CHUNK:
-            return False
-        engine = self.overheads[1] * factor / self.overheads[0] + self.call
-        if self.pending and is_greater(engine, min(p.bound_us for p in self.pending)):
-            self._resolve()  # the deferred factors decide whether this one could still be the best
-            if self.worse >= WORSE_IN_A_ROW:
-                return True
-        if is_greater(engine, self.best_us()) or (self.best is None and not self.pending and beat is not None
-                                                  and is_greater(engine, beat)):
-            self.say(factor, f"at least {engine:.3f} us (its per-message overheads, not built), slower than "
-                             f"{'its best so far' if self.best is not None else f'{beat:.3f} us'}")
-            return True
-        return False
+                return _STOP
+        if self.overheads is not None and self.name in MESSAGES_PER_CHUNK:
+            engine = self.overheads[1] * factor / self.overheads[0] + self.call
+            if self.pending and is_greater(engine, min(p.bound_us for p in self.pending)):
+                self._resolve()  # the deferred factors decide whether this one could still be the best
+                if self.worse >= WORSE_IN_A_ROW:
+                    return _STOP
+            if is_greater(engine, self.best_us()) or (first and is_greater(engine, beat)):
+                self.say(factor, f"at least {engine:.3f} us (its per-message overheads, not built), slower than "
+                                 f"{'its best so far' if self.best is not None else f'{beat:.3f} us'}")
+                return _STOP
+        if first and self.first_by_pipeline:
+            rs = ring_stream(self.name, coll, self.topology, self.size)
+            if rs is not None and is_greater(rs.stream_us + self.call, beat):
+                # what its pipeline bound would say at least: left out unbuilt, as a first factor whose
+                # pipeline bound exceeds the time to beat is
+                self.say(factor, f"at least {rs.stream_us + self.call:.3f} us (its busiest ring stream, not "
+                                 f"built), slower than {beat:.3f} us")
+                self.outrun.append(Outrun(self.name, factor, rs.stream_us + self.call, False))
+                self.overheads = (factor, rs.engine_us)
+                self.filled.append((factor, None))
+                return _SKIP
+        return _BUILD
 
     def _step(self, factor: int, sched: Schedule) -> bool:
         """Bound, defer or simulate ``factor``; False where the walk ends."""
@@ -558,7 +631,7 @@ def baselines_against(collective: Collective, topology: Topology, size_bytes: fl
                      choice.result.time_us)
         elif walk.filled and not choices:
             filled.append(name)
-            builds.kept.update(((name, f), s) for f, s in walk.filled)
+            builds.kept.update(((name, f), s) for f, s in walk.filled if s is not None)
     for name in filled:  # no simulated time otherwise: these as the static bound decides (see above)
         builds.say(f"baseline {name}: no baseline simulated, so its first factors as the static bound decides")
         outrun[name] = []
