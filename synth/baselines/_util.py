@@ -324,11 +324,8 @@ def is_ring(topology: Topology, order: Sequence[int]) -> bool:
 def successors(topology: Topology, members: Iterable[int] | None = None) -> dict[int, list[int]]:
     """rank -> sorted ranks it has a connection to (within ``members`` if given)."""
     keep = frozenset(range(topology.n_ranks) if members is None else members)
-    out: dict[int, list[int]] = {r: [] for r in sorted(keep)}
-    for conn in topology.connections():  # sorted by (src, dst)
-        if conn.src in keep and conn.dst in keep:
-            out[conn.src].append(conn.dst)
-    return out
+    # the members' own neighbours (ascending), not every connection: a ring through 8 of 256 ranks asks 8 ranks
+    return {r: [d for d in topology.neighbors_out(r) if d in keep] for r in sorted(keep)}
 
 
 def _strides(sizes: Sequence[int]) -> list[int]:
