@@ -149,8 +149,8 @@ class ScheduleBuilder:
         With ``reduce=True`` the received chunks are combined into ``dst``.
         Returns ``(send_id, recv_id)``.
         """
-        s = self.send(src_rank, dst_rank, src, deps=send_deps, channel=channel)
-        r = self.recv(dst_rank, src_rank, dst, reduce=reduce, deps=recv_deps, channel=channel)
+        s = self._add(src_rank, "send", src=src, peer=dst_rank, deps=send_deps, channel=channel)
+        r = self._add(dst_rank, "recv", dst=dst, peer=src_rank, reduce=reduce, deps=recv_deps, channel=channel)
         return s, r
 
     @property

@@ -175,11 +175,16 @@ class Places:
             return
         if reduce:
             self.settle(dst, keys)
-        pairs = [(self.at(src, k), self.home(dst, k)) for k in keys]
+        where, home = self._at, self.home
+        pairs = []
         for k in keys:
-            self._at[(dst, k)] = self.home(dst, k)
+            cur = where.get((src, k))
+            h = home(dst, k)
+            pairs.append((cur if cur is not None else self.at(src, k), h))  # at() names a missing value
+            where[(dst, k)] = h  # src != dst: no pair still to come reads it
+        transfer, channel = self.b.transfer, self.channel
         for s, d in (runs(pairs) if merge else [((a, b, 1), (c, e, 1)) for (a, b), (c, e) in pairs]):
-            self.b.transfer(src, dst, s, d, reduce=reduce, channel=self.channel)
+            transfer(src, dst, s, d, reduce=reduce, channel=channel)
 
 
 def runs(pairs: Sequence[tuple[Loc, Loc]]) -> list[tuple[tuple[str, int, int], tuple[str, int, int]]]:
