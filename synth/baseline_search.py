@@ -45,7 +45,14 @@ through this module:
   and for the baselines that send every chunk as a message of its own
   (:data:`MESSAGES_PER_CHUNK`) the next factor's overheads are twice
   this one's, so a factor whose doubled overheads exceed the best is not
-  built either. Baselines proven slower are reported with
+  built either. Before any factor of a baseline could beat that time, a
+  factor whose pipeline bound exceeds it is left out too (the ring
+  family's busiest stream, :func:`ring_stream`, says as much without
+  building it), and factors whose pipeline bounds keep falling are
+  simulated only where the fall ends, fastest bound first
+  (:class:`_Walk`): at 256 ranks multi_ring's 1-million-op factor 8 is
+  not built and only the hierarchical baseline's best factor is
+  simulated. Baselines proven slower are reported with
   the bound they exceeded (:class:`Outrun`), never with a time.
   Schedules are built unverified during the search (the builders are
   verified by their tests); the one returned for use is verified
