@@ -372,6 +372,7 @@ class _Walk:
     def __init__(self, name: str, builds: _Builds, size_bytes: float, beat: float | None,
                  outrun: list[Outrun] | None, first_by_pipeline: bool):
         self.name, self.builds, self.size, self.beat = name, builds, size_bytes, beat
+        self.beat_us = beat if beat is not None else math.inf  # the time to beat, for comparisons
         self.outrun = outrun if outrun is not None else []
         self.first_by_pipeline = first_by_pipeline
         self.topology = builds.topology
@@ -417,9 +418,9 @@ class _Walk:
         if first and self.last is None:
             # the ring family's bytes without building its (at 1,024 ranks: 2-17 million op) schedules
             volume = ring_volume_us(self.name, coll, self.topology, self.size)
-            if volume is not None and is_greater(volume + self.call, beat):
+            if volume is not None and is_greater(volume + self.call, self.beat_us):
                 self.say(factor, f"at least {volume + self.call:.3f} us (its bytes, at every factor), slower than "
-                                 f"{beat:.3f} us")
+                                 f"{self.beat_us:.3f} us")
                 self.outrun.append(Outrun(self.name, factor, volume + self.call, True))
                 return _STOP
         if beat is not None:
@@ -435,17 +436,17 @@ class _Walk:
                 self._resolve()  # the deferred factors decide whether this one could still be the best
                 if self.worse >= WORSE_IN_A_ROW:
                     return _STOP
-            if is_greater(engine, self.best_us()) or (first and is_greater(engine, beat)):
+            if is_greater(engine, self.best_us()) or (first and is_greater(engine, self.beat_us)):
                 self.say(factor, f"at least {engine:.3f} us (its per-message overheads, not built), slower than "
-                                 f"{'its best so far' if self.best is not None else f'{beat:.3f} us'}")
+                                 f"{'its best so far' if self.best is not None else f'{self.beat_us:.3f} us'}")
                 return _STOP
         if first and self.first_by_pipeline:
             rs = ring_stream(self.name, coll, self.topology, self.size)
-            if rs is not None and is_greater(rs.stream_us + self.call, beat):
+            if rs is not None and is_greater(rs.stream_us + self.call, self.beat_us):
                 # what its pipeline bound would say at least: left out unbuilt, as a first factor whose
                 # pipeline bound exceeds the time to beat is
                 self.say(factor, f"at least {rs.stream_us + self.call:.3f} us (its busiest ring stream, not "
-                                 f"built), slower than {beat:.3f} us")
+                                 f"built), slower than {self.beat_us:.3f} us")
                 self.outrun.append(Outrun(self.name, factor, rs.stream_us + self.call, False))
                 self.overheads = (factor, rs.engine_us)
                 self.filled.append((factor, None))
@@ -454,7 +455,7 @@ class _Walk:
 
     def _step(self, factor: int, sched: Schedule) -> bool:
         """Bound, defer or simulate ``factor``; False where the walk ends."""
-        topology, beat, call = self.topology, self.beat, self.call
+        topology, beat = self.topology, self.beat
         nothing_yet = self.best is None and not self.pending
         if nothing_yet and beat is None:
             with gc_paused():
@@ -462,21 +463,21 @@ class _Walk:
             return self.worse < WORSE_IN_A_ROW
         if nothing_yet and not self.first_by_pipeline:  # the static bound against the time to beat, as always
             with gc_paused():
-                sb, got = simulate_below(sched, topology, self.size, beat)
+                sb, got = simulate_below(sched, topology, self.size, self.beat_us)
             self.overheads = (factor, sb.engine_us)
             if got is not None:
                 self._simulated(factor, sched, got)
                 return self.worse < WORSE_IN_A_ROW
-            every = is_greater(sb.volume_us + sb.call_us, beat)
+            every = is_greater(sb.volume_us + sb.call_us, self.beat_us)
             why = "its bytes, at every factor" if every else "its per-message overheads"
-            self.say(factor, f"at least {sb.time_us:.3f} us ({why}), slower than {beat:.3f} us")
+            self.say(factor, f"at least {sb.time_us:.3f} us ({why}), slower than {self.beat_us:.3f} us")
             self.outrun.append(Outrun(self.name, factor, sb.time_us, every))
             self.worse += 1
             return not every and self.worse < WORSE_IN_A_ROW
         b = pipeline_bound(sched, topology, self.size)
         self.overheads = (factor, b.engine_us)
         if nothing_yet:  # beat is not None: the pipeline bound against the time to beat
-            if is_greater(b.time_us, beat):
+            if is_greater(b.time_us, self.beat_us):
                 return self._first_out(factor, sched, b)
         elif self.pending and b.time_us < self.pending[-1].bound_us and not self._over_beat(b):
             self.pending.append(_Pending(factor, b.time_us, sched))  # still falling: deferred
@@ -486,7 +487,7 @@ class _Walk:
             if self.worse >= WORSE_IN_A_ROW:
                 return False
             if self._over_beat(b) or is_greater(b.time_us, self.best_us()):
-                done = is_greater(b.engine_us + call, self.best_us())
+                done = is_greater(b.engine_us + self.call, self.best_us())
                 why = "its per-message overheads, at every larger factor" if done else f"its pipeline: {b.which}"
                 self.say(factor, f"at least {b.time_us:.3f} us ({why}), slower than its best so far")
                 if done:
@@ -501,16 +502,16 @@ class _Walk:
 
     def _over_beat(self, b: PipelineBound) -> bool:
         """Its bytes or overheads alone exceed the time to beat (as the static bound always said)."""
-        return self.beat is not None and is_greater(max(b.volume_us, b.engine_us) + self.call, self.beat)
+        return is_greater(max(b.volume_us, b.engine_us) + self.call, self.beat_us)
 
     def _first_out(self, factor: int, sched: Schedule, b: PipelineBound) -> bool:
         """Nothing could beat ``beat`` yet and ``factor``'s pipeline bound exceeds it (see the class docstring)."""
-        beat, call = self.beat, self.call
-        every = is_greater(b.volume_us + call, beat)
-        overheads = not every and is_greater(b.engine_us + call, beat)
+        call = self.call
+        every = is_greater(b.volume_us + call, self.beat_us)
+        overheads = not every and is_greater(b.engine_us + call, self.beat_us)
         why = "its bytes, at every factor" if every else "its per-message overheads" if overheads else \
             f"its pipeline: {b.which}"
-        self.say(factor, f"at least {b.time_us:.3f} us ({why}), slower than {beat:.3f} us")
+        self.say(factor, f"at least {b.time_us:.3f} us ({why}), slower than {self.beat_us:.3f} us")
         self.outrun.append(Outrun(self.name, factor, b.time_us, every))
         if every:
             return False
@@ -546,9 +547,9 @@ class _Walk:
         # in ladder order, as the walk simulating one factor after another compares them (ties: the first);
         # a factor left unsimulated is slower than one simulated, never the best
         for p in run:
-            r = times.get(p.factor)
-            if r is not None and (self.best is None or is_less(r.time_us, self.best.result.time_us)):
-                self.best, self.worse = BaselineChoice(self.name, p.factor, r, p.schedule), 0
+            got = times.get(p.factor)
+            if got is not None and (self.best is None or is_less(got.time_us, self.best.result.time_us)):
+                self.best, self.worse = BaselineChoice(self.name, p.factor, got, p.schedule), 0
             else:
                 self.worse += 1
 

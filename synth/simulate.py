@@ -379,7 +379,7 @@ class _Prepared:
         res_index: dict[str, int] = {}
         rbw = topology.resource_bw
         # uniform chunks (every built-in collective): an op's units are its chunk count, read without a call
-        units_of = schedule.op_units if self.unit_is_chunk and not coll.uniform else None
+        units_of = schedule.op_units if isinstance(schedule, Schedule) and not coll.uniform else None
         count, ndeps, dependents = self.count, self.ndeps, self.dependents
         for op in ops:
             i = op.id
@@ -388,8 +388,8 @@ class _Prepared:
             elif units_of is not None:
                 count[i] = units_of(op)
             else:
-                c = op.src if op.src is not None else op.dst
-                count[i] = c.count if c is not None else 0
+                rng = op.src if op.src is not None else op.dst
+                count[i] = rng.count if rng is not None else 0
             deps = set(op.deps)  # its iteration order is the order dependents are released in: kept as it was
             ndeps[i] = len(deps)
             for d in deps:
