@@ -226,6 +226,18 @@ RING_FAMILY = ("ring", "multi_ring")
 MESSAGES_PER_CHUNK = ("ring", "multi_ring", "hierarchical")
 
 
+def _rings(name: str, collective: Collective, topology: Topology) -> list[list[int]] | None:
+    """The rings of ring-family baseline ``name`` for an allgather or reduce-scatter, in ring order; None for
+    other baselines and kinds, or when the baseline does not apply."""
+    if name not in RING_FAMILY or collective.kind not in ("allgather", "reduce_scatter"):
+        return None
+    try:
+        return [list(ring.check(collective, topology))] if name == "ring" else \
+            [list(r) for r in multi_ring.check(collective, topology)]
+    except CCSynthError:
+        return None
+
+
 def ring_volume_us(name: str, collective: Collective, topology: Topology, size_bytes: float) -> float | None:
     """The busiest resource's bytes at full bandwidth (us) of ring-family baseline ``name``, without building it.
 
@@ -235,13 +247,9 @@ def ring_volume_us(name: str, collective: Collective, topology: Topology, size_b
     :func:`~ccsynth.synth.simulate.static_bound` on the built schedule (``tests/test_baseline_search.py``);
     None for other baselines and kinds, or when the baseline does not apply.
     """
-    kind, n, c = collective.kind, collective.n_ranks, collective.chunk_factor
-    if name not in RING_FAMILY or kind not in ("allgather", "reduce_scatter"):
-        return None
-    try:
-        rings = [list(ring.check(collective, topology))] if name == "ring" else \
-            [list(r) for r in multi_ring.check(collective, topology)]
-    except CCSynthError:
+    n, c = collective.n_ranks, collective.chunk_factor
+    rings = _rings(name, collective, topology)
+    if rings is None:
         return None
     groups = split(range(c), len(rings))
     mcurve = topology.message_curve
@@ -281,13 +289,9 @@ def ring_stream(name: str, collective: Collective, topology: Topology, size_byte
     footprint or forward curves, factors of at least 1). None for other baselines and kinds, or when the
     baseline does not apply.
     """
-    kind, n, c = collective.kind, collective.n_ranks, collective.chunk_factor
-    if name not in RING_FAMILY or kind not in ("allgather", "reduce_scatter"):
-        return None
-    try:
-        rings = [list(ring.check(collective, topology))] if name == "ring" else \
-            [list(r) for r in multi_ring.check(collective, topology)]
-    except CCSynthError:
+    n, c = collective.n_ranks, collective.chunk_factor
+    rings = _rings(name, collective, topology)
+    if rings is None:
         return None
     raw = collective.chunk_bytes(size_bytes)
     mcurve = topology.message_curve
