@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ccsynth.collectives.schedule import Chunks, Op, Schedule
+from ccsynth.collectives.schedule import Chunks, Op, Schedule, new_op
 from ccsynth.collectives.spec import Collective
 
 __all__ = ["ScheduleBuilder"]
@@ -81,35 +81,35 @@ class ScheduleBuilder:
             reads, writes = probe.reads(), probe.writes()
         writer, readers = self._writer, self._readers
         base = rank << 34
-        dep_ids: set[int] = set(deps)
+        found = list(deps) if deps else []
         for c in reads:
-            k0 = base | _BUF_BITS.get(c.buf, 0)
-            for k in range(k0 + c.index, k0 + c.index + c.count):
+            k0 = (base | _BUF_BITS[c.buf]) + c.index
+            for k in range(k0, k0 + c.count):
                 w = writer.get(k)
                 if w is not None:
-                    dep_ids.add(w)
+                    found.append(w)
         for c in writes:
-            k0 = base | _BUF_BITS.get(c.buf, 0)
-            for k in range(k0 + c.index, k0 + c.index + c.count):
+            k0 = (base | _BUF_BITS[c.buf]) + c.index
+            for k in range(k0, k0 + c.count):
                 w = writer.get(k)
                 if w is not None:
-                    dep_ids.add(w)
+                    found.append(w)
                 rs = readers.get(k)
                 if rs:
-                    dep_ids.update(rs)
-        self._ops.append(Op(op_id, rank, kind, src, dst, peer, reduce,
-                            tuple(sorted(dep_ids)) if len(dep_ids) > 1 else tuple(dep_ids), channel))
+                    found.extend(rs)
+        dep_ids = (found[0],) if len(found) == 1 else tuple(sorted(set(found))) if found else ()
+        self._ops.append(new_op(op_id, rank, kind, src, dst, peer, reduce, dep_ids, channel))
         for c in reads:
-            k0 = base | _BUF_BITS.get(c.buf, 0)
-            for k in range(k0 + c.index, k0 + c.index + c.count):
+            k0 = (base | _BUF_BITS[c.buf]) + c.index
+            for k in range(k0, k0 + c.count):
                 rs = readers.get(k)
                 if rs is None:
                     readers[k] = [op_id]
                 else:
                     rs.append(op_id)
         for c in writes:
-            k0 = base | _BUF_BITS.get(c.buf, 0)
-            for k in range(k0 + c.index, k0 + c.index + c.count):
+            k0 = (base | _BUF_BITS[c.buf]) + c.index
+            for k in range(k0, k0 + c.count):
                 writer[k] = op_id
                 readers.pop(k, None)
         for c in (src, dst):
@@ -149,8 +149,8 @@ class ScheduleBuilder:
         With ``reduce=True`` the received chunks are combined into ``dst``.
         Returns ``(send_id, recv_id)``.
         """
-        s = self.send(src_rank, dst_rank, src, deps=send_deps, channel=channel)
-        r = self.recv(dst_rank, src_rank, dst, reduce=reduce, deps=recv_deps, channel=channel)
+        s = self._add(src_rank, "send", src=src, peer=dst_rank, deps=send_deps, channel=channel)
+        r = self._add(dst_rank, "recv", dst=dst, peer=src_rank, reduce=reduce, deps=recv_deps, channel=channel)
         return s, r
 
     @property

@@ -104,6 +104,7 @@ __all__ = [
     "Chunks",
     "ChunkRanges",
     "Op",
+    "new_op",
     "Schedule",
     "in_place_storage",
     "collective_from_dict",
@@ -319,6 +320,36 @@ class Op(ChunkRanges):
             raise ScheduleFormatError(f"operation {d.get('id', '?')} is missing field {e.args[0]!r}") from None
         except ScheduleError as e:
             raise ScheduleFormatError(f"operation {d.get('id', '?')}: {e}") from None
+
+
+_OP_FIELDS = ("id", "rank", "kind", "src", "dst", "peer", "reduce", "deps", "channel")
+_SET_ID, _SET_RANK, _SET_KIND, _SET_SRC, _SET_DST, _SET_PEER, _SET_REDUCE, _SET_DEPS, _SET_CHANNEL = (
+    getattr(Op, name).__set__ for name in _OP_FIELDS)
+
+
+def new_op(id: int, rank: int, kind: str, src: Chunks | None, dst: Chunks | None, peer: int, reduce: bool,
+           deps: tuple[int, ...], channel: int) -> Op:
+    """``Op(id, rank, kind, src, dst, peer, reduce, deps, channel)``, equal to it, in half the time.
+
+    A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``, which looks the
+    field's slot up by name each time: for a builder making millions of ops that is half of each op's cost
+    (:class:`~ccsynth.collectives.builder.ScheduleBuilder`). This sets the slots directly; the fields are not
+    checked here either (the Schedule's structure check does that).
+    """
+    op = _new_object(Op)
+    _SET_ID(op, id)
+    _SET_RANK(op, rank)
+    _SET_KIND(op, kind)
+    _SET_SRC(op, src)
+    _SET_DST(op, dst)
+    _SET_PEER(op, peer)
+    _SET_REDUCE(op, reduce)
+    _SET_DEPS(op, deps)
+    _SET_CHANNEL(op, channel)
+    return op
+
+
+_new_object = object.__new__
 
 
 def _op_json(op: Op) -> str:

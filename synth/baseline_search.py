@@ -45,7 +45,14 @@ through this module:
   and for the baselines that send every chunk as a message of its own
   (:data:`MESSAGES_PER_CHUNK`) the next factor's overheads are twice
   this one's, so a factor whose doubled overheads exceed the best is not
-  built either. Baselines proven slower are reported with
+  built either. Before any factor of a baseline could beat that time, a
+  factor whose pipeline bound exceeds it is left out too (the ring
+  family's busiest stream, :func:`ring_stream`, says as much without
+  building it), and factors whose pipeline bounds keep falling are
+  simulated only where the fall ends, fastest bound first
+  (:class:`_Walk`): at 256 ranks multi_ring's 1-million-op factor 8 is
+  not built and only the hierarchical baseline's best factor is
+  simulated. Baselines proven slower are reported with
   the bound they exceeded (:class:`Outrun`), never with a time.
   Schedules are built unverified during the search (the builders are
   verified by their tests); the one returned for use is verified
@@ -73,6 +80,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 from typing import NamedTuple
 from collections.abc import Callable, Sequence
 
@@ -84,7 +92,7 @@ from ccsynth.collectives.verify import verify
 from ccsynth.synth.baselines import BASELINES, get_baseline, make_baseline, min_chunk_factor, why_not
 from ccsynth.synth.baselines import multi_ring, ring
 from ccsynth.synth.baselines._util import split
-from ccsynth.synth.pipeline_bound import pipeline_bound
+from ccsynth.synth.pipeline_bound import PipelineBound, pipeline_bound
 from ccsynth.synth.simulate import SimResult, simulate, simulate_below
 from ccsynth.tolerance import is_greater, is_less
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
@@ -105,6 +113,8 @@ __all__ = [
     "verified",
     "RING_FAMILY",
     "ring_sends",
+    "RingStream",
+    "ring_stream",
     "MESSAGES_PER_CHUNK",
     "MAX_OPS",
     "ring_volume_us",
@@ -181,6 +191,8 @@ class _Builds:
         self.checked = checked
         self.progress = progress
         self.cache: dict[tuple[str, int], Schedule | None] = {}
+        #: schedules a walk left unsimulated that a later walk may ask for (see :func:`baselines_against`)
+        self.kept: dict[tuple[str, int], Schedule] = {}
 
     def say(self, message: str) -> None:
         """Log ``message`` (INFO) and hand it to the progress callback, if any."""
@@ -190,6 +202,8 @@ class _Builds:
 
     def get(self, name: str, factor: int) -> Schedule | None:
         key = (name, factor)
+        if key in self.kept:
+            return self.kept.pop(key)
         if key not in self.cache:
             coll = Collective(self.kind, self.n, factor, self.root)
             try:
@@ -212,6 +226,18 @@ RING_FAMILY = ("ring", "multi_ring")
 MESSAGES_PER_CHUNK = ("ring", "multi_ring", "hierarchical")
 
 
+def _rings(name: str, collective: Collective, topology: Topology) -> list[list[int]] | None:
+    """The rings of ring-family baseline ``name`` for an allgather or reduce-scatter, in ring order; None for
+    other baselines and kinds, or when the baseline does not apply."""
+    if name not in RING_FAMILY or collective.kind not in ("allgather", "reduce_scatter"):
+        return None
+    try:
+        return [list(ring.check(collective, topology))] if name == "ring" else \
+            [list(r) for r in multi_ring.check(collective, topology)]
+    except CCSynthError:
+        return None
+
+
 def ring_volume_us(name: str, collective: Collective, topology: Topology, size_bytes: float) -> float | None:
     """The busiest resource's bytes at full bandwidth (us) of ring-family baseline ``name``, without building it.
 
@@ -221,13 +247,9 @@ def ring_volume_us(name: str, collective: Collective, topology: Topology, size_b
     :func:`~ccsynth.synth.simulate.static_bound` on the built schedule (``tests/test_baseline_search.py``);
     None for other baselines and kinds, or when the baseline does not apply.
     """
-    kind, n, c = collective.kind, collective.n_ranks, collective.chunk_factor
-    if name not in RING_FAMILY or kind not in ("allgather", "reduce_scatter"):
-        return None
-    try:
-        rings = [list(ring.check(collective, topology))] if name == "ring" else \
-            [list(r) for r in multi_ring.check(collective, topology)]
-    except CCSynthError:
+    n, c = collective.n_ranks, collective.chunk_factor
+    rings = _rings(name, collective, topology)
+    if rings is None:
         return None
     groups = split(range(c), len(rings))
     mcurve = topology.message_curve
@@ -243,6 +265,52 @@ def ring_volume_us(name: str, collective: Collective, topology: Topology, size_b
                 res_bytes[r] = res_bytes.get(r, 0.0) + edge_bytes
     bw = topology.resource_bw
     return max((v / (bw[r] * BYTES_PER_US_PER_GBPS) for r, v in res_bytes.items()), default=0.0)
+
+
+class RingStream(NamedTuple):
+    """What :func:`ring_stream` bounds without building a ring-family schedule (us)."""
+
+    #: the busiest ring stream: its first message's overhead and latency, every message's bytes at the
+    #: connection's slowest resource, its last message's receive overhead (the same at every chunk factor)
+    stream_us: float
+    #: the busiest engine's per-message overheads (a ring connection's sends or receives one after another)
+    engine_us: float
+
+
+def ring_stream(name: str, collective: Collective, topology: Topology, size_bytes: float) -> RingStream | None:
+    """A lower bound on ring-family baseline ``name``'s simulated time from its rings alone, without building it.
+
+    Ring ``k`` of the baseline runs on channel ``k`` and sends each of its group's chunks of the other ``n - 1``
+    pieces over every one of its edges as a message of its own (:func:`ring_volume_us`), one stream per edge.
+    A stream moves its messages' data one after another: its first cannot start before its send's overhead and
+    latency, and the schedule cannot end before its last message's receive overhead -- the head-body-tail
+    bound of :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` for the stream's whole work, which is never
+    above it (``tests/test_baseline_search.py``). Bytes per message as there (the message curve; not the
+    footprint or forward curves, factors of at least 1). None for other baselines and kinds, or when the
+    baseline does not apply.
+    """
+    n, c = collective.n_ranks, collective.chunk_factor
+    rings = _rings(name, collective, topology)
+    if rings is None:
+        return None
+    raw = collective.chunk_bytes(size_bytes)
+    mcurve = topology.message_curve
+    chunk = raw * (mcurve.factor(size_bytes) if mcurve is not None else 1.0)
+    bw = topology.resource_bw
+    stream = engine = 0.0
+    for order, grp in zip(rings, split(range(c), len(rings))):
+        messages = (n - 1) * len(grp)
+        if not messages:
+            continue
+        for i, a in enumerate(order):
+            conn = topology.connection(a, order[(i + 1) % n])
+            if conn is None:
+                return None
+            cap = min(bw[r] for r in conn.resources) * BYTES_PER_US_PER_GBPS
+            o = conn.overhead
+            stream = max(stream, 2 * o + topology.message_alpha(conn.alpha, raw) + messages * chunk / cap)
+            engine = max(engine, messages * o)
+    return RingStream(stream, engine)
 
 
 def ring_sends(name: str, collective: Collective) -> int | None:
@@ -262,98 +330,238 @@ def ring_sends(name: str, collective: Collective) -> int | None:
     return per_kind.get(collective.kind)
 
 
-def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = None,
-            outrun: list[Outrun] | None = None) -> BaselineChoice | None:
-    """Walk baseline ``name``'s ladder at ``size_bytes``; stop after WORSE_IN_A_ROW slower factors.
+class _Pending(NamedTuple):
+    """A factor that could beat the best so far, built and bounded, not yet simulated (see :class:`_Walk`)."""
 
-    Until a factor is simulated, a factor is simulated unless its static bound
-    (:func:`~ccsynth.synth.simulate.simulate_below`) exceeds ``beat``, as it always was (its bytes above
-    ``beat`` end the walk; such factors go to ``outrun``). Once one is, a factor is simulated only if its
-    :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` does not exceed the best so far (and its static bound
-    not ``beat``): otherwise it counts as the slower factor its simulated time would have made it, so the walk
-    picks what it picked when it simulated every factor. Per-message overheads above the best end the walk
-    (they never shrink as the factor grows; where every message splits in two at the next factor,
-    :data:`MESSAGES_PER_CHUNK`, the next factor's are known without building it).
+    factor: int
+    bound_us: float
+    schedule: Schedule
+
+
+#: what becomes of a factor before it is built (:meth:`_Walk._unbuilt`)
+_BUILD, _SKIP, _STOP = "build", "skip", "stop"
+
+
+class _Walk:
+    """Baseline ``name``'s ladder walk at ``size_bytes``; stops after WORSE_IN_A_ROW slower factors.
+
+    Without ``beat`` (:func:`best_for`): the first factor is simulated; after it a factor is simulated only if
+    its :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` does not exceed the best so far, otherwise it
+    counts as the slower factor its simulated time would have made it, so the walk picks what it picked when it
+    simulated every factor. Per-message overheads above the best end the walk (they never shrink as the factor
+    grows; where every message splits in two at the next factor, :data:`MESSAGES_PER_CHUNK`, the next factor's
+    are known without building it, from the last factor bounded or simulated).
+
+    With ``beat`` (:func:`baselines_against`) three more rules, each leaving out only what is proven slower:
+
+    * *the first factors*: until a factor could beat ``beat``, a factor whose pipeline bound exceeds ``beat``
+      goes to ``outrun`` and is not simulated (``first_by_pipeline``; otherwise the static bound decides, as it
+      always did: :func:`~ccsynth.synth.simulate.simulate_below`). Its bytes above ``beat`` end the walk (every
+      factor moves the same bytes), its overheads count it slower (every larger factor sends as many); a bound
+      above ``beat`` by the pipeline's fill alone neither (the fill shrinks as the factor grows: the
+      hierarchical allgather's factor 1 and 2 lose to its factor 8 on 256 ranks);
+    * *deferred simulation*: factors that could beat the best so far, while their pipeline bounds keep falling
+      from one factor to the next, are built and bounded but simulated only when the fall ends (or the ladder
+      does), fastest bound first, and only while a bound is below the best simulated so far
+      (:meth:`_resolve`). The best of them is the best of their simulated times, as simulating each would
+      give; the walk then goes on as if it had simulated them one by one (the factors after the best one count
+      slower), so it never stops earlier than the walk that simulates every factor;
+    * ``MAX_OPS``: no factor beyond it is built (its op count from the factor before, or for the ring family's
+      first factor from :func:`ring_sends`); the ring family's bytes (:func:`ring_volume_us`) above ``beat``
+      end the walk before anything is built, and its busiest stream (:func:`ring_stream`, what the pipeline
+      bound would say at least) above it leaves a first factor out unbuilt, with its overheads for the
+      next.
     """
-    best: BaselineChoice | None = None
-    worse = 0
-    topology = builds.topology
-    call = topology.call_overhead
-    last: tuple[int, int] | None = None  # the last factor built and its op count
-    overheads: tuple[int, float] | None = None  # the last factor bounded and its busiest engine's overheads
-    for factor in chunk_factor_ladder(name, builds.kind, topology, size_bytes):
-        if beat is not None and best is None and worse == 0 and last is None:
-            # the ring family's bytes without building its (at 1,024 ranks: 2-17 million op) schedules
-            coll = Collective(builds.kind, builds.n, factor, builds.root)
-            volume = ring_volume_us(name, coll, topology, size_bytes)
-            if volume is not None and is_greater(volume + call, beat):
-                builds.say(f"baseline {name} at chunk factor {factor}: at least {volume + call:.3f} us (its bytes, "
-                           f"at every factor), slower than {beat:.3f} us")
-                if outrun is not None:
-                    outrun.append(Outrun(name, factor, volume + call, True))
+
+    def __init__(self, name: str, builds: _Builds, size_bytes: float, beat: float | None,
+                 outrun: list[Outrun] | None, first_by_pipeline: bool):
+        self.name, self.builds, self.size, self.beat = name, builds, size_bytes, beat
+        self.beat_us = beat if beat is not None else math.inf  # the time to beat, for comparisons
+        self.outrun = outrun if outrun is not None else []
+        self.first_by_pipeline = first_by_pipeline
+        self.topology = builds.topology
+        self.call = self.topology.call_overhead
+        self.best: BaselineChoice | None = None
+        self.worse = 0
+        self.pending: list[_Pending] = []
+        self.last: tuple[int, int] | None = None  # the last factor built and its op count
+        self.overheads: tuple[int, float] | None = None  # the last factor bounded and its busiest engine's overheads
+        #: the first factors left out by their pipeline bound alone (None: not built), nothing before them
+        #: could beat ``beat``
+        self.filled: list[tuple[int, Schedule | None]] = []
+
+    def say(self, factor: int, what: str) -> None:
+        self.builds.say(f"baseline {self.name} at chunk factor {factor}: {what}")
+
+    def best_us(self) -> float:
+        return self.best.result.time_us if self.best is not None else math.inf
+
+    def run(self) -> BaselineChoice | None:
+        b = self.builds
+        for factor in chunk_factor_ladder(self.name, b.kind, self.topology, self.size):
+            unbuilt = self._unbuilt(factor)
+            if unbuilt == _STOP:
                 break
+            if unbuilt == _SKIP:
+                continue
+            sched = b.get(self.name, factor)
+            if sched is None:
+                continue
+            self.last = (factor, len(sched.ops))
+            if not self._step(factor, sched):
+                break
+        self._resolve()
+        return self.best
+
+    def _unbuilt(self, factor: int) -> str:
+        """What becomes of ``factor`` before it is built: the walk ends there (its bytes, its op count, its
+        overheads), it is left out unbuilt (the ring family's busiest stream), or it is built."""
+        b, beat = self.builds, self.beat
+        coll = Collective(b.kind, b.n, factor, b.root)
+        first = beat is not None and self.best is None and not self.pending and self.worse == 0
+        if first and self.last is None:
+            # the ring family's bytes without building its (at 1,024 ranks: 2-17 million op) schedules
+            volume = ring_volume_us(self.name, coll, self.topology, self.size)
+            if volume is not None and is_greater(volume + self.call, self.beat_us):
+                self.say(factor, f"at least {volume + self.call:.3f} us (its bytes, at every factor), slower than "
+                                 f"{self.beat_us:.3f} us")
+                self.outrun.append(Outrun(self.name, factor, volume + self.call, True))
+                return _STOP
         if beat is not None:
-            # no factor beyond MAX_OPS ops is built: its op count from the factor before, or the ring family's own
-            sends = ring_sends(name, Collective(builds.kind, builds.n, factor, builds.root)) if last is None else None
+            sends = ring_sends(self.name, coll) if self.last is None else None
+            last = self.last
             ops = last[1] * factor / last[0] if last is not None else None if sends is None else 2 * sends
             if ops is not None and ops > MAX_OPS:
-                builds.say(f"baseline {name} at chunk factor {factor}: not tried (about {ops:.0f} ops, over MAX_OPS)")
-                break
-        if best is not None and overheads is not None and name in MESSAGES_PER_CHUNK:
-            engine = overheads[1] * factor / overheads[0] + call
-            if is_greater(engine, best.result.time_us):
-                builds.say(f"baseline {name} at chunk factor {factor}: at least {engine:.3f} us (its per-message "
-                           f"overheads, not built), slower than its best so far")
-                break
-        sched = builds.get(name, factor)
-        if sched is None:
-            continue
-        last = (factor, len(sched.ops))
-        if best is not None:  # only a factor its pipeline bound leaves below the best so far can become the best
-            b = pipeline_bound(sched, topology, size_bytes)
-            overheads = (factor, b.engine_us)
-            static_out = beat is not None and is_greater(max(b.volume_us, b.engine_us) + call, beat)  # as always
-            if static_out or is_greater(b.time_us, best.result.time_us):
-                done = is_greater(b.engine_us + call, best.result.time_us)
+                self.say(factor, f"not tried (about {ops:.0f} ops, over MAX_OPS)")
+                return _STOP
+        if self.overheads is not None and self.name in MESSAGES_PER_CHUNK:
+            engine = self.overheads[1] * factor / self.overheads[0] + self.call
+            if self.pending and is_greater(engine, min(p.bound_us for p in self.pending)):
+                self._resolve()  # the deferred factors decide whether this one could still be the best
+                if self.worse >= WORSE_IN_A_ROW:
+                    return _STOP
+            if is_greater(engine, self.best_us()) or (first and is_greater(engine, self.beat_us)):
+                self.say(factor, f"at least {engine:.3f} us (its per-message overheads, not built), slower than "
+                                 f"{'its best so far' if self.best is not None else f'{self.beat_us:.3f} us'}")
+                return _STOP
+        if first and self.first_by_pipeline:
+            rs = ring_stream(self.name, coll, self.topology, self.size)
+            if rs is not None and is_greater(rs.stream_us + self.call, self.beat_us):
+                # what its pipeline bound would say at least: left out unbuilt, as a first factor whose
+                # pipeline bound exceeds the time to beat is
+                self.say(factor, f"at least {rs.stream_us + self.call:.3f} us (its busiest ring stream, not "
+                                 f"built), slower than {self.beat_us:.3f} us")
+                self.outrun.append(Outrun(self.name, factor, rs.stream_us + self.call, False))
+                self.overheads = (factor, rs.engine_us)
+                self.filled.append((factor, None))
+                return _SKIP
+        return _BUILD
+
+    def _step(self, factor: int, sched: Schedule) -> bool:
+        """Bound, defer or simulate ``factor``; False where the walk ends."""
+        topology, beat = self.topology, self.beat
+        nothing_yet = self.best is None and not self.pending
+        if nothing_yet and beat is None:
+            with gc_paused():
+                self._simulated(factor, sched, simulate(sched, topology, self.size))
+            return self.worse < WORSE_IN_A_ROW
+        if nothing_yet and not self.first_by_pipeline:  # the static bound against the time to beat, as always
+            with gc_paused():
+                sb, got = simulate_below(sched, topology, self.size, self.beat_us)
+            self.overheads = (factor, sb.engine_us)
+            if got is not None:
+                self._simulated(factor, sched, got)
+                return self.worse < WORSE_IN_A_ROW
+            every = is_greater(sb.volume_us + sb.call_us, self.beat_us)
+            why = "its bytes, at every factor" if every else "its per-message overheads"
+            self.say(factor, f"at least {sb.time_us:.3f} us ({why}), slower than {self.beat_us:.3f} us")
+            self.outrun.append(Outrun(self.name, factor, sb.time_us, every))
+            self.worse += 1
+            return not every and self.worse < WORSE_IN_A_ROW
+        b = pipeline_bound(sched, topology, self.size)
+        self.overheads = (factor, b.engine_us)
+        if nothing_yet:  # beat is not None: the pipeline bound against the time to beat
+            if is_greater(b.time_us, self.beat_us):
+                return self._first_out(factor, sched, b)
+        elif self.pending and b.time_us < self.pending[-1].bound_us and not self._over_beat(b):
+            self.pending.append(_Pending(factor, b.time_us, sched))  # still falling: deferred
+            return True
+        else:
+            self._resolve()
+            if self.worse >= WORSE_IN_A_ROW:
+                return False
+            if self._over_beat(b) or is_greater(b.time_us, self.best_us()):
+                done = is_greater(b.engine_us + self.call, self.best_us())
                 why = "its per-message overheads, at every larger factor" if done else f"its pipeline: {b.which}"
-                builds.say(f"baseline {name} at chunk factor {factor}: at least {b.time_us:.3f} us ({why}), slower "
-                           f"than its best so far")
+                self.say(factor, f"at least {b.time_us:.3f} us ({why}), slower than its best so far")
                 if done:
-                    break
-                worse += 1
-                if worse >= WORSE_IN_A_ROW:
-                    break
+                    return False
+                self.worse += 1
+                return self.worse < WORSE_IN_A_ROW
+        self.pending.append(_Pending(factor, b.time_us, sched))
+        if beat is None:  # nothing deferred without a time to beat: the walk simulating every factor
+            self._resolve()
+            return self.worse < WORSE_IN_A_ROW
+        return True
+
+    def _over_beat(self, b: PipelineBound) -> bool:
+        """Its bytes or overheads alone exceed the time to beat (as the static bound always said)."""
+        return is_greater(max(b.volume_us, b.engine_us) + self.call, self.beat_us)
+
+    def _first_out(self, factor: int, sched: Schedule, b: PipelineBound) -> bool:
+        """Nothing could beat ``beat`` yet and ``factor``'s pipeline bound exceeds it (see the class docstring)."""
+        call = self.call
+        every = is_greater(b.volume_us + call, self.beat_us)
+        overheads = not every and is_greater(b.engine_us + call, self.beat_us)
+        why = "its bytes, at every factor" if every else "its per-message overheads" if overheads else \
+            f"its pipeline: {b.which}"
+        self.say(factor, f"at least {b.time_us:.3f} us ({why}), slower than {self.beat_us:.3f} us")
+        self.outrun.append(Outrun(self.name, factor, b.time_us, every))
+        if every:
+            return False
+        if overheads:
+            self.worse += 1
+            return self.worse < WORSE_IN_A_ROW
+        self.filled.append((factor, sched))
+        return True
+
+    def _simulated(self, factor: int, sched: Schedule, r: SimResult) -> None:
+        self.say(factor, f"{r.time_us:.3f} us ({len(sched.ops)} ops, simulated)")
+        if self.best is None or is_less(r.time_us, self.best.result.time_us):
+            self.best, self.worse = BaselineChoice(self.name, factor, r, sched), 0
+        else:
+            self.worse += 1
+
+    def _resolve(self) -> None:
+        """Simulate the deferred factors, fastest bound first, while a bound is below the best so far; then
+        count the walk on as if each had been simulated in turn (see the class docstring)."""
+        if not self.pending:
+            return
+        run, self.pending = self.pending, []
+        least = self.best_us()
+        times: dict[int, SimResult] = {}
+        for p in sorted(run, key=lambda p: (p.bound_us, p.factor)):
+            if is_greater(p.bound_us, least):
+                self.say(p.factor, f"at least {p.bound_us:.3f} us (its pipeline), slower than its best so far")
                 continue
             with gc_paused():
-                r = simulate(sched, topology, size_bytes)
-        elif beat is not None:  # nothing simulated yet: the static bound against the time to beat, as always
-            with gc_paused():
-                sb, got = simulate_below(sched, topology, size_bytes, beat)
-            if got is None:
-                every = is_greater(sb.volume_us + sb.call_us, beat)
-                builds.say(f"baseline {name} at chunk factor {factor}: at least {sb.time_us:.3f} us ("
-                           f"{'its bytes, at every factor' if every else 'its per-message overheads'}), slower than "
-                           f"{beat:.3f} us")
-                if outrun is not None:
-                    outrun.append(Outrun(name, factor, sb.time_us, every))
-                if every:
-                    break
-                worse += 1
-                if worse >= WORSE_IN_A_ROW:
-                    break
-                continue
-            r = got
-        else:
-            with gc_paused():
-                r = simulate(sched, topology, size_bytes)
-        builds.say(f"baseline {name} at chunk factor {factor}: {r.time_us:.3f} us ({len(sched.ops)} ops, simulated)")
-        if best is None or is_less(r.time_us, best.result.time_us):
-            best, worse = BaselineChoice(name, factor, r, sched), 0
-        else:
-            worse += 1
-            if worse >= WORSE_IN_A_ROW:
-                break
-    return best
+                r = times[p.factor] = simulate(p.schedule, self.topology, self.size)
+            self.say(p.factor, f"{r.time_us:.3f} us ({len(p.schedule.ops)} ops, simulated)")
+            least = min(least, r.time_us)
+        # in ladder order, as the walk simulating one factor after another compares them (ties: the first);
+        # a factor left unsimulated is slower than one simulated, never the best
+        for p in run:
+            got = times.get(p.factor)
+            if got is not None and (self.best is None or is_less(got.time_us, self.best.result.time_us)):
+                self.best, self.worse = BaselineChoice(self.name, p.factor, got, p.schedule), 0
+            else:
+                self.worse += 1
+
+
+def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = None,
+            outrun: list[Outrun] | None = None, first_by_pipeline: bool = False) -> BaselineChoice | None:
+    """Walk baseline ``name``'s ladder at ``size_bytes`` (see :class:`_Walk`)."""
+    return _Walk(name, builds, size_bytes, beat, outrun, first_by_pipeline).run()
 
 
 def best_for(name: str, collective: Collective, topology: Topology, size_bytes: float) -> BaselineChoice | None:
@@ -413,24 +621,39 @@ def baselines_against(collective: Collective, topology: Topology, size_bytes: fl
     The choices come fastest first, their schedules unverified (:func:`verified` before use); a baseline
     whose every candidate factor is proven slower than ``beat`` (or whose walk stopped on such factors before
     reaching one that is not) appears only in ``outrun``, with the bound of its first factor. A factor
-    is left out only when it is provably slower than the time it had to beat (see the module docstring).
+    is left out only when it is provably slower than the time it had to beat (see the module docstring and
+    :class:`_Walk`). A first factor left out by its pipeline bound alone is simulated after all when no
+    baseline has a simulated time at the end (the static bound would not have left it out): the comparison
+    then still names its best baseline with a time, as it always did.
     ``progress`` is told what became of every factor (the lines logged at INFO): at 1,024 ranks the search
     takes minutes.
     """
     builds = _Builds(collective, topology, checked=False, progress=progress)
     choices: list[BaselineChoice] = []
-    outrun: list[Outrun] = []
+    outrun: dict[str, list[Outrun]] = {}
+    filled: list[str] = []  # baselines left out by their pipeline's fill before any factor could beat ``beat``
     for name in _applicable(collective, topology):
-        mine: list[Outrun] = []
-        choice = _search(name, builds, size_bytes, beat, mine)
+        walk = _Walk(name, builds, size_bytes, beat, outrun.setdefault(name, []), first_by_pipeline=True)
+        choice = walk.run()
         if choice is not None:
             choices.append(choice)
+            builds.kept.clear()
+            filled.clear()
             log.info("baseline %s: best at chunk factor %d, %.3f us", name, choice.chunk_factor,
                      choice.result.time_us)
-        elif mine:
-            outrun.append(mine[0])
+        elif walk.filled and not choices:
+            filled.append(name)
+            builds.kept.update(((name, f), s) for f, s in walk.filled if s is not None)
+    for name in filled:  # no simulated time otherwise: these as the static bound decides (see above)
+        builds.say(f"baseline {name}: no baseline simulated, so its first factors as the static bound decides")
+        outrun[name] = []
+        choice = _search(name, builds, size_bytes, beat, outrun[name])
+        if choice is not None:
+            choices.append(choice)
+    builds.kept.clear()
     choices.sort(key=lambda c: c.result.time_us)  # stable
-    return BaselineSearch(choices, outrun)
+    found = [c.name for c in choices]
+    return BaselineSearch(choices, [o[0] for name, o in outrun.items() if o and name not in found])
 
 
 def verified(choice: BaselineChoice, topology: Topology) -> BaselineChoice:

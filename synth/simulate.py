@@ -383,13 +383,22 @@ class _Prepared:
         class_of: dict[tuple[int, int, int], int] = {}
         res_index: dict[str, int] = {}
         rbw = topology.resource_bw
+        # uniform chunks (every built-in collective): an op's units are its chunk count, read without a call
+        units_of = schedule.op_units if isinstance(schedule, Schedule) and not coll.uniform else None
+        count, ndeps, dependents = self.count, self.ndeps, self.dependents
         for op in ops:
             i = op.id
-            self.count[i] = schedule.op_units(op) if isinstance(schedule, Schedule) and isinstance(op, Op) else op.count
-            deps = set(op.deps)
-            self.ndeps[i] = len(deps)
+            if not self.unit_is_chunk or not isinstance(op, Op):
+                count[i] = op.count
+            elif units_of is not None:
+                count[i] = units_of(op)
+            else:
+                rng = op.src if op.src is not None else op.dst
+                count[i] = rng.count if rng is not None else 0
+            deps = set(op.deps)  # its iteration order is the order dependents are released in: kept as it was
+            ndeps[i] = len(deps)
             for d in deps:
-                self.dependents[d].append(i)
+                dependents[d].append(i)
             if op.kind == "send":
                 self.kind[i] = _SEND
                 self.partner[i] = matches[i]

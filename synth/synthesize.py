@@ -303,7 +303,7 @@ def synthesize(
 
     Every applicable baseline is simulated at its own best chunk factor
     (:mod:`ccsynth.synth.baseline_search`, recorded in ``report.baselines``)
-    unless a static bound proves it slower than the synthesized schedule
+    unless a bound proves it slower than the synthesized schedule
     (:func:`~ccsynth.synth.baseline_search.baselines_against`: recorded with
     ``time_us`` None and ``at_least_us``);
     when one is faster than every synthesized schedule, that baseline is
@@ -407,8 +407,8 @@ def _against_baselines(sched: Schedule, time_us: float, topology, collective: Co
     report.baselines += [{"name": o.name, "chunk_factor": o.chunk_factor, "time_us": None, "at_least_us": o.bound_us}
                          for o in sorted(found.outrun, key=lambda o: o.bound_us)]
     if found.outrun:
-        prog("baselines", f"{len(found.outrun)} baseline(s) proven slower than {time_us:.3f} us by their bytes or "
-                          "per-message overheads, not simulated: " + ", ".join(
+        prog("baselines", f"{len(found.outrun)} baseline(s) proven slower than {time_us:.3f} us by their bytes, "
+                          "per-message overheads or pipeline, not simulated: " + ", ".join(
                               f"{o.name} >= {o.bound_us:.1f} us" for o in found.outrun))
     if choices:
         best = choices[0]

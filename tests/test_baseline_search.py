@@ -11,6 +11,7 @@ from ccsynth.collectives.verify import verify
 from ccsynth.errors import CCSynthError
 from ccsynth.synth.baseline_search import (
     WORSE_IN_A_ROW,
+    _applicable,
     _Builds,
     baseline_choices,
     best_for,
@@ -185,3 +186,127 @@ def test_the_ring_familys_message_count_without_building_equals_the_built_schedu
                 continue
             assert ring_sends(name, coll) == sum(op.kind == "send" for op in sched.ops), (kind, name)
     assert ring_sends("direct", Collective("allgather", topo.n_ranks)) is None
+
+
+def _simulated_factors(name, coll, topo, size, beat):
+    """``baselines_against``'s lines about baseline ``name``: the factors simulated, and every factor it names."""
+    lines = []
+    found = baselines_against(coll, topo, size, beat, progress=lines.append)
+    mine = [line for line in lines if line.startswith(f"baseline {name} at chunk factor ")]
+    return found, [line for line in mine if "simulated" in line], mine
+
+
+def test_factors_whose_pipeline_bounds_fall_are_simulated_fastest_bound_first():
+    """dgx_h100x4, 1 GiB: the hierarchical allgather's fill shrinks with the factor (2,427 us at factor 1, 1,952 at
+    32); factors 1 and 2 are left out by their pipeline bounds alone, the falling ones after them simulated only
+    while a bound is below the best, and the walk picks what simulating every factor picks."""
+    topo = get_topology("dgx_h100x4")
+    coll = Collective("allgather", topo.n_ranks)
+    size = 1 << 30
+    want = _walk_simulating_every_factor("hierarchical", coll, topo, size)
+    first = simulate(make_baseline("hierarchical", Collective("allgather", topo.n_ranks, 1), topo), topo, size)
+    beat = (first.time_us + want[1]) / 2  # above the best, below factor 1
+    found, simulated, named = _simulated_factors("hierarchical", coll, topo, size, beat)
+    got = next(c for c in found.choices if c.name == "hierarchical")
+    assert (got.chunk_factor, got.result.time_us) == (want[0], pytest.approx(want[1], rel=1e-12))
+    assert not any(o.name == "hierarchical" for o in found.outrun)
+    assert "at chunk factor 1: at least" in named[0] and "its pipeline" in named[0]
+    assert len(simulated) < len([line for line in named if "not built" not in line and "not tried" not in line])
+
+
+@pytest.mark.parametrize("topo_name,kind,size", [("dgx_a100x2", "allgather", 1 << 26), ("ndv2x2", "reduce_scatter", 1 << 22),
+                                                 ("dgx1", "allreduce", 1 << 20), ("ring:6", "allgather", 1 << 16),
+                                                 ("dgx_h100x4", "allgather", 1 << 30)])
+def test_against_a_time_above_every_baseline_the_walks_pick_what_simulating_every_factor_picks(topo_name, kind, size):
+    topo = get_topology(topo_name)
+    coll = Collective(kind, topo.n_ranks)
+    want = {name: _walk_simulating_every_factor(name, coll, topo, size) for name in _applicable(coll, topo)}
+    found = baselines_against(coll, topo, size, 10 * max(t for _f, t in want.values()))
+    assert not found.outrun
+    for c in found.choices:
+        # the deferred walk never stops earlier than the walk simulating every factor: never slower
+        assert c.result.time_us <= want[c.name][1] * (1 + 1e-12), c.name
+        assert (c.chunk_factor, c.result.time_us) == (want[c.name][0], pytest.approx(want[c.name][1], rel=1e-12))
+    assert {c.name for c in found.choices} == set(want)
+
+
+@pytest.mark.parametrize("topo_name,kind,size,frac", [("dgx_h100x4", "allgather", 1 << 30, 0.999),
+                                                      ("dgx_a100x2", "allgather", 1 << 26, 0.99),
+                                                      ("ndv2x2", "reduce_scatter", 1 << 22, 0.98),
+                                                      ("dgx1", "allreduce", 1 << 20, 1.02)])
+def test_against_a_time_the_best_baseline_is_what_the_static_rule_finds(topo_name, kind, size, frac):
+    """Against a time near the best baseline's: what is left out is proven slower than that time (its bound is
+    below its simulated time), and the fastest baseline -- or, when none beats the time, the one the static
+    bound's rule simulates -- comes out with the same factor and time as under that rule."""
+    from ccsynth.synth.baseline_search import _search
+
+    topo = get_topology(topo_name)
+    coll = Collective(kind, topo.n_ranks)
+    every = baseline_choices(coll, topo, size)
+    beat = every[0].result.time_us * frac
+    static_rule = []
+    builds = _Builds(coll, topo, checked=False)
+    for name in _applicable(coll, topo):
+        c = _search(name, builds, size, beat, [])
+        if c is not None:
+            static_rule.append(c)
+    static_rule.sort(key=lambda c: c.result.time_us)
+    found = baselines_against(coll, topo, size, beat)
+    assert bool(found.choices) == bool(static_rule)
+    if static_rule:
+        assert (found.choices[0].name, found.choices[0].chunk_factor) == \
+            (static_rule[0].name, static_rule[0].chunk_factor)
+        assert found.choices[0].result.time_us == pytest.approx(static_rule[0].result.time_us, rel=1e-12)
+    for o in found.outrun:
+        assert o.bound_us > beat * (1 - 1e-9)
+        sched = make_baseline(o.name, Collective(kind, topo.n_ranks, o.chunk_factor), topo)
+        assert o.bound_us <= simulate(sched, topo, size).time_us * (1 + 1e-9), o
+
+
+def test_when_no_baseline_is_simulated_the_one_left_out_by_its_fill_alone_is_simulated():
+    """dgx_h100x4, 1 GiB allgather against a time below every hierarchical factor's pipeline bound but above
+    its bytes: every factor is left out by its pipeline's fill alone, and nothing else is simulated; the
+    comparison then simulates the hierarchical baseline as the static bound's rule does, so a best baseline
+    with a time is still named."""
+    from ccsynth.synth.baseline_search import _search
+
+    topo = get_topology("dgx_h100x4")
+    coll = Collective("allgather", topo.n_ranks)
+    size = 1 << 30
+    s1 = make_baseline("hierarchical", Collective("allgather", topo.n_ranks, 1), topo)
+    beat = static_bound(s1, topo, size).time_us * 1.0005  # above its bytes, below every pipeline bound
+    lines = []
+    found = baselines_against(coll, topo, size, beat, progress=lines.append)
+    assert any("no baseline simulated" in line for line in lines)
+    want = _search("hierarchical", _Builds(coll, topo, checked=False), size, beat, [])
+    assert [(c.name, c.chunk_factor, c.result.time_us) for c in found.choices] == \
+        [("hierarchical", want.chunk_factor, want.result.time_us)]
+
+
+@pytest.mark.parametrize("topo_name", ["dgx1", "ndv2x2", "dgx_a100x2", "ring:5", "dgx_h100x4"])
+@pytest.mark.parametrize("kind", ["allgather", "reduce_scatter"])
+def test_the_ring_familys_stream_bound_without_building_is_below_its_pipeline_bound(topo_name, kind):
+    """What lets multi_ring's 1-million-op first factor on 256 ranks be left out unbuilt: never above the built
+    schedule's pipeline bound (so never above its simulated time), the same at every factor of its ladder,
+    and its engine overheads those of the built schedule."""
+    from ccsynth.synth.baseline_search import RING_FAMILY, ring_stream
+    from ccsynth.synth.pipeline_bound import pipeline_bound
+
+    topo = get_topology(topo_name)
+    size = 3 << 20
+    for name in RING_FAMILY:
+        streams = []
+        for factor in chunk_factor_ladder(name, kind, topo, size)[:3]:
+            coll = Collective(kind, topo.n_ranks, factor)
+            try:
+                sched = make_baseline(name, coll, topo)
+            except CCSynthError:
+                assert ring_stream(name, coll, topo, size) is None
+                break
+            got = ring_stream(name, coll, topo, size)
+            b = pipeline_bound(sched, topo, size)
+            assert got.stream_us <= b.time_us * (1 + 1e-12), (name, factor)
+            assert got.stream_us > b.volume_us  # more than its bytes: the first latency and the last overhead
+            assert got.engine_us == pytest.approx(b.engine_us, rel=1e-12), (name, factor)
+            streams.append(got.stream_us)
+        assert all(is_close(v, streams[0]) for v in streams), (name, streams)

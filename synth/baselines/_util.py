@@ -175,11 +175,16 @@ class Places:
             return
         if reduce:
             self.settle(dst, keys)
-        pairs = [(self.at(src, k), self.home(dst, k)) for k in keys]
+        where, home = self._at, self.home
+        pairs = []
         for k in keys:
-            self._at[(dst, k)] = self.home(dst, k)
+            cur = where.get((src, k))
+            h = home(dst, k)
+            pairs.append((cur if cur is not None else self.at(src, k), h))  # at() names a missing value
+            where[(dst, k)] = h  # src != dst: no pair still to come reads it
+        transfer, channel = self.b.transfer, self.channel
         for s, d in (runs(pairs) if merge else [((a, b, 1), (c, e, 1)) for (a, b), (c, e) in pairs]):
-            self.b.transfer(src, dst, s, d, reduce=reduce, channel=self.channel)
+            transfer(src, dst, s, d, reduce=reduce, channel=channel)
 
 
 def runs(pairs: Sequence[tuple[Loc, Loc]]) -> list[tuple[tuple[str, int, int], tuple[str, int, int]]]:
@@ -324,11 +329,8 @@ def is_ring(topology: Topology, order: Sequence[int]) -> bool:
 def successors(topology: Topology, members: Iterable[int] | None = None) -> dict[int, list[int]]:
     """rank -> sorted ranks it has a connection to (within ``members`` if given)."""
     keep = frozenset(range(topology.n_ranks) if members is None else members)
-    out: dict[int, list[int]] = {r: [] for r in sorted(keep)}
-    for conn in topology.connections():  # sorted by (src, dst)
-        if conn.src in keep and conn.dst in keep:
-            out[conn.src].append(conn.dst)
-    return out
+    # the members' own neighbours (ascending), not every connection: a ring through 8 of 256 ranks asks 8 ranks
+    return {r: [d for d in topology.neighbors_out(r) if d in keep] for r in sorted(keep)}
 
 
 def _strides(sizes: Sequence[int]) -> list[int]:
