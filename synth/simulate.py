@@ -787,6 +787,18 @@ def _run(
             if rec is not None:
                 rec.posted[snd] = now
 
+    def handle(i: int, event: int) -> None:
+        # a timed event of op i, then whatever became ready
+        if event == _EV_DATA:
+            start_data(i)
+        elif event == _EV_POSTED:
+            posted(i)
+        elif event == _EV_SYNCED:
+            arrived(i)
+        else:
+            finish(i)
+        drain()
+
     def start_data(s: int) -> None:
         nonlocal n_busy
         if hold:
@@ -919,15 +931,18 @@ def _run(
             drain()
         while heap and heap[0][0] <= horizon:
             _, i, event = pop(heap)
-            if event == _EV_DATA:
-                start_data(i)
-            elif event == _EV_POSTED:
-                posted(i)
-            elif event == _EV_SYNCED:
-                arrived(i)
-            else:
-                finish(i)
-            drain()
+            if not heap or heap[0][0] > horizon:
+                handle(i, event)
+                continue
+            # several events at this instant: in op id order, not by times that differ by rounding alone
+            # (an event one ulp later would otherwise overtake a lower id), events they raise joining in
+            instant = [(i, event)]
+            while instant:
+                while heap and heap[0][0] <= horizon:
+                    _, j, ev = pop(heap)
+                    push(instant, (j, ev))
+                i, event = pop(instant)
+                handle(i, event)
         if arrivals:
             flush_stream()
         if dirty:

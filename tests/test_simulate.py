@@ -716,3 +716,30 @@ def test_without_async_progress_data_waits_for_both_engines():
     d = topology_to_dict(serial)
     assert d["async_progress"] is False and "async_progress" not in topology_to_dict(overlap)
     assert topology_from_dict(d) == serial
+
+
+def test_events_one_rounding_apart_are_taken_in_op_id_order():
+    """Found by hypothesis: send 30's data phase is due at 2.1 + 1.5 us, the eager send 35 is posted at 12 x 0.3 us,
+    one ulp earlier; both are the same instant, so 30 joins the stream first (op id order), as in the reference."""
+    c = Chunks
+    ops = (
+        Op(0, 0, "send", c("i", 0, 1), None, 1, False, (), 0),
+        Op(1, 1, "recv", None, c("o", 0, 1), 0, False, (), 0),
+        Op(2, 0, "copy", c("i", 0, 2), c("s", 0, 2), -1, False, (), 0),
+        Op(3, 0, "copy", c("i", 0, 2), c("s", 0, 2), -1, False, (2,), 0),
+        Op(4, 0, "send", c("i", 0, 1), None, 1, False, (), 0),
+        Op(5, 1, "recv", None, c("o", 0, 1), 0, False, (1,), 0),
+        Op(6, 0, "copy", c("i", 0, 2), c("s", 0, 2), -1, False, (3,), 0),
+        Op(7, 0, "copy", c("i", 0, 2), c("s", 0, 2), -1, False, (6,), 0),
+        Op(8, 0, "send", c("i", 0, 2), None, 1, False, (), 0),
+        Op(9, 1, "recv", None, c("o", 0, 2), 0, True, (5,), 0),
+        Op(10, 0, "copy", c("i", 0, 2), c("s", 0, 2), -1, False, (7,), 0),
+    )
+    schedule = Schedule("hand", Collective("alltoall", 3, 2, 0), ops, scratch_chunks=2)
+    topo = Topology("rand", 3, switches=(Switch("sw", (0, 1, 2), 25.0, 0.0, 0.3),), eager_limit=2000.0,
+                    rendezvous_alpha=1.5)
+    graph = lower_for_executor(schedule, 63984, ExecutorSettings(slice_bytes=4096))
+    got = simulate_graph(graph, topo)
+    assert got.time_us == pytest.approx(reference_time_graph(graph, topo), rel=1e-9)
+    # the receiver's engine is busy from send 30's arrival (3.6 + 4096 B at 25 GB/s) through nine 0.3 us receives
+    assert got.time_us == pytest.approx(3.6 + 4096 / 25e3 + 9 * 0.3, rel=1e-9)
