@@ -95,6 +95,7 @@ from typing import cast
 
 from ccsynth import limits
 from ccsynth.errors import TopologyError
+from ccsynth.topologies.checks import checked_number
 from ccsynth.topologies.model import Dimension, Link, SharedPort, Spine, Switch, Topology
 
 #: latency of one NVLink / NVSwitch hop (us); see the module docstring.
@@ -171,23 +172,14 @@ def _int_param(value, what: str, minimum: int) -> int:
     return value
 
 
-def _float_param(value, what: str, *, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TopologyError(f"{what} must be a number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v < 0 or (positive and v == 0):
-        raise TopologyError(f"{what} must be a finite {'positive' if positive else 'non-negative'} number, got {value!r}")
-    return v
-
-
 def _per_dim(value, k: int, what: str, *, positive: bool) -> tuple[float, ...]:
     """A number for every one of ``k`` dimensions, from a scalar or a sequence."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (_float_param(value, what, positive=positive),) * k
+        return (checked_number(value, what, positive=positive),) * k
     values = tuple(value)
     if len(values) != k:
         raise TopologyError(f"{what} needs one value or one per dimension ({k}), got {len(values)}")
-    return tuple(_float_param(v, f"{what}[{i}]", positive=positive) for i, v in enumerate(values))
+    return tuple(checked_number(v, f"{what}[{i}]", positive=positive) for i, v in enumerate(values))
 
 
 def check_size(n_ranks: int, n_connections: int, what: str) -> None:
@@ -294,9 +286,9 @@ def ring(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, overhead:
     [(0, 1), (1, 0)]
     """
     n = _int_param(n, "ring: number of ranks", 2)
-    bw = _float_param(bw, "ring: bandwidth", positive=True)
-    alpha = _float_param(alpha, "ring: latency", positive=False)
-    overhead = _float_param(overhead, "ring: per-message overhead", positive=False)
+    bw = checked_number(bw, "ring: bandwidth", positive=True)
+    alpha = checked_number(alpha, "ring: latency", positive=False)
+    overhead = checked_number(overhead, "ring: per-message overhead", positive=False)
     check_size(n, 2 * n, f"ring:{n}")
     egress = bw if n == 2 else 2 * bw
     return Topology(
@@ -323,9 +315,9 @@ def fully_connected(
     12
     """
     n = _int_param(n, "fully_connected: number of ranks", 2)
-    bw = _float_param(bw, "fully_connected: bandwidth", positive=True)
-    alpha = _float_param(alpha, "fully_connected: latency", positive=False)
-    overhead = _float_param(overhead, "fully_connected: per-message overhead", positive=False)
+    bw = checked_number(bw, "fully_connected: bandwidth", positive=True)
+    alpha = checked_number(alpha, "fully_connected: latency", positive=False)
+    overhead = checked_number(overhead, "fully_connected: per-message overhead", positive=False)
     check_size(n, n * (n - 1), f"fully_connected:{n}")
     links = tuple(Link(a, b, alpha, bw, overhead) for a in range(n) for b in range(n) if a != b)
     return Topology(
@@ -428,11 +420,11 @@ def hierarchical(dims: Sequence[Sequence[float]]) -> Topology:
                 f"hierarchical: dimension {d} must be (size, GB/s[, alpha_us[, overhead_us]]), got {entry!r}"
             )
         sizes.append(_int_param(entry[0], f"hierarchical: size of dimension {d}", 1))
-        bws.append(_float_param(entry[1], f"hierarchical: bandwidth of dimension {d}", positive=True))
+        bws.append(checked_number(entry[1], f"hierarchical: bandwidth of dimension {d}", positive=True))
         a = entry[2] if len(entry) >= 3 else default_hierarchy_alpha(d)
-        alphas.append(_float_param(a, f"hierarchical: latency of dimension {d}", positive=False))
+        alphas.append(checked_number(a, f"hierarchical: latency of dimension {d}", positive=False))
         o = entry[3] if len(entry) == 4 else default_hierarchy_overhead(d)
-        overheads.append(_float_param(o, f"hierarchical: per-message overhead of dimension {d}", positive=False))
+        overheads.append(checked_number(o, f"hierarchical: per-message overhead of dimension {d}", positive=False))
     n = math.prod(sizes)
     shape = "x".join(map(str, sizes))
     if n < 2:
@@ -704,7 +696,7 @@ def fat_tree(
     alphas = _per_dim(alpha, 2, "fat_tree: latency (inside a node, NIC)", positive=False)
     overheads = _per_dim(overhead, 2, "fat_tree: per-message overhead (inside a node, NIC)", positive=False)
     leaf = nodes if leaf_nodes is None else _int_param(leaf_nodes, "fat_tree: nodes per leaf", 1)
-    ratio = _float_param(oversubscription, "fat_tree: oversubscription", positive=True)
+    ratio = checked_number(oversubscription, "fat_tree: oversubscription", positive=True)
     if ratio < 1:
         raise TopologyError(f"fat_tree: oversubscription is a ratio r:1 with r >= 1 (1 = non-blocking), got {ratio:g}")
     n = nodes * gpus

@@ -37,13 +37,13 @@ Example:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
 
 from ccsynth.errors import TopologyError
+from ccsynth.topologies.checks import checked_number
 
 __all__ = ["COLD_CALL_VERSION", "ColdCallCost"]
 
@@ -71,22 +71,12 @@ class ColdCallCost:
         if not fps or len(fps) != len(us):
             raise TopologyError(f"a cold call cost needs as many costs as footprints, at least one; got {len(fps)} "
                                 f"footprints and {len(us)} costs")
-        clean_fp = []
-        for f in fps:
-            if isinstance(f, bool) or not isinstance(f, (int, float)) or not (math.isfinite(f) and f > 0):
-                raise TopologyError(f"cold call cost: footprints must be positive byte counts, got {f!r}")
-            clean_fp.append(float(f))
+        clean_fp = [checked_number(f, "cold call cost: footprints (bytes)", positive=True) for f in fps]
         if any(b <= a for a, b in pairwise(clean_fp)):
             raise TopologyError(f"cold call cost: footprints must increase strictly, got {list(fps)}")
-        clean = []
-        for c in us:
-            if isinstance(c, bool) or not isinstance(c, (int, float)) or not (math.isfinite(c) and c >= 0):
-                raise TopologyError(f"cold call cost: costs must be non-negative microseconds, got {c!r}")
-            clean.append(float(c))
-        w = self.working_set_bytes
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w > 0):
-            raise TopologyError(f"cold call cost: working_set_bytes must be a positive byte count, got {w!r}")
-        object.__setattr__(self, "working_set_bytes", float(w))
+        clean = [checked_number(c, "cold call cost: costs (us)") for c in us]
+        w = checked_number(self.working_set_bytes, "cold call cost: working_set_bytes", positive=True)
+        object.__setattr__(self, "working_set_bytes", w)
         object.__setattr__(self, "footprints", tuple(clean_fp))
         object.__setattr__(self, "us", tuple(clean))
 

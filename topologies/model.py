@@ -157,6 +157,7 @@ from collections.abc import Iterator
 import networkx as nx
 
 from ccsynth.errors import TopologyError
+from ccsynth.topologies.checks import checked_number
 from ccsynth.topologies.coldcall import ColdCallCost
 from ccsynth.topologies.curve import SizeCurve
 from ccsynth.topologies.rounds import RoundCost
@@ -327,26 +328,16 @@ class BandwidthConstraint:
         return src in self.srcs and dst in self.dsts
 
 
-def _check_number(value, what: str, *, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TopologyError(f"{what} must be a number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v < 0 or (positive and v == 0):
-        kind = "positive" if positive else "non-negative"
-        raise TopologyError(f"{what} must be a finite {kind} number, got {value!r}")
-    return v
-
-
 def _check_bw(value, what: str) -> float:
     """A bandwidth (GB/s): positive, finite and at least MIN_BANDWIDTH_GBPS."""
-    v = _check_number(value, what, positive=True)
+    v = checked_number(value, what, positive=True)
     check_limit_min(what, v, "MIN_BANDWIDTH_GBPS", TopologyError)
     return v
 
 
 def _check_alpha(value, what: str) -> float:
     """A latency (us): non-negative, finite and at most MAX_LATENCY_US."""
-    v = _check_number(value, what, positive=False)
+    v = checked_number(value, what, positive=False)
     check_limit(what, v, "MAX_LATENCY_US", TopologyError)
     return v
 
@@ -495,7 +486,7 @@ class Topology:
         )
         if self.eager_limit is not None:
             object.__setattr__(
-                self, "eager_limit", _check_number(self.eager_limit, f"topology {self.name!r}: eager limit", positive=False)
+                self, "eager_limit", checked_number(self.eager_limit, f"topology {self.name!r}: eager limit", positive=False)
             )
 
         if self.local_bw is not None:

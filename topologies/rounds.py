@@ -38,11 +38,11 @@ Example:
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from itertools import pairwise
 
 from ccsynth.errors import TopologyError
+from ccsynth.topologies.checks import checked_number
 
 __all__ = ["ROUND_COST_VERSION", "RoundCost"]
 
@@ -72,11 +72,7 @@ class RoundCost:
                 raise TopologyError(f"round cost: peer counts must be positive integers, got {k!r}")
         if any(b <= a for a, b in pairwise(peers)):
             raise TopologyError(f"round cost: peer counts must increase strictly, got {list(peers)}")
-        clean = []
-        for c in us:
-            if isinstance(c, bool) or not isinstance(c, (int, float)) or not (math.isfinite(c) and c >= 0):
-                raise TopologyError(f"round cost: costs must be non-negative microseconds, got {c!r}")
-            clean.append(float(c))
+        clean = [checked_number(c, "round cost: costs (us)") for c in us]
         object.__setattr__(self, "peers", peers)
         object.__setattr__(self, "us", tuple(clean))
 
