@@ -325,6 +325,7 @@ class Op(ChunkRanges):
 _OP_FIELDS = ("id", "rank", "kind", "src", "dst", "peer", "reduce", "deps", "channel")
 _SET_ID, _SET_RANK, _SET_KIND, _SET_SRC, _SET_DST, _SET_PEER, _SET_REDUCE, _SET_DEPS, _SET_CHANNEL = (
     getattr(Op, name).__set__ for name in _OP_FIELDS)
+_new_object = object.__new__
 
 
 def new_op(id: int, rank: int, kind: str, src: Chunks | None, dst: Chunks | None, peer: int, reduce: bool,
@@ -347,9 +348,6 @@ def new_op(id: int, rank: int, kind: str, src: Chunks | None, dst: Chunks | None
     _SET_DEPS(op, deps)
     _SET_CHANNEL(op, channel)
     return op
-
-
-_new_object = object.__new__
 
 
 def _op_json(op: Op) -> str:
