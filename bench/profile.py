@@ -94,12 +94,12 @@ what collectives will see:
      probes' 2.5-5x predicted them 2-4x too slow; below 1 MiB they ran
      0.9-2.9x it (bench/RESULTS.md, issue 10, h38-model);
   7. *footprint probes*, fitted before the message curve: windows of
-     :data:`FOOTPRINT_MESSAGE` messages (first pattern only), each timed call
-     after an untimed pass over an eviction buffer of 0 to
-     :data:`FOOTPRINT_LLC_MULTIPLES` times the last-level cache (sysfs,
-     :func:`llc_bytes`), so that a rank touches ``F`` bytes -- the probe's
-     buffers and the eviction pass -- between two calls (the call's
-     *footprint*), and windows of :data:`FOOTPRINT_SMALL` messages at the
+     :data:`FOOTPRINT_MESSAGE` messages (first pattern only), timed on their
+     own buffers alone and, each call after an untimed pass over an eviction
+     buffer, at the footprints :data:`FOOTPRINTS` (2 to 512 MiB per rank, a
+     factor of 2 apart; ``--footprints``), so that a rank touches ``F`` bytes
+     -- the probe's buffers and the eviction pass -- between two calls (the
+     call's *footprint*), and windows of :data:`FOOTPRINT_SMALL` messages at the
      same footprints; per ``F``, what a call costs more than at the smallest
      ``F``, split between a factor on its bytes (``Topology.footprint_curve``)
      and a cost once per call (``Topology.cold_call``, in full for calls of
@@ -120,6 +120,13 @@ what collectives will see:
      extra of 2 x 64 KiB ones; a factor fitted on one size charged the
      4-rank benchmark rows of 4-16 MiB 1.3-2x too much (h38-model), and the
      per-call part matters most to calls of 64 KiB-2 MiB (h44-coldcall).
+     Why a fixed ladder and not multiples of the last-level cache (as
+     before): a VM's sysfs may report a cache no core has (480 MiB on one of
+     the project's), and two points (1.5 and 62 MiB there) left the curve
+     between them to the interpolation, which put 3.7x on the 28 MiB
+     footprint of the 4 MiB bandwidth windows; the message curve gave that
+     back (0.22), and the benchmark's 4-16 MiB allreduces, at 98-392 MiB,
+     were predicted 1.8-2.5x too fast (bench/RESULTS.md, h49-probes).
 
 **Rounds and the communicator** (:func:`round_probes`, :func:`fit_round_cost`,
 :func:`measure_communicator`). Two figures the probes above cannot see,
@@ -241,8 +248,8 @@ __all__ = [
     "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve", "non_increasing",
     "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
     "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE", "FOOTPRINT_SMALL", "footprint_probes",
-    "FOOTPRINT_LLC_MULTIPLES", "llc_bytes", "probe_footprint", "fit_footprint", "refit_with_footprint",
-    "measure_footprint", "main",
+    "FOOTPRINTS", "QUICK_FOOTPRINTS", "probe_footprint", "fit_footprint", "refit_with_footprint",
+    "measure_footprint", "main", "RawProfile", "measure_machine", "fit_profile", "footprint_of_probe",
 ]
 
 log = logging.getLogger(__name__)
@@ -282,9 +289,11 @@ ROUND_MAX_PEERS, ROUND_MAX_MESSAGES = 64, 128
 FOOTPRINT_MESSAGE = 256 << 10
 #: message size of the second footprint probes (a quarter of the bytes: what a cold call pays once, and per byte)
 FOOTPRINT_SMALL = 64 << 10
-#: their eviction passes, in multiples of the last-level cache (0: none, the call's own buffers alone)
-FOOTPRINT_LLC_MULTIPLES = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0)
-QUICK_FOOTPRINT_LLC_MULTIPLES = (0.0, 0.5, 2.0)
+#: the footprints per rank the footprint probes are timed at, beside their own buffers alone (an eviction pass makes
+#: up the rest): a factor of 2 apart, from about the L2 to beyond what ``ccsynth bench --interleave`` touches at 16
+#: MiB (0.6-392 MiB per rank in run F), whatever the last-level cache the system reports (bench/RESULTS.md, h49-probes)
+FOOTPRINTS = tuple(m << 20 for m in (2, 4, 8, 16, 32, 64, 128, 256, 512))
+QUICK_FOOTPRINTS = (8 << 20, 64 << 20)
 #: a footprint curve whose factors all lie within this of 1 says nothing: left out
 FOOTPRINT_FLAT = 0.05
 #: timed iterations of a footprint probe over all passes (a ratio of two probes is fitted: more than a window's)
@@ -302,6 +311,7 @@ class ProfileOptions:
     quick: bool = False  # fewer probes and iterations: seconds instead of a minute
     passes: int | None = None  # passes over all probes (None: PASSES, quick 1); a probe keeps its fastest pass
     cold: bool = True  # large-message probes start with the caches holding other data (see the module docstring)
+    footprints: tuple[int, ...] | None = None  # footprints of the footprint probes (None: FOOTPRINTS, QUICK_FOOTPRINTS)
 
     @property
     def bw_sizes(self) -> tuple[int, ...]:
@@ -341,11 +351,11 @@ class ProfileOptions:
         return QUICK_LADDER if self.quick else LADDER
 
     @property
-    def footprint_evictions(self) -> tuple[int, ...]:
-        """Bytes of the footprint probes' eviction passes (see the module docstring)."""
-        llc = llc_bytes()
-        return tuple(sorted({int(k * llc) for k in (QUICK_FOOTPRINT_LLC_MULTIPLES if self.quick else
-                                                     FOOTPRINT_LLC_MULTIPLES)}))
+    def footprint_targets(self) -> tuple[int, ...]:
+        """Footprints per rank (bytes) the footprint probes are timed at besides their own buffers alone."""
+        if self.footprints:
+            return tuple(sorted(set(self.footprints)))
+        return QUICK_FOOTPRINTS if self.quick else FOOTPRINTS
 
 
 @dataclass(frozen=True)
@@ -473,6 +483,35 @@ class KernelRates:
 
 
 @dataclass(frozen=True)
+class RawProfile:
+    """What :func:`measure_machine` timed, before any fit: :func:`fit_profile` makes the profile of it, the same
+    one whether it was just measured or read back from a file (:mod:`ccsynth.bench.profile_raw`).
+
+    ``probe_us``: every probe of :func:`plan_probes` and the pair-alone windows, with its time in every pass (us,
+    the slowest rank's median; the fit keeps the fastest); ``round_us``: the round probes, measured twice a pass
+    (the fit keeps :func:`robust_us`); ``communicator_us``: per collective, the times through ccsynth's
+    communicator and through the executor directly (:func:`measure_communicator`, twice a pass).
+    """
+
+    n: int
+    options: ProfileOptions
+    hosts: tuple[str, ...]
+    cores: tuple[int, ...]
+    mpi_library: str
+    when: str  # "YYYY-mm-dd HH:MM UTC" when the measurement ended
+    load: str  # the load average then
+    probe_us: tuple[tuple[Probe, tuple[float, ...]], ...]
+    round_us: tuple[tuple[Probe, tuple[float, ...]], ...]
+    communicator_us: tuple[tuple[str, tuple[float, ...], tuple[float, ...]], ...]
+    kernels: KernelRates
+    seconds: float = 0.0  # the measurement's wall time
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return _node_ids(self.hosts)
+
+
+@dataclass(frozen=True)
 class MachineProfile:
     """Everything :func:`profile_machine` found (rank 0's copy is the one to use)."""
 
@@ -490,6 +529,7 @@ class MachineProfile:
     seconds: float = 0.0
     round_samples: tuple[Sample, ...] = ()  # the round probes (robust_us of their measurements)
     communicator: CommunicatorFit | None = None
+    raw: RawProfile | None = None  # what was measured (the profile is fit_profile(raw))
 
     def to_dict(self) -> dict:
         return {
@@ -658,23 +698,15 @@ def plan_probes(pats: Sequence[Pattern], options: ProfileOptions) -> list[Probe]
 
 
 def footprint_probes(pat: Pattern, options: ProfileOptions) -> list[Probe]:
-    """The footprint probes (see the module docstring): windows of :data:`FOOTPRINT_MESSAGE` messages after each
-    eviction pass, and windows of :data:`FOOTPRINT_SMALL` messages at the same footprints (their buffers are
+    """The footprint probes (see the module docstring): windows of :data:`FOOTPRINT_MESSAGE` messages on their own
+    buffers alone and after an eviction pass that makes their footprint each of ``options.footprint_targets``
+    above those buffers, and windows of :data:`FOOTPRINT_SMALL` messages at the same footprints (their buffers are
     smaller: their eviction passes longer by the difference)."""
+    own = Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_MESSAGE, SLICES[0]).buffer_bytes
     large = [Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_MESSAGE, SLICES[0], evict_bytes=e)
-             for e in options.footprint_evictions]
+             for e in (0, *(t - own for t in options.footprint_targets if t > own))]
     less = large[0].buffer_bytes - Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_SMALL, SLICES[0]).buffer_bytes
     return large + [replace(p, nbytes=FOOTPRINT_SMALL, evict_bytes=p.evict_bytes + less) for p in large]
-
-
-def llc_bytes() -> int:
-    """The last-level cache (the largest one several cores share, from Linux's sysfs); 32 MiB where the system
-    does not say."""
-    largest = 0
-    for size, shared in _caches():
-        if "," in shared or "-" in shared:
-            largest = max(largest, size)
-    return largest or 32 << 20
 
 
 def _caches() -> list[tuple[int, str]]:
@@ -1331,11 +1363,21 @@ def _describe(n: int, hosts: Sequence[str], nodes: Sequence[int], cores: Sequenc
 def profile_machine(
     comm, options: ProfileOptions | None = None, progress: Callable[[int, int, str], None] | None = None,
 ) -> MachineProfile:
-    """Measure every probe, fit, and return the profile (on every rank; call it on every rank).
+    """Measure every probe, fit, and return the profile (on every rank; call it on every rank):
+    :func:`fit_profile` of :func:`measure_machine`.
 
     ``progress(k, total, what)`` is called on every rank before step ``k``
     (of ``total``) and once more with ``k == total`` at the end.
     """
+    raw = measure_machine(comm, options, progress)
+    return fit_profile(raw)
+
+
+def measure_machine(
+    comm, options: ProfileOptions | None = None, progress: Callable[[int, int, str], None] | None = None,
+) -> RawProfile:
+    """Every probe's times, the kernels' rates and what the ranks run on (on every rank; call it on every rank);
+    ``progress`` as :func:`profile_machine`'s."""
     from mpi4py import MPI
 
     options = options or ProfileOptions()
@@ -1352,19 +1394,16 @@ def profile_machine(
     cores = tuple(comm.allgather(my_cores))
     pats = patterns(nodes)
     probes = plan_probes(pats, options)
-    pairs = [p for p in (_pair_pattern(nodes, node) for node in sorted(set(nodes))) if p is not None]
-    pair_probes = {p: [Probe(p, "window", BW_WINDOW, s, SLICES[0]) for s in options.bw_sizes if s >= SLICES[0]][-1:]
-                   for p in pairs}
-    every = probes + [p for ps in pair_probes.values() for p in ps]
+    every = probes + [q for ps in _pair_probes(nodes, options).values() for q in ps]
     rounds = round_probes(n, options)
     small = rounds + [None]  # None: the communicator probe
     passes = options.n_passes
     total = passes * (len(every) + 2 * len(small)) + 1
     say = progress or (lambda k, t, what: None)
-    # Passes over all probes, each keeping its fastest pass: load from other processes comes and
-    # goes, and can only make a probe slower. The small probes of rounds and the communicator run at
-    # the start and at the end of every pass, and keep the median of their fastest half (robust_us).
-    best: dict[Probe, float] = {}
+    # Passes over all probes (the fit keeps each one's fastest pass: load from other processes comes and
+    # goes, and can only make a probe slower). The small probes of rounds and the communicator run at
+    # the start and at the end of every pass (the fit keeps the median of their fastest half, robust_us).
+    times: dict[Probe, list[float]] = {}
     seen: dict[Probe, list[float]] = {}
     via_seen: dict[str, list[float]] = {}
     direct_seen: dict[str, list[float]] = {}
@@ -1388,25 +1427,68 @@ def profile_machine(
         small_pass(pas)
         for probe in every:
             say(k, total, probe.describe() + (f" (pass {pas + 1} of {passes})" if passes > 1 else ""))
-            t = measure_probe(comm, probe, options).measured_us
-            best[probe] = min(t, best.get(probe, math.inf))
+            times.setdefault(probe, []).append(measure_probe(comm, probe, options).measured_us)
             k += 1
         small_pass(pas)
     comm_probe.free()
-    samples = [Sample(p, best[p]) for p in probes]
-    round_samples = tuple(Sample(p, robust_us(seen[p])) for p in rounds)
-    communicator = CommunicatorFit({kd: robust_us(v) for kd, v in via_seen.items()},
-                                   {kd: robust_us(v) for kd, v in direct_seen.items()})
-    pair_samples = {pat: [Sample(p, best[p]) for p in ps] for pat, ps in pair_probes.items()}
     say(k, total, "local copy and reduction kernels")
     kernels = measure_kernels(comm, KERNEL_BYTES, KERNEL_SECONDS / 5 if options.quick else KERNEL_SECONDS)
     say(total, total, "fitting")
+    lib = MPI.Get_library_version().strip().splitlines()[0].strip()
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    return RawProfile(
+        n, options, hosts, cores, lib, when, load,
+        probe_us=tuple((p, tuple(times[p])) for p in every),
+        round_us=tuple((p, tuple(seen[p])) for p in rounds),
+        communicator_us=tuple((kd, tuple(via_seen[kd]), tuple(direct_seen[kd])) for kd in via_seen),
+        kernels=kernels, seconds=time.perf_counter() - t_start)
+
+
+def _pair_probes(nodes: Sequence[int], options: ProfileOptions) -> dict[Pattern, list[Probe]]:
+    """Per node of at least three ranks, the window of one pair streaming alone (see the module docstring)."""
+    pairs = [p for p in (_pair_pattern(nodes, node) for node in sorted(set(nodes))) if p is not None]
+    return {p: [Probe(p, "window", BW_WINDOW, s, SLICES[0]) for s in options.bw_sizes if s >= SLICES[0]][-1:]
+            for p in pairs}
+
+
+def footprint_of_probe(probe: Probe) -> int | None:
+    """The footprint a footprint probe was timed at (its buffers and eviction pass); None for other probes."""
+    return probe_footprint(probe) if probe.shape == "footprint" else None
+
+
+def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> MachineProfile:
+    """The profile of what ``raw`` measured: every figure fitted as the module docstring says (no MPI: it runs on
+    a saved file as on a fresh measurement, and gives the same topology from the same times).
+
+    ``footprints``: fit the footprint costs on the footprint probes at these footprints only (bytes per rank;
+    those at the smallest footprint, the probes' own buffers, always count): what a profile of fewer probes
+    would have said, from the same times.
+    """
+    options, n, nodes, cores = raw.options, raw.n, raw.nodes, raw.cores
+    best = {p: min(ts) for p, ts in raw.probe_us}
+    probes = [p for p in plan_probes(patterns(nodes), options) if p in best]
+    if footprints is not None:
+        keep = {int(f) for f in footprints}
+        fp = [footprint_of_probe(p) for p in probes if p.shape == "footprint"]
+        low = min(fp) if fp else 0
+        probes = [p for p in probes if p.shape != "footprint" or footprint_of_probe(p) in keep
+                  or footprint_of_probe(p) == low]
+    samples = [Sample(p, best[p]) for p in probes]
+    pair_samples = {pat: [Sample(p, best[p]) for p in ps if p in best]
+                    for pat, ps in _pair_probes(nodes, options).items()}
+    round_samples = tuple(Sample(p, robust_us(ts)) for p, ts in raw.round_us)
+    communicator = CommunicatorFit({kd: robust_us(v) for kd, v, _ in raw.communicator_us},
+                                   {kd: robust_us(d) for kd, _, d in raw.communicator_us})
+    kernels = raw.kernels
 
     predictor = _Predictor(n, options.cold)
     result = fit_patterns(n, samples, predictor)
     call, fits, protocol = result.call_overhead, result.fits, result.protocol
     pair_bw = {}
     for pat, ps in pair_samples.items():
+        if not ps:
+            continue
         node = nodes[pat.pairs[0][0]]
         same = [f for f in fits if f.pattern.kind == "intra"]
         ref = same[0] if same else fits[0]
@@ -1415,21 +1497,18 @@ def profile_machine(
     footprint, cold = fit_footprint(predictor, samples, result)
     curve = fit_curve(predictor, samples, result, footprint, cold)
     forward = fit_forward_curve(predictor, samples, result, curve, footprint, cold)
-    lib = MPI.Get_library_version().strip().splitlines()[0].strip()
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     topo = build_topology(
         n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}", protocol=protocol,
         message_curve=curve, local_curve=local_curve(kernels), forward_curve=forward, footprint_curve=footprint,
-        cold_call=cold, description=_describe(n, hosts, nodes, cores, lib),
-        sources=(f"ccsynth topo profile on {hosts[0]} at {when}, load average {load}, "
+        cold_call=cold, description=_describe(n, raw.hosts, nodes, cores, raw.mpi_library),
+        sources=(f"ccsynth topo profile on {raw.hosts[0]} at {raw.when}, load average {raw.load}, "
                  f"{len(samples) + sum(len(v) for v in pair_samples.values()) + len(round_samples)} probes",),
     )
     topo = replace(topo, round_cost=fit_round_cost(topo, round_samples),
                    communicator_overhead=communicator.overhead_us)
     return MachineProfile(topo, fits, call, kernels, tuple(samples) + tuple(s for v in pair_samples.values() for s in v),
-                          nodes, hosts, cores, tuple(ports.values()), pair_bw, protocol, time.perf_counter() - t_start,
-                          round_samples, communicator)
+                          nodes, raw.hosts, cores, tuple(ports.values()), pair_bw, protocol, raw.seconds,
+                          round_samples, communicator, raw)
 
 
 # ------------------------------------------------------------------ a footprint for an older profile
