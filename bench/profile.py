@@ -96,7 +96,7 @@ what collectives will see:
   7. *footprint probes*, fitted before the message curve: windows of
      :data:`FOOTPRINT_MESSAGE` messages (first pattern only), timed on their
      own buffers alone and, each call after an untimed pass over an eviction
-     buffer, at the footprints :data:`FOOTPRINTS` (2 to 512 MiB per rank, a
+     buffer, at the footprints :data:`FOOTPRINTS` (2 to 256 MiB per rank, a
      factor of 2 apart; ``--footprints``), so that a rank touches ``F`` bytes
      -- the probe's buffers and the eviction pass -- between two calls (the
      call's *footprint*), and windows of :data:`FOOTPRINT_SMALL` messages at the
@@ -249,7 +249,7 @@ __all__ = [
     "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
     "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE", "FOOTPRINT_SMALL", "footprint_probes",
     "FOOTPRINTS", "QUICK_FOOTPRINTS", "probe_footprint", "fit_footprint", "refit_with_footprint",
-    "measure_footprint", "main", "RawProfile", "measure_machine", "fit_profile", "footprint_of_probe",
+    "measure_footprint", "main", "RawProfile", "measure_machine", "fit_profile", "footprint_of_probe", "EvictionBuffer",
 ]
 
 log = logging.getLogger(__name__)
@@ -290,14 +290,17 @@ FOOTPRINT_MESSAGE = 256 << 10
 #: message size of the second footprint probes (a quarter of the bytes: what a cold call pays once, and per byte)
 FOOTPRINT_SMALL = 64 << 10
 #: the footprints per rank the footprint probes are timed at, beside their own buffers alone (an eviction pass makes
-#: up the rest): a factor of 2 apart, from about the L2 to beyond what ``ccsynth bench --interleave`` touches at 16
-#: MiB (0.6-392 MiB per rank in run F), whatever the last-level cache the system reports (bench/RESULTS.md, h49-probes)
-FOOTPRINTS = tuple(m << 20 for m in (2, 4, 8, 16, 32, 64, 128, 256, 512))
+#: up the rest): a factor of 2 apart, from about the L2 to most of what ``ccsynth bench --interleave`` touches up to
+#: 16 MiB (0.6-392 MiB per rank in run F), whatever the last-level cache the system reports (bench/RESULTS.md,
+#: h49-probes); not 512 MiB: its passes alone made the 2-rank profile 1.5x as long (``--footprints 2M:512M`` adds it)
+FOOTPRINTS = tuple(m << 20 for m in (2, 4, 8, 16, 32, 64, 128, 256))
 QUICK_FOOTPRINTS = (8 << 20, 64 << 20)
 #: a footprint curve whose factors all lie within this of 1 says nothing: left out
 FOOTPRINT_FLAT = 0.05
-#: timed iterations of a footprint probe over all passes (a ratio of two probes is fitted: more than a window's)
-FOOTPRINT_ITERS = 48
+#: timed iterations of a footprint probe over all passes (a ratio of two probes is fitted: more than a window's;
+#: 48 with six footprints, 24 with the ladder's nine: its eviction passes made the 2-rank profile 2.2x as long at 48,
+#: bench/RESULTS.md, h49-probes)
+FOOTPRINT_ITERS = 24
 QUICK_ITERS_SMALL, QUICK_ITERS_LARGE = 15, 3
 
 
@@ -758,8 +761,24 @@ def eviction_bytes() -> int:
     return 4 * largest if largest else 8 << 20
 
 
-def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
-    """Time ``probe`` through the executor on every rank; the result is the same on all ranks."""
+class EvictionBuffer:
+    """One buffer for every eviction pass of a profile, grown to the largest pass asked for and written once: a
+    fresh 512 MiB buffer per probe cost more than its passes (the first touch of 512 MiB took 0.1-3 s on the
+    project's VM, against 50 ms for a pass over it; bench/RESULTS.md, h49-probes)."""
+
+    def __init__(self) -> None:
+        self._buf = np.zeros(0, np.uint8)
+
+    def view(self, nbytes: int) -> np.ndarray:
+        """The first ``nbytes`` bytes of the buffer (grown and written where it is shorter)."""
+        if self._buf.size < nbytes:
+            self._buf = np.ones(nbytes, np.uint8)
+        return self._buf[:nbytes]
+
+
+def measure_probe(comm, probe: Probe, options: ProfileOptions, evictions: EvictionBuffer | None = None) -> Sample:
+    """Time ``probe`` through the executor on every rank; the result is the same on all ranks. ``evictions``: the
+    buffer of the eviction passes (None: one of the pass's size, for this probe alone)."""
     n = comm.Get_size()
     schedule = probe_schedule(n, probe)
     cs = CompiledSchedule(schedule, comm, slice_bytes=probe.slice_bytes)
@@ -773,7 +792,7 @@ def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
     cases = [Case(lambda: cs.run(send, recv), probe.size_bytes, probe.nbytes)]
     nevict = _evicts(probe, options.cold)
     if nevict:
-        evict = np.zeros(nevict, np.uint8)
+        evict = (evictions or EvictionBuffer()).view(nevict)
         cases.append(Case(lambda: np.add(evict, 1, out=evict), 1, 1))  # untimed: caches hold other data
     local = measure(comm, cases, iters, warmup)[0]
     cs.free()
@@ -1408,6 +1427,7 @@ def measure_machine(
     via_seen: dict[str, list[float]] = {}
     direct_seen: dict[str, list[float]] = {}
     comm_probe = _CommunicatorProbe(comm)
+    evictions = EvictionBuffer()
     k = 0
 
     def small_pass(pas: int) -> None:
@@ -1427,10 +1447,11 @@ def measure_machine(
         small_pass(pas)
         for probe in every:
             say(k, total, probe.describe() + (f" (pass {pas + 1} of {passes})" if passes > 1 else ""))
-            times.setdefault(probe, []).append(measure_probe(comm, probe, options).measured_us)
+            times.setdefault(probe, []).append(measure_probe(comm, probe, options, evictions).measured_us)
             k += 1
         small_pass(pas)
     comm_probe.free()
+    del evictions
     say(k, total, "local copy and reduction kernels")
     kernels = measure_kernels(comm, KERNEL_BYTES, KERNEL_SECONDS / 5 if options.quick else KERNEL_SECONDS)
     say(total, total, "fitting")
@@ -1467,7 +1488,9 @@ def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> Mac
     """
     options, n, nodes, cores = raw.options, raw.n, raw.nodes, raw.cores
     best = {p: min(ts) for p, ts in raw.probe_us}
-    probes = [p for p in plan_probes(patterns(nodes), options) if p in best]
+    # the probes as measured (not as this code's defaults would plan them): those of one pair alone have idle ranks
+    alone = [p for p, _ in raw.probe_us if any(d < 0 for d in p.pattern.dest)]
+    probes = [p for p, _ in raw.probe_us if p not in alone]
     if footprints is not None:
         keep = {int(f) for f in footprints}
         fp = [footprint_of_probe(p) for p in probes if p.shape == "footprint"]
@@ -1475,8 +1498,9 @@ def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> Mac
         probes = [p for p in probes if p.shape != "footprint" or footprint_of_probe(p) in keep
                   or footprint_of_probe(p) == low]
     samples = [Sample(p, best[p]) for p in probes]
-    pair_samples = {pat: [Sample(p, best[p]) for p in ps if p in best]
-                    for pat, ps in _pair_probes(nodes, options).items()}
+    pair_samples: dict[Pattern, list[Sample]] = {}
+    for p in alone:
+        pair_samples.setdefault(p.pattern, []).append(Sample(p, best[p]))
     round_samples = tuple(Sample(p, robust_us(ts)) for p, ts in raw.round_us)
     communicator = CommunicatorFit({kd: robust_us(v) for kd, v, _ in raw.communicator_us},
                                    {kd: robust_us(d) for kd, _, d in raw.communicator_us})
@@ -1487,8 +1511,6 @@ def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> Mac
     call, fits, protocol = result.call_overhead, result.fits, result.protocol
     pair_bw = {}
     for pat, ps in pair_samples.items():
-        if not ps:
-            continue
         node = nodes[pat.pairs[0][0]]
         same = [f for f in fits if f.pattern.kind == "intra"]
         ref = same[0] if same else fits[0]
@@ -1556,9 +1578,10 @@ def measure_footprint(comm, topology: Topology,
     result = _fit_result_of(topology)
     probes = footprint_probes(result.fits[0].pattern, options)
     best: dict[Probe, float] = {}
+    evictions = EvictionBuffer()
     for _ in range(options.n_passes):
         for probe in probes:
-            best[probe] = min(measure_probe(comm, probe, options).measured_us, best.get(probe, math.inf))
+            best[probe] = min(measure_probe(comm, probe, options, evictions).measured_us, best.get(probe, math.inf))
     return fit_footprint(_Predictor(topology.n_ranks, options.cold), [Sample(p, t) for p, t in best.items()], result)
 
 

@@ -62,7 +62,7 @@ def register(sub) -> None:
     pp.add_argument("--footprints", metavar="LIST",
                     help="footprints per rank (bytes a rank touches between two calls) at which the footprint probes "
                          "are timed, besides their own buffers alone, a range MIN:MAX (powers of 2) or a list "
-                         "(default 2M:512M; with --quick 8M,64M)")
+                         "(default 2M:256M; with --quick 8M,64M)")
     pp.add_argument("--raw", metavar="FILE",
                     help="also write every probe's measured times here (JSON), for ccsynth topo refit")
     pr = tsub.add_parser(
