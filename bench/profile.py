@@ -249,7 +249,7 @@ __all__ = [
     "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
     "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE", "FOOTPRINT_SMALL", "footprint_probes",
     "FOOTPRINTS", "QUICK_FOOTPRINTS", "probe_footprint", "fit_footprint", "refit_with_footprint",
-    "measure_footprint", "main", "RawProfile", "measure_machine", "fit_profile", "footprint_of_probe", "EvictionBuffer",
+    "measure_footprint", "main", "RawProfile", "measure_machine", "fit_profile", "EvictionBuffer",
 ]
 
 log = logging.getLogger(__name__)
@@ -1473,11 +1473,6 @@ def _pair_probes(nodes: Sequence[int], options: ProfileOptions) -> dict[Pattern,
             for p in pairs}
 
 
-def footprint_of_probe(probe: Probe) -> int | None:
-    """The footprint a footprint probe was timed at (its buffers and eviction pass); None for other probes."""
-    return probe_footprint(probe) if probe.shape == "footprint" else None
-
-
 def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> MachineProfile:
     """The profile of what ``raw`` measured: every figure fitted as the module docstring says (no MPI: it runs on
     a saved file as on a fresh measurement, and gives the same topology from the same times).
@@ -1493,10 +1488,9 @@ def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> Mac
     probes = [p for p, _ in raw.probe_us if p not in alone]
     if footprints is not None:
         keep = {int(f) for f in footprints}
-        fp = [footprint_of_probe(p) for p in probes if p.shape == "footprint"]
+        fp = [probe_footprint(p) for p in probes if p.shape == "footprint"]
         low = min(fp) if fp else 0
-        probes = [p for p in probes if p.shape != "footprint" or footprint_of_probe(p) in keep
-                  or footprint_of_probe(p) == low]
+        probes = [p for p in probes if p.shape != "footprint" or probe_footprint(p) in keep or probe_footprint(p) == low]
     samples = [Sample(p, best[p]) for p in probes]
     pair_samples: dict[Pattern, list[Sample]] = {}
     for p in alone:
