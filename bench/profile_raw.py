@@ -17,8 +17,7 @@ probe by its fields (pattern, shape, messages, bytes, slice, peers, eviction
 pass) and its times in us.
 
 Example:
-    >>> from ccsynth.atomic import write_text
-from ccsynth.bench.profile import KernelRates, ProfileOptions, Probe, RawProfile, patterns
+    >>> from ccsynth.bench.profile import KernelRates, ProfileOptions, Probe, RawProfile, patterns
     >>> pat = patterns([0, 0])[0]
     >>> raw = RawProfile(2, ProfileOptions(quick=True), ("h", "h"), (2, 2), "MPI", "2026-12-02 04:00 UTC", "0.1",
     ...                  ((Probe(pat, "chain", 1, 8), (3.0, 2.5)),), (), (), KernelRates(5.0, 6.0, 4.5, 1 << 24))
