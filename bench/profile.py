@@ -292,7 +292,7 @@ FOOTPRINT_SMALL = 64 << 10
 #: the footprints per rank the footprint probes are timed at, beside their own buffers alone (an eviction pass makes
 #: up the rest): a factor of 2 apart, from about the L2 to most of what ``ccsynth bench --interleave`` touches up to
 #: 16 MiB (0.6-392 MiB per rank in run F), whatever the last-level cache the system reports (bench/RESULTS.md,
-#: h49-probes); not 512 MiB: its passes alone made the 2-rank profile 1.5x as long (``--footprints 2M:512M`` adds it)
+#: h49-probes); not 512 MiB: its passes alone would double the eviction passes' bytes (``--footprints 2M:512M``)
 FOOTPRINTS = tuple(m << 20 for m in (2, 4, 8, 16, 32, 64, 128, 256))
 QUICK_FOOTPRINTS = (8 << 20, 64 << 20)
 #: a footprint curve whose factors all lie within this of 1 says nothing: left out
