@@ -205,6 +205,14 @@ and one-shot, measured 1.8-2.6x their prediction from 64 KiB up). How many ranks
 goes into the description: oversubscription shows in every figure, since
 every figure is measured with all ranks running.
 
+**Measured, then fitted.** :func:`profile_machine` is :func:`fit_profile` of
+:func:`measure_machine`: the measurement gives a :class:`RawProfile` (every
+probe's time in every pass, the kernels' rates, what the ranks run on), the
+fit needs no MPI. ``ccsynth topo profile --raw FILE`` saves the raw profile
+(:mod:`ccsynth.bench.profile_raw`) and ``ccsynth topo refit FILE`` fits it
+again: the same topology under the same fit rules, a new one under new
+rules, without measuring again.
+
 Only rank 0's results matter; every rank takes part in every probe. All
 functions that communicate must be called on every rank.
 """
