@@ -306,9 +306,9 @@ QUICK_FOOTPRINTS = (8 << 20, 64 << 20)
 #: a footprint curve whose factors all lie within this of 1 says nothing: left out
 FOOTPRINT_FLAT = 0.05
 #: timed iterations of a footprint probe over all passes (a ratio of two probes is fitted: more than a window's;
-#: 48 with six footprints, 24 with the ladder's nine: its eviction passes made the 2-rank profile 2.2x as long at 48,
+#: 48 with six footprints, 18 with the ladder's nine: at 48 its eviction passes made the 2-rank profile 2.2x as long,
 #: bench/RESULTS.md, h49-probes)
-FOOTPRINT_ITERS = 24
+FOOTPRINT_ITERS = 18
 QUICK_ITERS_SMALL, QUICK_ITERS_LARGE = 15, 3
 
 
@@ -796,7 +796,8 @@ def measure_probe(comm, probe: Probe, options: ProfileOptions, evictions: Evicti
     recv = np.ones(probe.size_bytes, np.uint8)
     iters, warmup = options.iterations(probe.nbytes)
     if probe.shape == "footprint" and options.iters is None:
-        iters = max(iters, -(-(FOOTPRINT_ITERS // (4 if options.quick else 1)) // options.n_passes))
+        # one warm-up call: every call starts after its eviction pass, which is most of the probe's time
+        iters, warmup = max(iters, -(-(FOOTPRINT_ITERS // (4 if options.quick else 1)) // options.n_passes)), 1
     cases = [Case(lambda: cs.run(send, recv), probe.size_bytes, probe.nbytes)]
     nevict = _evicts(probe, options.cold)
     if nevict:
