@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ccsynth.bench.profile import (
@@ -707,3 +708,15 @@ def test_the_footprint_ladder_sees_what_two_points_interpolate_over():
     assert two.factor(28 * M) == pytest.approx((1.5 + (3.0 * 64 - 1.5) * 26.5 / 62.5) / 28, rel=0.03)  # 2.94
     assert len(ladder.sizes) == 6 and ladder.factor(28 * M) == pytest.approx(1.0, rel=0.03)
     assert ladder.factor(128 * M) == pytest.approx(3.0, rel=0.03)
+
+
+def test_one_eviction_buffer_serves_every_pass_and_grows_to_the_largest():
+    from ccsynth.bench.profile import EvictionBuffer
+
+    ev = EvictionBuffer()
+    a = ev.view(1 << 20)
+    assert a.size == 1 << 20 and a.min() == 1  # written: a zero page would sit in the caches
+    b = ev.view(1 << 10)
+    assert b.size == 1 << 10 and np.shares_memory(a, b)  # a shorter pass reuses the buffer
+    c = ev.view(4 << 20)
+    assert c.size == 4 << 20 and not np.shares_memory(a, c) and np.shares_memory(c, ev.view(2 << 20))
