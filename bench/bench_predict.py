@@ -2,7 +2,8 @@
 
 For every rank count (2 and 4 by default):
 
-1. profile the machine: ``mpiexec -n N ccsynth topo profile -o machine{N}.json``;
+1. profile the machine: ``mpiexec -n N ccsynth topo profile -o machine{N}.json --raw raw{N}.json`` (the raw
+   probe times: ``ccsynth topo refit raw{N}.json -o FILE`` fits them again, e.g. under a changed fit rule);
 2. synthesize a plan for the profiled topology, per collective:
    ``ccsynth synth -t machine{N}.json -c C --sizes 8:16M -o plan_C{N}.json``;
 3. measure every applicable baseline, the default plan, the synthesized plan
@@ -145,8 +146,8 @@ def run_case(n: int, kinds, out: Path, sizes: str, quick: bool, log: list[str], 
     mpiexec = [_bin("mpiexec"), "-n", str(n)]
     machine = out / f"machine{n}.json"
     loads = {"before": _load()}
-    _run(mpiexec + ccsynth + ["-q", "topo", "profile", "-o", str(machine)] + (["--quick"] if quick else []), log,
-         max_load, max_wait)
+    _run(mpiexec + ccsynth + ["-q", "topo", "profile", "-o", str(machine), "--raw", str(out / f"raw{n}.json")]
+         + (["--quick"] if quick else []), log, max_load, max_wait)
     loads["after profile"] = _load()
     result = {"n": n, "machine": str(machine), "topology": json.loads(machine.read_text()), "runs": {}, "loads": loads}
     for kind in kinds:

@@ -94,12 +94,12 @@ what collectives will see:
      probes' 2.5-5x predicted them 2-4x too slow; below 1 MiB they ran
      0.9-2.9x it (bench/RESULTS.md, issue 10, h38-model);
   7. *footprint probes*, fitted before the message curve: windows of
-     :data:`FOOTPRINT_MESSAGE` messages (first pattern only), each timed call
-     after an untimed pass over an eviction buffer of 0 to
-     :data:`FOOTPRINT_LLC_MULTIPLES` times the last-level cache (sysfs,
-     :func:`llc_bytes`), so that a rank touches ``F`` bytes -- the probe's
-     buffers and the eviction pass -- between two calls (the call's
-     *footprint*), and windows of :data:`FOOTPRINT_SMALL` messages at the
+     :data:`FOOTPRINT_MESSAGE` messages (first pattern only), timed on their
+     own buffers alone and, each call after an untimed pass over an eviction
+     buffer, at the footprints :data:`FOOTPRINTS` (2 to 256 MiB per rank, a
+     factor of 2 apart; ``--footprints``), so that a rank touches ``F`` bytes
+     -- the probe's buffers and the eviction pass -- between two calls (the
+     call's *footprint*), and windows of :data:`FOOTPRINT_SMALL` messages at the
      same footprints; per ``F``, what a call costs more than at the smallest
      ``F``, split between a factor on its bytes (``Topology.footprint_curve``)
      and a cost once per call (``Topology.cold_call``, in full for calls of
@@ -120,6 +120,13 @@ what collectives will see:
      extra of 2 x 64 KiB ones; a factor fitted on one size charged the
      4-rank benchmark rows of 4-16 MiB 1.3-2x too much (h38-model), and the
      per-call part matters most to calls of 64 KiB-2 MiB (h44-coldcall).
+     Why a fixed ladder and not multiples of the last-level cache (as
+     before): a VM's sysfs may report a cache no core has (480 MiB on one of
+     the project's), and two points (1.5 and 62 MiB there) left the curve
+     between them to the interpolation, which put 3.7x on the 28 MiB
+     footprint of the 4 MiB bandwidth windows; the message curve gave that
+     back (0.22), and the benchmark's 4-16 MiB allreduces, at 98-392 MiB,
+     were predicted 1.8-2.5x too fast (bench/RESULTS.md, h49-probes).
 
 **Rounds and the communicator** (:func:`round_probes`, :func:`fit_round_cost`,
 :func:`measure_communicator`). Two figures the probes above cannot see,
@@ -198,6 +205,14 @@ and one-shot, measured 1.8-2.6x their prediction from 64 KiB up). How many ranks
 goes into the description: oversubscription shows in every figure, since
 every figure is measured with all ranks running.
 
+**Measured, then fitted.** :func:`profile_machine` is :func:`fit_profile` of
+:func:`measure_machine`: the measurement gives a :class:`RawProfile` (every
+probe's time in every pass, the kernels' rates, what the ranks run on), the
+fit needs no MPI. ``ccsynth topo profile --raw FILE`` saves the raw profile
+(:mod:`ccsynth.bench.profile_raw`) and ``ccsynth topo refit FILE`` fits it
+again: the same topology under the same fit rules, a new one under new
+rules, without measuring again.
+
 Only rank 0's results matter; every rank takes part in every probe. All
 functions that communicate must be called on every rank.
 """
@@ -241,8 +256,8 @@ __all__ = [
     "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve", "non_increasing",
     "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
     "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE", "FOOTPRINT_SMALL", "footprint_probes",
-    "FOOTPRINT_LLC_MULTIPLES", "llc_bytes", "probe_footprint", "fit_footprint", "refit_with_footprint",
-    "measure_footprint", "main",
+    "FOOTPRINTS", "QUICK_FOOTPRINTS", "probe_footprint", "fit_footprint", "refit_with_footprint",
+    "measure_footprint", "main", "RawProfile", "measure_machine", "fit_profile", "EvictionBuffer",
 ]
 
 log = logging.getLogger(__name__)
@@ -282,13 +297,18 @@ ROUND_MAX_PEERS, ROUND_MAX_MESSAGES = 64, 128
 FOOTPRINT_MESSAGE = 256 << 10
 #: message size of the second footprint probes (a quarter of the bytes: what a cold call pays once, and per byte)
 FOOTPRINT_SMALL = 64 << 10
-#: their eviction passes, in multiples of the last-level cache (0: none, the call's own buffers alone)
-FOOTPRINT_LLC_MULTIPLES = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0)
-QUICK_FOOTPRINT_LLC_MULTIPLES = (0.0, 0.5, 2.0)
+#: the footprints per rank the footprint probes are timed at, beside their own buffers alone (an eviction pass makes
+#: up the rest): a factor of 2 apart, from about the L2 to most of what ``ccsynth bench --interleave`` touches up to
+#: 16 MiB (0.6-392 MiB per rank in run F), whatever the last-level cache the system reports (bench/RESULTS.md,
+#: h49-probes); not 512 MiB: its passes alone would double the eviction passes' bytes (``--footprints 2M:512M``)
+FOOTPRINTS = tuple(m << 20 for m in (2, 4, 8, 16, 32, 64, 128, 256))
+QUICK_FOOTPRINTS = (8 << 20, 64 << 20)
 #: a footprint curve whose factors all lie within this of 1 says nothing: left out
 FOOTPRINT_FLAT = 0.05
-#: timed iterations of a footprint probe over all passes (a ratio of two probes is fitted: more than a window's)
-FOOTPRINT_ITERS = 48
+#: timed iterations of a footprint probe over all passes (a ratio of two probes is fitted: more than a window's;
+#: 48 with six footprints, 18 with the ladder's nine: at 48 its eviction passes made the 2-rank profile 2.2x as long,
+#: bench/RESULTS.md, h49-probes)
+FOOTPRINT_ITERS = 18
 QUICK_ITERS_SMALL, QUICK_ITERS_LARGE = 15, 3
 
 
@@ -302,6 +322,7 @@ class ProfileOptions:
     quick: bool = False  # fewer probes and iterations: seconds instead of a minute
     passes: int | None = None  # passes over all probes (None: PASSES, quick 1); a probe keeps its fastest pass
     cold: bool = True  # large-message probes start with the caches holding other data (see the module docstring)
+    footprints: tuple[int, ...] | None = None  # footprints of the footprint probes (None: FOOTPRINTS, QUICK_FOOTPRINTS)
 
     @property
     def bw_sizes(self) -> tuple[int, ...]:
@@ -341,11 +362,11 @@ class ProfileOptions:
         return QUICK_LADDER if self.quick else LADDER
 
     @property
-    def footprint_evictions(self) -> tuple[int, ...]:
-        """Bytes of the footprint probes' eviction passes (see the module docstring)."""
-        llc = llc_bytes()
-        return tuple(sorted({int(k * llc) for k in (QUICK_FOOTPRINT_LLC_MULTIPLES if self.quick else
-                                                     FOOTPRINT_LLC_MULTIPLES)}))
+    def footprint_targets(self) -> tuple[int, ...]:
+        """Footprints per rank (bytes) the footprint probes are timed at besides their own buffers alone."""
+        if self.footprints:
+            return tuple(sorted(set(self.footprints)))
+        return QUICK_FOOTPRINTS if self.quick else FOOTPRINTS
 
 
 @dataclass(frozen=True)
@@ -473,6 +494,35 @@ class KernelRates:
 
 
 @dataclass(frozen=True)
+class RawProfile:
+    """What :func:`measure_machine` timed, before any fit: :func:`fit_profile` makes the profile of it, the same
+    one whether it was just measured or read back from a file (:mod:`ccsynth.bench.profile_raw`).
+
+    ``probe_us``: every probe of :func:`plan_probes` and the pair-alone windows, with its time in every pass (us,
+    the slowest rank's median; the fit keeps the fastest); ``round_us``: the round probes, measured twice a pass
+    (the fit keeps :func:`robust_us`); ``communicator_us``: per collective, the times through ccsynth's
+    communicator and through the executor directly (:func:`measure_communicator`, twice a pass).
+    """
+
+    n: int
+    options: ProfileOptions
+    hosts: tuple[str, ...]
+    cores: tuple[int, ...]
+    mpi_library: str
+    when: str  # "YYYY-mm-dd HH:MM UTC" when the measurement ended
+    load: str  # the load average then
+    probe_us: tuple[tuple[Probe, tuple[float, ...]], ...]
+    round_us: tuple[tuple[Probe, tuple[float, ...]], ...]
+    communicator_us: tuple[tuple[str, tuple[float, ...], tuple[float, ...]], ...]
+    kernels: KernelRates
+    seconds: float = 0.0  # the measurement's wall time
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return _node_ids(self.hosts)
+
+
+@dataclass(frozen=True)
 class MachineProfile:
     """Everything :func:`profile_machine` found (rank 0's copy is the one to use)."""
 
@@ -490,6 +540,7 @@ class MachineProfile:
     seconds: float = 0.0
     round_samples: tuple[Sample, ...] = ()  # the round probes (robust_us of their measurements)
     communicator: CommunicatorFit | None = None
+    raw: RawProfile | None = None  # what was measured (the profile is fit_profile(raw))
 
     def to_dict(self) -> dict:
         return {
@@ -658,23 +709,15 @@ def plan_probes(pats: Sequence[Pattern], options: ProfileOptions) -> list[Probe]
 
 
 def footprint_probes(pat: Pattern, options: ProfileOptions) -> list[Probe]:
-    """The footprint probes (see the module docstring): windows of :data:`FOOTPRINT_MESSAGE` messages after each
-    eviction pass, and windows of :data:`FOOTPRINT_SMALL` messages at the same footprints (their buffers are
+    """The footprint probes (see the module docstring): windows of :data:`FOOTPRINT_MESSAGE` messages on their own
+    buffers alone and after an eviction pass that makes their footprint each of ``options.footprint_targets``
+    above those buffers, and windows of :data:`FOOTPRINT_SMALL` messages at the same footprints (their buffers are
     smaller: their eviction passes longer by the difference)."""
+    own = Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_MESSAGE, SLICES[0]).buffer_bytes
     large = [Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_MESSAGE, SLICES[0], evict_bytes=e)
-             for e in options.footprint_evictions]
+             for e in (0, *(t - own for t in options.footprint_targets if t > own))]
     less = large[0].buffer_bytes - Probe(pat, "footprint", BW_WINDOW, FOOTPRINT_SMALL, SLICES[0]).buffer_bytes
     return large + [replace(p, nbytes=FOOTPRINT_SMALL, evict_bytes=p.evict_bytes + less) for p in large]
-
-
-def llc_bytes() -> int:
-    """The last-level cache (the largest one several cores share, from Linux's sysfs); 32 MiB where the system
-    does not say."""
-    largest = 0
-    for size, shared in _caches():
-        if "," in shared or "-" in shared:
-            largest = max(largest, size)
-    return largest or 32 << 20
 
 
 def _caches() -> list[tuple[int, str]]:
@@ -726,8 +769,24 @@ def eviction_bytes() -> int:
     return 4 * largest if largest else 8 << 20
 
 
-def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
-    """Time ``probe`` through the executor on every rank; the result is the same on all ranks."""
+class EvictionBuffer:
+    """One buffer for every eviction pass of a profile, grown to the largest pass asked for and written once: a
+    fresh 512 MiB buffer per probe cost more than its passes (the first touch of 512 MiB took 0.1-3 s on the
+    project's VM, against 50 ms for a pass over it; bench/RESULTS.md, h49-probes)."""
+
+    def __init__(self) -> None:
+        self._buf = np.zeros(0, np.uint8)
+
+    def view(self, nbytes: int) -> np.ndarray:
+        """The first ``nbytes`` bytes of the buffer (grown and written where it is shorter)."""
+        if self._buf.size < nbytes:
+            self._buf = np.ones(nbytes, np.uint8)
+        return self._buf[:nbytes]
+
+
+def measure_probe(comm, probe: Probe, options: ProfileOptions, evictions: EvictionBuffer | None = None) -> Sample:
+    """Time ``probe`` through the executor on every rank; the result is the same on all ranks. ``evictions``: the
+    buffer of the eviction passes (None: one of the pass's size, for this probe alone)."""
     n = comm.Get_size()
     schedule = probe_schedule(n, probe)
     cs = CompiledSchedule(schedule, comm, slice_bytes=probe.slice_bytes)
@@ -737,11 +796,12 @@ def measure_probe(comm, probe: Probe, options: ProfileOptions) -> Sample:
     recv = np.ones(probe.size_bytes, np.uint8)
     iters, warmup = options.iterations(probe.nbytes)
     if probe.shape == "footprint" and options.iters is None:
-        iters = max(iters, -(-(FOOTPRINT_ITERS // (4 if options.quick else 1)) // options.n_passes))
+        # one warm-up call: every call starts after its eviction pass, which is most of the probe's time
+        iters, warmup = max(iters, -(-(FOOTPRINT_ITERS // (4 if options.quick else 1)) // options.n_passes)), 1
     cases = [Case(lambda: cs.run(send, recv), probe.size_bytes, probe.nbytes)]
     nevict = _evicts(probe, options.cold)
     if nevict:
-        evict = np.zeros(nevict, np.uint8)
+        evict = (evictions or EvictionBuffer()).view(nevict)
         cases.append(Case(lambda: np.add(evict, 1, out=evict), 1, 1))  # untimed: caches hold other data
     local = measure(comm, cases, iters, warmup)[0]
     cs.free()
@@ -1331,11 +1391,21 @@ def _describe(n: int, hosts: Sequence[str], nodes: Sequence[int], cores: Sequenc
 def profile_machine(
     comm, options: ProfileOptions | None = None, progress: Callable[[int, int, str], None] | None = None,
 ) -> MachineProfile:
-    """Measure every probe, fit, and return the profile (on every rank; call it on every rank).
+    """Measure every probe, fit, and return the profile (on every rank; call it on every rank):
+    :func:`fit_profile` of :func:`measure_machine`.
 
     ``progress(k, total, what)`` is called on every rank before step ``k``
     (of ``total``) and once more with ``k == total`` at the end.
     """
+    raw = measure_machine(comm, options, progress)
+    return fit_profile(raw)
+
+
+def measure_machine(
+    comm, options: ProfileOptions | None = None, progress: Callable[[int, int, str], None] | None = None,
+) -> RawProfile:
+    """Every probe's times, the kernels' rates and what the ranks run on (on every rank; call it on every rank);
+    ``progress`` as :func:`profile_machine`'s."""
     from mpi4py import MPI
 
     options = options or ProfileOptions()
@@ -1352,23 +1422,21 @@ def profile_machine(
     cores = tuple(comm.allgather(my_cores))
     pats = patterns(nodes)
     probes = plan_probes(pats, options)
-    pairs = [p for p in (_pair_pattern(nodes, node) for node in sorted(set(nodes))) if p is not None]
-    pair_probes = {p: [Probe(p, "window", BW_WINDOW, s, SLICES[0]) for s in options.bw_sizes if s >= SLICES[0]][-1:]
-                   for p in pairs}
-    every = probes + [p for ps in pair_probes.values() for p in ps]
+    every = probes + [q for ps in _pair_probes(nodes, options).values() for q in ps]
     rounds = round_probes(n, options)
     small = rounds + [None]  # None: the communicator probe
     passes = options.n_passes
     total = passes * (len(every) + 2 * len(small)) + 1
     say = progress or (lambda k, t, what: None)
-    # Passes over all probes, each keeping its fastest pass: load from other processes comes and
-    # goes, and can only make a probe slower. The small probes of rounds and the communicator run at
-    # the start and at the end of every pass, and keep the median of their fastest half (robust_us).
-    best: dict[Probe, float] = {}
+    # Passes over all probes (the fit keeps each one's fastest pass: load from other processes comes and
+    # goes, and can only make a probe slower). The small probes of rounds and the communicator run at
+    # the start and at the end of every pass (the fit keeps the median of their fastest half, robust_us).
+    times: dict[Probe, list[float]] = {}
     seen: dict[Probe, list[float]] = {}
     via_seen: dict[str, list[float]] = {}
     direct_seen: dict[str, list[float]] = {}
     comm_probe = _CommunicatorProbe(comm)
+    evictions = EvictionBuffer()
     k = 0
 
     def small_pass(pas: int) -> None:
@@ -1388,19 +1456,58 @@ def profile_machine(
         small_pass(pas)
         for probe in every:
             say(k, total, probe.describe() + (f" (pass {pas + 1} of {passes})" if passes > 1 else ""))
-            t = measure_probe(comm, probe, options).measured_us
-            best[probe] = min(t, best.get(probe, math.inf))
+            times.setdefault(probe, []).append(measure_probe(comm, probe, options, evictions).measured_us)
             k += 1
         small_pass(pas)
     comm_probe.free()
-    samples = [Sample(p, best[p]) for p in probes]
-    round_samples = tuple(Sample(p, robust_us(seen[p])) for p in rounds)
-    communicator = CommunicatorFit({kd: robust_us(v) for kd, v in via_seen.items()},
-                                   {kd: robust_us(v) for kd, v in direct_seen.items()})
-    pair_samples = {pat: [Sample(p, best[p]) for p in ps] for pat, ps in pair_probes.items()}
+    del evictions
     say(k, total, "local copy and reduction kernels")
     kernels = measure_kernels(comm, KERNEL_BYTES, KERNEL_SECONDS / 5 if options.quick else KERNEL_SECONDS)
     say(total, total, "fitting")
+    lib = MPI.Get_library_version().strip().splitlines()[0].strip()
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    return RawProfile(
+        n, options, hosts, cores, lib, when, load,
+        probe_us=tuple((p, tuple(times[p])) for p in every),
+        round_us=tuple((p, tuple(seen[p])) for p in rounds),
+        communicator_us=tuple((kd, tuple(via_seen[kd]), tuple(direct_seen[kd])) for kd in via_seen),
+        kernels=kernels, seconds=time.perf_counter() - t_start)
+
+
+def _pair_probes(nodes: Sequence[int], options: ProfileOptions) -> dict[Pattern, list[Probe]]:
+    """Per node of at least three ranks, the window of one pair streaming alone (see the module docstring)."""
+    pairs = [p for p in (_pair_pattern(nodes, node) for node in sorted(set(nodes))) if p is not None]
+    return {p: [Probe(p, "window", BW_WINDOW, s, SLICES[0]) for s in options.bw_sizes if s >= SLICES[0]][-1:]
+            for p in pairs}
+
+
+def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> MachineProfile:
+    """The profile of what ``raw`` measured: every figure fitted as the module docstring says (no MPI: it runs on
+    a saved file as on a fresh measurement, and gives the same topology from the same times).
+
+    ``footprints``: fit the footprint costs on the footprint probes at these footprints only (bytes per rank;
+    those at the smallest footprint, the probes' own buffers, always count): what a profile of fewer probes
+    would have said, from the same times.
+    """
+    options, n, nodes, cores = raw.options, raw.n, raw.nodes, raw.cores
+    best = {p: min(ts) for p, ts in raw.probe_us}
+    # the probes as measured (not as this code's defaults would plan them): those of one pair alone have idle ranks
+    alone = [p for p, _ in raw.probe_us if any(d < 0 for d in p.pattern.dest)]
+    probes = [p for p, _ in raw.probe_us if p not in alone]
+    if footprints is not None:
+        keep = {int(f) for f in footprints}
+        fp = [probe_footprint(p) for p in probes if p.shape == "footprint"]
+        low = min(fp) if fp else 0
+        probes = [p for p in probes if p.shape != "footprint" or probe_footprint(p) in keep or probe_footprint(p) == low]
+    samples = [Sample(p, best[p]) for p in probes]
+    pair_samples: dict[Pattern, list[Sample]] = {}
+    for p in alone:
+        pair_samples.setdefault(p.pattern, []).append(Sample(p, best[p]))
+    round_samples = tuple(Sample(p, robust_us(ts)) for p, ts in raw.round_us)
+    communicator = CommunicatorFit({kd: robust_us(v) for kd, v, _ in raw.communicator_us},
+                                   {kd: robust_us(d) for kd, _, d in raw.communicator_us})
+    kernels = raw.kernels
 
     predictor = _Predictor(n, options.cold)
     result = fit_patterns(n, samples, predictor)
@@ -1415,21 +1522,18 @@ def profile_machine(
     footprint, cold = fit_footprint(predictor, samples, result)
     curve = fit_curve(predictor, samples, result, footprint, cold)
     forward = fit_forward_curve(predictor, samples, result, curve, footprint, cold)
-    lib = MPI.Get_library_version().strip().splitlines()[0].strip()
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     topo = build_topology(
         n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}", protocol=protocol,
         message_curve=curve, local_curve=local_curve(kernels), forward_curve=forward, footprint_curve=footprint,
-        cold_call=cold, description=_describe(n, hosts, nodes, cores, lib),
-        sources=(f"ccsynth topo profile on {hosts[0]} at {when}, load average {load}, "
+        cold_call=cold, description=_describe(n, raw.hosts, nodes, cores, raw.mpi_library),
+        sources=(f"ccsynth topo profile on {raw.hosts[0]} at {raw.when}, load average {raw.load}, "
                  f"{len(samples) + sum(len(v) for v in pair_samples.values()) + len(round_samples)} probes",),
     )
     topo = replace(topo, round_cost=fit_round_cost(topo, round_samples),
                    communicator_overhead=communicator.overhead_us)
     return MachineProfile(topo, fits, call, kernels, tuple(samples) + tuple(s for v in pair_samples.values() for s in v),
-                          nodes, hosts, cores, tuple(ports.values()), pair_bw, protocol, time.perf_counter() - t_start,
-                          round_samples, communicator)
+                          nodes, raw.hosts, cores, tuple(ports.values()), pair_bw, protocol, raw.seconds,
+                          round_samples, communicator, raw)
 
 
 # ------------------------------------------------------------------ a footprint for an older profile
@@ -1477,9 +1581,10 @@ def measure_footprint(comm, topology: Topology,
     result = _fit_result_of(topology)
     probes = footprint_probes(result.fits[0].pattern, options)
     best: dict[Probe, float] = {}
+    evictions = EvictionBuffer()
     for _ in range(options.n_passes):
         for probe in probes:
-            best[probe] = min(measure_probe(comm, probe, options).measured_us, best.get(probe, math.inf))
+            best[probe] = min(measure_probe(comm, probe, options, evictions).measured_us, best.get(probe, math.inf))
     return fit_footprint(_Predictor(topology.n_ranks, options.cold), [Sample(p, t) for p, t in best.items()], result)
 
 

@@ -296,3 +296,16 @@ def test_bounds_never_above_the_simulated_time_with_a_footprint(size, algo, fp):
     base = fully_connected(4)
     t = Topology(base.name, 4, links=base.links, switches=base.switches, footprint_curve=SizeCurve((1e6, 1e7), (1.0, 2.5)))
     assert lower_bound(s.collective, t, size).time_us <= simulate(s, t, size, footprint_bytes=fp).time_us * (1 + 1e-9)
+
+
+def test_a_ladder_of_footprints_interpolates_between_neighbours_only():
+    """A footprint curve with points a factor of 2 apart (``ccsynth topo profile``'s ladder, h49-probes): between
+    two points the cost is linear, so the factor moves from one point's to the next's and no further (hand-computed:
+    at 6 MiB, e = 4 + (2 x 8 - 4) x 2 / 4 = 10 MiB, factor 10 / 6), and a point beyond changes nothing below it."""
+    M = float(1 << 20)
+    c = SizeCurve((2 * M, 4 * M, 8 * M), (1.0, 1.0, 2.0))
+    assert c.factor(3 * M) == pytest.approx(1.0) and c.factor(6 * M) == pytest.approx(10 / 6)
+    more = SizeCurve((2 * M, 4 * M, 8 * M, 16 * M), (1.0, 1.0, 2.0, 4.0))
+    grid = [M * (2 + k / 8) for k in range(8 * 14 + 1)]
+    assert [more.factor(m) for m in grid if m <= 8 * M] == [c.factor(m) for m in grid if m <= 8 * M]
+    assert all(a <= b + 1e-12 for a, b in zip([more.factor(m) for m in grid], [more.factor(m) for m in grid][1:]))

@@ -1,4 +1,4 @@
-"""``ccsynth topo list|show|export|profile``: the topology catalog, and the machine that is there.
+"""``ccsynth topo list|show|export|profile|refit``: the topology catalog, and the machine that is there.
 
 ``mpiexec -n N ccsynth topo profile -o machine.json`` measures this
 machine's ranks (:mod:`ccsynth.bench.profile`: latency, per-message
@@ -7,14 +7,16 @@ reduction rate, the fixed cost of a call) and writes a topology file that
 ``ccsynth synth -t machine.json`` and ``ccsynth bench --predict
 machine.json`` use. Only rank 0 prints (a ``[k/N]`` progress line per
 probe on stderr, quiet with ``-q``; the summary table on stdout) and
-writes the file.
+writes the file. ``--raw raw.json`` also writes every probe's times, and
+``ccsynth topo refit raw.json -o machine.json`` fits them again (the same
+topology under the same fit rules; :mod:`ccsynth.bench.profile_raw`).
 """
 
 from __future__ import annotations
 
 from ccsynth.atomic import check_writable, write_text
 from ccsynth.bench.omb import agree
-from ccsynth.bench.profile import ProfileOptions, profile_machine
+from ccsynth.bench.profile import ProfileOptions, fit_profile, measure_machine
 from ccsynth.collectives.mpi_util import install_abort_handler
 from ccsynth.commands._common import add_json_arg, json_doc, print_json, print_table
 from ccsynth.commands._progress import Progress
@@ -57,6 +59,22 @@ def register(sub) -> None:
     pp.add_argument("--warm", action="store_true",
                     help="time large messages with warm caches, call after call on the same buffers (default: each "
                          "call starts with the caches holding other data, as a collective meets them)")
+    pp.add_argument("--footprints", metavar="LIST",
+                    help="footprints per rank (bytes a rank touches between two calls) at which the footprint probes "
+                         "are timed, besides their own buffers alone, a range MIN:MAX (powers of 2) or a list "
+                         "(default 2M:256M; with --quick 8M,64M)")
+    pp.add_argument("--raw", metavar="FILE",
+                    help="also write every probe's measured times here (JSON), for ccsynth topo refit")
+    pr = tsub.add_parser(
+        "refit", help="fit a profile again from the raw probe times ccsynth topo profile --raw wrote",
+        description="Fit the topology of a profile again from its raw probe times (ccsynth topo profile --raw FILE), "
+                    "with the current fit rules, without measuring: the same topology the profile wrote when the rules "
+                    "are the same.")
+    pr.add_argument("raw", help="a raw profile (ccsynth topo profile --raw)")
+    pr.add_argument("-o", "--output", required=True, help="topology file to write (ccsynth JSON)")
+    pr.add_argument("--footprints", metavar="LIST",
+                    help="fit the footprint costs on the footprint probes at these footprints only (those at the "
+                         "probes' own buffers always count): what a profile of fewer probes would have said")
     p.set_defaults(func=run)
 
 
@@ -66,6 +84,8 @@ def run(args) -> int:
 
     if args.topo_cmd == "profile":
         return _profile(args)
+    if args.topo_cmd == "refit":
+        return _refit(args)
     if args.topo_cmd == "list":
         rows = list_topologies()
         if args.json:
@@ -151,6 +171,8 @@ def _profile(args) -> int:
         # agreed on every rank, so that a bad argument stops them all instead of leaving some waiting
         options = agree(comm, lambda: _profile_options(args))
         agree(comm, lambda: check_writable(args.output, "topology", TopologyError) if rank == 0 else None)
+        if getattr(args, "raw", None):
+            agree(comm, lambda: check_writable(args.raw, "raw profile", CCSynthError) if rank == 0 else None)
     except CCSynthError:
         if rank != 0:
             return 2
@@ -161,18 +183,45 @@ def _profile(args) -> int:
         display.say(f"[{k}/{total}] {what}")  # every probe: each takes seconds
 
     try:
-        prof = profile_machine(comm, options, progress)
+        raw = measure_machine(comm, options, progress)
     except CCSynthError:
         if rank != 0:
             return 2
         raise
     if rank != 0:
         return 0
+    if getattr(args, "raw", None):
+        from ccsynth.bench.profile_raw import save_raw
+
+        save_raw(raw, args.raw)  # first: if the fit fails, the times are kept
+    prof = fit_profile(raw)
     write_text(args.output, topology_to_json(prof.topology), what="topology", error=TopologyError)
     _summary(prof)
+    if getattr(args, "raw", None):
+        print(f"wrote {args.raw}: every probe's times (ccsynth topo refit {args.raw} -o FILE fits them again)")
     print(f"wrote {args.output}: {prof.topology.name}, {prof.topology.n_ranks} ranks ({prof.seconds:.1f} s); "
           f"use it with ccsynth synth -t {args.output} and ccsynth bench ... --predict {args.output}")
     return 0
+
+
+def _refit(args) -> int:
+    from ccsynth.bench.profile_raw import load_raw
+
+    check_writable(args.output, "topology", TopologyError)
+    raw = load_raw(args.raw)
+    prof = fit_profile(raw, _footprint_list(args.footprints) if args.footprints else None)
+    write_text(args.output, topology_to_json(prof.topology), what="topology", error=TopologyError)
+    _summary(prof)
+    print(f"wrote {args.output}: {prof.topology.name}, {prof.topology.n_ranks} ranks, fitted again from {args.raw} "
+          f"({len(raw.probe_us)} probes measured {raw.when})")
+    return 0
+
+
+def _footprint_list(text: str) -> tuple[int, ...]:
+    sizes = tuple(sorted(set(parse_sizes(text))))
+    if not sizes or sizes[0] < 1:
+        raise CCSynthError(f"--footprints {text!r}: footprints must be at least 1 byte")
+    return sizes
 
 
 def _profile_options(args) -> ProfileOptions:
@@ -184,8 +233,9 @@ def _profile_options(args) -> ProfileOptions:
     for flag, value in (("--iters", args.iters), ("--passes", args.passes)):
         if value is not None and value < 1:
             raise CCSynthError(f"{flag} must be at least 1, got {value}")
+    footprints = _footprint_list(args.footprints) if getattr(args, "footprints", None) else None
     return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick, passes=args.passes,
-                          cold=not getattr(args, "warm", False))
+                          cold=not getattr(args, "warm", False), footprints=footprints)
 
 
 def _summary(prof) -> None:
