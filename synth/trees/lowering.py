@@ -31,6 +31,18 @@ forward each piece as it arrives (:func:`_broadcast`, :func:`_staggered`).
   there. Each chunk's broadcast waits only for its own reduction: the two
   phases overlap across chunks.
 
+**Phased** (:func:`lower_out_trees` ``phased``; chunk factor above one):
+the sends that cross a node boundary (a rail's NIC pairs) are ordered in
+phases, matchings of the senders and receivers (:func:`_phase_order`):
+every rank sends them in phase order, ``phased`` at a time, each after its
+own receive of two phases before (:func:`_chain`), and the chunks' trees
+are rounded to integers together (:func:`_rounded`). Where a packing mixes
+direct and relay trees the NIC pairs carry very different loads, and one
+first-come-first-served stream per pair under max-min sharing ends the
+light pairs early and leaves the heavy ones below rate (fat_tree:8x8:4:2,
+1 GiB, chunk factor 8: 1.104x of the bound); in phases each NIC is busy
+with one partner at a time at its full rate (1.019x).
+
 Ops are emitted chunk by chunk (all roots' chunk 0 first), so that ties in
 the simulator's first-come-first-served queues favour earlier chunks.
 Dependencies are given explicitly (what each op reads), which keeps
@@ -89,15 +101,23 @@ TAIL_SPLIT = 9
 #: phased lowering (:func:`_phase_order`): a relay's forward across a node boundary is placed at least this many
 #: phases after the send that brought it the chunk
 PHASE_LAG = 2
+#: ... and a rank's send of phase ``k`` waits for its receive of the latest phase up to ``k - GATE`` (:func:`_chain`):
+#: the ranks keep in lock-step (fat_tree:8x8:4:2 at chunk factor 8: 1.053x of the bound without, 1.019x with)
 GATE = 2
-ROUNDED = 1
+#: ... a pair through a resource that several phases' pairs share (a spine) weighs ``1 + SHARED_URGENCY * u`` times
+#: more, ``u`` the fraction of the phases left that the resource's sends still need (1.022x -> 1.019x there)
 SHARED_URGENCY = 1.0
-#: the phased lowering gives up where its phases would exceed the busiest port's sends by more than this fraction
+#: ... gives up where its phases would exceed the busiest port's sends by more than this fraction (plus the
+#: pipeline's fill) ...
 PHASE_SLACK = 0.05
-#: seconds the phased lowering's rounding of chunks to trees may take (:func:`_rounded`)
-ROUND_SECONDS = 10.0
 #: ... or where its senders with sends left would sit out more than this fraction of all the sends' phases
 IDLE_SLACK = 0.02
+#: ... or where a resource shared by several pairs of a phase (a spine's up-link) needs more than this fraction of
+#: its room in as many phases as the busiest port has sends (fat_tree:8x8:4:2: 82%, phased in that many;
+#: fat_tree:16x8:4:2: 94%, 148-154 phases for 125 sends)
+SHARED_FILL = 0.9
+#: seconds the phased lowering's rounding of chunks to trees may take (:func:`_rounded`)
+ROUND_SECONDS = 10.0
 
 
 def apportion(weights: Sequence[float], total: int) -> list[int]:
@@ -244,8 +264,8 @@ def _rounded(em: _Emitter, roots: dict[int, list[PackedTree]], chunks: int, seco
         for a, b in t.arcs():
             for r in em.resources(a, b):
                 use[r] = use.get(r, 0) + 1
-        for r, m in use.items():
-            entries.setdefault(res.setdefault(r, len(res)), []).append((i, m / bw[r]))
+        for name, m in use.items():
+            entries.setdefault(res.setdefault(name, len(res)), []).append((i, m / bw[name]))
     silence_highs_banner()
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
@@ -255,12 +275,12 @@ def _rounded(em: _Emitter, roots: dict[int, list[PackedTree]], chunks: int, seco
     h.addCols(m + 1, np.r_[np.zeros(m), 1.0], np.zeros(m + 1), np.r_[np.full(m, float(chunks)), inf], 0,
               np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
     h.changeColsIntegrality(m, np.arange(m, dtype=np.int32), np.full(m, highspy.HighsVarType.kInteger))
-    for r in sorted(entries):
-        idx = [i for i, _ in entries[r]] + [m]
-        val = [v for _, v in entries[r]] + [-1.0]
+    for row in sorted(entries):
+        idx = [i for i, _ in entries[row]] + [m]
+        val = [v for _, v in entries[row]] + [-1.0]
         h.addRow(-inf, 0.0, len(idx), np.array(idx, dtype=np.int32), np.array(val))
     at = 0
-    for q, ts in roots.items():
+    for ts in roots.values():
         h.addRow(float(chunks), float(chunks), len(ts), np.arange(at, at + len(ts), dtype=np.int32), np.ones(len(ts)))
         at += len(ts)
     h.run()
@@ -439,12 +459,19 @@ def _phase_order(sends: Sequence[_Phased], lag: int | None = None, fits=None) ->
             below[x.after] = below.get(x.after, 0) + 1 + below.get(x.send, 0)
     parts = [_Part(mine, fits) for mine in groups.values()]
     most = max((p.most for p in parts), default=0)
+    if any(v > SHARED_FILL * most for p in parts for v in p.left_s.values()):
+        return None  # a shared resource (a spine) busy nearly every phase: the greedy matchings miss its slots
     phase: dict[int, int] = {}
     k = 0
-    total = len(sends)
+    hops: dict[int, int] = {}
+    for x in sends:  # emitted parents first
+        hops[x.send] = hops[x.after] + 1 if x.after >= 0 else 1
+    # the pipeline's fill and drain: a chain of node crossings takes lag phases a hop
+    fill = lag * max(hops.values(), default=0)
+    ports = len({x.src for x in sends})
     while any(p.left for p in parts):
-        if k + max(p.busiest() for p in parts) > most * (1 + PHASE_SLACK) or \
-                sum(p.idle for p in parts) > IDLE_SLACK * total:
+        if k + max(p.busiest() for p in parts) > most * (1 + PHASE_SLACK) + fill or \
+                sum(p.idle for p in parts) > IDLE_SLACK * len(sends) + fill * ports:
             return None  # the busiest port, or many ports, left idle too often
         for p in parts:
             p.match(k, phase, lag, below, fits)
@@ -491,8 +518,8 @@ class _Part:
         g = nx.Graph()
         togo = max(1, self.most - k)
         for (a, b), x in ready.items():
-            w = self.left_t[a] + self.left_r[b]
-            if self.shared and SHARED_URGENCY:
+            w = float(self.left_t[a] + self.left_r[b])
+            if self.shared:
                 # a resource shared by several ports (a spine) that needs most of the phases left: its sends first
                 w *= 1 + SHARED_URGENCY * max((self.left_s[r] / togo for r, _ in self.shared(a, b)), default=0.0)
             g.add_edge(2 * a, 2 * b + 1, weight=w + below.get(x.send, 0))
@@ -605,7 +632,7 @@ def _chain(em: _Emitter, sends: Sequence[_Phased], phase: dict[int, int], window
         order.sort()
         for i in range(window, len(order)):
             em.ops[order[i][1]][6].append(order[i - window][1])
-        if GATE:
+        if GATE > 0:
             got = sorted(heard.get(rank, ()))
             keys = [k for k, _ in got]
             for k, sid in order:
@@ -688,7 +715,7 @@ def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topolog
     kind, c = collective.kind, collective.chunk_factor
     plan = _plan(trees, collective, ("allgather", "broadcast"), inward=False)
     em = _Emitter(topology)
-    if phased and ROUNDED:
+    if phased:
         plan = _rounded(em, {q: _by_root(trees, False)[q] for q in plan}, c)
     if window is None:
         # one chunk per root: nothing else in flight hides a message's overhead and latency (see _broadcast)
@@ -707,6 +734,8 @@ def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topolog
             em.copy(q, src, slot)
             _broadcast(em, plan[q][j], src, slot, (), window, stagger, crossing if phased else None, j)
     phases = 0
+    if not crossing:
+        phased = 0  # nothing crosses a node boundary: nothing to phase
     if phased:
         order = _phase_order(crossing, fits=_overloads(em))
         if order is None:  # too many phases (_phase_order): the lowering as without

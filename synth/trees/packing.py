@@ -70,7 +70,7 @@ from ccsynth.synth.trees.arborescence import min_arborescence, tree_cost
 from ccsynth.synth.trees.network import flow_network
 from ccsynth.synth.trees.symmetry import Translations, translations
 from ccsynth.synth.trees.throughput import allgather_rate, rooted_rate
-from ccsynth.topologies.model import BandwidthConstraint, Topology
+from ccsynth.topologies.model import Topology
 
 __all__ = ["MAX_ITERATIONS", "OPTIMAL_REL", "PackedTree", "Packing", "pack_trees", "pack_allreduce"]
 
@@ -190,11 +190,8 @@ class _Rows:
         return np.bincount(rows, minlength=len(self.caps)).astype(float) * self.factor
 
 
-def _rows(topology: Topology, group: Translations, pair_caps: dict[tuple[int, int], float] | None = None) -> _Rows:
+def _rows(topology: Topology, group: Translations) -> _Rows:
     cons = list(topology.bandwidth_constraints())
-    pair_caps = pair_caps or {}
-    cons += [BandwidthConstraint(_pair_name(a, b), frozenset((a,)), frozenset((b,)), bw)
-             for (a, b), bw in sorted(pair_caps.items())]
     # a constraint's image under a symmetry: one of the same extent and bandwidth (two of one extent may differ,
     # such as a link and a slower NIC on it, and must not share a row)
     index: dict[tuple[frozenset, frozenset, float], list[int]] = {}
@@ -234,40 +231,10 @@ def _rows(topology: Topology, group: Translations, pair_caps: dict[tuple[int, in
     src = np.array([c.src for c in conns], dtype=np.int64)
     dst = np.array([c.dst for c in conns], dtype=np.int64)
     conn_id[src, dst] = np.arange(len(conns))
-    lists = [[row_of_name[r] for r in c.resources]
-             + ([row_of_name[_pair_name(c.src, c.dst)]] if (c.src, c.dst) in pair_caps else []) for c in conns]
+    lists = [[row_of_name[r] for r in c.resources] for c in conns]
     ptr = np.concatenate(([0], np.cumsum([len(x) for x in lists]))).astype(np.int64)
     flat = np.array([r for x in lists for r in x], dtype=np.int64)
     return _Rows(caps, group.order / size, src, dst, ptr, flat, conn_id)
-
-
-def _pair_name(a: int, b: int) -> str:
-    return f"pair:{a}->{b}"
-
-
-def fair_shares(topology: Topology, pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], float]:
-    """Max-min fair rates (GB/s) of one stream per connection of ``pairs``, all active at once (progressive
-    filling over the connections' resources: every rate grows until a resource it crosses is full)."""
-    bw = topology.resource_bw
-    names = sorted({r for a, b in pairs for r in topology.connection(a, b).resources})
-    idx = {r: i for i, r in enumerate(names)}
-    cap = np.array([bw[r] for r in names], dtype=float)
-    use = np.zeros((len(pairs), len(names)))
-    for k, (a, b) in enumerate(pairs):
-        for r in topology.connection(a, b).resources:
-            use[k, idx[r]] = 1.0
-    rate = np.zeros(len(pairs))
-    active = np.ones(len(pairs), dtype=bool)
-    while active.any():
-        load = use[active].sum(axis=0)
-        left = cap - rate @ use
-        with np.errstate(divide="ignore", invalid="ignore"):
-            room = np.where(load > 0, left / load, np.inf)
-        step = float(room.min())
-        rate[active] += step
-        full = room <= step * (1 + 1e-12) + 1e-15
-        active &= ~(use[:, full] > 0).any(axis=1)
-    return {pair: float(r) for pair, r in zip(pairs, rate)}
 
 
 # ============================================================================ column generation
@@ -324,8 +291,7 @@ def _start_prices(rows: _Rows) -> np.ndarray:
 
 
 def pack_trees(topology: Topology, roots: Sequence[int], *, inward: bool = False,
-               group: Translations | None = None, bound_tau: float | None = None,
-               pair_caps: dict[tuple[int, int], float] | None = None) -> Packing:
+               group: Translations | None = None, bound_tau: float | None = None) -> Packing:
     """Spanning trees for every root of ``roots``, each root's unit demand split over its trees (module docstring).
 
     ``inward``: in-trees (data flows to the root: reduce-scatter, reduce),
@@ -349,9 +315,7 @@ def pack_trees(topology: Topology, roots: Sequence[int], *, inward: bool = False
             bound_tau = 1.0 / rooted_rate(net, roots[0]).rate
         else:
             bound_tau = 0.0
-    if inward and pair_caps:
-        pair_caps = {(b, a): bw for (a, b), bw in pair_caps.items()}
-    rows = _rows(topo, group, pair_caps)
+    rows = _rows(topo, group)
     lp = _LP(rows, [1.0] * len(reps))
     W = rows.cost_matrix(_start_prices(rows))
     for i, q in enumerate(reps):

@@ -49,7 +49,16 @@ For a collective and a topology (:data:`KINDS`):
    eight (its 127 sends per NIC); eight on the shorter chains are slower
    (dgx_a100x8 1.44x, dgx_a100x16 1.15x, dgx_a100x32 1.074x) and the walk
    stops before them.
-4. The fastest schedule is returned with its simulated time; the caller
+4. **Phases** (allgather, broadcast; more than one chunk per root, not
+   good enough yet): the best factor lowered once more with the
+   node-crossing sends in phases
+   (:func:`~ccsynth.synth.trees.lowering.lower_out_trees` ``phased``: in
+   every phase each NIC sends to one partner and hears one, the ranks in
+   lock-step), kept if faster: fat_tree:8x8:4:2 at 1 GiB 1.041x -> 1.014x
+   of the bound, dgx_h100x32 1.021x -> 1.016x. Where the phases would
+   leave ports idle (fat_tree:16x8:4:2's 2:1 spine, which its trees load
+   to 98%) the lowering gives up and nothing is simulated.
+5. The fastest schedule is returned with its simulated time; the caller
    verifies it (:func:`ccsynth.synth.synthesize.synthesize` does).
 
 Example:
