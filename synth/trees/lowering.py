@@ -31,6 +31,18 @@ forward each piece as it arrives (:func:`_broadcast`, :func:`_staggered`).
   there. Each chunk's broadcast waits only for its own reduction: the two
   phases overlap across chunks.
 
+**Phased** (:func:`lower_out_trees` ``phased``; chunk factor above one):
+the sends that cross a node boundary (a rail's NIC pairs) are ordered in
+phases, matchings of the senders and receivers (:func:`_phase_order`):
+every rank sends them in phase order, ``phased`` at a time, each after its
+own receive of two phases before (:func:`_chain`), and the chunks' trees
+are rounded to integers together (:func:`_rounded`). Where a packing mixes
+direct and relay trees the NIC pairs carry very different loads, and one
+first-come-first-served stream per pair under max-min sharing ends the
+light pairs early and leaves the heavy ones below rate (fat_tree:8x8:4:2,
+1 GiB, chunk factor 8: 1.104x of the bound); in phases each NIC is busy
+with one partner at a time at its full rate (1.019x).
+
 Ops are emitted chunk by chunk (all roots' chunk 0 first), so that ties in
 the simulator's first-come-first-served queues favour earlier chunks.
 Dependencies are given explicitly (what each op reads), which keeps
@@ -53,14 +65,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import bisect
+import logging
+
+import highspy
+import networkx as nx
+import numpy as np
+
 from ccsynth.collectives.schedule import Chunks, Op, Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError
+from ccsynth.synth.solver import silence_highs_banner
 from ccsynth.synth.trees.packing import PackedTree
 from ccsynth.synth.trees.symmetry import translations
 from ccsynth.topologies.model import Topology
 
 __all__ = ["NAME", "WINDOW", "STAGGER", "TAIL_SPLIT", "apportion", "lower_out_trees", "lower_in_trees", "lower_allreduce"]
+
+log = logging.getLogger(__name__)
 
 NAME = "packed_trees"
 #: in-trees' leaf sends that share a port leave this many at a time (see _Emitter): one would leave the port
@@ -76,6 +98,26 @@ STAGGER = 3
 #: last byte instead of a whole one (a rail NIC's 15 or more sends, not an NVSwitch port's 7; 1 MiB shards:
 #: dgx_a100x16 1.068x -> 1.047x, dgx_a100x32 1.058x -> 1.041x, dgx_a100x64 1.051x -> 1.046x)
 TAIL_SPLIT = 9
+#: phased lowering (:func:`_phase_order`): a relay's forward across a node boundary is placed at least this many
+#: phases after the send that brought it the chunk
+PHASE_LAG = 2
+#: ... and a rank's send of phase ``k`` waits for its receive of the latest phase up to ``k - GATE`` (:func:`_chain`):
+#: the ranks keep in lock-step (fat_tree:8x8:4:2 at chunk factor 8: 1.053x of the bound without, 1.019x with)
+GATE = 2
+#: ... a pair through a resource that several phases' pairs share (a spine) weighs ``1 + SHARED_URGENCY * u`` times
+#: more, ``u`` the fraction of the phases left that the resource's sends still need (1.022x -> 1.019x there)
+SHARED_URGENCY = 1.0
+#: ... gives up where its phases would exceed the busiest port's sends by more than this fraction (plus the
+#: pipeline's fill) ...
+PHASE_SLACK = 0.05
+#: ... or where its senders with sends left would sit out more than this fraction of all the sends' phases
+IDLE_SLACK = 0.02
+#: ... or where a resource shared by several pairs of a phase (a spine's up-link) needs more than this fraction of
+#: its room in as many phases as the busiest port has sends (fat_tree:8x8:4:2: 82%, phased in that many;
+#: fat_tree:16x8:4:2: 94%, 148-154 phases for 125 sends)
+SHARED_FILL = 0.9
+#: seconds the phased lowering's rounding of chunks to trees may take (:func:`_rounded`)
+ROUND_SECONDS = 10.0
 
 
 def apportion(weights: Sequence[float], total: int) -> list[int]:
@@ -193,13 +235,63 @@ def _assign(trees: Sequence[PackedTree], chunks: int) -> list[PackedTree]:
     change from block to block and the time would be the sum of the
     blocks' bottlenecks, not the bottleneck of the sum.
     """
-    quota = apportion([t.weight for t in trees], chunks)
+    return _interleave(trees, apportion([t.weight for t in trees], chunks), chunks)
+
+
+def _interleave(trees: Sequence[PackedTree], quota: Sequence[int], chunks: int) -> list[PackedTree]:
+    """``quota[i]`` chunks on ``trees[i]``, interleaved (see :func:`_assign`)."""
     done = [0] * len(trees)
     out: list[PackedTree] = []
     for j in range(chunks):
         i = max(range(len(trees)), key=lambda k: (quota[k] * (j + 1) / chunks - done[k], -k))
         done[i] += 1
         out.append(trees[i])
+    return out
+
+
+def _rounded(em: _Emitter, roots: dict[int, list[PackedTree]], chunks: int, seconds: float = ROUND_SECONDS
+             ) -> dict[int, list[PackedTree]]:
+    """Per root, the tree of each of ``chunks`` chunks, the counts rounded together: the busiest resource's
+    chunks (over its bandwidth) as few as a small integer program finds within ``seconds``, rather than
+    each root's largest remainders alone (fat_tree:16x8:4:2 at chunk factor 8: a NIC with 128 chunk sends where
+    the bound is 120; what a phased lowering, whose phases are the busiest port's sends, pays in full)."""
+    cols = [(q, t) for q, ts in roots.items() for t in ts]
+    bw = em.topology.resource_bw
+    res: dict[str, int] = {}
+    entries: dict[int, list[tuple[int, float]]] = {}
+    for i, (_, t) in enumerate(cols):
+        use: dict[str, int] = {}
+        for a, b in t.arcs():
+            for r in em.resources(a, b):
+                use[r] = use.get(r, 0) + 1
+        for name, m in use.items():
+            entries.setdefault(res.setdefault(name, len(res)), []).append((i, m / bw[name]))
+    silence_highs_banner()
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(seconds))
+    m = len(cols)
+    inf = highspy.kHighsInf
+    h.addCols(m + 1, np.r_[np.zeros(m), 1.0], np.zeros(m + 1), np.r_[np.full(m, float(chunks)), inf], 0,
+              np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
+    h.changeColsIntegrality(m, np.arange(m, dtype=np.int32), np.full(m, highspy.HighsVarType.kInteger))
+    for row in sorted(entries):
+        idx = [i for i, _ in entries[row]] + [m]
+        val = [v for _, v in entries[row]] + [-1.0]
+        h.addRow(-inf, 0.0, len(idx), np.array(idx, dtype=np.int32), np.array(val))
+    at = 0
+    for ts in roots.values():
+        h.addRow(float(chunks), float(chunks), len(ts), np.arange(at, at + len(ts), dtype=np.int32), np.ones(len(ts)))
+        at += len(ts)
+    h.run()
+    if h.getInfo().primal_solution_status != 2:  # no feasible point within the time limit: largest remainders
+        return {q: _assign(ts, chunks) for q, ts in roots.items()}
+    x = np.rint(np.array(h.getSolution().col_value[:m])).astype(int)
+    out: dict[int, list[PackedTree]] = {}
+    at = 0
+    for q, ts in roots.items():
+        out[q] = _interleave(ts, [int(v) for v in x[at:at + len(ts)]], chunks)
+        at += len(ts)
     return out
 
 
@@ -212,7 +304,7 @@ def _by_root(trees: Iterable[PackedTree], inward: bool) -> dict[int, list[Packed
 
 
 def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_dep: tuple[int, ...],
-               window: int = 1, stagger: int = 0) -> None:
+               window: int = 1, stagger: int = 0, phased: list[_Phased] | None = None, chunk: int = 0) -> None:
     """Chunk ``slot`` down ``tree``: the root sends ``src`` (after ``root_dep``), relays forward ``slot``.
 
     A rank's sends of the chunk that share a resource (its switch egress
@@ -262,6 +354,8 @@ def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_d
         kids.setdefault(p, []).append(v)
     size = _subtree_sizes(tree, kids)
     got: dict[int, list[tuple[Chunks, int]]] = {}  # per rank, the pieces of the chunk it received, with their recvs
+    via: dict[int, int] = {}  # phased: per rank, the last node-crossing send on the chunk's path to it
+    nodes = em.topology.nodes
     frontier = [tree.root]
     while frontier:
         nxt = []
@@ -279,8 +373,17 @@ def _broadcast(em: _Emitter, tree: PackedTree, src: Chunks, slot: Chunks, root_d
                 sends = _staggered(em, p, sends, stagger, window)
             for x in sends:
                 v = x.child
-                res = em.resources(p, v)
                 deps = list(x.deps)
+                if phased is not None and nodes[p] != nodes[v]:
+                    # its place in p's sends across the node boundary is the phase order's (_phase_order)
+                    sid, rid = em.transfer(p, v, x.src, x.dst, send_deps=deps)
+                    phased.append(_Phased(sid, p, v, via.get(p, -1), chunk))
+                    via[v] = sid
+                    got.setdefault(v, []).append((x.dst, rid))
+                    continue
+                if p in via:
+                    via[v] = via[p]
+                res = em.resources(p, v)
                 w = window
                 if stagger > 0 and size[v] == 1:
                     w = len(sends)  # leaves: nothing waits for them, all at once
@@ -308,6 +411,148 @@ class _Send:
     dst: Chunks
     deps: tuple[int, ...]
     follows: bool = False
+
+
+@dataclass(frozen=True)
+class _Phased:
+    """A send of :func:`_broadcast` across a node boundary, placed by :func:`_phase_order`: op ``send`` from
+    ``src`` to ``dst``; ``after``: the node-crossing send that brought its data to ``src`` (-1: the root's own)."""
+
+    send: int
+    src: int
+    dst: int
+    after: int
+    chunk: int = 0
+
+
+def _phase_order(sends: Sequence[_Phased], lag: int | None = None, fits=None) -> dict[int, int] | None:
+    """Each send's phase: in every phase a sender sends to one receiver and a receiver hears one sender.
+
+    The sends' sender-receiver pairs form a bipartite multigraph; phase
+    after phase a maximum matching of the pairs whose next send is ready
+    (a forward ``lag`` phases after the send that brought its data) is
+    taken off it, heaviest first: a pair weighs its sender's and its
+    receiver's sends still to place plus the sends that wait for this one
+    (so that the busiest ports are served in every phase, all end
+    together, and relays get their data early: a greedy edge colouring;
+    on a regular multigraph with every send ready each phase is a perfect
+    matching, as in a Birkhoff-von Neumann decomposition of the pairs'
+    load matrix). ``fits`` (:func:`_overloads`) keeps a phase's pairs
+    within every shared resource at full rate (an oversubscribed spine:
+    the lightest pair through it leaves the phase and the matching is
+    taken again). Independent parts of the graph (a rail-optimized
+    machine's rails) are matched separately, phase by phase. Returns send
+    op id -> phase, or None where the phases would exceed the busiest
+    port's sends by more than :data:`PHASE_SLACK` (a port idle that often
+    loses what phasing gains).
+    """
+    lag = PHASE_LAG if lag is None else lag
+    graph = nx.Graph()
+    graph.add_edges_from((2 * x.src, 2 * x.dst + 1) for x in sends)
+    part = {v: i for i, comp in enumerate(nx.connected_components(graph)) for v in comp}
+    groups: dict[int, list[_Phased]] = {}
+    for x in sends:
+        groups.setdefault(part[2 * x.src], []).append(x)
+    below: dict[int, int] = {}  # per send, the sends that forward what it brings (they wait for it)
+    for x in reversed(sends):  # emitted parents first
+        if x.after >= 0:
+            below[x.after] = below.get(x.after, 0) + 1 + below.get(x.send, 0)
+    parts = [_Part(mine, fits) for mine in groups.values()]
+    most = max((p.most for p in parts), default=0)
+    if any(v > SHARED_FILL * most for p in parts for v in p.left_s.values()):
+        return None  # a shared resource (a spine) busy nearly every phase: the greedy matchings miss its slots
+    phase: dict[int, int] = {}
+    k = 0
+    hops: dict[int, int] = {}
+    for x in sends:  # emitted parents first
+        hops[x.send] = hops[x.after] + 1 if x.after >= 0 else 1
+    # the pipeline's fill and drain: a chain of node crossings takes lag phases a hop
+    fill = lag * max(hops.values(), default=0)
+    ports = len({x.src for x in sends})
+    while any(p.left for p in parts):
+        if k + max(p.busiest() for p in parts) > most * (1 + PHASE_SLACK) + fill or \
+                sum(p.idle for p in parts) > IDLE_SLACK * len(sends) + fill * ports:
+            return None  # the busiest port, or many ports, left idle too often
+        for p in parts:
+            p.match(k, phase, lag, below, fits)
+        k += 1
+    return phase
+
+
+class _Part:
+    """The sends of one part of :func:`_phase_order`'s graph still to place: per pair in order, per port a count."""
+
+    def __init__(self, mine: Sequence[_Phased], fits=None) -> None:
+        self.shared = getattr(fits, "shared", None)
+        self.left_s: dict[str, float] = {}  # per shared resource, the phases' worth of its sends still to place
+        for x in mine:
+            for r, share in self.shared(x.src, x.dst) if self.shared else ():
+                self.left_s[r] = self.left_s.get(r, 0.0) + share
+        self.queue: dict[tuple[int, int], list[_Phased]] = {}
+        self.left_t: dict[int, int] = {}
+        self.left_r: dict[int, int] = {}
+        for x in mine:
+            self.queue.setdefault((x.src, x.dst), []).append(x)
+            self.left_t[x.src] = self.left_t.get(x.src, 0) + 1
+            self.left_r[x.dst] = self.left_r.get(x.dst, 0) + 1
+        self.left = len(mine)
+        self.idle = 0  # phases x senders with sends left that sent nothing
+        self.most = max(max(self.left_t.values(), default=0), max(self.left_r.values(), default=0))
+
+    def busiest(self) -> int:
+        """The most sends a port has still to place (as many phases at least)."""
+        return max(max(self.left_t.values(), default=0), max(self.left_r.values(), default=0))
+
+    def match(self, k: int, phase: dict[int, int], lag: int, below: dict[int, int], fits) -> None:
+        """Phase ``k``: a matching of the pairs whose first ready send is placed there."""
+        ready: dict[tuple[int, int], _Phased] = {}
+        for pair, xs in self.queue.items():
+            for x in xs:
+                if x.after < 0 or (x.after in phase and phase[x.after] + lag <= k):
+                    ready[pair] = x
+                    break
+        idle = sum(1 for v in self.left_t.values() if v > 0)
+        if not ready:
+            self.idle += idle
+            return
+        g = nx.Graph()
+        togo = max(1, self.most - k)
+        for (a, b), x in ready.items():
+            w = float(self.left_t[a] + self.left_r[b])
+            if self.shared:
+                # a resource shared by several ports (a spine) that needs most of the phases left: its sends first
+                w *= 1 + SHARED_URGENCY * max((self.left_s[r] / togo for r, _ in self.shared(a, b)), default=0.0)
+            g.add_edge(2 * a, 2 * b + 1, weight=w + below.get(x.send, 0))
+        chosen = _fitting_matching(g, fits)
+        self.idle += idle - len(chosen)
+        for a, b in chosen:
+            x = ready[(a, b)]
+            for r, share in self.shared(a, b) if self.shared else ():
+                self.left_s[r] -= share
+            phase[x.send] = k
+            self.queue[(a, b)].remove(x)
+            if not self.queue[(a, b)]:
+                del self.queue[(a, b)]
+            self.left_t[a] -= 1
+            self.left_r[b] -= 1
+            self.left -= 1
+
+
+def _fitting_matching(g: nx.Graph, fits) -> list[tuple[int, int]]:
+    """A maximum-weight matching of ``g`` (edges ``2 a``-``2 b + 1``: sender ``a``, receiver ``b``) whose pairs
+    ``fits`` accepts together (None: any): while it names pairs that overload a resource, the lightest of them
+    leaves the graph and the matching is taken again."""
+    g = g.copy()
+    while True:
+        pairs = []
+        for u, v in sorted(nx.max_weight_matching(g, maxcardinality=True)):
+            u, v = min(u, v), max(u, v)
+            pairs.append((u // 2, v // 2) if u % 2 == 0 else (v // 2, u // 2))
+        over = fits(pairs, lambda ab: g.edges[2 * ab[0], 2 * ab[1] + 1]["weight"]) if fits is not None else []
+        if not over:
+            return pairs
+        a, b = min(over, key=lambda ab: (g.edges[2 * ab[0], 2 * ab[1] + 1]["weight"], ab))
+        g.remove_edge(2 * a, 2 * b + 1)  # the lightest, then the matching again: another pair may take its place
 
 
 def _halves(c: Chunks) -> tuple[Chunks, Chunks]:
@@ -346,6 +591,54 @@ def _staggered(em: _Emitter, p: int, sends: list[_Send], least: int, window: int
         out[k] = _Send(x.child, a0, b0, x.deps)
         tail.append(_Send(x.child, a1, b1, x.deps, follows=True))
     return out + tail
+
+
+def _overloads(em: _Emitter):
+    """``fits(pairs, weight)``: the pairs to drop from a phase so that no resource carries more than its
+    bandwidth with every pair at its connection's full rate (through each overloaded resource, its lightest
+    pairs beyond what it carries; none: they fit). ``fits.shared(a, b)``: the resources of ``a -> b`` that
+    carry several such pairs at once (a spine's up-link), each with the share of it one pair takes."""
+    bw = em.topology.resource_bw
+
+    def fits(pairs: Sequence[tuple[int, int]], weight) -> list[tuple[int, int]]:
+        load: dict[str, float] = {}
+        through: dict[str, list[tuple[int, int]]] = {}
+        for a, b in pairs:
+            res = em.resources(a, b)
+            rate = min(bw[r] for r in res)
+            for r in res:
+                load[r] = load.get(r, 0.0) + rate
+                through.setdefault(r, []).append((a, b))
+        return [ab for r, x in load.items() if x > bw[r] * (1 + 1e-9) for ab in through[r]]
+
+    def shared(a: int, b: int) -> list[tuple[str, float]]:
+        res = em.resources(a, b)
+        rate = min(bw[r] for r in res)
+        return [(r, rate / bw[r]) for r in res if bw[r] > rate * (1 + 1e-9)]
+
+    fits.shared = shared  # type: ignore[attr-defined]
+    return fits
+
+
+def _chain(em: _Emitter, sends: Sequence[_Phased], phase: dict[int, int], window: int) -> None:
+    """Every rank's ``sends`` leave in phase order, ``window`` at a time (each waits for the one ``window``
+    places before it)."""
+    mine: dict[int, list[tuple[int, int]]] = {}
+    heard: dict[int, list[tuple[int, int]]] = {}
+    for x in sends:
+        mine.setdefault(x.src, []).append((phase[x.send], x.send))
+        heard.setdefault(x.dst, []).append((phase[x.send], x.send + 1))  # the recv follows its send
+    for rank, order in mine.items():
+        order.sort()
+        for i in range(window, len(order)):
+            em.ops[order[i][1]][6].append(order[i - window][1])
+        if GATE > 0:
+            got = sorted(heard.get(rank, ()))
+            keys = [k for k, _ in got]
+            for k, sid in order:
+                j = bisect.bisect_right(keys, k - GATE) - 1
+                if j >= 0:
+                    em.ops[sid][6].append(got[j][1])
 
 
 def _subtree_sizes(tree: PackedTree, kids: dict[int, list[int]]) -> dict[int, int]:
@@ -410,7 +703,7 @@ def _plan(trees: Sequence[PackedTree], collective: Collective, kinds: tuple[str,
 
 
 def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology,
-                    window: int | None = None, stagger: int = STAGGER) -> Schedule:
+                    window: int | None = None, stagger: int = STAGGER, phased: int = 0) -> Schedule:
     """Allgather (every rank a root) or broadcast (the collective's root) along out-trees (module docstring).
 
     ``window``: how many of a rank's sends of one chunk share a port at once (:func:`_broadcast`; default
@@ -422,23 +715,36 @@ def lower_out_trees(trees: Sequence[PackedTree], collective: Collective, topolog
     kind, c = collective.kind, collective.chunk_factor
     plan = _plan(trees, collective, ("allgather", "broadcast"), inward=False)
     em = _Emitter(topology)
+    if phased:
+        plan = _rounded(em, {q: _by_root(trees, False)[q] for q in plan}, c)
     if window is None:
         # one chunk per root: nothing else in flight hides a message's overhead and latency (see _broadcast)
         window = WINDOW if c == 1 else 1
     if window < 1:
         raise CollectiveError(f"a send window holds at least one send, not {window}")
-    if c > 1 or window < 2:
+    if c > 1 or window < 2 or phased:
         stagger = 0  # the other chunks in flight keep the ports busy; halves are a window of two's
     h = 2 if stagger > 0 else 1
     out_coll = Collective(kind, collective.n_ranks, c * h, collective.root) if h > 1 else collective
+    crossing: list[_Phased] = []
     for j in range(c):
         for q in sorted(plan):
             slot = em.at("o", h * (q * c + j if kind == "allgather" else j), h)
             src = em.at("i", h * j, h)
             em.copy(q, src, slot)
-            _broadcast(em, plan[q][j], src, slot, (), window, stagger)
+            _broadcast(em, plan[q][j], src, slot, (), window, stagger, crossing if phased else None, j)
+    phases = 0
+    if not crossing:
+        phased = 0  # nothing crosses a node boundary: nothing to phase
+    if phased:
+        order = _phase_order(crossing, fits=_overloads(em))
+        if order is None:  # too many phases (_phase_order): the lowering as without
+            log.info("packed trees: phasing the node-crossing sends would idle their ports; not phased")
+            return lower_out_trees(trees, collective, topology, window, stagger)
+        _chain(em, crossing, order, phased)
+        phases = 1 + max(order.values(), default=-1)
     return em.build(out_coll, algorithm=NAME, trees=sum(len(set(t)) for t in plan.values()), send_window=window,
-                    stagger=stagger)
+                    stagger=stagger, phased=phased, phases=phases)
 
 
 def lower_in_trees(trees: Sequence[PackedTree], collective: Collective, topology: Topology) -> Schedule:
