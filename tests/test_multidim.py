@@ -122,6 +122,56 @@ def test_count_search_refines_around_the_two_fastest_powers_of_two():
     assert lp.lp_bound_us is not None and lp.lp_bound_us <= lp.makespan_us * (1 + 1e-9)
 
 
+def test_lp_warm_refinement_takes_each_policys_whole_candidate_set():
+    # the count search on made-up, non-convex times (a stand-in for _Run): Themis's fastest powers of two are 32 and
+    # 16, its optimum 24 lies between them; the fixed order's grids cover 24 too (its centres 32 and 64), the LP's
+    # own roundings are best at 4 (45, faster than both policies' powers of two: its own grid stays at 3-6). The LP must time Themis's chunks at 24 even though the fixed order's search asks
+    # for that count as well (a first version gave such a count the fixed order's warm start only)
+    from ccsynth.synth.multidim.pipeline import DimTiming
+    from ccsynth.synth.multidim.search import MultiDimSchedule, _search, refine_candidates, refine_counts
+
+    counts = (1, 2, 4, 8, 16, 32, 64)
+    profiles = {
+        "themis": lambda k: {16: 51.0, 32: 50.0, 24: 40.0}.get(k, 90.0 + k),
+        "fixed": lambda k: {32: 60.0, 64: 61.0}.get(k, 70.0 + k / 100),
+        "lp": lambda k: {4: 45.0}.get(k, 100.0 + k),
+    }
+
+    def schedule(t: float) -> MultiDimSchedule:
+        return MultiDimSchedule("stub", "allreduce", 1.0, None, (), DimTiming(t, (), (), ()))  # type: ignore[arg-type]
+
+    class Run:
+        def __init__(self, policy):
+            self.policy, self.unramped_us, self.warm_us, self.warm_calls = policy, {}, {}, []
+
+        def at(self, k):
+            if self.policy != "lp":
+                return schedule(profiles[self.policy](k))
+            for p in ("themis", "fixed"):
+                self.warm_us.setdefault(p, {})[k] = profiles[p](k)
+            return schedule(min(profiles[p](k) for p in profiles))
+
+        def warm_at(self, k, policies):
+            self.warm_calls.append((k, tuple(policies)))
+            return schedule(min(profiles[p](k) for p in policies))
+
+        def bound_at(self, k):
+            return 1.0
+
+        def tuned(self, best):
+            return best
+
+    themis = _search(Run("themis"), counts)
+    assert themis.makespan_us == 40.0
+    assert set(dict(themis.tried)) == set(counts) | set(refine_counts(32, counts)) | set(refine_counts(16, counts))
+    assert refine_candidates(dict(themis.tried), counts) == tuple(sorted(set(dict(themis.tried)) - set(counts)))
+    run = Run("lp")
+    lp = _search(run, counts)
+    assert lp.makespan_us == 40.0
+    assert (24, ("themis", "fixed")) in run.warm_calls
+    assert all(dict(lp.tried)[k] <= t for k, t in themis.tried)
+
+
 def test_lp_is_never_worse_than_themis_and_respects_its_bound():
     for spec in ("hierarchical:4x8x4@200,100,50", "hierarchical:8x8x8x8@400,200,100,50", "ndv2x4"):
         net = dim_net(get_topology(spec))

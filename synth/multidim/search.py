@@ -246,13 +246,16 @@ class _Run:
     """One scheduler on one (network, collective, size): builds chunks for a count, times them."""
 
     def __init__(self, net: DimNet, costs: PhaseCosts, kind: str, size: float, policy: str, options: SolverOptions,
-                 weighted: bool = True, ramp: bool = True, timings: dict | None = None):
+                 weighted: bool = True, ramp: bool = True, shared: tuple[dict, dict] | None = None):
         self.net, self.costs, self.kind, self.size, self.policy, self.options = net, costs, kind, size, policy, options
         self.weighted = weighted  # chunks of unequal units (the IR takes up to 4 units a chunk: off under max_chunks)
         self.ramp = ramp  # the winner's first and last chunks cut into pieces (adds chunks: off at a fixed count)
-        # the model's timing of each chunk plan already timed (the roundings and warm starts often coincide; under
-        # ``auto`` the runs of one case share it, so the LP's warm starts cost nothing beyond Themis's own search)
-        self._timings: dict[tuple[tuple[ChunkPlan, ...], tuple[str, ...]], DimTiming] = {} if timings is None else timings
+        # the model's timing of each chunk plan already timed (the roundings and warm starts often coincide), and
+        # the fixed order's and Themis's chunks per count; under ``auto`` the runs of one case share both, so the
+        # LP's warm starts cost nothing beyond those policies' own searches
+        self._timings: dict[tuple[tuple[ChunkPlan, ...], tuple[str, ...]], DimTiming]
+        self._plans: dict[tuple[str, int], tuple[ChunkPlan, ...]]
+        self._timings, self._plans = ({}, {}) if shared is None else shared
         # per chunk count: the makespan before the ramp (what the search would have found without it)
         self.unramped_us: dict[int, float] = {}
         # lp: per warm start (fixed, themis) and chunk count, its makespan -- what that policy's own search sees
@@ -261,9 +264,9 @@ class _Run:
     def at(self, k: int) -> MultiDimSchedule:
         net, costs, kind, size = self.net, self.costs, self.kind, self.size
         if self.policy == "fixed":
-            return self._timed(fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed order")
+            return self._timed(self._plan("fixed", k), "fixed order")
         if self.policy == "themis":
-            return self._timed(themis_chunks(net, costs, kind, size, equal_units(k)), "greedy")
+            return self._timed(self._plan("themis", k), "greedy")
         if self.policy == "themis-flex":
             return self._timed(themis_flex_chunks(net, costs, kind, size, k), "greedy, chunks sized to the load gap")
         bound = None
@@ -298,17 +301,24 @@ class _Run:
         class, warm starts the LP's roundings must beat (their makespans are kept in :attr:`warm_us`)."""
         out = []
         for policy in policies:
-            make, origin = _WARM[policy]
-            s = self._timed(make(self.net, self.costs, self.kind, self.size, equal_units(k)), f"{origin} warm start")
+            s = self._timed(self._plan(policy, k), f"{_WARM[policy][1]} warm start")
             self.warm_us.setdefault(policy, {})[k] = s.makespan_us
             out.append(s)
         return out
 
-    def warm_at(self, k: int, policy: str) -> MultiDimSchedule:
-        """The LP at ``k`` from ``policy``'s warm start alone (no LP rounding, ``lp_bound_us`` left None: the
-        search solves ``T*`` for the winner only, :meth:`bound_at`): for the counts that Themis's or the fixed
-        order's own search tries beyond the LP's (:func:`_search`)."""
-        return self._warm(k, (policy,))[0]
+    def warm_at(self, k: int, policies: Sequence[str] = WARM_STARTS) -> MultiDimSchedule:
+        """The LP at ``k`` from the warm starts of ``policies`` alone (no LP rounding, ``lp_bound_us`` left
+        None: the search solves ``T*`` for the winner only, :meth:`bound_at`): for the counts that Themis's or
+        the fixed order's own search tries beyond the LP's (:func:`_search`)."""
+        return fastest(self._warm(k, policies))
+
+    def _plan(self, policy: str, k: int) -> tuple[ChunkPlan, ...]:
+        """The fixed order's or Themis's chunks at ``k`` (remembered)."""
+        plan = self._plans.get((policy, k))
+        if plan is None:
+            plan = self._plans[(policy, k)] = tuple(_WARM[policy][0](self.net, self.costs, self.kind, self.size,
+                                                                     equal_units(k)))
+        return plan
 
     def bound_at(self, k: int) -> float:
         """The LP's own bound ``T*`` at ``k`` chunks."""
@@ -419,10 +429,14 @@ def _search(run: _Run, counts: Sequence[int], refine: bool = True) -> MultiDimSc
                 found[k] = run.at(k)
         # the LP: every count Themis's and the fixed order's own searches try (the same powers of two, refined
         # around the same centres) with at least their chunks, so that the LP is never worse than either
-        for policy, warm in sorted(run.warm_us.items()):
-            for k in refine_candidates(warm, counts):
+        # (a count both searches try gets both warm starts: the LP's own counts have them already)
+        wanted: dict[int, list[str]] = {}
+        for policy in WARM_STARTS:
+            for k in refine_candidates(run.warm_us.get(policy, {}), counts):
                 if k not in found:
-                    found[k] = run.warm_at(k, policy)
+                    wanted.setdefault(k, []).append(policy)
+        for k, policies in sorted(wanted.items()):
+            found[k] = run.warm_at(k, policies)
     tried = tuple((k, found[k].makespan_us) for k in sorted(found))
     k_best = _best_k({k: s.makespan_us for k, s in found.items()})
     best = found[k_best]
@@ -460,10 +474,10 @@ def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float,
     t0 = time.perf_counter()
     policies = POLICIES if name == "auto" else (name,)
     found = []
-    timings: dict = {}  # one case, one network: a chunk plan's timing is the same whichever policy made it
+    shared: tuple[dict, dict] = ({}, {})  # one case: a chunk plan's timing is the same whichever policy made it
     for policy in policies:
         run = _Run(net, costs, kind, size, policy, options, weighted=max_chunks is None,
-                   ramp=max_chunks is None and chunks is None, timings=timings)
+                   ramp=max_chunks is None and chunks is None, shared=shared)
         s = _search(run, counts)
         log.info("%s on %s, %s bytes: %d chunks, %.3f us in the dimension model", policy, net.topology, f"{size:.0f}",
                  s.n_chunks, s.makespan_us)
