@@ -1,7 +1,8 @@
 """One-off probe (h46-themis, issue 12 part 2): would batching several chunks' phases on one slow dimension
 (one phase carrying several chunks' ranges, so per-message costs are paid once per batch) close the LP's gap
 to T* on the 4D fabrics? A copy of ``pipeline.time_chunks`` in which dimension ``bd`` starts a phase only
-when ``B`` tasks of the same algorithm and direction are ready (or all that are left), and runs them as one
+when ``B`` tasks of the same algorithm and direction are ready (or no other chunk can still come), or
+(``B < 0``) merges up to ``-B`` of the tasks ready when it starts, without waiting, and runs them as one
 phase over the sum of their ranges. Model only: no lowering, no IR, no MPI -- a measurement, not a schedule.
 
     PYTHONPATH=$PWD python bench/data/issue12_h46-themis/batching_probe.py hierarchical:2x8x8x8@250,200,100,50 1G 3
@@ -28,7 +29,7 @@ def time_batched(net, costs, kind, size, chunks, priority, bd, batch):
     steps = [chunk_steps(net, kind, c) for c in chunks]
     sizes = chunk_bytes(size, chunks)
     dims = [_Dim([], []) for _ in net.dims]
-    left_bd = sum(1 for st in steps for s in st if s.dim == bd)
+    left = [sum(1 for s in st if s.dim == bd) for st in steps]  # per chunk: its phases on bd not started yet
     arrivals = [(costs.copies_before(kind, size, sizes[k]), k) for k in range(len(chunks)) if steps[k]]
     heapq.heapify(arrivals)
     running = []  # (done, [(chunk, step)...])
@@ -39,18 +40,22 @@ def time_batched(net, costs, kind, size, chunks, priority, bd, batch):
             heapq.heappush(dims[steps[k][0].dim].ready, _key(priority, k, 0))
         for d, q in enumerate(dims):
             while q.ready and q.can_start(steps[q.ready[0][2]][q.ready[0][3]].algorithm):
-                if d == bd and batch > 1:
-                    if len(q.ready) < min(batch, left_bd):
+                if d == bd and abs(batch) > 1:
+                    # wait for a full batch while some chunk not queued here will still come (a queued chunk's
+                    # next phase on bd, e.g. its all-gather right after its last reduce-scatter, cannot)
+                    queued = {e[2] for e in q.ready}
+                    if 0 < len(q.ready) < batch and any(n and k not in queued for k, n in enumerate(left)):
                         break
                     head = steps[q.ready[0][2]][q.ready[0][3]]
                     group, keep = [], []
-                    while q.ready and len(group) < batch:
+                    while q.ready and len(group) < abs(batch):
                         e = heapq.heappop(q.ready)
                         s = steps[e[2]][e[3]]
                         (group if (s.reduce, s.algorithm) == (head.reduce, head.algorithm) else keep).append(e)
                     for e in keep:
                         heapq.heappush(q.ready, e)
-                    left_bd -= len(group)
+                    for e in group:
+                        left[e[2]] -= 1
                     # one phase over the sum of the ranges: a pseudo chunk of that many bytes, fraction 1
                     m = sum(sizes[e[2]] * steps[e[2]][e[3]].fraction for e in group)
                     done = _start(costs, q, d, head, m / head.fraction, now)
@@ -58,7 +63,7 @@ def time_batched(net, costs, kind, size, chunks, priority, bd, batch):
                     continue
                 k, i = heapq.heappop(q.ready)[2:]
                 if d == bd:
-                    left_bd -= 1
+                    left[k] -= 1
                 done = _start(costs, q, d, steps[k][i], sizes[k], now)
                 heapq.heappush(running, (done, k * 1000 + i, [(k, i)]))
         if not running and not arrivals:
@@ -72,8 +77,12 @@ def time_batched(net, costs, kind, size, chunks, priority, bd, batch):
                     heapq.heappush(dims[steps[k][i + 1].dim].ready, _key(priority, k, i + 1))
                 else:
                     makespan = max(makespan, done + costs.copies_after(kind, sizes[k]))
-    assert left_bd == 0
+    assert not any(left)
     return makespan + net.call_overhead, [q.busy for q in dims]
+
+
+#: batch sizes tried: B > 1 waits for B ready phases (or the last ones), B < -1 merges up to -B of those ready
+BATCHES = (1, 2, 4, -2, -4, -16)
 
 
 def main():
@@ -84,6 +93,9 @@ def main():
     opts = SolverOptions()
     best = schedule_multidim(net, "allreduce", size, "lp")
     print(f"lp scheduler: {best.makespan_us:.1f} us, {best.n_chunks} chunks, T* {best.lp_bound_us:.1f}, {best.origin}")
+    p = best.timing.priority
+    print("  its chunks batched on dimension", bd, " ".join(
+        f"B{b}: {time_batched(net, costs, 'allreduce', size, best.chunks, p, bd, b)[0]:.1f}" for b in BATCHES), flush=True)
     for k in counts:
         t_star = solve_lattice(net, costs, "allreduce", size, k, opts).bound_us
         cands = []
@@ -93,11 +105,11 @@ def main():
         cands.append(("themis", themis_chunks(net, costs, "allreduce", size, equal_units(k))))
         for name, ch in cands:
             row = []
-            for b in (1, 2, 4, 8):
+            for b in BATCHES:
                 t = min(time_batched(net, costs, "allreduce", size, ch, p, bd, b)[0] for p in PRIORITIES)
                 row.append(t)
             print(f"k={k:4d} T*={t_star:8.1f} {name:14s} " + " ".join(f"B{b}:{t:8.1f} ({t / t_star:.3f})"
-                                                                      for b, t in zip((1, 2, 4, 8), row)), flush=True)
+                                                                      for b, t in zip(BATCHES, row)), flush=True)
 
 
 if __name__ == "__main__":
