@@ -86,6 +86,92 @@ def test_themis_load_formula_and_threshold():
     assert 0 < THEMIS_THRESHOLD < 1
 
 
+def test_count_search_refines_around_the_two_fastest_powers_of_two():
+    # Themis's greedy on 2x4x4@200,100,50 at 1 MiB: 1 chunk 79.8 us (nothing to balance), 2 chunks 80.2 us, 3 chunks
+    # 74.4 us, 4 chunks 81.1 us: not convex in the count. Refining around the fastest power of two alone (1: an
+    # empty grid) kept 79.8 us; the second fastest (2) has the optimum beside it. The same as Themis on
+    # 2x8x8x8@250,175,50,12.5 at 64 MiB (2 chunks 592.0, 32 chunks 591.7, 3 chunks 480.9 us)
+    from ccsynth.synth.multidim.search import chunk_counts, refine_candidates, refine_centres, refine_counts
+
+    net = dim_net(get_topology("hierarchical:2x4x4@200,100,50"))
+    size = 1 << 20
+    counts = chunk_counts(size)
+    themis = schedule_multidim(net, "allreduce", size, "themis")
+    tried = dict(themis.tried)
+    centres = refine_centres({k: tried[k] for k in counts})
+    assert len(centres) == 2 and tried[centres[0]] <= tried[centres[1]]
+    assert all(tried[c] <= tried[k] for c in centres for k in counts if k not in centres)
+    # every count of both centres' grids was evaluated, and the pick is the fastest of all evaluated
+    assert set(refine_candidates(tried, counts)) == {k for c in centres for k in refine_counts(c, counts)}
+    assert set(tried) == set(counts) | set(refine_candidates(tried, counts))
+    assert themis.makespan_us == min(tried.values())
+    assert themis.n_chunks == min(k for k, t in tried.items() if t == themis.makespan_us)
+    # the search around the best power of two alone (the former one) would have kept a slower count
+    single = set(counts) | set(refine_counts(centres[0], counts))
+    assert themis.n_chunks not in single
+    assert themis.makespan_us < 0.95 * min(tried[k] for k in single)
+    assert schedule_multidim(net, "allreduce", size, "themis", chunks=themis.n_chunks).makespan_us == pytest.approx(
+        themis.makespan_us, rel=1e-12)
+    # the fixed order's search takes the same centres' grids, and the LP times both policies' whole candidate sets
+    fixed = schedule_multidim(net, "allreduce", size, "fixed")
+    f_tried = dict(fixed.tried)
+    assert set(f_tried) == set(counts) | set(refine_candidates(f_tried, counts))
+    lp = schedule_multidim(net, "allreduce", size, "lp")
+    assert set(tried) | set(f_tried) <= {k for k, _ in lp.tried}
+    assert lp.makespan_us <= min(themis.makespan_us, fixed.makespan_us) * (1 + 1e-9)
+    assert lp.lp_bound_us is not None and lp.lp_bound_us <= lp.makespan_us * (1 + 1e-9)
+
+
+def test_lp_warm_refinement_takes_each_policys_whole_candidate_set():
+    # the count search on made-up, non-convex times (a stand-in for _Run): Themis's fastest powers of two are 32 and
+    # 16, its optimum 24 lies between them; the fixed order's grids cover 24 too (its centres 32 and 64), the LP's
+    # own roundings are best at 4 (45, faster than both policies' powers of two: its own grid stays at 3-6). The LP must time Themis's chunks at 24 even though the fixed order's search asks
+    # for that count as well (a first version gave such a count the fixed order's warm start only)
+    from ccsynth.synth.multidim.pipeline import DimTiming
+    from ccsynth.synth.multidim.search import MultiDimSchedule, _search, refine_candidates, refine_counts
+
+    counts = (1, 2, 4, 8, 16, 32, 64)
+    profiles = {
+        "themis": lambda k: {16: 51.0, 32: 50.0, 24: 40.0}.get(k, 90.0 + k),
+        "fixed": lambda k: {32: 60.0, 64: 61.0}.get(k, 70.0 + k / 100),
+        "lp": lambda k: {4: 45.0}.get(k, 100.0 + k),
+    }
+
+    def schedule(t: float) -> MultiDimSchedule:
+        return MultiDimSchedule("stub", "allreduce", 1.0, None, (), DimTiming(t, (), (), ()))  # type: ignore[arg-type]
+
+    class Run:
+        def __init__(self, policy):
+            self.policy, self.unramped_us, self.warm_us, self.warm_calls = policy, {}, {}, []
+
+        def at(self, k):
+            if self.policy != "lp":
+                return schedule(profiles[self.policy](k))
+            for p in ("themis", "fixed"):
+                self.warm_us.setdefault(p, {})[k] = profiles[p](k)
+            return schedule(min(profiles[p](k) for p in profiles))
+
+        def warm_at(self, k, policies):
+            self.warm_calls.append((k, tuple(policies)))
+            return schedule(min(profiles[p](k) for p in policies))
+
+        def bound_at(self, k):
+            return 1.0
+
+        def tuned(self, best):
+            return best
+
+    themis = _search(Run("themis"), counts)
+    assert themis.makespan_us == 40.0
+    assert set(dict(themis.tried)) == set(counts) | set(refine_counts(32, counts)) | set(refine_counts(16, counts))
+    assert refine_candidates(dict(themis.tried), counts) == tuple(sorted(set(dict(themis.tried)) - set(counts)))
+    run = Run("lp")
+    lp = _search(run, counts)
+    assert lp.makespan_us == 40.0
+    assert (24, ("themis", "fixed")) in run.warm_calls
+    assert all(dict(lp.tried)[k] <= t for k, t in themis.tried)
+
+
 def test_lp_is_never_worse_than_themis_and_respects_its_bound():
     for spec in ("hierarchical:4x8x4@200,100,50", "hierarchical:8x8x8x8@400,200,100,50", "ndv2x4"):
         net = dim_net(get_topology(spec))

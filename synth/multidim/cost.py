@@ -159,6 +159,7 @@ class PhaseCosts:
     def __init__(self, net: DimNet):
         self.net = net
         self._memo: dict[tuple[int, str, float, bool], float] = {}
+        self._best_memo: dict[tuple[int, float, bool], PhaseChoice] = {}  # every chunk plan asks for every phase
 
     def time(self, d: int, algorithm: str, m: float, *, reduce: bool) -> float:
         key = (d, algorithm, m, reduce)
@@ -205,6 +206,10 @@ class PhaseCosts:
         direct phases cost their bytes only (on ``hierarchical:2x8x2@250,175,12.5`` at 1 GiB the 12.5 GB/s
         dimension's 2 x 14 us per chunk of latency and overheads: ``bench/RESULTS.md``, h43-lp4d).
         """
+        key = (d, m, reduce)
+        best = self._best_memo.get(key)
+        if best is not None:
+            return best
         choices = [PhaseChoice(alg, self.time(d, alg, m, reduce=reduce)) for alg in self.net.dims[d].algorithms]
         if self.net.dims[d].size == 2:
             choices.reverse()  # direct first: it wins ties
@@ -212,6 +217,7 @@ class PhaseCosts:
         for c in choices[1:]:
             if is_less(c.time_us, best.time_us):
                 best = c
+        self._best_memo[key] = best
         return best
 
     def us_per_byte(self, d: int, algorithm: str) -> float:

@@ -16,14 +16,20 @@ scheduler      chunks and their dimension orders
 
 Every scheduler tries the same chunk counts (:func:`chunk_counts`: 1, 2, 4,
 ... while a chunk keeps :data:`MIN_CHUNK_BYTES` and the count stays within
-:data:`MAX_CHUNKS`, then a grid of counts from 0.75 to 1.5 times the best
-one, :func:`refine_counts`), each under both queue priorities of the
-dimension-level model (:data:`~.pipeline.PRIORITIES`), and keeps the
-fastest in that model (:func:`~.pipeline.time_chunks`): more chunks
-pipeline better but pay every phase's latency and message overheads once
-more each, and the time is not convex in the count (Themis's greedy has
-nothing to balance with one chunk; the LP's chunks interleave differently
-at every count), so every count is tried; there are at most 27.
+:data:`MAX_CHUNKS`, then a grid of counts from 0.75 to 1.5 times each of
+the two fastest powers of two, :func:`refine_candidates`), each under both
+queue priorities of the dimension-level model
+(:data:`~.pipeline.PRIORITIES`), and keeps the fastest in that model
+(:func:`~.pipeline.time_chunks`): more chunks pipeline better but pay every
+phase's latency and message overheads once more each, and the time is not
+convex in the count (Themis's greedy has nothing to balance with one chunk
+and can be badly unbalanced with a few; the LP's chunks interleave
+differently at every count), so the two best powers of two, which can be
+far apart and within a hair of each other, are both refined around; there
+are at most 43 counts. The LP, whose every count costs two solves and two
+roundings, refines its own roundings around its best power of two only,
+and times Themis's and the fixed order's chunks at every count their own
+searches try.
 Comparisons are therefore at each scheduler's own best chunk
 count, as for the baselines (:mod:`ccsynth.synth.baseline_search`).
 
@@ -94,7 +100,10 @@ __all__ = [
     "MIN_CHUNK_BYTES",
     "REFINE",
     "REFINE_POINTS",
+    "REFINE_CENTRES",
     "refine_counts",
+    "refine_centres",
+    "refine_candidates",
     "MultiDimSchedule",
     "chunk_counts",
     "check_scheduler",
@@ -120,6 +129,13 @@ REFINE = (0.75, 1.5)
 #: the most counts the refinement grid tries (its step grows with the best count): a bound on the search's
 #: cost (each count costs the LP two solves and two roundings), not a figure fitted to any result
 REFINE_POINTS = 16
+#: the refinement's centres: the fastest this many powers of two (ties: fewer chunks). One is not enough: the
+#: time is not convex in the count, and two powers of two far apart can be within a hair of each other while
+#: only one of them has the real optimum next to it (Themis on ``2x8x8x8@250,175,50,12.5`` at 64 MiB: 2 chunks
+#: 592.0 us, 32 chunks 591.7 us, 3 chunks 480.9 us). The LP refines its own roundings around its best count
+#: only (each count costs it two solves and two roundings), and the cheap warm starts around these centres of
+#: Themis's and the fixed order's own searches (:func:`_search`)
+REFINE_CENTRES = 2
 
 
 @dataclass(frozen=True)
@@ -221,16 +237,25 @@ def chunk_counts(size_bytes: float) -> tuple[int, ...]:
     return tuple(out)
 
 
+#: the LP's warm starts: the policies whose chunks at every count the LP also times (in this order)
+WARM_STARTS = ("themis", "fixed")
+_WARM = {"themis": (themis_chunks, "Themis"), "fixed": (fixed_chunks, "fixed-order")}
+
+
 class _Run:
     """One scheduler on one (network, collective, size): builds chunks for a count, times them."""
 
     def __init__(self, net: DimNet, costs: PhaseCosts, kind: str, size: float, policy: str, options: SolverOptions,
-                 weighted: bool = True, ramp: bool = True):
+                 weighted: bool = True, ramp: bool = True, shared: tuple[dict, dict] | None = None):
         self.net, self.costs, self.kind, self.size, self.policy, self.options = net, costs, kind, size, policy, options
         self.weighted = weighted  # chunks of unequal units (the IR takes up to 4 units a chunk: off under max_chunks)
         self.ramp = ramp  # the winner's first and last chunks cut into pieces (adds chunks: off at a fixed count)
-        # the model's timing of each chunk plan already timed (the roundings and warm starts often coincide)
-        self._timings: dict[tuple[tuple[ChunkPlan, ...], tuple[str, ...]], DimTiming] = {}
+        # the model's timing of each chunk plan already timed (the roundings and warm starts often coincide), and
+        # the fixed order's and Themis's chunks per count; under ``auto`` the runs of one case share both, so the
+        # LP's warm starts cost nothing beyond those policies' own searches
+        self._timings: dict[tuple[tuple[ChunkPlan, ...], tuple[str, ...]], DimTiming]
+        self._plans: dict[tuple[str, int], tuple[ChunkPlan, ...]]
+        self._timings, self._plans = ({}, {}) if shared is None else shared
         # per chunk count: the makespan before the ramp (what the search would have found without it)
         self.unramped_us: dict[int, float] = {}
         # lp: per warm start (fixed, themis) and chunk count, its makespan -- what that policy's own search sees
@@ -239,9 +264,9 @@ class _Run:
     def at(self, k: int) -> MultiDimSchedule:
         net, costs, kind, size = self.net, self.costs, self.kind, self.size
         if self.policy == "fixed":
-            return self._timed(fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed order")
+            return self._timed(self._plan("fixed", k), "fixed order")
         if self.policy == "themis":
-            return self._timed(themis_chunks(net, costs, kind, size, equal_units(k)), "greedy")
+            return self._timed(self._plan("themis", k), "greedy")
         if self.policy == "themis-flex":
             return self._timed(themis_flex_chunks(net, costs, kind, size, k), "greedy, chunks sized to the load gap")
         bound = None
@@ -271,23 +296,33 @@ class _Run:
             best = self._ramped(best)
         return replace(best, lp_bound_us=bound)
 
-    def _warm(self, k: int) -> list[MultiDimSchedule]:
-        """Themis's chunks and the fixed order's at ``k``: feasible points of the LP's class, warm starts the
-        LP's roundings must beat (their makespans are kept in :attr:`warm_us`)."""
-        net, costs, kind, size = self.net, self.costs, self.kind, self.size
+    def _warm(self, k: int, policies: Sequence[str] = WARM_STARTS) -> list[MultiDimSchedule]:
+        """Themis's chunks and the fixed order's at ``k`` (those of ``policies``): feasible points of the LP's
+        class, warm starts the LP's roundings must beat (their makespans are kept in :attr:`warm_us`)."""
         out = []
-        for policy, chunks, origin in (("themis", themis_chunks(net, costs, kind, size, equal_units(k)), "Themis"),
-                                       ("fixed", fixed_chunks(net, costs, kind, size, equal_units(k)), "fixed-order")):
-            s = self._timed(chunks, f"{origin} warm start")
+        for policy in policies:
+            s = self._timed(self._plan(policy, k), f"{_WARM[policy][1]} warm start")
             self.warm_us.setdefault(policy, {})[k] = s.makespan_us
             out.append(s)
         return out
 
-    def warm_at(self, k: int) -> MultiDimSchedule:
-        """The LP at ``k`` from its warm starts alone (no LP rounding; its bound ``T*`` still solved): for the
-        counts that Themis's and the fixed order's own searches try beyond the LP's (:func:`_search`)."""
-        bound = solve_lattice(self.net, self.costs, self.kind, self.size, k, self.options).bound_us
-        return replace(fastest(self._warm(k)), lp_bound_us=bound)
+    def warm_at(self, k: int, policies: Sequence[str] = WARM_STARTS) -> MultiDimSchedule:
+        """The LP at ``k`` from the warm starts of ``policies`` alone (no LP rounding, ``lp_bound_us`` left
+        None: the search solves ``T*`` for the winner only, :meth:`bound_at`): for the counts that Themis's or
+        the fixed order's own search tries beyond the LP's (:func:`_search`)."""
+        return fastest(self._warm(k, policies))
+
+    def _plan(self, policy: str, k: int) -> tuple[ChunkPlan, ...]:
+        """The fixed order's or Themis's chunks at ``k`` (remembered)."""
+        plan = self._plans.get((policy, k))
+        if plan is None:
+            plan = self._plans[(policy, k)] = tuple(_WARM[policy][0](self.net, self.costs, self.kind, self.size,
+                                                                     equal_units(k)))
+        return plan
+
+    def bound_at(self, k: int) -> float:
+        """The LP's own bound ``T*`` at ``k`` chunks."""
+        return solve_lattice(self.net, self.costs, self.kind, self.size, k, self.options).bound_us
 
     def tuned(self, best: MultiDimSchedule) -> MultiDimSchedule:
         """The LP's winner of the whole count search with its orders' shares hill-climbed in the model
@@ -321,7 +356,7 @@ class _Run:
 
 
 def refine_counts(best: int, counts: Sequence[int]) -> tuple[int, ...]:
-    """The counts from ``REFINE[0]`` to ``REFINE[1]`` times the best power of two, on a grid of at most
+    """The counts from ``REFINE[0]`` to ``REFINE[1]`` times the power of two ``best``, on a grid of at most
     :data:`REFINE_POINTS` counts (step 1 while that fits), not tried yet.
 
     >>> refine_counts(32, (1, 2, 4, 8, 16, 32, 64))
@@ -335,38 +370,78 @@ def refine_counts(best: int, counts: Sequence[int]) -> tuple[int, ...]:
     return tuple(k for k in range(lo, hi + 1, step) if k not in counts)
 
 
+def _best_k(times: dict[int, float]) -> int:
+    """The fastest count of ``times`` (count -> makespan; ties within the tolerance: fewer chunks)."""
+    k0 = min(times)
+    for k in sorted(times):
+        if is_less(times[k], times[k0]):
+            k0 = k
+    return k0
+
+
+def refine_centres(times: dict[int, float], n: int = REFINE_CENTRES) -> tuple[int, ...]:
+    """The ``n`` fastest counts of ``times`` (count -> makespan), fastest first (ties: fewer chunks): the
+    counts the search refines around (:data:`REFINE_CENTRES`).
+
+    >>> refine_centres({1: 915.0, 2: 592.0, 4: 2590.8, 8: 1307.9, 16: 761.3, 32: 591.7, 64: 893.3})
+    (32, 2)
+    """
+    left = dict(times)
+    out: list[int] = []
+    while left and len(out) < n:
+        k = _best_k(left)
+        out.append(k)
+        del left[k]
+    return tuple(out)
+
+
+def refine_candidates(times: dict[int, float], counts: Sequence[int], n: int = REFINE_CENTRES) -> tuple[int, ...]:
+    """The counts the refinement tries beyond ``counts`` (the powers of two, timed in ``times``): the grids of
+    :func:`refine_counts` around each of the :func:`refine_centres`, ascending.
+
+    >>> refine_candidates({1: 915.0, 2: 592.0, 4: 2590.8, 8: 1307.9, 16: 761.3, 32: 591.7, 64: 893.3},
+    ...                   (1, 2, 4, 8, 16, 32, 64))[:3]
+    (3, 24, 26)
+    """
+    powers = {k: t for k, t in times.items() if k in counts}
+    return tuple(sorted({k for c in refine_centres(powers, n) for k in refine_counts(c, counts)}))
+
+
 def _search(run: _Run, counts: Sequence[int], refine: bool = True) -> MultiDimSchedule:
-    """Every chunk count of ``counts``, then (``refine``) the counts between the best one and its
-    neighbours; the fastest in the model (ties: fewer units)."""
+    """Every chunk count of ``counts``, then (``refine``) the counts around the best ones (see
+    :data:`REFINE_CENTRES`); the fastest in the model (ties: fewer units)."""
     found: dict[int, MultiDimSchedule] = {}
     for k in counts:
         found[k] = run.at(k)
 
-    def best_k(times: dict[int, float]) -> int:
-        k0 = min(times)
-        for k in sorted(times):
-            if is_less(times[k], times[k0]):
-                k0 = k
-        return k0
-
     if refine and len(counts) > 1:
-        # around the best count, and around the best one before the ramp (where they differ): every count the
-        # search without the ramp would have tried is tried, so the ramp never makes the result worse
-        centres = {best_k({k: s.makespan_us for k, s in found.items()})}
-        if run.unramped_us:
-            centres.add(best_k(run.unramped_us))
-        for centre in sorted(centres):
-            for k in refine_counts(centre, counts):
-                if k not in found:
-                    found[k] = run.at(k)
+        times = {k: s.makespan_us for k, s in found.items()}
+        if run.policy == "lp":
+            # around the best count, and around the best one before the ramp (where they differ): every count
+            # the search without the ramp would have tried is tried, so the ramp never makes the result worse
+            ks = set(refine_candidates(times, counts, 1))
+            if run.unramped_us:
+                ks.update(refine_candidates(run.unramped_us, counts, 1))
+        else:
+            ks = set(refine_candidates(times, counts))
+        for k in sorted(ks):
+            if k not in found:
+                found[k] = run.at(k)
         # the LP: every count Themis's and the fixed order's own searches try (the same powers of two, refined
-        # around each one's best) with at least their chunks, so that the LP is never worse than either
-        for times in run.warm_us.values():
-            for k in refine_counts(best_k({k: t for k, t in times.items() if k in counts}), counts):
+        # around the same centres) with at least their chunks, so that the LP is never worse than either
+        # (a count both searches try gets both warm starts: the LP's own counts have them already)
+        wanted: dict[int, list[str]] = {}
+        for policy in WARM_STARTS:
+            for k in refine_candidates(run.warm_us.get(policy, {}), counts):
                 if k not in found:
-                    found[k] = run.warm_at(k)
+                    wanted.setdefault(k, []).append(policy)
+        for k, policies in sorted(wanted.items()):
+            found[k] = run.warm_at(k, policies)
     tried = tuple((k, found[k].makespan_us) for k in sorted(found))
-    best = found[best_k({k: s.makespan_us for k, s in found.items()})]
+    k_best = _best_k({k: s.makespan_us for k, s in found.items()})
+    best = found[k_best]
+    if run.policy == "lp" and best.lp_bound_us is None:  # a warm start won: its count's T* is solved now
+        best = replace(best, lp_bound_us=run.bound_at(k_best))
     return replace(run.tuned(best), tried=tried)
 
 
@@ -399,9 +474,10 @@ def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float,
     t0 = time.perf_counter()
     policies = POLICIES if name == "auto" else (name,)
     found = []
+    shared: tuple[dict, dict] = ({}, {})  # one case: a chunk plan's timing is the same whichever policy made it
     for policy in policies:
         run = _Run(net, costs, kind, size, policy, options, weighted=max_chunks is None,
-                   ramp=max_chunks is None and chunks is None)
+                   ramp=max_chunks is None and chunks is None, shared=shared)
         s = _search(run, counts)
         log.info("%s on %s, %s bytes: %d chunks, %.3f us in the dimension model", policy, net.topology, f"{size:.0f}",
                  s.n_chunks, s.makespan_us)
