@@ -225,7 +225,7 @@ class _FirstWork:
     costs nothing and is itself ready at the start): the simulator's first pass over the ready ops. Every engine
     queues that work first (its first come, first served order), so it is busy until ``busy[e]``, the sum of
     its work of time 0, and whatever else it serves starts no earlier -- an op ready at the start is on the
-    engine in that first pass, every other op joins later. A stream's transfers whose send and receive are both
+    engine in that first pass, every other op joins later (work that costs nothing does not queue at all). A stream's transfers whose send and receive are both
     ready at the start have their latency ended by ``busy`` of the send's engine plus the latency; every other
     transfer of the stream whose data could not start before the last of those (its head above
     ``late_from[c]``) is served after all of them, so its data starts no earlier than ``streams[c]``: their
@@ -325,8 +325,8 @@ def _bound(schedule: Schedule, topology: Topology, size: float) -> PipelineBound
         k = kind[x]
         if k == _LOCAL:
             e = engine[x]
-            if e >= 0 and not at_start[x] and busy0[e] > t:
-                t = busy0[e]  # after the engine's work of time 0
+            if e >= 0 and not at_start[x] and cost[x] > 0 and busy0[e] > t:
+                t = busy0[e]  # after the engine's work of time 0 (work that costs nothing does not queue)
             done[x] = t + cost[x]
         elif k == _SEND:
             r = partner[x]
@@ -334,7 +334,7 @@ def _bound(schedule: Schedule, topology: Topology, size: float) -> PipelineBound
             for d in deps[r]:
                 if done[d] > rr:
                     rr = done[d]
-            if not at_start[x]:
+            if not at_start[x] and cost[x] > 0:
                 w = busy0[engine[x]]
                 if w > t:
                     t = w  # after the engine's work of time 0
@@ -349,7 +349,7 @@ def _bound(schedule: Schedule, topology: Topology, size: float) -> PipelineBound
             head[x] = h
             done[x] = h + data[x]
             e = engine[r]
-            w = busy0[e] if e >= 0 else 0.0
+            w = busy0[e] if e >= 0 and cost[r] > 0 else 0.0
             done[r] = (done[x] if done[x] > w else w) + cost[r]
     path = max(done)
     # backward: the least time from every op's completion to the end; from every transfer's data end (tail)
