@@ -35,6 +35,12 @@ baseline):
   head-body-tail bound, Carlier's preemptive bound restricted to those
   sets).
 
+* the simulator's *work of time 0* (:class:`_FirstWork`) is known exactly: every engine serves the work
+  ready at the start first, so nothing else it serves starts before that work is done, and a stream's
+  transfers posted at time 0 move their data before any of its transfers whose latency ends later (first
+  come, first served) -- what delays a hierarchical reduce-scatter's rail rings behind the first step of its
+  node rings, which the sets above do not see.
+
 What is left out makes the bound smaller, never wrong: the time transfers
 wait for each other beyond those sets, bandwidth shared below a resource's
 capacity, the forward curve's extra bytes (a factor of at least 1), and
