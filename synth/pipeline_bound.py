@@ -60,7 +60,7 @@ Example:
     >>> t = ring(4)
     >>> s = make_baseline("ring", Collective("allgather", 4, 2), t)
     >>> b = pipeline_bound(s, t, 1 << 20)
-    >>> b.time_us <= simulate(s, t, 1 << 20).time_us
+    >>> b.time_us <= simulate(s, t, 1 << 20).time_us * (1 + 1e-12)  # here equal, to rounding
     True
 """
 
