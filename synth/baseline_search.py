@@ -642,7 +642,12 @@ def _serve(fn: Callable[[], object], conn) -> None:
 
 
 def _worker_possible() -> bool:
-    """A second process helps: more than one CPU to run on, and ``fork`` to start it with."""
+    """A second process helps: more than one CPU to run on, and ``fork`` to start it with; and no MPI
+    initialized in this process (a forked child of an MPI rank may break the MPI library's registered memory
+    and progress threads: Open MPI warns, some networks fail)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        return False
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 
@@ -393,3 +395,12 @@ def test_a_worker_that_dies_is_an_error_not_a_hang(monkeypatch):
     with pytest.raises(CCSynthError, match="ended without a result"):
         baselines_against(coll, topo, 1 << 20, 1e9, workers=True)
     assert started
+
+
+def test_no_worker_process_where_mpi_is_initialized():
+    """A rank of an MPI program synthesizes in one process: a forked child of an MPI rank may break its library."""
+    code = ("import mpi4py.MPI\n"
+            "from ccsynth.synth.baseline_search import _worker_possible\n"
+            "assert not _worker_possible()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
