@@ -62,39 +62,60 @@ class ScheduleBuilder:
         return Chunks.of(value)
 
     def _add(self, rank: int, kind: str, *, src=None, dst=None, peer=-1, reduce=False, deps=(), channel=0) -> int:
-        src = self._range(src) if src is not None else None
-        dst = self._range(dst) if dst is not None else None
+        chunks = self._chunks
+        if src is not None:  # as _range(src), inlined (millions of calls)
+            if type(src) is tuple:
+                c = chunks.get(src)
+                if c is None:
+                    c = chunks[src] = Chunks.of(src)
+                src = c
+            else:
+                src = Chunks.of(src)
+        if dst is not None:
+            if type(dst) is tuple:
+                c = chunks.get(dst)
+                if c is None:
+                    c = chunks[dst] = Chunks.of(dst)
+                dst = c
+            else:
+                dst = Chunks.of(dst)
         op_id = len(self._ops)
         # what the op reads and writes on its rank (as Op.reads() / Op.writes() say)
         reads: tuple[Chunks, ...]
         writes: tuple[Chunks, ...]
         if kind == "send" and src is not None:
             reads, writes = (src,), ()
+        elif kind == "recv" and dst is not None:
+            reads, writes = ((dst,) if reduce else ()), (dst,)
         elif kind == "copy" and src is not None and dst is not None:
             reads, writes = (src,), (dst,)
         elif kind == "reduce" and src is not None and dst is not None:
             reads, writes = (src, dst), (dst,)
-        elif kind == "recv" and dst is not None:
-            reads, writes = ((dst,) if reduce else ()), (dst,)
         else:  # a range the kind needs is missing (Op says which), or an unknown kind (the Schedule says)
             probe = Op(op_id, rank, kind, src, dst, peer, reduce, (), channel)
             reads, writes = probe.reads(), probe.writes()
         writer, readers = self._writer, self._readers
+        w_get, r_get = writer.get, readers.get
         base = rank << 34
         found = list(deps) if deps else []
         for c in reads:
             k0 = (base | _BUF_BITS[c.buf]) + c.index
+            if c.count == 1:
+                w = w_get(k0)
+                if w is not None:
+                    found.append(w)
+                continue
             for k in range(k0, k0 + c.count):
-                w = writer.get(k)
+                w = w_get(k)
                 if w is not None:
                     found.append(w)
         for c in writes:
             k0 = (base | _BUF_BITS[c.buf]) + c.index
             for k in range(k0, k0 + c.count):
-                w = writer.get(k)
+                w = w_get(k)
                 if w is not None:
                     found.append(w)
-                rs = readers.get(k)
+                rs = r_get(k)
                 if rs:
                     found.extend(rs)
         dep_ids = (found[0],) if len(found) == 1 else tuple(sorted(set(found))) if found else ()
@@ -102,19 +123,21 @@ class ScheduleBuilder:
         for c in reads:
             k0 = (base | _BUF_BITS[c.buf]) + c.index
             for k in range(k0, k0 + c.count):
-                rs = readers.get(k)
+                rs = r_get(k)
                 if rs is None:
                     readers[k] = [op_id]
                 else:
                     rs.append(op_id)
+        pop = readers.pop
         for c in writes:
             k0 = (base | _BUF_BITS[c.buf]) + c.index
             for k in range(k0, k0 + c.count):
                 writer[k] = op_id
-                readers.pop(k, None)
-        for c in (src, dst):
-            if c is not None and c.buf == "s" and c.index + c.count > self.scratch_chunks:
-                self.scratch_chunks = c.index + c.count
+                pop(k, None)
+        if src is not None and src.buf == "s" and src.index + src.count > self.scratch_chunks:
+            self.scratch_chunks = src.index + src.count
+        if dst is not None and dst.buf == "s" and dst.index + dst.count > self.scratch_chunks:
+            self.scratch_chunks = dst.index + dst.count
         return op_id
 
     # ------------------------------------------------------------- public

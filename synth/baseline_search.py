@@ -81,6 +81,9 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
+import os
+import sys
 from typing import NamedTuple
 from collections.abc import Callable, Sequence
 
@@ -389,6 +392,9 @@ class _Walk:
         #: the first factors left out by their pipeline bound alone (None: not built), nothing before them
         #: could beat ``beat``
         self.filled: list[tuple[int, Schedule | None]] = []
+        #: simulate the factors deferred to the walk's end in a worker process (:meth:`_resolve`)
+        self.in_worker = False
+        self.deferred: tuple[list[_Pending], _InWorker] | None = None
 
     def say(self, factor: int, what: str) -> None:
         self.builds.say(f"baseline {self.name} at chunk factor {factor}: {what}")
@@ -410,8 +416,8 @@ class _Walk:
             self.last = (factor, len(sched.ops))
             if not self._step(factor, sched):
                 break
-        self._resolve()
-        return self.best
+        self._resolve(last=True)
+        return self.best if self.deferred is None else None  # then: join()
 
     def _unbuilt(self, factor: int) -> str:
         """What becomes of ``factor`` before it is built: the walk ends there (its bytes, its op count, its
@@ -532,22 +538,43 @@ class _Walk:
         else:
             self.worse += 1
 
-    def _resolve(self) -> None:
+    def _resolve(self, last: bool = False) -> None:
         """Simulate the deferred factors, fastest bound first, while a bound is below the best so far; then
-        count the walk on as if each had been simulated in turn (see the class docstring)."""
+        count the walk on as if each had been simulated in turn (see the class docstring).
+
+        ``last``: the walk ends here; with ``in_worker`` the simulations then run in a worker process
+        (:class:`_InWorker`) while the search goes on, and :meth:`join` counts them in.
+        """
         if not self.pending:
             return
         run, self.pending = self.pending, []
-        least = self.best_us()
+        if last and self.in_worker:
+            least = self.best_us()
+            self.deferred = (run, _InWorker(lambda: self._times(run, least, None)))
+            return
+        self._count_on(run, self._times(run, self.best_us(), self.say))
+
+    def _times(self, run: list[_Pending], least: float,
+               say: Callable[[int, str], None] | None) -> tuple[dict[int, SimResult], list[tuple[int, str]]]:
+        """The simulated times of ``run``'s factors worth simulating against ``least``, and what was said (to
+        ``say`` at once where given, else returned to be said)."""
+        said: list[tuple[int, str]] = []
+        tell = say if say is not None else (lambda factor, what: said.append((factor, what)))
         times: dict[int, SimResult] = {}
         for p in sorted(run, key=lambda p: (p.bound_us, p.factor)):
             if is_greater(p.bound_us, least):
-                self.say(p.factor, f"at least {p.bound_us:.3f} us (its pipeline), slower than its best so far")
+                tell(p.factor, f"at least {p.bound_us:.3f} us (its pipeline), slower than its best so far")
                 continue
             with gc_paused():
                 r = times[p.factor] = simulate(p.schedule, self.topology, self.size)
-            self.say(p.factor, f"{r.time_us:.3f} us ({len(p.schedule.ops)} ops, simulated)")
+            tell(p.factor, f"{r.time_us:.3f} us ({len(p.schedule.ops)} ops, simulated)")
             least = min(least, r.time_us)
+        return times, said
+
+    def _count_on(self, run: list[_Pending], found: tuple[dict[int, SimResult], list[tuple[int, str]]]) -> None:
+        times, said = found
+        for factor, what in said:
+            self.say(factor, what)
         # in ladder order, as the walk simulating one factor after another compares them (ties: the first);
         # a factor left unsimulated is slower than one simulated, never the best
         for p in run:
@@ -556,6 +583,76 @@ class _Walk:
                 self.best, self.worse = BaselineChoice(self.name, p.factor, got, p.schedule), 0
             else:
                 self.worse += 1
+
+    def join(self) -> BaselineChoice | None:
+        """The walk's best, once the simulations it left to a worker are in (raises what they raised)."""
+        if self.deferred is not None:
+            run, worker = self.deferred
+            self.deferred = None
+            self._count_on(run, worker.result())
+        return self.best
+
+
+class _InWorker:
+    """``fn()`` run in a forked worker process, its result (or the exception it raised) handed back by
+    :meth:`result`.
+
+    The worker inherits the parent's memory (the schedules to simulate are not copied through a pipe; only the
+    result comes back), so it must be made with ``fork``. What it computes is what ``fn()`` computes in the
+    parent: the search's results and the order of its messages do not depend on it (the messages are said
+    when :meth:`result` is taken).
+    """
+
+    def __init__(self, fn: Callable[[], object]):
+        ctx = multiprocessing.get_context("fork")
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered that the worker would write again
+            stream.flush()
+        self._conn, child = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_serve, args=(fn, child), daemon=True)
+        self._proc.start()
+        child.close()  # the worker's end: EOF here once it exits
+
+    def result(self):
+        try:
+            ok, value = self._conn.recv()
+        except EOFError:
+            self._proc.join()
+            raise CCSynthError(f"the baseline simulation worker ended without a result (exit code "
+                               f"{self._proc.exitcode})") from None
+        finally:
+            self._conn.close()
+        self._proc.join()
+        if not ok:
+            raise value
+        return value
+
+
+def _serve(fn: Callable[[], object], conn) -> None:
+    """The worker of :class:`_InWorker`: ``(True, fn())`` or ``(False, the exception)`` through ``conn``."""
+    try:
+        out: tuple[bool, object] = (True, fn())
+    except Exception as e:  # handed to the parent, which raises it
+        out = (False, e)
+    try:
+        conn.send(out)
+    except Exception as e:  # an exception that does not pickle: its text
+        conn.send((False, CCSynthError(f"the baseline simulation worker failed: {e!r}")))
+    finally:
+        conn.close()
+
+
+def _worker_possible() -> bool:
+    """A second process helps: more than one CPU to run on, and ``fork`` to start it with; and no MPI
+    initialized in this process (a forked child of an MPI rank may break the MPI library's registered memory
+    and progress threads: Open MPI warns, some networks fail)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        return False
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return cpus > 1 and "fork" in multiprocessing.get_all_start_methods()
 
 
 def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = None,
@@ -615,35 +712,53 @@ def plan_baselines(collective: Collective, topology: Topology, sizes: Sequence[f
 
 
 def baselines_against(collective: Collective, topology: Topology, size_bytes: float, beat: float,
-                      progress: Callable[[str], None] | None = None) -> BaselineSearch:
+                      progress: Callable[[str], None] | None = None, workers: bool = True) -> BaselineSearch:
     """Every applicable baseline at its best chunk factor, where it could be faster than ``beat`` us.
 
     The choices come fastest first, their schedules unverified (:func:`verified` before use); a baseline
     whose every candidate factor is proven slower than ``beat`` (or whose walk stopped on such factors before
-    reaching one that is not) appears only in ``outrun``, with the bound of its first factor. A factor
+    reaching one that is not) appears only in ``outrun``, with the least bound of the factors it left out
+    (what holds for each of them). A factor
     is left out only when it is provably slower than the time it had to beat (see the module docstring and
     :class:`_Walk`). A first factor left out by its pipeline bound alone is simulated after all when no
     baseline has a simulated time at the end (the static bound would not have left it out): the comparison
     then still names its best baseline with a time, as it always did.
     ``progress`` is told what became of every factor (the lines logged at INFO): at 1,024 ranks the search
     takes minutes.
+
+    ``workers``: where a walk ends on simulations and more walks follow, those simulations run in a forked
+    worker process (one at a time, where the machine has a second CPU) while the next walks build and bound
+    their schedules; the results are the same as without (each walk's choice depends on its own times and
+    ``beat`` only), and so is the order of the choices; the progress lines of those simulations come when
+    they are joined, after the last walk's. An error in the worker is raised here.
     """
     builds = _Builds(collective, topology, checked=False, progress=progress)
     choices: list[BaselineChoice] = []
     outrun: dict[str, list[Outrun]] = {}
     filled: list[str] = []  # baselines left out by their pipeline's fill before any factor could beat ``beat``
-    for name in _applicable(collective, topology):
+    names = _applicable(collective, topology)
+    walks: list[_Walk] = []
+    chosen = False  # some walk has (or will have, once joined) a simulated time
+    for i, name in enumerate(names):
         walk = _Walk(name, builds, size_bytes, beat, outrun.setdefault(name, []), first_by_pipeline=True)
-        choice = walk.run()
-        if choice is not None:
-            choices.append(choice)
+        # the last simulations of a walk with more walks after it run beside them (see the docstring)
+        walk.in_worker = workers and i + 1 < len(names) and not any(w.deferred for w in walks) and \
+            _worker_possible()
+        walk.run()
+        walks.append(walk)
+        if walk.best is not None or walk.deferred is not None:
+            chosen = True
             builds.kept.clear()
             filled.clear()
-            log.info("baseline %s: best at chunk factor %d, %.3f us", name, choice.chunk_factor,
-                     choice.result.time_us)
-        elif walk.filled and not choices:
+        elif walk.filled and not chosen:
             filled.append(name)
             builds.kept.update(((name, f), s) for f, s in walk.filled if s is not None)
+    for walk in walks:
+        choice = walk.join()
+        if choice is not None:
+            choices.append(choice)
+            log.info("baseline %s: best at chunk factor %d, %.3f us", choice.name, choice.chunk_factor,
+                     choice.result.time_us)
     for name in filled:  # no simulated time otherwise: these as the static bound decides (see above)
         builds.say(f"baseline {name}: no baseline simulated, so its first factors as the static bound decides")
         outrun[name] = []
@@ -653,7 +768,9 @@ def baselines_against(collective: Collective, topology: Topology, size_bytes: fl
     builds.kept.clear()
     choices.sort(key=lambda c: c.result.time_us)  # stable
     found = [c.name for c in choices]
-    return BaselineSearch(choices, [o[0] for name, o in outrun.items() if o and name not in found])
+    # each baseline with the least of its factors' bounds: what holds for every factor it left out
+    return BaselineSearch(choices, [min(o, key=lambda x: x.bound_us) for name, o in outrun.items()
+                                    if o and name not in found])
 
 
 def verified(choice: BaselineChoice, topology: Topology) -> BaselineChoice:

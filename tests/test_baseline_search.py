@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 
@@ -310,3 +312,95 @@ def test_the_ring_familys_stream_bound_without_building_is_below_its_pipeline_bo
             assert got.engine_us == pytest.approx(b.engine_us, rel=1e-12), (name, factor)
             streams.append(got.stream_us)
         assert all(is_close(v, streams[0]) for v in streams), (name, streams)
+
+
+def _counting_workers(monkeypatch, max_ops: int) -> list[int]:
+    """Count the workers :func:`baselines_against` starts; walks end on ``max_ops`` (their last factors then
+    simulated at the walk's end, where a worker takes them)."""
+    import ccsynth.synth.baseline_search as bs
+
+    started: list[int] = []
+
+    class Counted(bs._InWorker):
+        def __init__(self, fn):
+            started.append(1)
+            super().__init__(fn)
+
+    monkeypatch.setattr(bs, "_InWorker", Counted)
+    monkeypatch.setattr(bs, "MAX_OPS", max_ops)
+    return started
+
+
+@pytest.mark.parametrize("topo_name,kind,size", [("dgx_a100x2", "allgather", 1 << 26), ("ndv2x2", "reduce_scatter", 1 << 22),
+                                                 ("dgx1", "allreduce", 1 << 20)])
+def test_the_walks_last_simulations_in_a_worker_give_what_they_give_in_process(monkeypatch, topo_name, kind, size):
+    """A walk ending on simulations with walks after it simulates in a forked worker: the same choices, times,
+    order and proven-slower baselines as without the worker."""
+    topo = get_topology(topo_name)
+    coll = Collective(kind, topo.n_ranks)
+    started = _counting_workers(monkeypatch, 1000)
+    for beat in (1e9, 100.0):
+        lines: list[str] = []
+        before = len(started)
+        alone = baselines_against(coll, topo, size, beat, workers=False)
+        assert len(started) == before
+        beside = baselines_against(coll, topo, size, beat, progress=lines.append, workers=True)
+        assert [(c.name, c.chunk_factor, c.result.time_us) for c in beside.choices] == \
+            [(c.name, c.chunk_factor, c.result.time_us) for c in alone.choices]
+        assert beside.outrun == alone.outrun
+        # every simulated time is told, once
+        for c in beside.choices:
+            assert sum(f"baseline {c.name} at chunk factor {c.chunk_factor}: {c.result.time_us:.3f} us" in line
+                       for line in lines) == 1
+    assert started, "no walk ended on its simulations: the case does not test the worker"
+
+
+def test_an_error_in_the_worker_is_raised_by_the_search(monkeypatch):
+    import os
+
+    import ccsynth.synth.baseline_search as bs
+
+    parent = os.getpid()
+
+    def failing(schedule, topology, size):
+        if os.getpid() != parent:
+            raise CCSynthError(f"no simulation of {schedule.name} in the worker")
+        return simulate(schedule, topology, size)
+
+    topo = get_topology("dgx1")
+    coll = Collective("allreduce", topo.n_ranks)
+    started = _counting_workers(monkeypatch, 1000)
+    monkeypatch.setattr(bs, "simulate", failing)  # the forked worker has it too
+    with pytest.raises(CCSynthError, match="no simulation of .* in the worker"):
+        baselines_against(coll, topo, 1 << 20, 1e9, workers=True)
+    assert started
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang(monkeypatch):
+    import os
+
+    import ccsynth.synth.baseline_search as bs
+
+    parent = os.getpid()
+
+    def dying(schedule, topology, size):
+        if os.getpid() != parent:
+            os._exit(3)
+        return simulate(schedule, topology, size)
+
+    topo = get_topology("dgx1")
+    coll = Collective("allreduce", topo.n_ranks)
+    started = _counting_workers(monkeypatch, 1000)
+    monkeypatch.setattr(bs, "simulate", dying)
+    with pytest.raises(CCSynthError, match="ended without a result"):
+        baselines_against(coll, topo, 1 << 20, 1e9, workers=True)
+    assert started
+
+
+def test_no_worker_process_where_mpi_is_initialized():
+    """A rank of an MPI program synthesizes in one process: a forked child of an MPI rank may break its library."""
+    code = ("import mpi4py.MPI\n"
+            "from ccsynth.synth.baseline_search import _worker_possible\n"
+            "assert not _worker_possible()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

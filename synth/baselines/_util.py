@@ -173,6 +173,9 @@ class Places:
         keys = list(keys)
         if not keys:
             return
+        if len(keys) == 1:  # the same ops as below without their lists (millions of single-chunk sends)
+            self._send_one(src, dst, keys[0], reduce)
+            return
         if reduce:
             self.settle(dst, keys)
         where, home = self._at, self.home
@@ -185,6 +188,24 @@ class Places:
         transfer, channel = self.b.transfer, self.channel
         for s, d in (runs(pairs) if merge else [((a, b, 1), (c, e, 1)) for (a, b), (c, e) in pairs]):
             transfer(src, dst, s, d, reduce=reduce, channel=channel)
+
+
+    def _send_one(self, src: int, dst: int, k: int, reduce: bool) -> None:
+        """:meth:`send` of the one chunk ``k`` (merged or not: one run)."""
+        where, home, b = self._at, self.home, self.b
+        h = home(dst, k)
+        if reduce:  # settle(dst, [k])
+            cur = where.get((dst, k))
+            if cur is None:
+                cur = self.at(dst, k)  # names the missing value
+            if cur != h:
+                where[(dst, k)] = h
+                b.copy(dst, (cur[0], cur[1], 1), (h[0], h[1], 1))
+        cur = where.get((src, k))
+        if cur is None:
+            cur = self.at(src, k)
+        where[(dst, k)] = h
+        b.transfer(src, dst, (cur[0], cur[1], 1), (h[0], h[1], 1), reduce=reduce, channel=self.channel)
 
 
 def runs(pairs: Sequence[tuple[Loc, Loc]]) -> list[tuple[tuple[str, int, int], tuple[str, int, int]]]:

@@ -101,8 +101,11 @@ def _greedy(topology: Topology, first, max_rings: int, budget: _Budget) -> tuple
         # the new max(uses/bw) must stay below (m+1)/rate for the total to grow
         limit = (m + 1) / rate
         succ: dict[int, list[int]] = {r: [] for r in range(topology.n_ranks)}
+        # a resource's test is the same for every connection through it: once per resource (65,280 connections
+        # share 1,024 resources at 256 ranks)
+        room = {res: is_less((uses[res] + 1) / b, limit) for res, b in bw.items()}
         for conn in conns:
-            if all(is_less((uses[res] + 1) / bw[res], limit) for res in conn.resources):
+            if all(room[res] for res in conn.resources):
                 succ[conn.src].append(conn.dst)
         order = search_ring(succ, topology.nodes, budget)
         if order is None:
