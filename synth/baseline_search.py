@@ -642,11 +642,13 @@ def _serve(fn: Callable[[], object], conn) -> None:
 
 
 def _worker_possible() -> bool:
-    """A second process helps: more than one CPU to run on, and ``fork`` to start it with; and no MPI
-    initialized in this process (a forked child of an MPI rank may break the MPI library's registered memory
-    and progress threads: Open MPI warns, some networks fail)."""
+    """A second process helps: more than one CPU to run on, and ``fork`` to start it with; and this process
+    is not one rank of several in an MPI job (a forked child of such a rank may break the MPI library's
+    registered memory and progress threads: Open MPI warns, some networks fail). The CLI imports mpi4py, which
+    initializes MPI as a singleton (one rank, no network): the worker, which never calls MPI and ends with
+    ``os._exit``, is safe there."""
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
         return False
     try:
         cpus = len(os.sched_getaffinity(0))

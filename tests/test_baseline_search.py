@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from ccsynth.collectives.mpi_util import find_mpiexec
 from ccsynth.collectives.spec import Collective
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import CCSynthError
@@ -397,10 +398,18 @@ def test_a_worker_that_dies_is_an_error_not_a_hang(monkeypatch):
     assert started
 
 
-def test_no_worker_process_where_mpi_is_initialized():
-    """A rank of an MPI program synthesizes in one process: a forked child of an MPI rank may break its library."""
-    code = ("import mpi4py.MPI\n"
+def test_no_worker_process_in_a_multi_rank_mpi_job():
+    """A rank of an MPI job of several ranks synthesizes in one process (a forked child of an MPI rank may break
+    its library); a process that initialized MPI alone (the CLI: a singleton) keeps its worker."""
+    code = ("import os, mpi4py.MPI as MPI\n"
             "from ccsynth.synth.baseline_search import _worker_possible\n"
-            "assert not _worker_possible()\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+            "two_cpus = len(os.sched_getaffinity(0)) > 1\n"
+            "assert _worker_possible() == (two_cpus and MPI.COMM_WORLD.Get_size() == 1)\n")
+    alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 0, alone.stderr
+    launcher = find_mpiexec()
+    if launcher is None:
+        pytest.skip("mpiexec not found")
+    job = subprocess.run([launcher, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert job.returncode == 0, job.stdout + job.stderr
