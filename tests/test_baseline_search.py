@@ -413,3 +413,24 @@ def test_no_worker_process_in_a_multi_rank_mpi_job():
     job = subprocess.run([launcher, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert job.returncode == 0, job.stdout + job.stderr
+
+
+@pytest.mark.parametrize("topo_name", ["dgx1", "ndv2x2", "dgx_a100x2", "ring:5", "fat_tree:4x2:2:2", "torus:3x3"])
+@pytest.mark.parametrize("kind", ["allgather", "reduce_scatter"])
+def test_directs_bytes_without_building_equal_the_built_schedules(topo_name, kind):
+    """Where every pair has a connection, direct's bytes per resource without building it are the built
+    schedule's; where it relays (no connection), nothing is claimed."""
+    from ccsynth.synth.baseline_search import direct_volume_us
+
+    topo = get_topology(topo_name)
+    size = 3 << 20
+    for factor in (1, 3):
+        coll = Collective(kind, topo.n_ranks, factor)
+        sched = make_baseline("direct", coll, topo)
+        got = direct_volume_us("direct", coll, topo, size)
+        if sched.meta.get("relayed"):
+            assert got is None
+            continue
+        assert got is not None
+        assert got == pytest.approx(static_bound(sched, topo, size).volume_us, rel=1e-12)
+    assert direct_volume_us("ring", Collective(kind, topo.n_ranks), topo, size) is None
