@@ -171,7 +171,7 @@ def _profile(args) -> int:
         # agreed on every rank, so that a bad argument stops them all instead of leaving some waiting
         options = agree(comm, lambda: _profile_options(args))
         agree(comm, lambda: check_writable(args.output, "topology", TopologyError) if rank == 0 else None)
-        if getattr(args, "raw", None):
+        if args.raw:
             agree(comm, lambda: check_writable(args.raw, "raw profile", CCSynthError) if rank == 0 else None)
     except CCSynthError:
         if rank != 0:
@@ -190,14 +190,14 @@ def _profile(args) -> int:
         raise
     if rank != 0:
         return 0
-    if getattr(args, "raw", None):
+    if args.raw:
         from ccsynth.bench.profile_raw import save_raw
 
         save_raw(raw, args.raw)  # first: if the fit fails, the times are kept
     prof = fit_profile(raw)
     write_text(args.output, topology_to_json(prof.topology), what="topology", error=TopologyError)
     _summary(prof)
-    if getattr(args, "raw", None):
+    if args.raw:
         print(f"wrote {args.raw}: every probe's times (ccsynth topo refit {args.raw} -o FILE fits them again)")
     print(f"wrote {args.output}: {prof.topology.name}, {prof.topology.n_ranks} ranks ({prof.seconds:.1f} s); "
           f"use it with ccsynth synth -t {args.output} and ccsynth bench ... --predict {args.output}")
@@ -233,7 +233,7 @@ def _profile_options(args) -> ProfileOptions:
     for flag, value in (("--iters", args.iters), ("--passes", args.passes)):
         if value is not None and value < 1:
             raise CCSynthError(f"{flag} must be at least 1, got {value}")
-    footprints = _footprint_list(args.footprints) if getattr(args, "footprints", None) else None
+    footprints = _footprint_list(args.footprints) if args.footprints else None
     return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick, passes=args.passes,
                           cold=not getattr(args, "warm", False), footprints=footprints)
 
