@@ -14,16 +14,18 @@ dgx_a100x16, dgx_a100x32, dgx_a100x128, dgx_h100x32, a rail-optimized
 two-tier fat tree with 2:1 oversubscription (the catalog's
 ``fat_tree:16x8:4:2``: 16 nodes of 8 GPUs, leaves per 4 nodes), the 5-rank
 star and the two clusters joined by one slow link pair (:func:`star`,
-:func:`two_clusters`), at 64 MiB and 1 GiB. There the
-synthesis time excludes the baseline comparison (timed separately: a
-1,024-rank baseline search alone runs for many minutes; ``--no-baselines``
-skips it) and is given as wall and CPU seconds (the CPU time is what the
-synthesis costs on an otherwise idle core of a shared machine), the bound's
-``exact`` flag is shown, and on up to 14 ranks the cut bound is compared
-with brute force (:mod:`ccsynth.synth.cut_enumeration`). Above
-:data:`FULL_BASELINE_MAX_RANKS` ranks each baseline is simulated at its
-smallest chunk factor only (marked ``c=min``): larger factors make
-multi-million-op schedules.
+:func:`two_clusters`), at 64 MiB and 1 GiB. Each case runs the synthesis
+as ``ccsynth synth`` does: packed trees beside the MILPs, then every
+applicable baseline at its own best chunk factor (the baseline search), and
+the faster of the two is what is returned (*written*). A row gives the
+synthesized schedule's time (trees or MILP), the written schedule's time
+and its gap to the exact bound, the best baseline, the wall and CPU
+seconds of the whole synthesis (baseline comparison included; the CPU time
+is what it costs on an otherwise idle core of a shared machine), the
+bound's ``exact`` flag, and on up to 14 ranks whether the cut bound equals
+brute force (:mod:`ccsynth.synth.cut_enumeration`). ``--no-baselines``
+skips the baseline comparison (the synthesized schedule is then what is
+written).
 
 Run (prints a Markdown table; ``--json FILE`` also saves the rows)::
 
@@ -38,7 +40,6 @@ development machine is shared), since synthesis time depends on it.
 
 from __future__ import annotations
 
-from typing import Any
 
 import argparse
 import json
@@ -49,17 +50,15 @@ import time
 
 from ccsynth.atomic import write_text
 from ccsynth.collectives.spec import Collective
-from ccsynth.errors import CCSynthError, ExportLimitError
+from ccsynth.errors import ExportLimitError
 from ccsynth.formats.msccl.export import schedule_to_msccl_xml
 from ccsynth.formats.files import get_topology
-from ccsynth.synth.baseline_search import chunk_factor_ladder
-from ccsynth.synth.baselines import applicable_baselines, make_baseline, min_chunk_factor
 from ccsynth.synth.bounds import lower_bound
 from ccsynth.synth.cut_enumeration import MAX_RANKS as BRUTE_FORCE_MAX_RANKS
 from ccsynth.synth.cut_enumeration import brute_force_cut
 from ccsynth.synth.simulate import simulate
 from ccsynth.synth.synthesize import SynthReport, synthesize
-from ccsynth.tolerance import is_close, is_less
+from ccsynth.tolerance import is_close
 from ccsynth.topologies.model import Link, Topology
 from ccsynth.units import format_size, parse_sizes
 
@@ -74,8 +73,6 @@ TREE_TOPOLOGIES = ("star5", "two_clusters18", "fat_tree:16x8:4:2", "dgx_a100x16"
                    "dgx_a100x128")
 TREE_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 TREE_SIZES = "64M,1G"
-#: above this many ranks the baselines are simulated at their smallest chunk factor only
-FULL_BASELINE_MAX_RANKS = 64
 
 
 def star(leaves: int = 4, bw: float = 25.0, alpha: float = 0.7) -> Topology:
@@ -151,74 +148,56 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _baselines(coll: Collective, topology: Topology, size: int) -> tuple[dict | None, float, str]:
-    """The fastest baseline at its best chunk factor (at its smallest above FULL_BASELINE_MAX_RANKS ranks).
-
-    Returns (name, chunk factor, time) as a dict or None, the seconds spent, and a note.
-    """
-    t0 = time.perf_counter()
-    full = topology.n_ranks <= FULL_BASELINE_MAX_RANKS
-    best: dict[str, Any] | None = None
-    for name in applicable_baselines(Collective(coll.kind, coll.n_ranks, 1), topology):
-        c0 = min_chunk_factor(name, coll.kind, topology)
-        ladder = chunk_factor_ladder(name, coll.kind, topology, size) if full else (c0,)
-        mine = None
-        for c in ladder:
-            try:
-                sched = make_baseline(name, Collective(coll.kind, coll.n_ranks, c), topology)
-            except CCSynthError:
-                continue
-            t = simulate(sched, topology, size).time_us
-            if mine is None or is_less(t, mine[1]):
-                mine = (c, t)
-            elif len(ladder) > 1:
-                break
-        if mine is not None and (best is None or is_less(mine[1], best["time_us"])):
-            best = {"name": name, "chunk_factor": mine[0], "time_us": mine[1]}
-    return best, time.perf_counter() - t0, "" if full else "c=min"
-
-
 def tree_case(topology: Topology, kind: str, size: int, baselines: bool = True) -> dict:
     """One row of the trees suite (see the module docstring); ``baselines=False`` skips the comparison."""
     n = topology.n_ranks
     coll = Collective(kind, n)
     t0, c0 = time.perf_counter(), time.process_time()
     report = SynthReport()
-    sched = synthesize(topology, coll, size_bytes=size, report=report, compare_baselines=False)
+    sched = synthesize(topology, coll, size_bytes=size, report=report, compare_baselines=baselines)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     time_us = sched.meta["predicted_us"]  # simulated at this size by synthesize
+    synthesized_us = time_us if report.synthesized_us is None else report.synthesized_us
     bound = lower_bound(coll, topology, size)
     brute = None
     if n <= BRUTE_FORCE_MAX_RANKS and kind in ("allgather", "reduce_scatter", "allreduce"):
         ref = brute_force_cut(kind, topology).us_per_byte * size
         brute = is_close(ref, bound.details["cut"])
-    base, base_s, note = _baselines(coll, topology, size) if baselines else (None, 0.0, "skipped")
+    timed = [b for b in report.baselines if b.get("time_us") is not None]  # the others: proven slower, unsimulated
+    base = timed[0] if timed else None
     return {
         "topology": topology.name, "n_ranks": n, "collective": kind, "size_bytes": size,
-        "synthesis_s": seconds, "synthesis_cpu_s": cpu, "path": "trees" if sched.name == "packed_trees" else "milp",
-        "time_us": time_us, "lower_bound_us": bound.time_us, "gap": time_us / bound.time_us,
+        "synthesis_s": seconds, "synthesis_cpu_s": cpu, "path": report.synthesized_path,
+        "synthesized_us": synthesized_us, "chosen": report.chosen, "time_us": time_us,
+        "lower_bound_us": bound.time_us, "gap": time_us / bound.time_us, "synthesized_gap": synthesized_us / bound.time_us,
         "bound_exact": bool(bound.details.get("cut_exact")), "bound_which": bound.which, "brute_force_equal": brute,
         "lp_time_us": sched.meta.get("lp_time_us"), "chunk_factor": sched.collective.chunk_factor,
         "ops": len(sched.ops), "baseline": None if base is None else base["name"],
         "baseline_chunk_factor": None if base is None else base["chunk_factor"],
-        "baseline_us": None if base is None else base["time_us"], "baseline_note": note, "baseline_s": base_s,
-        "speedup": None if base is None else base["time_us"] / time_us,
+        "baseline_us": None if base is None else base["time_us"],
+        "baselines_proven_slower": {b["name"]: b.get("at_least_us") for b in report.baselines if b.get("time_us") is None},
+        "speedup": None if base is None else base["time_us"] / synthesized_us,
     }
 
 
 def tree_markdown(rows: list[dict]) -> str:
-    head = ("| topology | ranks | collective | size | synth (s, wall / CPU) | path | simulated (us) | exact bound (us) | gap | "
-            "bound = brute force | best baseline (us) | speedup | chunk factor | ops |")
-    lines = [head, "|" + "---|" * 14]
+    head = ("| topology | ranks | collective | size | synth (s, wall / CPU) | synthesized (us) | written | "
+            "written (us) | exact bound (us) | gap | bound = brute force | best baseline (us) | "
+            "synthesized / baseline speedup | chunk factor | ops |")
+    lines = [head, "|" + "---|" * 15]
     for r in rows:
-        base = "-" if r["baseline_us"] is None else (
-            f"{r['baseline_us']:.1f} ({r['baseline']}, c={r['baseline_chunk_factor']}"
-            + (f", {r['baseline_note']}" if r["baseline_note"] else "") + ")")
+        base = "-" if r["baseline_us"] is None else f"{r['baseline_us']:.1f} ({r['baseline']}, c={r['baseline_chunk_factor']})"
+        proven = r.get("baselines_proven_slower") or {}
+        if r["baseline_us"] is None and proven:  # every baseline proven slower by a bound: the nearest bound
+            name, at_least = min(proven.items(), key=lambda kv: kv[1] or float("inf"))
+            base = f">= {at_least:.1f} ({name}, bound; not simulated)"
         sp = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
         bf = "-" if r["brute_force_equal"] is None else ("yes" if r["brute_force_equal"] else "NO")
         exact = "" if r["bound_exact"] else " (not exact)"
+        written = r["path"] if r["chosen"] == "synthesized" else r["baseline"] if r["chosen"] == "baseline" else r["chosen"]
         lines.append(f"| {r['topology']} | {r['n_ranks']} | {r['collective']} | {format_size(r['size_bytes'])} | "
-                     f"{r['synthesis_s']:.1f} / {r['synthesis_cpu_s']:.1f} | {r['path']} | {r['time_us']:.1f} | {r['lower_bound_us']:.1f}{exact} | "
+                     f"{r['synthesis_s']:.1f} / {r['synthesis_cpu_s']:.1f} | {r['synthesized_us']:.1f} ({r['path']}) | "
+                     f"{written} | {r['time_us']:.1f} | {r['lower_bound_us']:.1f}{exact} | "
                      f"{r['gap']:.3f} | {bf} | {base} | {sp} | {r['chunk_factor']} | {r['ops']} |")
     return "\n".join(lines)
 

@@ -189,6 +189,8 @@ class SynthReport:
     #: the best synthesized schedule's simulated time, and what was returned: "synthesized", "multidim" or "baseline"
     synthesized_us: float | None = None
     chosen: str = "synthesized"
+    #: how the best synthesized schedule was made: "milp", "trees" or "multidim" (also when a baseline is returned)
+    synthesized_path: str = ""
     #: on topologies with dimensions: the best multi-dimension schedule (scheduler, time_us) and every
     #: scheduler's time in the dimension-level model (:mod:`ccsynth.synth.multidim.candidates`)
     multidim: dict = field(default_factory=dict)
@@ -327,12 +329,14 @@ def synthesize(
     if _use_milps(topology, collective, sketch, trees, multidim):
         best_t, best_sched = _milp_stages(topology, collective, sketch, options, size_bytes, prog, report,
                                           contiguity)
+        report.synthesized_path = "milp"
     if trees is not None and (best_sched is None or is_less(trees.time_us, best_t)):
         best_t, best_sched = trees.time_us, trees.schedule
+        report.synthesized_path = "trees"
         prog("chosen", f"packed trees (chunk factor {trees.chunk_factor}): {best_t:.3f} us")
     if multidim is not None and (best_sched is None or is_less(multidim.time_us, best_t)):
         best_t, best_sched = multidim.time_us, multidim.schedule
-        report.chosen = "multidim"
+        report.chosen = report.synthesized_path = "multidim"
         prog("chosen", f"multi-dimension {multidim.scheduler} ({multidim.model.n_chunks} chunks): {best_t:.3f} us")
     if best_sched is None:  # _use_milps holds whenever trees and multi-dimension schedules do not serve the request
         raise InfeasibleError(f"no schedule for {collective.kind} on {topology.name}: "

@@ -316,9 +316,24 @@ def test_synthesize_never_returns_a_schedule_slower_than_a_baseline_at_its_best_
             best = best_for(b["name"], Collective(kind, 8), topo, size)
             assert got <= best.result.time_us * (1 + 1e-9), (kind, b)
         assert s.meta["chosen"] == report.chosen
+        assert report.synthesized_path in ("milp", "trees", "multidim"), kind
         if report.chosen == "baseline":
             assert report.synthesized_us > got
             assert report.warnings and "returning the baseline" in report.warnings[-1]
+
+
+def test_trees_benchmark_row_reports_the_synthesized_and_the_written_schedule():
+    # bench_synth --suite trees runs the synthesis as `ccsynth synth` does (baselines compared) and says both
+    from ccsynth.bench.bench_synth import star, tree_case, tree_markdown
+
+    row = tree_case(star(), "allgather", 64 << 20)
+    assert row["path"] == "milp" and row["chosen"] == "synthesized"
+    assert row["time_us"] == row["synthesized_us"] and 1.0 <= row["gap"] < 1.01
+    assert row["brute_force_equal"] is True
+    assert row["baseline"] == "direct" and row["speedup"] >= 1.0
+    assert row["time_us"] <= row["baseline_us"]
+    line = tree_markdown([row]).splitlines()[-1]
+    assert "| milp |" in line and "(direct, c=" in line
 
 
 def test_multi_ring_on_dgx1_is_compared_at_its_best_chunk_factor():
