@@ -21,6 +21,7 @@ receives or accumulates it: ``("o", j)`` or ``("s", j)``.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from functools import lru_cache
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -136,6 +137,38 @@ class Places:
         self.home = home
         self.channel = channel  # channel of the transfers emitted (one per ring in multi-ring)
         self._at: dict[tuple[int, int], Loc] = {}
+        #: while True, every send waits for the previous send emitted on its (src, dst) pair: the pair's
+        #: transfers go in the order they are written, not whichever is ready first (see :meth:`paced`)
+        self._paced = 0
+        self._last: dict[tuple[int, int], list[int]] = {}
+
+    @contextmanager
+    def paced(self, window: int = 1) -> Iterator[None]:
+        """Within the block, each pair's sends go in about the order they are written: each waits for the
+        send ``window`` before it on its (src, dst) pair.
+
+        The simulator and the executor start whichever transfer of a pair is
+        ready; pacing keeps later rounds of an algorithm from sharing a
+        link with the round that the next stage is waiting for, while a
+        window above 1 keeps a few sends in flight (their latencies overlap).
+        """
+        if window < 1:
+            raise ValueError(f"pacing window must be at least 1, got {window}")
+        self._paced, self._last = window, {}
+        try:
+            yield
+        finally:
+            self._paced, self._last = 0, {}
+
+    def _transfer(self, src: int, dst: int, s, d, reduce: bool) -> None:
+        if not self._paced:
+            self.b.transfer(src, dst, s, d, reduce=reduce, channel=self.channel)
+            return
+        sent = self._last.setdefault((src, dst), [])
+        before = sent[-self._paced] if len(sent) >= self._paced else None
+        sid, _ = self.b.transfer(src, dst, s, d, reduce=reduce, channel=self.channel,
+                                 send_deps=() if before is None else (before,))
+        sent.append(sid)
 
     def put(self, rank: int, key: int, loc: Loc) -> None:
         self._at[(rank, key)] = loc
@@ -185,9 +218,8 @@ class Places:
             h = home(dst, k)
             pairs.append((cur if cur is not None else self.at(src, k), h))  # at() names a missing value
             where[(dst, k)] = h  # src != dst: no pair still to come reads it
-        transfer, channel = self.b.transfer, self.channel
         for s, d in (runs(pairs) if merge else [((a, b, 1), (c, e, 1)) for (a, b), (c, e) in pairs]):
-            transfer(src, dst, s, d, reduce=reduce, channel=channel)
+            self._transfer(src, dst, s, d, reduce)
 
 
     def _send_one(self, src: int, dst: int, k: int, reduce: bool) -> None:
@@ -205,7 +237,10 @@ class Places:
         if cur is None:
             cur = self.at(src, k)
         where[(dst, k)] = h
-        b.transfer(src, dst, (cur[0], cur[1], 1), (h[0], h[1], 1), reduce=reduce, channel=self.channel)
+        if self._paced:
+            self._transfer(src, dst, (cur[0], cur[1], 1), (h[0], h[1], 1), reduce)
+        else:
+            b.transfer(src, dst, (cur[0], cur[1], 1), (h[0], h[1], 1), reduce=reduce, channel=self.channel)
 
 
 def runs(pairs: Sequence[tuple[Loc, Loc]]) -> list[tuple[tuple[str, int, int], tuple[str, int, int]]]:
