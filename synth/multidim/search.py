@@ -83,6 +83,7 @@ from collections.abc import Iterable, Sequence
 from ccsynth.errors import CollectiveError, InfeasibleError, SizeError, SolverError
 from ccsynth.synth.multidim.chunks import ChunkPlan, check_kind
 from ccsynth.synth.multidim.cost import PhaseCosts
+from ccsynth.synth.multidim.cuts import cut_long_chunks
 from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, rounded_chunks, solve_lattice, weighted_chunks
 from ccsynth.synth.multidim.network import DimNet, dim_net
 from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
@@ -330,9 +331,16 @@ class _Run:
         the chunks become unequal); the faster of the two. Other policies: ``best`` itself."""
         if self.policy != "lp" or not self.ramp or best.n_chunks < 2:
             return best
-        chunks = tune_shares(self.net, self.costs, self.kind, self.size, best.chunks, best.timing.priority)
-        tuned = self._timed(chunks, f"{best.origin}, shares tuned", (best.timing.priority,))
-        return replace(fastest([best, tuned]), lp_bound_us=best.lp_bound_us)
+        priority = (best.timing.priority,)
+        chunks = tune_shares(self.net, self.costs, self.kind, self.size, best.chunks, priority[0])
+        tuned = self._timed(chunks, f"{best.origin}, shares tuned", priority)
+        found = [best, tuned]
+        # the tuned chunks with their long phases cut into pieces (:mod:`.cuts`), the shares tuned again
+        cut = cut_long_chunks(self.net, self.costs, self.kind, self.size, chunks, max_chunks=MAX_CHUNKS)
+        if cut != chunks:
+            recut = tune_shares(self.net, self.costs, self.kind, self.size, cut, priority[0])
+            found.append(self._timed(recut, f"{best.origin}, shares tuned, long chunks cut, tuned again", priority))
+        return replace(fastest(found), lp_bound_us=best.lp_bound_us)
 
     def _ramped(self, best: MultiDimSchedule) -> MultiDimSchedule:
         """``best`` with its first and last chunks cut into growing and shrinking pieces (:mod:`.ramp`: the
