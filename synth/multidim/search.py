@@ -102,6 +102,7 @@ __all__ = [
     "REFINE",
     "REFINE_POINTS",
     "REFINE_CENTRES",
+    "RETUNE_TIMINGS",
     "refine_counts",
     "refine_centres",
     "refine_candidates",
@@ -137,6 +138,11 @@ REFINE_POINTS = 16
 #: only (each count costs it two solves and two roundings), and the cheap warm starts around these centres of
 #: Themis's and the fixed order's own searches (:func:`_search`)
 REFINE_CENTRES = 2
+#: the most timings the share tuning of the cut chunks makes (:meth:`_Run.tuned`): three times the first
+#: tuning's (:data:`~.shares.MAX_TIMINGS`). The cut chunks are more and the climb's steps finer, and on
+#: ``2x8x8x8@250,200,100,50`` at 1 GiB it still gains after 500 timings (3652.1 us at 240, 3635.7 at 562); where
+#: no move gains it stops early, whatever the cap (``8x8x8x8@400,200,100,50``: 169 timings)
+RETUNE_TIMINGS = 720
 
 
 @dataclass(frozen=True)
@@ -338,7 +344,7 @@ class _Run:
         # the tuned chunks with their long phases cut into pieces (:mod:`.cuts`), the shares tuned again
         cut = cut_long_chunks(self.net, self.costs, self.kind, self.size, chunks, max_chunks=MAX_CHUNKS)
         if cut != chunks:
-            recut = tune_shares(self.net, self.costs, self.kind, self.size, cut, priority[0])
+            recut = tune_shares(self.net, self.costs, self.kind, self.size, cut, priority[0], RETUNE_TIMINGS)
             found.append(self._timed(recut, f"{best.origin}, shares tuned, long chunks cut, tuned again", priority))
         return replace(fastest(found), lp_bound_us=best.lp_bound_us)
 
