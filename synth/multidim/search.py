@@ -53,10 +53,13 @@ IR, which takes at most four units a chunk, gets none. Last, where the
 count is searched too, the shares of the winning schedule's orders are
 hill-climbed in the model (:mod:`~.shares`: the LP balances floor charges,
 the schedule also pays fill, drain and exposed per-message costs), once,
-on the winner of the whole search.
+on the winner of the whole search; the tuned chunks whose longest phase is
+long (an order that takes a slow dimension early) are then cut into
+pieces spread over the sequence and tuned again (:mod:`~.cuts`), and the
+model keeps the fastest.
 :attr:`MultiDimSchedule.origin` says which one won (``..., reversed``
 for the reverse sequence, ``..., ramped to 1/8`` for a ramp of depth 3,
-``..., shares tuned``).
+``..., shares tuned``, ``..., long chunks cut, tuned again``).
 
 Nothing here walks the ranks: scheduling 4,096 ranks in 4 dimensions costs
 what 16 ranks do (see ``bench/bench_multidim.py``). Every result is a
@@ -103,6 +106,7 @@ __all__ = [
     "REFINE_POINTS",
     "REFINE_CENTRES",
     "RETUNE_TIMINGS",
+    "CUT_SLACK",
     "refine_counts",
     "refine_centres",
     "refine_candidates",
@@ -143,6 +147,11 @@ REFINE_CENTRES = 2
 #: ``2x8x8x8@250,200,100,50`` at 1 GiB it still gains after 500 timings (3652.1 us at 240, 3635.7 at 562); where
 #: no move gains it stops early, whatever the cap (``8x8x8x8@400,200,100,50``: 169 timings)
 RETUNE_TIMINGS = 720
+#: the cut chunks are tuned again only when, before that tuning, they are within this fraction of the tuned
+#: winner (cost control: the tuning moves shares by small steps; in the suite a cut that started further behind
+#: never caught up -- ``8x8x8x8@400,200,100,50`` at 1 GiB: 14% behind, 5% after 169 timings, 1.2 s of the 4,096-rank
+#: search -- while the cuts that won started 0-2.1% behind)
+CUT_SLACK = 0.05
 
 
 @dataclass(frozen=True)
@@ -334,7 +343,10 @@ class _Run:
     def tuned(self, best: MultiDimSchedule) -> MultiDimSchedule:
         """The LP's winner of the whole count search with its orders' shares hill-climbed in the model
         (:mod:`.shares`; under the winner's queue priority), where the count was searched (like the ramp:
-        the chunks become unequal); the faster of the two. Other policies: ``best`` itself."""
+        the chunks become unequal); then the tuned chunks with their long phases cut into pieces spread over the
+        sequence (:mod:`.cuts`), tuned again (at most :data:`RETUNE_TIMINGS` timings; only when the cut starts
+        within :data:`CUT_SLACK` of the tuned chunks); the fastest of the three. Other policies: ``best``
+        itself."""
         if self.policy != "lp" or not self.ramp or best.n_chunks < 2:
             return best
         priority = (best.timing.priority,)
@@ -343,7 +355,7 @@ class _Run:
         found = [best, tuned]
         # the tuned chunks with their long phases cut into pieces (:mod:`.cuts`), the shares tuned again
         cut = cut_long_chunks(self.net, self.costs, self.kind, self.size, chunks, max_chunks=MAX_CHUNKS)
-        if cut != chunks:
+        if cut != chunks and self._timed(cut, "", priority).makespan_us <= tuned.makespan_us * (1 + CUT_SLACK):
             recut = tune_shares(self.net, self.costs, self.kind, self.size, cut, priority[0], RETUNE_TIMINGS)
             found.append(self._timed(recut, f"{best.origin}, shares tuned, long chunks cut, tuned again", priority))
         return replace(fastest(found), lp_bound_us=best.lp_bound_us)
