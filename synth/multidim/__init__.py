@@ -15,6 +15,7 @@ One concept per module:
 * :mod:`.lp` -- the lattice LP that balances the dimensions, and its bound;
 * :mod:`.ramp` -- tapered pipelines: the first and last chunks cut into growing and shrinking pieces;
 * :mod:`.shares` -- the LP winner's split between orders moved by the model (fill, drain, exposed costs);
+* :mod:`.cuts` -- chunks whose longest phase is long cut into pieces spread over the sequence;
 * :mod:`.losses` -- where a schedule's time goes per dimension (fill, drain, exposed costs), against the bound;
 * :mod:`.pipeline` -- the dimension-level cost model (a queue per dimension);
 * :mod:`.search` -- the schedulers' public face (chunk count search, ``auto``);

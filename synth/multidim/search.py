@@ -53,10 +53,13 @@ IR, which takes at most four units a chunk, gets none. Last, where the
 count is searched too, the shares of the winning schedule's orders are
 hill-climbed in the model (:mod:`~.shares`: the LP balances floor charges,
 the schedule also pays fill, drain and exposed per-message costs), once,
-on the winner of the whole search.
+on the winner of the whole search; the tuned chunks whose longest phase is
+long (an order that takes a slow dimension early) are then cut into
+pieces spread over the sequence and tuned again (:mod:`~.cuts`), and the
+model keeps the fastest.
 :attr:`MultiDimSchedule.origin` says which one won (``..., reversed``
 for the reverse sequence, ``..., ramped to 1/8`` for a ramp of depth 3,
-``..., shares tuned``).
+``..., shares tuned``, ``..., long chunks cut, tuned again``).
 
 Nothing here walks the ranks: scheduling 4,096 ranks in 4 dimensions costs
 what 16 ranks do (see ``bench/bench_multidim.py``). Every result is a
@@ -83,6 +86,7 @@ from collections.abc import Iterable, Sequence
 from ccsynth.errors import CollectiveError, InfeasibleError, SizeError, SolverError
 from ccsynth.synth.multidim.chunks import ChunkPlan, check_kind
 from ccsynth.synth.multidim.cost import PhaseCosts
+from ccsynth.synth.multidim.cuts import cut_long_chunks
 from ccsynth.synth.multidim.lp import CHARGES, lp_chunks, rounded_chunks, solve_lattice, weighted_chunks
 from ccsynth.synth.multidim.network import DimNet, dim_net
 from ccsynth.synth.multidim.pipeline import PRIORITIES, DimTiming, time_chunks
@@ -101,6 +105,8 @@ __all__ = [
     "REFINE",
     "REFINE_POINTS",
     "REFINE_CENTRES",
+    "RETUNE_TIMINGS",
+    "CUT_SLACK",
     "refine_counts",
     "refine_centres",
     "refine_candidates",
@@ -136,6 +142,16 @@ REFINE_POINTS = 16
 #: only (each count costs it two solves and two roundings), and the cheap warm starts around these centres of
 #: Themis's and the fixed order's own searches (:func:`_search`)
 REFINE_CENTRES = 2
+#: the most timings the share tuning of the cut chunks makes (:meth:`_Run.tuned`): three times the first
+#: tuning's (:data:`~.shares.MAX_TIMINGS`). The cut chunks are more and the climb's steps finer, and on
+#: ``2x8x8x8@250,200,100,50`` at 1 GiB it still gains after 500 timings (3652.1 us at 240, 3635.7 at 562); where
+#: no move gains it stops early, whatever the cap (``8x8x8x8@400,200,100,50``: 169 timings)
+RETUNE_TIMINGS = 720
+#: the cut chunks are tuned again only when, before that tuning, they are within this fraction of the tuned
+#: winner (cost control: the tuning moves shares by small steps; in the suite a cut that started further behind
+#: never caught up -- ``8x8x8x8@400,200,100,50`` at 1 GiB: 14% behind, 5% after 169 timings, 1.2 s of the 4,096-rank
+#: search -- while the cuts that won started 0-2.1% behind)
+CUT_SLACK = 0.05
 
 
 @dataclass(frozen=True)
@@ -327,12 +343,22 @@ class _Run:
     def tuned(self, best: MultiDimSchedule) -> MultiDimSchedule:
         """The LP's winner of the whole count search with its orders' shares hill-climbed in the model
         (:mod:`.shares`; under the winner's queue priority), where the count was searched (like the ramp:
-        the chunks become unequal); the faster of the two. Other policies: ``best`` itself."""
+        the chunks become unequal); then the tuned chunks with their long phases cut into pieces spread over the
+        sequence (:mod:`.cuts`), tuned again (at most :data:`RETUNE_TIMINGS` timings; only when the cut starts
+        within :data:`CUT_SLACK` of the tuned chunks); the fastest of the three. Other policies: ``best``
+        itself."""
         if self.policy != "lp" or not self.ramp or best.n_chunks < 2:
             return best
-        chunks = tune_shares(self.net, self.costs, self.kind, self.size, best.chunks, best.timing.priority)
-        tuned = self._timed(chunks, f"{best.origin}, shares tuned", (best.timing.priority,))
-        return replace(fastest([best, tuned]), lp_bound_us=best.lp_bound_us)
+        priority = (best.timing.priority,)
+        chunks = tune_shares(self.net, self.costs, self.kind, self.size, best.chunks, priority[0])
+        tuned = self._timed(chunks, f"{best.origin}, shares tuned", priority)
+        found = [best, tuned]
+        # the tuned chunks with their long phases cut into pieces (:mod:`.cuts`), the shares tuned again
+        cut = cut_long_chunks(self.net, self.costs, self.kind, self.size, chunks, max_chunks=MAX_CHUNKS)
+        if cut != chunks and self._timed(cut, "", priority).makespan_us <= tuned.makespan_us * (1 + CUT_SLACK):
+            recut = tune_shares(self.net, self.costs, self.kind, self.size, cut, priority[0], RETUNE_TIMINGS)
+            found.append(self._timed(recut, f"{best.origin}, shares tuned, long chunks cut, tuned again", priority))
+        return replace(fastest(found), lp_bound_us=best.lp_bound_us)
 
     def _ramped(self, best: MultiDimSchedule) -> MultiDimSchedule:
         """``best`` with its first and last chunks cut into growing and shrinking pieces (:mod:`.ramp`: the

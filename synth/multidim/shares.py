@@ -95,9 +95,10 @@ def with_shares(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, ch
 
 
 def tune_shares(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chunks: Sequence[ChunkPlan],
-                priority: str) -> tuple[ChunkPlan, ...]:
+                priority: str, max_timings: int = MAX_TIMINGS) -> tuple[ChunkPlan, ...]:
     """``chunks`` with the shares of their orders hill-climbed in the model under ``priority`` (see the module
-    docstring); ``chunks`` themselves where no move gains or there is one order only."""
+    docstring), at most ``max_timings`` runs of the model; ``chunks`` themselves where no move gains or there is
+    one order only."""
     total = sum(c.units for c in chunks)
     shares: dict[tuple[int, ...], float] = {}
     for c in chunks:
@@ -109,16 +110,16 @@ def tune_shares(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, ch
     best = time_chunks(net, costs, kind, size_bytes, best_chunks, priority).makespan_us
     timings = 1
     gained = True
-    while gained and timings < MAX_TIMINGS:  # the steps again from the coarsest while a pass gains
+    while gained and timings < max_timings:  # the steps again from the coarsest while a pass gains
         gained = False
         step = 1.0 / len(chunks)
-        while step >= 1.0 / (FINEST * len(chunks)) and timings < MAX_TIMINGS:
+        while step >= 1.0 / (FINEST * len(chunks)) and timings < max_timings:
             moved = True
-            while moved and timings < MAX_TIMINGS:
+            while moved and timings < max_timings:
                 moved = False
                 for a in orders:
                     for b in orders:
-                        if a == b or shares[a] - step < 1.0 / (GRAIN * total) or timings >= MAX_TIMINGS:
+                        if a == b or shares[a] - step < 1.0 / (GRAIN * total) or timings >= max_timings:
                             continue
                         trial = dict(shares)
                         trial[a] -= step
