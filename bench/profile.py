@@ -78,9 +78,10 @@ what collectives will see:
      caches and the data that streams from memory, so every probe size
      (the schedule's size, its working set) whose messages carry
      :data:`CURVE_MIN_BYTES` or more (the ladder's chains, the bandwidth
-     windows) gets a factor of its own -- the cost of its bytes relative
-     to the fitted bandwidth -- searched with the figures above fixed
-     (:func:`fit_curve`): ``Topology.message_curve``;
+     windows) and whose bytes make at least :data:`CURVE_MIN_SHARE` of its
+     predicted time (:func:`byte_share`) gets a factor of its own -- the cost
+     of its bytes relative to the fitted bandwidth -- searched with the
+     figures above fixed (:func:`fit_curve`): ``Topology.message_curve``;
   6. the forward probes against that: per size, the factor by which a
      forwarded message costs more (:func:`fit_forward_curve`):
      ``Topology.forward_curve``, never rising with the size (each size
