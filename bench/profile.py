@@ -78,9 +78,10 @@ what collectives will see:
      caches and the data that streams from memory, so every probe size
      (the schedule's size, its working set) whose messages carry
      :data:`CURVE_MIN_BYTES` or more (the ladder's chains, the bandwidth
-     windows) gets a factor of its own -- the cost of its bytes relative
-     to the fitted bandwidth -- searched with the figures above fixed
-     (:func:`fit_curve`): ``Topology.message_curve``;
+     windows) and whose bytes make at least :data:`CURVE_MIN_SHARE` of its
+     predicted time (:func:`byte_share`) gets a factor of its own -- the cost
+     of its bytes relative to the fitted bandwidth -- searched with the
+     figures above fixed (:func:`fit_curve`): ``Topology.message_curve``;
   6. the forward probes against that: per size, the factor by which a
      forwarded message costs more (:func:`fit_forward_curve`):
      ``Topology.forward_curve``, never rising with the size (each size
@@ -252,7 +253,7 @@ __all__ = [
     "DEFAULT_SIZES", "QUICK_SIZES", "PORT_MARGIN", "ProfileOptions", "Pattern", "Probe", "Sample", "LinkFit",
     "ProtocolFit", "FitResult", "KernelRates", "MachineProfile", "patterns", "plan_probes", "probe_schedule",
     "measure_probe", "measure_kernels", "local_curve", "fit_hops", "fit_overhead", "fit_bandwidth", "fit_protocol",
-    "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
+    "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "CURVE_MIN_SHARE", "byte_share", "prune_message_curve", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
     "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve", "non_increasing",
     "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
     "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE", "FOOTPRINT_SMALL", "footprint_probes",
@@ -285,6 +286,12 @@ ITERS_LARGE, WARMUP_LARGE = 12, 2
 #: probes whose messages carry at least this many bytes give a point of the message curve, at the probe's size
 #: (below, a message's bytes are a small part of its time, and a factor fitted there would be noise)
 CURVE_MIN_BYTES = 4 << 10
+#: ... and only where the bytes are at least this share of the probes' predicted time (the median over the probes
+#: of one size of ``d log(time) / d log(factor)``): a factor fitted on a share ``s`` moves by ``e / s`` for a timing
+#: error ``e``, so the protocol ladder's chains of 4-16 KiB messages on 4 ranks (shares 0.07-0.17) put 0.13 or 1.2 on
+#: call sizes of 64-128 KiB from 5-10% of noise, and the 4-rank allreduces of 64 KiB, whose own messages are
+#: mostly bytes, were predicted 2.5x too fast (bench/RESULTS.md, h51-mid); below the first point the curve is flat
+CURVE_MIN_SHARE = 0.25
 #: buffer sizes of the local-kernel ladder (the local curve); KERNEL_BYTES is its last point
 LOCAL_LADDER = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 PASSES = 3  # every probe is measured in this many passes over all of them; the fastest pass counts
@@ -1073,20 +1080,72 @@ def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResul
               footprint: SizeCurve | None = None, cold: ColdCallCost | None = None) -> SizeCurve | None:
     """The message curve (PLogP's ``g(m)``) that explains the probes of every size best, the figures of ``result``
     and the footprint's costs (curve ``footprint``, cold call ``cold``) fixed; None where no probe moves
-    :data:`CURVE_MIN_BYTES` or more per message.
+    :data:`CURVE_MIN_BYTES` or more per message, or none has its bytes :data:`CURVE_MIN_SHARE` of its time.
 
     A probe counts at its schedule's size (``Probe.size_bytes``, the
     working set the simulator indexes the curve by). Each size is fitted by
     a one-dimensional search (on the factor's logarithm, within
     :data:`CURVE_RANGE`) over the probes of that size; the simulator applies
-    one factor per call, so the sizes are independent.
+    one factor per call, so the sizes are independent. A size whose probes'
+    bytes are less than :data:`CURVE_MIN_SHARE` of their predicted time
+    (:func:`byte_share`) gets no point: its factor would be the probes' noise
+    divided by that share, and the simulator applies it to every call of that
+    size, whose messages may be mostly bytes.
     """
     fits = {f.pattern: f for f in result.fits}
+
+    def predict(p: Probe, c: SizeCurve | None) -> float:
+        return predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol, c,
+                                footprint=footprint, cold=cold)
+
     mine = [s for s in samples if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits
             and s.probe.shape in ("chain", "window")]
-    fitted = _factor_per_size(mine, math.log(CURVE_RANGE[0]), lambda p, c: predictor.fitted(
-        p, fits[p.pattern], result.call_overhead, result.protocol, c, footprint=footprint, cold=cold))
+    by_size: dict[int, list[Sample]] = {}
+    for s in mine:
+        by_size.setdefault(s.probe.size_bytes, []).append(s)
+    mine = [s for m, group in by_size.items() if byte_share([s.probe for s in group], predict) >= CURVE_MIN_SHARE
+            for s in group]
+    fitted = _factor_per_size(mine, math.log(CURVE_RANGE[0]), predict)
     return None if fitted is None else SizeCurve(*fitted)
+
+
+def byte_share(probes: Sequence[Probe], predict: Callable[[Probe, SizeCurve | None], float]) -> float:
+    """The median over ``probes`` (all of one size) of the share of a probe's predicted time that its message bytes
+    make, ``d log(time) / d log(factor)`` of the message curve's factor at the probe's size, taken between the
+    factors 1 and 2 (``predict(probe, curve)``: the probe's time with that curve)."""
+    shares = []
+    for p in probes:
+        one = predict(p, SizeCurve((float(p.size_bytes),), (1.0,)))
+        two = predict(p, SizeCurve((float(p.size_bytes),), (2.0,)))
+        shares.append((two - one) / one if one > 0 else 0.0)
+    return float(np.median(shares)) if shares else 0.0
+
+
+def prune_message_curve(topology: Topology, options: ProfileOptions | None = None) -> Topology:
+    """``topology`` (a profile written before :data:`CURVE_MIN_SHARE`) without the message curve's points that
+    the probes of ``options`` (default: ``ccsynth topo profile``'s) would not fit now, their bytes less than that
+    share of their time with the topology's own figures and footprint costs; the other points keep their factors
+    (each size is fitted alone, :func:`fit_curve`). No curve left: None. What a profile's refit would say of its
+    message curve, for files saved without their probe times (the forward curve is kept as it is)."""
+    curve = topology.message_curve
+    if curve is None:
+        return topology
+    options = options or ProfileOptions()
+    result = _fit_result_of(topology)
+    predictor = _Predictor(topology.n_ranks, options.cold)
+    fits = {f.pattern: f for f in result.fits}
+
+    def predict(p: Probe, c: SizeCurve | None) -> float:
+        return predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol, c,
+                                footprint=topology.footprint_curve, cold=topology.cold_call)
+
+    by_size: dict[int, list[Probe]] = {}
+    for p in plan_probes(tuple(fits), options):
+        if p.nbytes >= CURVE_MIN_BYTES and p.shape in ("chain", "window"):
+            by_size.setdefault(p.size_bytes, []).append(p)
+    keep = [(m, f) for m, f in zip(curve.sizes, curve.factors)
+            if int(m) not in by_size or byte_share(by_size[int(m)], predict) >= CURVE_MIN_SHARE]
+    return replace(topology, message_curve=SizeCurve(*zip(*keep)) if keep else None)
 
 
 def _factor_per_size(samples: Sequence[Sample], log_lo: float,

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from ccsynth.bench.profile import (
-    CURVE_MIN_BYTES, FOOTPRINT_SMALL, FOOTPRINTS, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
+    CURVE_MIN_BYTES, CURVE_MIN_SHARE, FOOTPRINT_SMALL, FOOTPRINTS, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
     _pair_pattern, _Predictor,
-    build_topology, eviction_bytes, fit_curve, fit_footprint, fit_forward_curve, fit_patterns, fit_round_cost,
+    build_topology, byte_share, eviction_bytes, fit_curve, fit_footprint, fit_forward_curve, fit_patterns, fit_round_cost,
     non_increasing,
-    local_curve, patterns, plan_probes, probe_footprint, probe_schedule, refit_with_footprint, robust_us,
+    local_curve, patterns, plan_probes, probe_footprint, probe_schedule, prune_message_curve, refit_with_footprint,
+    robust_us,
     round_partners, round_peer_counts, round_probes,
 )
 from ccsynth.synth.executor_model import lower_for_executor
@@ -326,6 +327,74 @@ def test_fit_curve_recovers_a_known_message_curve_from_synthetic_timings():
     errors = [abs(pred.fitted(s.probe, f, result.call_overhead, result.protocol, curve) / s.measured_us - 1)
               for s in samples if s.probe.nbytes >= CURVE_MIN_BYTES]
     assert max(errors) < 0.03
+
+
+def test_byte_share_by_hand():
+    """A probe of 10 us fixed plus 5 us of bytes: its bytes are 5 / 15 of its time (factor 1 -> 2: 15 -> 20 us)."""
+    probes = [Probe(patterns([0, 0])[0], "chain", 2, nb) for nb in (4096, 8192, 16384)]
+
+    def predict(p, c):
+        return 10.0 + 5.0 * (p.nbytes / 8192) * (c.factor(p.size_bytes) if c is not None else 1.0)
+
+    assert byte_share(probes[1:2], predict) == pytest.approx(1 / 3)
+    # the median over the probes: 2.5 / 12.5, 5 / 15, 10 / 20
+    assert byte_share(probes, predict) == pytest.approx(1 / 3)
+    assert byte_share(probes[:1], predict) == pytest.approx(0.2)
+
+
+def _latency_bound_samples(noise: float):
+    """A 2-rank machine whose hop (30 us of alpha) dwarfs the ladder's 4-16 KiB messages, the true curve flat;
+    the ladder's chains of 8 KiB (a 32 KiB call) measured ``noise`` faster than the model."""
+    pats = patterns([0, 0])
+    pred = _Predictor(2)
+    samples = []
+    for p in plan_probes(pats, ProfileOptions()):
+        t = pred.time(p, 30.0, 0.6, 3.0, 2.7)
+        if p.shape == "chain" and p.nbytes == 8192:
+            t *= 1 - noise
+        samples.append(Sample(p, t))
+    return pred, samples
+
+
+def test_fit_curve_gives_no_point_where_the_bytes_are_a_small_share_of_the_time():
+    """Without the share rule the 8 KiB chains' 8% of noise, divided by their bytes' share (about 0.06), put the
+    curve's floor (0.1) on every 32 KiB call; with it, those sizes take the first well-measured point's factor."""
+    pred, samples = _latency_bound_samples(0.08)
+    result = fit_patterns(2, samples, pred)
+    curve = fit_curve(pred, samples, result)
+    [f] = result.fits
+    assert curve is not None
+
+    def predict(p, c):
+        return pred.fitted(p, f, result.call_overhead, result.protocol, c)
+
+    for m in curve.sizes:  # every point the curve has was fitted on probes whose bytes matter
+        group = [s.probe for s in samples if s.probe.size_bytes == m and s.probe.shape in ("chain", "window")
+                 and s.probe.nbytes >= CURVE_MIN_BYTES]
+        assert byte_share(group, predict) >= CURVE_MIN_SHARE
+    small = [s.probe for s in samples if s.probe.shape == "chain" and s.probe.nbytes == 8192]
+    assert byte_share(small, predict) < CURVE_MIN_SHARE
+    assert small[0].size_bytes < curve.sizes[0]
+    # the true curve is flat: the bytes of every call size cost what the fitted bandwidth says, within the fit
+    for m in (32768, 65536, 1 << 20, 16 << 20):
+        assert curve.factor(m) / f.bw == pytest.approx(1 / 3.0, rel=0.1)
+
+
+def test_prune_message_curve_drops_the_points_a_refit_would_not_fit():
+    pred, samples = _latency_bound_samples(0.0)
+    result = fit_patterns(2, samples, pred)
+    [f] = result.fits
+    sizes = sorted({s.probe.size_bytes for s in samples if s.probe.shape in ("chain", "window")
+                    and s.probe.nbytes >= CURVE_MIN_BYTES})
+    old = SizeCurve(tuple(sizes), tuple(0.5 + 0.1 * i for i in range(len(sizes))))
+    topo = build_topology(2, [f], result.call_overhead, KernelRates(8.0, 6.0, 5.0, 1 << 24), [0, 0],
+                          protocol=result.protocol, message_curve=old)
+    kept = prune_message_curve(topo).message_curve
+    fitted = fit_curve(pred, samples, result)
+    assert kept is not None and fitted is not None
+    assert kept.sizes == fitted.sizes and len(kept.sizes) < len(sizes)  # the sizes a fit keeps now
+    assert all(old.factor(m) == kept.factor(m) for m in kept.sizes)  # their factors as they were
+    assert prune_message_curve(build_topology(2, [f], 1.0, KernelRates(8.0, 6.0, 5.0, 1 << 24), [0, 0])).message_curve is None
 
 
 def test_local_curve_from_the_kernel_ladder():
