@@ -178,8 +178,11 @@ def test_temp_file_is_in_the_destination_folder(tmp_path, monkeypatch):
 # write is under way, and is then sent SIGTERM or SIGINT.
 _CHILD = textwrap.dedent(
     """
-    import os, sys, time
+    import os, signal, sys, time
     import ccsynth.atomic as A
+    # as started from a terminal: a job started in the background by a non-interactive shell (nohup ... &)
+    # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     stage = sys.argv[1]
     real_fdopen, real_fsync = os.fdopen, os.fsync
 
