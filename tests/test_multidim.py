@@ -630,6 +630,9 @@ def test_cut_long_chunks_keeps_every_orders_bytes_and_spreads_the_pieces():
     assert cut_long_chunks(net, costs, "allreduce", size, chunks, max_chunks=len(chunks)) == chunks
 
 
+# 30 s of LP search on a 1,024-rank 4D fabric; covered by python -m ccsynth.bench.bench_multidim, whose 1 GiB rows
+# check the LP against T* (this row among them)
+@pytest.mark.slow
 def test_lp_within_two_percent_of_its_bound_where_one_order_has_a_long_phase():
     # issue 12's target on the 4D fabric whose LP split gives 4.5% of the data an order with half a chunk on the
     # 12.5 GB/s dimension: before the cut (h46-themis) 4635.5 us, 1.027 x T* (4512.2); cut and tuned again 4601.2
