@@ -19,15 +19,15 @@ the topology's connections.
   rank ``k`` collects the node's sums of the blocks of its rail), then ring
   reduce-scatter along each rail.
 
-The node reduce-scatters of reduce_scatter and allreduce run in *rounds*,
-one per step of the rail rings that follow, in the order those steps need
-their data, one after the other on every link: a rail ring's step ``t``
-waits only for round ``t`` (and its first chunk only for that chunk), so
-the network starts after one round's first chunk, not after the whole
-node phase (the mirror of allgather, whose node rings forward what the
-rail rings delivered as it arrives). In one ring the node phase of a 1 GiB
-reduce-scatter on 16 nodes of 8 A100s is 60% of the network phase: run
-before it, it made the baseline 1.62x of the bound; in rounds 1.01x.
+The node reduce-scatters of reduce_scatter and allreduce run in *rounds*
+of one chunk per rank, in the order the steps of the rail rings that
+follow need their data, paced on every link (:func:`_node_rounds`): a
+rail ring's step waits only for its own rounds, so the network starts
+after two chunks' node sums, not after the whole node phase (the mirror
+of allgather, whose node rings forward what the rail rings delivered as
+it arrives). In one ring the node phase of a 1 GiB reduce-scatter on 16
+nodes of 8 A100s is 60% of the network phase: run before it, it made the
+baseline 1.62x of the bound; in rounds 1.02x.
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
