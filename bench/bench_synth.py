@@ -40,7 +40,6 @@ development machine is shared), since synthesis time depends on it.
 
 from __future__ import annotations
 
-
 import argparse
 import json
 import logging

@@ -226,7 +226,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field, replace
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -1093,18 +1093,10 @@ def fit_curve(predictor: _Predictor, samples: Sequence[Sample], result: FitResul
     size, whose messages may be mostly bytes.
     """
     fits = {f.pattern: f for f in result.fits}
-
-    def predict(p: Probe, c: SizeCurve | None) -> float:
-        return predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol, c,
-                                footprint=footprint, cold=cold)
-
-    mine = [s for s in samples if s.probe.nbytes >= CURVE_MIN_BYTES and s.probe.pattern in fits
-            and s.probe.shape in ("chain", "window")]
-    by_size: dict[int, list[Sample]] = {}
-    for s in mine:
-        by_size.setdefault(s.probe.size_bytes, []).append(s)
-    mine = [s for m, group in by_size.items() if byte_share([s.probe for s in group], predict) >= CURVE_MIN_SHARE
-            for s in group]
+    predict = _curve_predict(predictor, fits, result, footprint, cold)
+    mine = [s for s in samples if _curve_probe(s.probe) and s.probe.pattern in fits]
+    shares = _byte_shares([s.probe for s in mine], predict)
+    mine = [s for s in mine if shares[s.probe.size_bytes] >= CURVE_MIN_SHARE]
     fitted = _factor_per_size(mine, math.log(CURVE_RANGE[0]), predict)
     return None if fitted is None else SizeCurve(*fitted)
 
@@ -1121,6 +1113,29 @@ def byte_share(probes: Sequence[Probe], predict: Callable[[Probe, SizeCurve | No
     return float(np.median(shares)) if shares else 0.0
 
 
+def _curve_probe(p: Probe) -> bool:
+    """Whether probe ``p`` may give the message curve a point (its messages carry :data:`CURVE_MIN_BYTES`)."""
+    return p.nbytes >= CURVE_MIN_BYTES and p.shape in ("chain", "window")
+
+
+def _curve_predict(predictor: _Predictor, fits: dict, result: FitResult, footprint: SizeCurve | None,
+                   cold: ColdCallCost | None) -> Callable[[Probe, SizeCurve | None], float]:
+    """A probe's predicted time under a message curve, the other figures of ``result`` fixed."""
+    def predict(p: Probe, c: SizeCurve | None) -> float:
+        return predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol, c,
+                                footprint=footprint, cold=cold)
+
+    return predict
+
+
+def _byte_shares(probes: Iterable[Probe], predict: Callable[[Probe, SizeCurve | None], float]) -> dict[int, float]:
+    """Per probe size (``Probe.size_bytes``) of ``probes``, :func:`byte_share` of its probes."""
+    by_size: dict[int, list[Probe]] = {}
+    for p in probes:
+        by_size.setdefault(p.size_bytes, []).append(p)
+    return {m: byte_share(group, predict) for m, group in by_size.items()}
+
+
 def prune_message_curve(topology: Topology, options: ProfileOptions | None = None) -> Topology:
     """``topology`` (a profile written before :data:`CURVE_MIN_SHARE`) without the message curve's points that
     the probes of ``options`` (default: ``ccsynth topo profile``'s) would not fit now, their bytes less than that
@@ -1134,17 +1149,9 @@ def prune_message_curve(topology: Topology, options: ProfileOptions | None = Non
     result = _fit_result_of(topology)
     predictor = _Predictor(topology.n_ranks, options.cold)
     fits = {f.pattern: f for f in result.fits}
-
-    def predict(p: Probe, c: SizeCurve | None) -> float:
-        return predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol, c,
-                                footprint=topology.footprint_curve, cold=topology.cold_call)
-
-    by_size: dict[int, list[Probe]] = {}
-    for p in plan_probes(tuple(fits), options):
-        if p.nbytes >= CURVE_MIN_BYTES and p.shape in ("chain", "window"):
-            by_size.setdefault(p.size_bytes, []).append(p)
-    keep = [(m, f) for m, f in zip(curve.sizes, curve.factors)
-            if int(m) not in by_size or byte_share(by_size[int(m)], predict) >= CURVE_MIN_SHARE]
+    predict = _curve_predict(predictor, fits, result, topology.footprint_curve, topology.cold_call)
+    shares = _byte_shares([p for p in plan_probes(tuple(fits), options) if _curve_probe(p)], predict)
+    keep = [(m, f) for m, f in zip(curve.sizes, curve.factors) if shares.get(int(m), 1.0) >= CURVE_MIN_SHARE]
     return replace(topology, message_curve=SizeCurve(*zip(*keep)) if keep else None)
 
 

@@ -21,6 +21,7 @@ receives or accumulates it: ``("o", j)`` or ``("s", j)``.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from contextlib import contextmanager
 from functools import lru_cache
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -137,10 +138,10 @@ class Places:
         self.home = home
         self.channel = channel  # channel of the transfers emitted (one per ring in multi-ring)
         self._at: dict[tuple[int, int], Loc] = {}
-        #: while True, every send waits for the previous send emitted on its (src, dst) pair: the pair's
-        #: transfers go in the order they are written, not whichever is ready first (see :meth:`paced`)
+        #: the pacing window (0: unpaced): each send waits for the send that many before it on its (src, dst)
+        #: pair, the last ``window`` send ids of every pair kept (see :meth:`paced`)
         self._paced = 0
-        self._last: dict[tuple[int, int], list[int]] = {}
+        self._last: dict[tuple[int, int], deque[int]] = {}
 
     @contextmanager
     def paced(self, window: int = 1) -> Iterator[None]:
@@ -164,8 +165,10 @@ class Places:
         if not self._paced:
             self.b.transfer(src, dst, s, d, reduce=reduce, channel=self.channel)
             return
-        sent = self._last.setdefault((src, dst), [])
-        before = sent[-self._paced] if len(sent) >= self._paced else None
+        sent = self._last.get((src, dst))
+        if sent is None:
+            sent = self._last[(src, dst)] = deque(maxlen=self._paced)
+        before = sent[0] if len(sent) == self._paced else None
         sid, _ = self.b.transfer(src, dst, s, d, reduce=reduce, channel=self.channel,
                                  send_deps=() if before is None else (before,))
         sent.append(sid)
