@@ -121,6 +121,7 @@ __all__ = [
     "ring_stream",
     "MESSAGES_PER_CHUNK",
     "MAX_OPS",
+    "COSTLY_OPS",
     "ring_volume_us",
     "direct_volume_us",
 ]
@@ -136,6 +137,9 @@ WORSE_IN_A_ROW = 2
 #: :func:`baselines_against` builds no baseline schedule beyond this many ops (estimated from the factor before;
 #: the smallest factor is always built): the op budget of the packed-tree search (``ccsynth.synth.trees.search``)
 MAX_OPS = 3_000_000
+#: :func:`baselines_against` builds a factor of more than this many ops after a slower factor only while the
+#: baseline's best so far could still be written (is not slower than the time to beat): see :class:`_Walk`
+COSTLY_OPS = 1_000_000
 
 
 class BaselineChoice(NamedTuple):
@@ -391,7 +395,8 @@ class _Walk:
     grows; where every message splits in two at the next factor, :data:`MESSAGES_PER_CHUNK`, the next factor's
     are known without building it, from the last factor bounded or simulated).
 
-    With ``beat`` (:func:`baselines_against`) three more rules, each leaving out only what is proven slower:
+    With ``beat`` (:func:`baselines_against`) three more rules, each leaving out only what is proven slower, and
+    one that leans on the convexity the walk assumes (``COSTLY_OPS``):
 
     * *the first factors*: until a factor could beat ``beat``, a factor whose pipeline bound exceeds ``beat``
       goes to ``outrun`` and is not simulated (``first_by_pipeline``; otherwise the static bound decides, as it
@@ -409,7 +414,12 @@ class _Walk:
       first factor from :func:`ring_sends`); the ring family's bytes (:func:`ring_volume_us`) above ``beat``
       end the walk before anything is built, and its busiest stream (:func:`ring_stream`, what the pipeline
       bound would say at least) above it leaves a first factor out unbuilt, with its overheads for the
-      next.
+      next;
+    * ``COSTLY_OPS``: once a factor has counted slower than the best so far and that best is itself slower
+      than ``beat`` (the baseline cannot be what is written), no factor beyond ``COSTLY_OPS`` ops is built: the
+      walk assumes the time convex in the factor, under which one slower factor already says every larger one
+      is slower; the second one ``WORSE_IN_A_ROW`` asks for is a margin kept where it is cheap. On 256 ranks
+      this leaves out the hierarchical reduce-scatter's 1.5-million-op factor 8 (13 s of a 50 s synthesis).
     """
 
     def __init__(self, name: str, builds: _Builds, size_bytes: float, beat: float | None,
@@ -478,6 +488,11 @@ class _Walk:
             ops = last[1] * factor / last[0] if last is not None else None if sends is None else 2 * sends
             if ops is not None and ops > MAX_OPS:
                 self.say(factor, f"not tried (about {ops:.0f} ops, over MAX_OPS)")
+                return _STOP
+            if ops is not None and ops > COSTLY_OPS and self.worse and self.best is not None and \
+                    is_greater(self.best_us(), self.beat_us):
+                self.say(factor, f"not tried (about {ops:.0f} ops, over COSTLY_OPS, after a slower factor; its "
+                                 f"best {self.best_us():.3f} us is slower than {self.beat_us:.3f} us)")
                 return _STOP
         if self.overheads is not None and self.name in MESSAGES_PER_CHUNK:
             engine = self.overheads[1] * factor / self.overheads[0] + self.call

@@ -434,3 +434,24 @@ def test_directs_bytes_without_building_equal_the_built_schedules(topo_name, kin
         assert got is not None
         assert got == pytest.approx(static_bound(sched, topo, size).volume_us, rel=1e-12)
     assert direct_volume_us("ring", Collective(kind, topo.n_ranks), topo, size) is None
+
+
+@pytest.mark.parametrize("under", [True, False])
+def test_costly_factors_after_a_slower_one_are_left_out_only_where_the_baseline_cannot_be_written(monkeypatch, under):
+    """``COSTLY_OPS``: past a slower factor, a baseline whose best is slower than the time to beat builds no
+    costly factor (here every factor is costly); it still reports the best factor the full walk finds. Where its
+    best could be written (``beat`` above it) the walk goes on as before."""
+    import ccsynth.synth.baseline_search as bs
+
+    topo = get_topology("ndv2x2")
+    coll = Collective("reduce_scatter", topo.n_ranks)
+    size = 1 << 22
+    full = best_for("hierarchical", coll, topo, size)
+    beat = full.result.time_us * (0.999 if under else 1.001)
+    monkeypatch.setattr(bs, "COSTLY_OPS", 0)
+    lines: list[str] = []
+    got = baselines_against(coll, topo, size, beat, progress=lines.append, workers=False)
+    mine = [c for c in got.choices if c.name == "hierarchical"]
+    assert [(c.chunk_factor, c.result.time_us) for c in mine] == [(full.chunk_factor, full.result.time_us)]
+    left = [line for line in lines if line.startswith("baseline hierarchical") and "over COSTLY_OPS" in line]
+    assert bool(left) == under, lines
