@@ -180,6 +180,20 @@ two (recursive doubling copies first, ring sends first) made no
 difference (203 and 200 us at 1 MiB), while a model that let the ring's
 transfer overlap its copy predicted it 1.7x too fast.
 
+Where every rank has a core of its own (:func:`own_cores`), the topology
+also says ``receiver_copies: true``: a message's bytes keep the receiving
+rank's engine busy, so its reductions wait for them (MPICH over shared
+memory copies a large message with the receiver's core, the core that runs
+the executor's reductions), and the probes are fitted with it. Without it
+the 2-rank allreduces of 4-16 MiB on session 10's VM were measured 1.7-2.3x
+their prediction while the allgathers of the same bytes met theirs: the
+model let each slice's reduction run beside the next slice's bytes. Refitted
+on the raw probes of runs G, H and I with it, the 2-rank cells from 64 KiB
+went from 21 to 24 of 36 and that band from 82% and 59% to 11% and 8%
+(bench/RESULTS.md, issue 10, session 10). With more ranks than cores it is
+left out: the 4-rank cells fell from 17 to 9 of 36 with it (ranks that
+share a core are not one engine each).
+
 Local reductions and copies are timed directly on the backend's kernels
 (:func:`measure_kernels`), on all ranks at once, on buffers larger than
 the caches: ``local_bw`` is the rate of the fused receive-reduce-copy
@@ -254,7 +268,7 @@ __all__ = [
     "ProtocolFit", "FitResult", "KernelRates", "MachineProfile", "patterns", "plan_probes", "probe_schedule",
     "measure_probe", "measure_kernels", "local_curve", "fit_hops", "fit_overhead", "fit_bandwidth", "fit_protocol",
     "fit_patterns", "fit_curve", "CURVE_MIN_BYTES", "CURVE_MIN_SHARE", "byte_share", "prune_message_curve", "LOCAL_LADDER", "CURVE_RANGE", "build_topology", "profile_machine",
-    "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve", "non_increasing",
+    "FORWARD_ROUNDS", "FORWARD_SMALLEST", "eviction_bytes", "fit_forward_curve", "non_increasing", "own_cores",
     "ROUND_COUNTS", "ROUND_MAX_PEERS", "ROUND_MAX_MESSAGES", "round_peer_counts", "round_partners", "round_probes", "robust_us", "fit_round_cost",
     "CommunicatorFit", "measure_communicator", "FOOTPRINT_MESSAGE", "FOOTPRINT_SMALL", "footprint_probes",
     "FOOTPRINTS", "QUICK_FOOTPRINTS", "probe_footprint", "fit_footprint", "refit_with_footprint",
@@ -942,9 +956,10 @@ class _Predictor:
     ``cold``: whether the window and forward probes ran after an eviction pass (their footprint).
     """
 
-    def __init__(self, n: int, cold: bool = True):
+    def __init__(self, n: int, cold: bool = True, receiver_copies: bool = False):
         self.n = n
         self.cold = cold
+        self.receiver_copies = receiver_copies
         self._graphs: dict[Probe, TaskGraph] = {}
 
     def graph(self, probe: Probe) -> TaskGraph:
@@ -963,7 +978,7 @@ class _Predictor:
         topo = Topology("candidate", self.n, links=links, overhead_scope="rank", call_overhead=call,
                         eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
                         message_curve=curve, forward_curve=forward, async_progress=False, footprint_curve=footprint,
-                        cold_call=cold)
+                        cold_call=cold, receiver_copies=self.receiver_copies)
         return simulate_graph(self.graph(probe), topo, footprint_bytes=probe_footprint(probe, self.cold)).time_us
 
     def fitted(self, probe: Probe, f: LinkFit, call: float, protocol: ProtocolFit,
@@ -1147,7 +1162,7 @@ def prune_message_curve(topology: Topology, options: ProfileOptions | None = Non
         return topology
     options = options or ProfileOptions()
     result = _fit_result_of(topology)
-    predictor = _Predictor(topology.n_ranks, options.cold)
+    predictor = _Predictor(topology.n_ranks, options.cold, topology.receiver_copies)
     fits = {f.pattern: f for f in result.fits}
     predict = _curve_predict(predictor, fits, result, topology.footprint_curve, topology.cold_call)
     shares = _byte_shares([p for p in plan_probes(tuple(fits), options) if _curve_probe(p)], predict)
@@ -1395,7 +1410,7 @@ def build_topology(
     description: str = "", sources: Sequence[str] = (), protocol: ProtocolFit = NO_SWITCH,
     message_curve: SizeCurve | None = None, local_curve: SizeCurve | None = None,
     forward_curve: SizeCurve | None = None, footprint_curve: SizeCurve | None = None,
-    cold_call: ColdCallCost | None = None,
+    cold_call: ColdCallCost | None = None, receiver_copies: bool = False,
 ) -> Topology:
     """The ccsynth topology of the fitted figures: a link per ordered pair, with its pattern's figures.
 
@@ -1418,7 +1433,8 @@ def build_topology(
                     local_overhead=kernels.call_us, overhead_scope="rank",
                     call_overhead=call, eager_limit=protocol.eager_limit, rendezvous_alpha=protocol.rendezvous_alpha,
                     message_curve=message_curve, local_curve=local_curve, forward_curve=forward_curve,
-                    async_progress=False, footprint_curve=footprint_curve, cold_call=cold_call)
+                    async_progress=False, footprint_curve=footprint_curve, cold_call=cold_call,
+                    receiver_copies=receiver_copies)
 
 
 def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int, float],
@@ -1438,6 +1454,15 @@ def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int
         if per_link and (oversubscribed or max(per_link) < (1 - PORT_MARGIN) * alone):
             ports[node] = SharedPort(f"node{node}.memory", ranks, ranks, float(np.median(aggs)))
     return ports
+
+
+def own_cores(nodes: Sequence[int], cores: Sequence[int]) -> bool:
+    """Whether every rank has a core of its own (no node runs more ranks than it has cores): where it has, the
+    profile says ``receiver_copies`` (see the module docstring)."""
+    per_node: dict[int, list[int]] = {}
+    for r, node in enumerate(nodes):
+        per_node.setdefault(node, []).append(r)
+    return all(len(ranks) <= cores[ranks[0]] for ranks in per_node.values())
 
 
 def _describe(n: int, hosts: Sequence[str], nodes: Sequence[int], cores: Sequence[int], mpi_library: str) -> str:
@@ -1575,7 +1600,8 @@ def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> Mac
                                    {kd: robust_us(d) for kd, _, d in raw.communicator_us})
     kernels = raw.kernels
 
-    predictor = _Predictor(n, options.cold)
+    copies = own_cores(nodes, cores)
+    predictor = _Predictor(n, options.cold, copies)
     result = fit_patterns(n, samples, predictor)
     call, fits, protocol = result.call_overhead, result.fits, result.protocol
     pair_bw = {}
@@ -1591,7 +1617,7 @@ def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> Mac
     topo = build_topology(
         n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}", protocol=protocol,
         message_curve=curve, local_curve=local_curve(kernels), forward_curve=forward, footprint_curve=footprint,
-        cold_call=cold, description=_describe(n, raw.hosts, nodes, cores, raw.mpi_library),
+        cold_call=cold, receiver_copies=copies, description=_describe(n, raw.hosts, nodes, cores, raw.mpi_library),
         sources=(f"ccsynth topo profile on {raw.hosts[0]} at {raw.when}, load average {raw.load}, "
                  f"{len(samples) + sum(len(v) for v in pair_samples.values()) + len(round_samples)} probes",),
     )
@@ -1626,7 +1652,7 @@ def refit_with_footprint(topology: Topology, footprint: SizeCurve | None, option
     ``options``: the probes the profile ran (default: ``ccsynth topo profile``'s)."""
     options = options or ProfileOptions()
     result = _fit_result_of(topology)
-    predictor = _Predictor(topology.n_ranks, options.cold)
+    predictor = _Predictor(topology.n_ranks, options.cold, topology.receiver_copies)
     fits = {f.pattern: f for f in result.fits}
     # as the profile's own fit saw them: the message curve from chains and windows alone, then the forward probes
     samples = [Sample(p, predictor.fitted(p, fits[p.pattern], result.call_overhead, result.protocol,
@@ -1651,7 +1677,7 @@ def measure_footprint(comm, topology: Topology,
     for _ in range(options.n_passes):
         for probe in probes:
             best[probe] = min(measure_probe(comm, probe, options, evictions).measured_us, best.get(probe, math.inf))
-    return fit_footprint(_Predictor(topology.n_ranks, options.cold), [Sample(p, t) for p, t in best.items()], result)
+    return fit_footprint(_Predictor(topology.n_ranks, options.cold, topology.receiver_copies), [Sample(p, t) for p, t in best.items()], result)
 
 
 def main(argv=None) -> int:

@@ -64,6 +64,15 @@ Model
   wait only when it has nothing else ready. A local copy or reduction
   queued on either rank therefore delays the data (it cannot overlap the
   transfer's start), as the executor's order of ready work decides.
+  Where it also says ``receiver_copies=True``, a data phase keeps the
+  receiver's engine busy for at least its bytes at the connection's
+  bandwidth (the slowest of its resources'): the receiving rank's core
+  copies them (MPI over shared memory). The copy is work of that engine
+  like any other: while it lasts the rank runs nothing else, and no data
+  phase of its own starts (one starts only when both engines are idle),
+  so a rank's reductions and its messages' bytes take turns on its core.
+  (Letting the copying rank start its own sends meanwhile fitted the
+  measured runs worse: bench/RESULTS.md, issue 10, session 10.)
   Default True: data flows whatever the engines do, as before.
 * **Streams: one transfer at a time per connection and channel.** The data
   phases of the transfers from ``a`` to ``b`` on one channel (``Op.channel``)
@@ -369,6 +378,7 @@ class _Prepared:
         # sends that pass on what a receive of the same call brought (only where the topology charges them)
         self.forwards = _forwarded_sends(ops) if topology.forward_curve is not None else None
         self.async_progress = topology.async_progress or topology.overhead_scope != "rank"
+        self.receiver_copies = topology.receiver_copies and not self.async_progress
         # the engine of each op (see the module docstring); its rank, for the busy-time report
         self.engine, self.engine_rank = _engines(ops, topology.overhead_scope)
         self.class_alpha: list[float] = []
@@ -679,6 +689,8 @@ def _run(
     local_cost = chunk_bytes * local_factor / (local_bw * BYTES_PER_US_PER_GBPS) if local_bw else 0.0
     data_unit = chunk_bytes * message_factor  # bytes a unit's data phase moves through its resources
     hold = not p.async_progress  # a transfer's data phase waits for both engines (see the module docstring)
+    copies = p.receiver_copies  # ... and keeps the receiver's engine busy (see the module docstring)
+    slowest = [min((caps[r] for r in rs), default=math.inf) for rs in class_res]
     # units each op's data phase moves: forwarded sends move forward_factor times theirs
     fwd = p.forwards
     dcount = count if fwd is None or forward_factor == 1.0 else \
@@ -820,6 +832,13 @@ def _run(
             return
         nbytes = dcount[s] * data_unit
         c = cls[s]
+        if copies:
+            # the receiver's core copies the bytes: its engine is busy at least this long (see the module docstring)
+            e = engine_of[partner[s]]
+            t_copy = now + nbytes / slowest[c]
+            if free_at[e] < t_copy:
+                stream_busy[e] += t_copy - max(free_at[e], now)
+                free_at[e] = t_copy
         for r in class_res[c]:
             res_bytes[r] += nbytes
         if busy[c]:

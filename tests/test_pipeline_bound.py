@@ -62,6 +62,7 @@ def random_case(draw, busy_start: bool = False):
                     eager_limit=eager, rendezvous_alpha=rendezvous,
                     local_overhead=draw(st.sampled_from([0.0, 0.7])), local_bw=draw(st.sampled_from([None, 2.0])),
                     async_progress=draw(st.booleans()) if scope == "rank" else True,
+                    receiver_copies=draw(st.booleans()) if scope == "rank" else False,
                     call_overhead=draw(st.sampled_from([0.0, 3.0])), message_curve=curve, local_curve=curve,
                     forward_curve=draw(st.sampled_from([None, SizeCurve((1000.0, 1 << 20), (1.2, 1.1))])))
     c = draw(st.integers(1, 3))

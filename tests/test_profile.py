@@ -789,3 +789,17 @@ def test_one_eviction_buffer_serves_every_pass_and_grows_to_the_largest():
     assert b.size == 1 << 10 and np.shares_memory(a, b)  # a shorter pass reuses the buffer
     c = ev.view(4 << 20)
     assert c.size == 4 << 20 and not np.shares_memory(a, c) and np.shares_memory(c, ev.view(2 << 20))
+
+
+def test_the_profile_says_receiver_copies_where_every_rank_has_a_core():
+    """A rank's core copies what it receives (receiver_copies) where no node runs more ranks than it has cores; the
+    fit predicts the probes with it, and the topology written says so."""
+    from dataclasses import replace as _replace
+
+    from ccsynth.bench.profile import fit_profile, own_cores
+
+    assert own_cores([0, 0], [2, 2]) and own_cores([0, 0, 1, 1], [2] * 4)
+    assert not own_cores([0, 0, 0, 0], [2] * 4) and not own_cores([0, 0, 1], [1, 1, 1])
+    raw = _synthetic_raw(ProfileOptions(quick=True))
+    assert fit_profile(raw).topology.receiver_copies is True  # 2 ranks on 2 cores
+    assert fit_profile(_replace(raw, cores=(1, 1))).topology.receiver_copies is False

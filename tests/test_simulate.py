@@ -718,6 +718,34 @@ def test_without_async_progress_data_waits_for_both_engines():
     assert topology_from_dict(d) == serial
 
 
+def test_receiver_copies_make_the_copy_work_of_the_receivers_engine():
+    """receiver_copies (with async_progress=False): a data phase keeps the receiver's engine busy for its bytes, and
+    a data phase starts only when both engines are idle, so a 2-rank exchange moves one message after the other;
+    asynchronous progress or per-connection engines (GPUs) ignore it; files keep it, and a bad value is an error."""
+    b = ScheduleBuilder(Collective("allgather", 2), "exchange")
+    for r in range(2):
+        b.transfer(r, 1 - r, ("i", 0), ("o", r))
+    s = b.build()
+    links = (Link(0, 1, 1.0, 10.0), Link(1, 0, 1.0, 10.0))
+    # 10 KB chunks: 1 us of latency, then 1 us of data at 10 GB/s
+    held = Topology("p", 2, links=links, overhead_scope="rank", async_progress=False)
+    copies = replace(held, receiver_copies=True)
+    assert simulate(s, held, 20_000).time_us == pytest.approx(2.0)
+    # 0 -> 1 moves its bytes in [1, 2] on rank 1's engine; 1 -> 0 then starts at 2 and ends at 3
+    assert simulate(s, copies, 20_000).time_us == pytest.approx(3.0)
+    r = simulate(s, copies, 20_000)
+    assert r.to_dict() == simulate(s, copies, 20_000).to_dict()
+    for other in (replace(copies, async_progress=True), replace(copies, overhead_scope="connection")):
+        assert simulate(s, other, 20_000).time_us == pytest.approx(2.0)
+    d = topology_to_dict(copies)
+    assert d["receiver_copies"] is True and "receiver_copies" not in topology_to_dict(held)
+    assert topology_from_dict(d) == copies
+    with pytest.raises(TopologyError, match="receiver_copies must be true or false"):
+        topology_from_dict({**d, "receiver_copies": "yes"})
+    with pytest.raises(TopologyError, match="receiver_copies must be true or false"):
+        replace(held, receiver_copies=1)
+
+
 def test_events_one_rounding_apart_are_taken_in_op_id_order():
     """Found by hypothesis: send 30's data phase is due at 2.1 + 1.5 us, the eager send 35 is posted at 12 x 0.3 us,
     one ulp earlier; both are the same instant, so 30 joins the stream first (op id order), as in the reference."""

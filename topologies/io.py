@@ -19,6 +19,7 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "footprint_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # by bytes touched per rank
       "cold_call": {"version": 1, "footprints_bytes": [...], "us": [...], "working_set_bytes": 1572864},
       "async_progress": false,                      # bytes move only while both ranks wait (optional: true)
+      "receiver_copies": true,                      # ... and keep the receiver's engine busy (optional: false)
       "round_cost": {"version": 1, "peers": [1, 2, 3], "us": [0.5, 6.0, 12.0]},  # a round of k peers (optional)
       "communicator_overhead_us": 2.0,              # per call through ccsynth's communicator (optional: 0)
       "links":        [{"src": 0, "dst": 1, "alpha_us": 0.7, "bw_GBps": 50.0, "overhead_us": 1.35}, ...],
@@ -108,7 +109,7 @@ _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "
              "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
              "message_curve", "local_curve", "forward_curve", "async_progress", "round_cost",
              "communicator_overhead_us",
-             "message_curve", "local_curve", "forward_curve", "async_progress", "footprint_curve", "cold_call",
+             "message_curve", "local_curve", "forward_curve", "async_progress", "receiver_copies", "footprint_curve", "cold_call",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -151,6 +152,8 @@ def topology_to_dict(topology: Topology) -> dict:
         d["forward_curve"] = t.forward_curve.to_dict()
     if not t.async_progress:
         d["async_progress"] = False
+    if t.receiver_copies:
+        d["receiver_copies"] = True
     if t.round_cost is not None:
         d["round_cost"] = t.round_cost.to_dict()
     if t.communicator_overhead:
@@ -402,6 +405,9 @@ def _topology_from_dict(d: Any) -> Topology:
     async_progress = d.get("async_progress", True)
     if not isinstance(async_progress, bool):
         raise TopologyError(f"async_progress must be true or false, got {json_type_name(async_progress)}")
+    receiver_copies = d.get("receiver_copies", False)
+    if not isinstance(receiver_copies, bool):
+        raise TopologyError(f"receiver_copies must be true or false, got {json_type_name(receiver_copies)}")
     round_cost = _round_cost(d)
     communicator_overhead = _number(d.get("communicator_overhead_us", 0.0), "communicator_overhead_us",
                                     positive=False)
@@ -431,6 +437,7 @@ def _topology_from_dict(d: Any) -> Topology:
         local_curve=local_curve,
         forward_curve=forward_curve,
         async_progress=async_progress,
+        receiver_copies=receiver_copies,
         round_cost=round_cost,
         communicator_overhead=communicator_overhead,
         footprint_curve=footprint_curve,

@@ -81,6 +81,17 @@ Units used everywhere in ccsynth:
   nothing else ready), so a transfer's data starts only once the sender's
   and the receiver's engines are idle (``overhead_scope="rank"`` only;
   :mod:`ccsynth.synth.simulate`). ``ccsynth topo profile`` writes False.
+* ``Topology.receiver_copies`` (default False; with ``async_progress=False``
+  only): a transfer's data phase keeps the receiving rank's engine busy for
+  at least its bytes at the connection's bandwidth, so nothing else of that
+  rank (a reduction, another message's bytes) runs beside it. An MPI
+  library over shared memory copies a large message with the receiving
+  rank's own core (single-copy through CMA, or out of the shared cells),
+  the same core that runs the executor's reductions. ``ccsynth topo
+  profile`` writes True where every rank has a core of its own (see
+  :mod:`ccsynth.bench.profile`: with more ranks than cores the ranks share
+  cores in a way one engine per rank does not describe, and the fit without
+  it predicted the 4-ranks-on-2-cores benchmarks better).
 * ``Topology.call_overhead`` (us, default 0): the fixed cost of one call of a
   collective -- entering and leaving the runtime, ranks starting at slightly
   different times -- added once per call whatever the schedule. Measured by
@@ -432,6 +443,8 @@ class Topology:
     forward_curve: SizeCurve | None = None
     # False (with overhead_scope "rank"): a message's bytes start moving only when both ranks' engines are idle
     async_progress: bool = True
+    # True (with async_progress False): a transfer's data phase keeps the receiver's engine busy (its core copies)
+    receiver_copies: bool = False
     # extra us of a round by the peers a rank waits on in it (None: nothing), see the module docstring
     round_cost: RoundCost | None = None
     # us per call made through ccsynth's communicator, over call_overhead (predictions of such rows only)
@@ -519,6 +532,9 @@ class Topology:
                                 f"{type(self.round_cost).__name__}")
         if not isinstance(self.async_progress, bool):
             raise TopologyError(f"topology {self.name!r}: async_progress must be true or false, got {self.async_progress!r}")
+        if not isinstance(self.receiver_copies, bool):
+            raise TopologyError(f"topology {self.name!r}: receiver_copies must be true or false, got "
+                                f"{self.receiver_copies!r}")
         if self.forward_curve is not None and self.forward_curve.fastest < 1.0:
             raise TopologyError(f"topology {self.name!r}: forward_curve factors must be at least 1 (a forwarded "
                                 f"message costs more, never less), got {self.forward_curve.fastest:g}")
