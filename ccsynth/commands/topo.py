@@ -123,6 +123,8 @@ def run(args) -> int:
         extras.append(f"messages above {topo.eager_limit:g} B: {topo.rendezvous_alpha:g} us more latency")
     if not topo.async_progress:
         extras.append("no asynchronous progress (a message's bytes wait for both ranks to be idle)")
+        if topo.receiver_copies:
+            extras.append("the receiver's core copies a message's bytes (nothing else runs on that rank meanwhile)")
     if topo.round_cost is not None:
         extras.append("a round of k peers costs more: " + ", ".join(f"k={k} {c:.3g} us" for k, c in
                                                                   zip(topo.round_cost.peers, topo.round_cost.us)))
@@ -256,6 +258,9 @@ def _summary(prof) -> None:
         alone = ", ".join(f"node {k}: {v:.3g} GB/s" for k, v in sorted(prof.pair_bw.items()))
         print("shared ports: none" + (f" (one pair alone gets no more than all at once: {alone})" if alone else
                                       " (no node runs three ranks: nothing to compare)"))
+    print("a message's bytes are copied by the receiving rank's core (receiver_copies: every rank has a core of "
+          "its own)" if topo.receiver_copies else "a message's bytes overlap the receiver's other work (more ranks "
+          "than cores: receiver_copies left out)")
     if prof.protocol.eager_limit is not None:
         print(f"protocol switch: messages above {format_size(int(prof.protocol.eager_limit))} bytes pay "
               f"{prof.protocol.rendezvous_alpha:.3g} us more latency (rendezvous)")
