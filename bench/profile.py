@@ -615,9 +615,7 @@ def patterns(nodes: Sequence[int]) -> tuple[Pattern, ...]:
     ``r -> r + k`` of the whole world (a pattern may then mix pair kinds).
     """
     n = len(nodes)
-    members: dict[int, list[int]] = {}
-    for r, node in enumerate(nodes):
-        members.setdefault(node, []).append(r)
+    members = _node_members(nodes)
     groups = [members[k] for k in sorted(members)]
     p = len(groups[0])
     if any(len(g) != p for g in groups):
@@ -1456,19 +1454,22 @@ def _node_ports(fits: Sequence[LinkFit], nodes: Sequence[int], pair_bw: dict[int
     return ports
 
 
+def _node_members(nodes: Sequence[int]) -> dict[int, list[int]]:
+    """The ranks of every node (``nodes[r]``: rank ``r``'s node), in rank order."""
+    members: dict[int, list[int]] = {}
+    for r, node in enumerate(nodes):
+        members.setdefault(node, []).append(r)
+    return members
+
+
 def own_cores(nodes: Sequence[int], cores: Sequence[int]) -> bool:
     """Whether every rank has a core of its own (no node runs more ranks than it has cores): where it has, the
     profile says ``receiver_copies`` (see the module docstring)."""
-    per_node: dict[int, list[int]] = {}
-    for r, node in enumerate(nodes):
-        per_node.setdefault(node, []).append(r)
-    return all(len(ranks) <= cores[ranks[0]] for ranks in per_node.values())
+    return all(len(ranks) <= cores[ranks[0]] for ranks in _node_members(nodes).values())
 
 
 def _describe(n: int, hosts: Sequence[str], nodes: Sequence[int], cores: Sequence[int], mpi_library: str) -> str:
-    per_node: dict[int, list[int]] = {}
-    for r, node in enumerate(nodes):
-        per_node.setdefault(node, []).append(r)
+    per_node = _node_members(nodes)
     parts = []
     for _node, ranks in sorted(per_node.items()):
         c = cores[ranks[0]]

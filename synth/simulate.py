@@ -690,7 +690,7 @@ def _run(
     data_unit = chunk_bytes * message_factor  # bytes a unit's data phase moves through its resources
     hold = not p.async_progress  # a transfer's data phase waits for both engines (see the module docstring)
     copies = p.receiver_copies  # ... and keeps the receiver's engine busy (see the module docstring)
-    slowest = [min((caps[r] for r in rs), default=math.inf) for rs in class_res]
+    slowest = [min((caps[r] for r in rs), default=math.inf) for rs in class_res] if copies else []
     # units each op's data phase moves: forwarded sends move forward_factor times theirs
     fwd = p.forwards
     dcount = count if fwd is None or forward_factor == 1.0 else \

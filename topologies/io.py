@@ -311,6 +311,14 @@ def topology_from_dict(d: Any, *, source: str | None = None) -> Topology:
         raise TopologyError(f"{source}: {e}") from None
 
 
+def _flag(d: Mapping, key: str, default: bool) -> bool:
+    """``d[key]`` (``default`` where absent), which must be a JSON boolean."""
+    value = d.get(key, default)
+    if not isinstance(value, bool):
+        raise TopologyError(f"{key} must be true or false, got {json_type_name(value)}")
+    return value
+
+
 def _topology_from_dict(d: Any) -> Topology:
     if not isinstance(d, dict):
         raise TopologyError(f"a topology must be a JSON object, got {json_type_name(d)}")
@@ -402,12 +410,8 @@ def _topology_from_dict(d: Any) -> Topology:
     forward_curve = _curve(d, "forward_curve")
     footprint_curve = _curve(d, "footprint_curve")
     cold_call = _cold_call(d)
-    async_progress = d.get("async_progress", True)
-    if not isinstance(async_progress, bool):
-        raise TopologyError(f"async_progress must be true or false, got {json_type_name(async_progress)}")
-    receiver_copies = d.get("receiver_copies", False)
-    if not isinstance(receiver_copies, bool):
-        raise TopologyError(f"receiver_copies must be true or false, got {json_type_name(receiver_copies)}")
+    async_progress = _flag(d, "async_progress", True)
+    receiver_copies = _flag(d, "receiver_copies", False)
     round_cost = _round_cost(d)
     communicator_overhead = _number(d.get("communicator_overhead_us", 0.0), "communicator_overhead_us",
                                     positive=False)
