@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ccsynth.collectives.mpi_util import mpi_comm
 from ccsynth.errors import CCSynthError
 from ccsynth.synth.reshard.api import reshard
 from ccsynth.synth.reshard.layout import TensorLayout
@@ -153,6 +154,7 @@ def run_reshard_bench(comm, task: ReshardTask, algos, *, iters: int = 20, warmup
     """Yield one :class:`ReshardRow` per algorithm (on every rank; rows agree across ranks)."""
     from mpi4py import MPI
 
+    comm = mpi_comm(comm)  # a ccsynth.Communicator: the mpi baseline is the MPI library's own Alltoallv
     rank = comm.Get_rank()
     for a in algos:
         if a not in ALGOS:

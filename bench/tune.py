@@ -28,6 +28,7 @@ import numpy as np
 
 from ccsynth.bench import omb
 from ccsynth.bench.algos import PlanAlgorithm
+from ccsynth.collectives.mpi_util import mpi_comm
 from ccsynth.collectives.plan import Plan, PlanEntry
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import CCSynthError
@@ -71,7 +72,9 @@ def mpi_timer(comm, *, iters: int = TUNE_ITERS, warmup: int = TUNE_WARMUP, buffe
               dtype: str = "float32", rounds: int = TUNE_ROUNDS) -> Callable[[Schedule, Schedule, int], tuple[float, float]]:
     """A timer for :func:`~ccsynth.synth.tables.tune_plan` on ``comm`` (every rank calls it alike): for both
     schedules (us), the median over ``rounds`` rounds (the order alternating) of the median over the round's
-    share of ``iters`` interleaved iterations of the slowest rank."""
+    share of ``iters`` interleaved iterations of the slowest rank. ``comm``: an mpi4py intracommunicator or a
+    ``ccsynth.Communicator`` (the one it wraps is timed on)."""
+    comm = mpi_comm(comm)
 
     def timer(candidate: Schedule, default: Schedule, plan_bytes: int) -> tuple[float, float]:
         kind = candidate.collective.kind

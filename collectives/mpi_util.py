@@ -30,6 +30,8 @@ import traceback
 from typing import Any
 from collections.abc import Callable
 
+from ccsynth.errors import CCSynthError
+
 _installed: dict[str, Any] = {}
 
 
@@ -57,6 +59,27 @@ def _abort(comm, code: int) -> None:
         comm.Abort(code)
 
 
+def mpi_comm(comm):
+    """The mpi4py intracommunicator behind ``comm``, for MPI's own calls (agreement, point to point, splits).
+
+    ``comm`` is an mpi4py intracommunicator (returned as it is) or a
+    :class:`ccsynth.Communicator <ccsynth.collectives.communicator.Communicator>`
+    (the communicator it wraps: its collectives run ccsynth schedules and
+    return ccsynth requests, which mpi4py's ``Waitany`` cannot take). Anything
+    else raises :class:`~ccsynth.errors.CCSynthError` naming its type.
+    """
+    MPI = _world()
+    # Imported here, not at the top, for the reason MPI is: the runtime module initialises MPI on import.
+    from ccsynth.collectives.communicator import Communicator
+
+    if isinstance(comm, Communicator):
+        return comm.comm
+    if isinstance(comm, MPI.Intracomm):
+        return comm
+    raise CCSynthError(f"comm must be an mpi4py intracommunicator or a ccsynth.Communicator, "
+                       f"got {type(comm).__name__}")
+
+
 def install_abort_handler(comm=None, *, code: int = 1) -> None:
     """Make an unhandled exception on any rank abort the whole MPI job.
 
@@ -67,7 +90,7 @@ def install_abort_handler(comm=None, *, code: int = 1) -> None:
     the process exits as usual.
     """
     MPI = _world()
-    comm = comm if comm is not None else MPI.COMM_WORLD
+    comm = mpi_comm(comm) if comm is not None else MPI.COMM_WORLD
     if _installed.get("comm") is comm:
         return
     previous = _installed.get("previous", sys.excepthook)
@@ -105,7 +128,7 @@ def abort_exit(code: int, comm=None) -> None:
     """Exit this rank with ``code``; with ``code != 0`` and several ranks, abort them all."""
     if code:
         MPI = _world()
-        _abort(comm if comm is not None else MPI.COMM_WORLD, int(code))
+        _abort(mpi_comm(comm) if comm is not None else MPI.COMM_WORLD, int(code))
     sys.exit(code)
 
 
@@ -116,7 +139,7 @@ def run_main(main: Callable[[], int | None], comm=None) -> None:
     (after printing the traceback); zero exits normally.
     """
     MPI = _world()
-    comm = comm if comm is not None else MPI.COMM_WORLD
+    comm = mpi_comm(comm) if comm is not None else MPI.COMM_WORLD
     try:
         code = main() or 0
     except SystemExit as e:
@@ -137,4 +160,4 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec") or shutil.which("mpirun")
 
 
-__all__ = ["install_abort_handler", "uninstall_abort_handler", "abort_exit", "run_main", "find_mpiexec"]
+__all__ = ["mpi_comm", "install_abort_handler", "uninstall_abort_handler", "abort_exit", "run_main", "find_mpiexec"]

@@ -71,6 +71,7 @@ from typing import Any
 
 
 from ccsynth.collectives.executor import CompiledSchedule
+from ccsynth.collectives.mpi_util import mpi_comm
 from ccsynth.collectives.phase_plan import PhasePlan
 from ccsynth.collectives.runtime.channel import Channel, is_shared
 from ccsynth.collectives.runtime.control import Notice
@@ -123,6 +124,7 @@ class PhasedRunner:
                  threads: bool | str = "auto", timeout: float | None = None, cache_bytes: int | None = None):
         from mpi4py import MPI
 
+        comm = mpi_comm(comm)  # a ccsynth.Communicator: the groups split the comm it wraps
         self.sizes = tuple(int(s) for s in sizes)
         if not self.sizes or any(s < 1 for s in self.sizes):
             raise TopologyError(f"dimension sizes must be positive integers, got {list(sizes)}")

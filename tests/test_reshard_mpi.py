@@ -42,6 +42,16 @@ def test_array_likes_and_staged_host_stand_ins_round_trip_exactly(mode):
     assert out.count("PASS") >= 8, out[-3000:]
 
 
+def test_every_entry_point_taking_comm_accepts_a_ccsynth_communicator():
+    # ccsynth.reshard(comm=ccsynth.Communicator(...)) raised TypeError: its Iallreduce returns a ccsynth request
+    p = launch(4, "communicator", "11", "6")
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert "FAIL" not in out and "Traceback" not in out, out[-3000:]
+    for name in ("comm5", "commbench", "commtune", "commphases", "commtype"):
+        assert out.count(f"CASE {name} PASS") == 4, (name, out[-3000:])
+
+
 def test_a_bad_shard_on_one_rank_raises_on_every_rank_without_hanging():
     p = launch(3, "bad", timeout=120)
     out = p.stdout + p.stderr

@@ -35,6 +35,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ccsynth.collectives.arraylike import as_array
+from ccsynth.collectives.mpi_util import mpi_comm
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
 from ccsynth.collectives.schedule import schedule_from_json
 from ccsynth.collectives.staging import STAGING_MODES, Stager, decide
@@ -176,7 +177,8 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
     ``src``/``dst``: :class:`~.layout.TensorLayout` s, or ``(mesh, spec)``
     pairs with ``shape=`` (a mesh is a :class:`~.mesh.DeviceMesh` or a mesh
     shape, on ranks ``0..`` of ``comm``; specs in Alpa's or JAX's notation).
-    ``dtype`` defaults to the local shard's. ``planner``: ``naive``,
+    ``comm``: an mpi4py intracommunicator or a :class:`ccsynth.Communicator`
+    (the resharding runs on the communicator it wraps). ``dtype`` defaults to the local shard's. ``planner``: ``naive``,
     ``broadcast`` (default) or ``milp``; ``topology`` (optional) gives the
     hosts and links the planner balances over. ``out``: an array of the
     destination shard's shape to fill instead of a new one (returned).
@@ -191,6 +193,7 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
     (:mod:`~ccsynth.collectives.staging`). A rank off the source mesh that
     wants its destination shard on the device passes ``out=``.
     """
+    comm = mpi_comm(comm)  # a ccsynth.Communicator: the agreement, the plan's broadcast and the run use what it wraps
     error = None
     hit = None
     given_out = out

@@ -46,6 +46,7 @@ from typing import cast
 import numpy as np
 
 from ccsynth.collectives.explicit import ExplicitCollective
+from ccsynth.collectives.mpi_util import mpi_comm
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.staging import Stager
@@ -168,6 +169,7 @@ class ReshardProgram:
         """
         from mpi4py import MPI  # initialises MPI: only when a plan runs
 
+        comm = mpi_comm(comm)  # a ccsynth.Communicator: its sends and receives are the wrapped comm's
         calls = mpi_calls(MPI, resolve_wait_mode(wait))
 
         self.check_input(local_src, out)

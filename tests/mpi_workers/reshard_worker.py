@@ -10,6 +10,10 @@ torch CPU tensor or any buffer takes), ``reshard_worker.py staged SEED
 COUNT`` runs the plans through :meth:`ReshardProgram.run_staged` with a
 NumPy :class:`Stager` standing in for pinned host memory (the host-side
 logic device shards take on a library that is not CUDA-aware).
+``reshard_worker.py communicator SEED COUNT`` passes a ``ccsynth.Communicator``
+as ``comm`` to every entry point that takes one (``ccsynth.reshard``,
+:meth:`ReshardProgram.run`, the resharding bench, the tuner's timer, the
+multi-dimension runner) and checks the results against NumPy.
 """
 
 from __future__ import annotations
@@ -131,6 +135,50 @@ def run_wrapped(seed: int, count: int, mode: str) -> int:
     return 0
 
 
+def with_communicator(seed: int, count: int) -> int:
+    """Every entry point that takes ``comm`` also takes a ``ccsynth.Communicator`` (it runs on the comm it wraps)."""
+    from ccsynth.bench.reshard import run_reshard_bench
+    from ccsynth.bench.tune import mpi_timer
+    from ccsynth.collectives.multidim import PhasedRunner
+    from ccsynth.synth.baselines import make_baseline
+
+    wrapped = ccsynth.Communicator(comm)
+    rng = random.Random(seed)
+    for i in range(count):
+        shape, src, dst, dtype, planner = case(rng)
+        planner = "naive" if planner == "milp" else planner
+        full = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+        tile = src.tile_of_rank(rank)
+        mine = None if tile is None else np.ascontiguousarray(full[tuple(slice(a, b) for a, b in src.box(tile))])
+        dtile = dst.tile_of_rank(rank)
+        want = None if dtile is None else full[tuple(slice(a, b) for a, b in dst.box(dtile))]
+        got = [ccsynth.reshard(mine, src=src, dst=dst, comm=wrapped, dtype=dtype, planner=planner) for _ in range(2)]
+        prog = ReshardProgram(plan_reshard(ReshardTask(shape, dtype, src, dst), n_ranks=size, planner=planner), rank)
+        got.append(prog.run(wrapped, mine, call=i, stride=1000))
+        ok = all((g is None) if want is None else (g is not None and np.array_equal(g, want)) for g in got)
+        print(f"CASE comm{i} {'PASS' if ok else 'FAIL'} rank {rank}: {shape} {src.describe()} -> {dst.describe()} "
+              f"({planner})", flush=True)
+        if not ok:
+            return 1
+    task = ReshardTask((8, 6), "float32", TensorLayout.of((8, 6), DeviceMesh((size,)), "S0,R"),
+                       TensorLayout.of((8, 6), DeviceMesh((size,)), "R,S0"))
+    rows = list(run_reshard_bench(wrapped, task, ["naive", "mpi"], iters=1, warmup=0, validate=True))
+    ok = [r.valid for r in rows] == [True, True]
+    print(f"CASE commbench {'PASS' if ok else 'FAIL'} rank {rank}: {rows}", flush=True)
+    ring = make_baseline("ring", ccsynth.Collective("allgather", size), ccsynth.get_topology(f"ring:{size}"))
+    times = mpi_timer(wrapped, iters=2, warmup=0, rounds=1)(ring, ring, 1024)
+    ok = len(times) == 2 and all(t > 0 for t in times)
+    print(f"CASE commtune {'PASS' if ok else 'FAIL'} rank {rank}: {times}", flush=True)
+    runner = PhasedRunner(wrapped, (size,))
+    ok = runner.n == size
+    print(f"CASE commphases {'PASS' if ok else 'FAIL'} rank {rank}", flush=True)
+    try:
+        ccsynth.reshard(mine, src=src, dst=dst, comm="world", dtype=dtype)
+    except ccsynth.CCSynthError as e:
+        print(f"CASE commtype {'PASS' if 'intracommunicator' in str(e) else 'FAIL'} rank {rank}: {e}", flush=True)
+    return 0
+
+
 def bad() -> int:
     src = TensorLayout.of((8, 4), DeviceMesh((size,)), "S0,R")
     dst = TensorLayout.of((8, 4), DeviceMesh((size,)), "R,S0")
@@ -155,6 +203,8 @@ def bad() -> int:
 if __name__ == "__main__":
     if sys.argv[1] == "bad":
         sys.exit(bad())
+    if sys.argv[1] == "communicator":
+        sys.exit(with_communicator(int(sys.argv[2]), int(sys.argv[3])))
     if sys.argv[1] in ("arraylike", "staged"):
         sys.exit(run_wrapped(int(sys.argv[2]), int(sys.argv[3]), sys.argv[1]))
     sys.exit(run_cases(int(sys.argv[1]), int(sys.argv[2])))
