@@ -240,6 +240,40 @@ def test_msccl_export_and_utilization():
     assert all(0 < u.utilization <= 1 + 1e-9 for u in use)
 
 
+def test_utilization_counts_the_real_bytes_of_a_reshard_and_charges_cross_host_messages_to_the_nic(tmp_path, capsys):
+    # an explicit (reshard) schedule's sends were counted as chunks (1.0 "bytes"), and every message between ranks
+    # differing in both coordinates went to a phantom dimension "other" of size 0
+    import numpy as np
+
+    out = tmp_path / "rs.json"
+    assert cli_main(["reshard", "--shape", "64x64x16", "--src-mesh", "2x2", "--src-spec", "S0,R,R", "--dst-mesh",
+                     "2x2", "--dst-spec", "R,S1,R", "-t", "shared_nic:2x4", "--planner", "naive", "-o",
+                     str(out)]) == 0
+    capsys.readouterr()
+    assert cli_main(["simulate", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)["results"][0]
+    sched = json.loads(out.read_text())
+    pieces = np.array(sched["collective"]["pieces"])
+    t = get_topology("shared_nic:2x4")
+    # every send's bytes, by hand: the units of its chunks (its pieces' element counts) times 4 (float32)
+    inputs = sched["collective"]["inputs"]
+    want = {"switch": 0.0, "nic": 0.0}
+    for op in sched["ops"]:
+        if op["op"] == "send":
+            buf, start, count = op["src"]
+            assert buf == "i"  # the naive plan sends from the source shards only
+            units = sum(pieces[inputs[op["rank"]][i]] for i in range(start, start + count))
+            host = [r // 4 for r in (op["rank"], op["peer"])]
+            want["nic" if host[0] != host[1] else "switch"] += 4.0 * units / t.n_ranks
+    assert res["size_bytes"] == 64 * 64 * 16 * 4
+    got = {d["name"]: d for d in res["dimensions"]}
+    assert set(got) == {"switch", "nic"}
+    assert got["nic"]["sent_bytes"] == pytest.approx(want["nic"]) and want["nic"] > 0
+    assert got["switch"]["sent_bytes"] == pytest.approx(want["switch"])
+    assert got["nic"]["utilization"] == pytest.approx(want["nic"] / (3.125e3 * res["time_us"]))
+    assert 0 < got["nic"]["utilization"] <= 1
+
+
 def test_synthesize_compares_against_the_multidim_schedulers():
     from ccsynth.synth.synthesize import SynthReport, synthesize
 

@@ -101,7 +101,7 @@ def run(args) -> int:
         names = [u.name for u in dims[0]]
         print("# per-dimension utilization (bytes a rank sends there / what the dimension carries in that time)")
         print_table(["size"] + names,
-                    [(human(r.size_bytes), *("-" if u.utilization is None else f"{u.utilization:.0%}" for u in d))
+                    [(human(r.size_bytes), *(f"{u.utilization:.0%}" for u in d))
                      for r, d in zip(results, dims)])
     if wrote:
         print(wrote)
