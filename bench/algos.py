@@ -58,6 +58,7 @@ __all__ = [
     "VARIABLE_CALLS",
     "mpi_op",
     "baseline_names",
+    "baseline_chunk_factor",
     "valid_names",
     "parse_algorithms",
     "resolve_algorithms",
@@ -124,6 +125,9 @@ class Algorithm:
     def schedule_for(self, kind: str, ctx, nbytes: int) -> Schedule | None:
         """The schedule that runs ``kind`` at ``nbytes`` (nccl-tests size), as set up; None if none does (MPI's own)."""
         return None
+
+    def free(self) -> None:
+        """Release what :meth:`setup` built (compiled schedules); collective, like MPI's ``Free``."""
 
 
 def mpi_op(c, op: str):
@@ -218,12 +222,17 @@ class MpiAlgorithm(Algorithm):
         return {**_buffer_calls(c, ctx.options.root, ctx.options.op), "barrier": c.Barrier}[kind]
 
 
+def baseline_chunk_factor(kind: str, n: int) -> int:
+    """The chunk factor a baseline of ``kind`` on ``n`` ranks is built with when ``--chunks`` is not given."""
+    # Ring allreduce cuts the buffer into one block per rank; fewer chunks would leave it idle.
+    return n if kind == "allreduce" else 1
+
+
 def _chunk_factor(kind: str, ctx) -> int:
     chunks = ctx.options.chunks
     if chunks:
         return int(chunks)
-    # Ring allreduce cuts the buffer into one block per rank; fewer chunks would leave it idle.
-    return ctx.n if kind == "allreduce" else 1
+    return baseline_chunk_factor(kind, ctx.n)
 
 
 class ScheduleAlgorithm(Algorithm):
@@ -267,6 +276,13 @@ class ScheduleAlgorithm(Algorithm):
     def schedule_for(self, kind: str, ctx, nbytes: int) -> Schedule | None:
         prog = self._compiled.get(kind)
         return prog.schedule if prog is not None else None
+
+    def free(self) -> None:
+        for prog in self._compiled.values():
+            prog.free()
+        if self._comm is not None:
+            self._comm.Free()
+        self._compiled, self._schedules, self._comm = {}, {}, None
 
     def stats_reader(self, kind: str, ctx):
         prog = self._compiled[kind]

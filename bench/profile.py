@@ -156,6 +156,19 @@ kept as the median of the fastest half of those measurements
 (:func:`robust_us`): on a loaded machine one fastest pass of a probe this
 cheap can be a lucky one.
 
+**Reference collectives** (:mod:`ccsynth.bench.calibration`). Last in
+every pass, an allreduce and an allgather by ccsynth's ring and recursive
+doubling and by the MPI library, interleaved, at input sizes from 64 B to
+16 MiB per rank (quick: 1 KiB, 64 KiB, 1 MiB); after every other figure is
+fitted, per size the geometric mean of their measured / predicted times is
+``Topology.run_curve``, which the prediction of every whole run carries.
+What the probes miss is common to every schedule at a size: on the
+project's 2-core machine with 4 ranks every algorithm's rows from 8 B to
+256 KiB ran 1.2-1.8x their prediction alike, and one run's factors from
+these two algorithms, applied to another run's predictions, brought 30 of
+30 size bands from 64 KiB within 25% (bench/RESULTS.md, issue 10, session
+11). ``--no-reference`` leaves them out (no run curve).
+
 **Cold caches.** The bandwidth and forward probes start every timed call
 with the core's own caches holding other data: an untimed pass over an
 eviction buffer (:func:`eviction_bytes`: four times the largest cache
@@ -244,6 +257,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from ccsynth.bench import calibration as cal
+from ccsynth.bench.omb import ITERS_LARGE as BENCH_ITERS_LARGE, ITERS_SMALL as BENCH_ITERS_SMALL, LARGE_MESSAGE
+from ccsynth.bench.omb import WARMUP_LARGE as BENCH_WARMUP_LARGE, WARMUP_SMALL as BENCH_WARMUP_SMALL
 from ccsynth.bench.omb import Case, measure, slowest_rank_median
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.communicator import Communicator
@@ -344,6 +360,7 @@ class ProfileOptions:
     passes: int | None = None  # passes over all probes (None: PASSES, quick 1); a probe keeps its fastest pass
     cold: bool = True  # large-message probes start with the caches holding other data (see the module docstring)
     footprints: tuple[int, ...] | None = None  # footprints of the footprint probes (None: FOOTPRINTS, QUICK_FOOTPRINTS)
+    calibrate: bool = True  # run the reference collectives that give the run curve (ccsynth.bench.calibration)
 
     @property
     def bw_sizes(self) -> tuple[int, ...]:
@@ -365,6 +382,23 @@ class ProfileOptions:
         else:
             iters, warmup = (ITERS_LARGE, WARMUP_LARGE) if large else (ITERS_SMALL, WARMUP_SMALL)
         return max(1, -(-iters // self.n_passes)), warmup
+
+    @property
+    def calibration_sizes(self) -> tuple[int, ...]:
+        """Input bytes per rank of the reference collectives (none when ``calibrate`` is off)."""
+        if not self.calibrate:
+            return ()
+        return cal.QUICK_SIZES if self.quick else cal.SIZES
+
+    def calibration_iterations(self, size: int) -> tuple[int, int]:
+        """(timed, warm-up) iterations of one pass of the reference collectives at ``size`` input bytes per rank:
+        ``ccsynth bench``'s counts shared among the passes (a quarter of them, quick)."""
+        large = size > LARGE_MESSAGE
+        iters = BENCH_ITERS_LARGE if large else BENCH_ITERS_SMALL
+        warmup = BENCH_WARMUP_LARGE if large else BENCH_WARMUP_SMALL
+        if self.quick:
+            iters, warmup = max(2, iters // 4), max(1, warmup // 4)
+        return max(2, -(-iters // self.n_passes)), warmup
 
     @property
     def rounds(self) -> tuple[int, ...]:
@@ -537,6 +571,7 @@ class RawProfile:
     communicator_us: tuple[tuple[str, tuple[float, ...], tuple[float, ...]], ...]
     kernels: KernelRates
     seconds: float = 0.0  # the measurement's wall time
+    calibration: tuple[cal.CalibrationRow, ...] = ()  # the reference collectives, every pass's time (run curve)
 
     @property
     def nodes(self) -> tuple[int, ...]:
@@ -582,6 +617,7 @@ class MachineProfile:
             "forward_curve": None if self.topology.forward_curve is None else self.topology.forward_curve.to_dict(),
             "footprint_curve": None if self.topology.footprint_curve is None else self.topology.footprint_curve.to_dict(),
             "cold_call": None if self.topology.cold_call is None else self.topology.cold_call.to_dict(),
+            "run_curve": None if self.topology.run_curve is None else self.topology.run_curve.to_dict(),
             "local_ladder_us": [[m, t] for m, t in self.kernels.ladder],
             "pair_bw_GBps": {str(k): v for k, v in self.pair_bw.items()},
             "samples": [{"probe": s.probe.describe(), "measured_us": s.measured_us} for s in self.samples],
@@ -1518,7 +1554,8 @@ def measure_machine(
     rounds = round_probes(n, options)
     small = rounds + [None]  # None: the communicator probe
     passes = options.n_passes
-    total = passes * (len(every) + 2 * len(small)) + 1
+    ref_sizes = options.calibration_sizes
+    total = passes * (len(every) + 2 * len(small) + len(ref_sizes)) + 1
     say = progress or (lambda k, t, what: None)
     # Passes over all probes (the fit keeps each one's fastest pass: load from other processes comes and
     # goes, and can only make a probe slower). The small probes of rounds and the communicator run at
@@ -1529,6 +1566,7 @@ def measure_machine(
     direct_seen: dict[str, list[float]] = {}
     comm_probe = _CommunicatorProbe(comm)
     evictions = EvictionBuffer()
+    references: list[list[cal.CalibrationRow]] = []
     k = 0
 
     def small_pass(pas: int) -> None:
@@ -1550,6 +1588,15 @@ def measure_machine(
             say(k, total, probe.describe() + (f" (pass {pas + 1} of {passes})" if passes > 1 else ""))
             times.setdefault(probe, []).append(measure_probe(comm, probe, options, evictions).measured_us)
             k += 1
+        if ref_sizes:
+            def reference(size: int, pas: int = pas) -> None:
+                nonlocal k
+                say(k, total, f"reference collectives: {' and '.join(cal.REFERENCE_KINDS)} by "
+                              f"{', '.join(cal.REFERENCE_ALGORITHMS)} and {cal.MPI} at {format_size(size)} per rank"
+                              + (f" (pass {pas + 1} of {passes})" if passes > 1 else ""))
+                k += 1
+
+            references.append(cal.measure_calibration(comm, ref_sizes, options.calibration_iterations, reference))
         small_pass(pas)
     comm_probe.free()
     del evictions
@@ -1564,7 +1611,7 @@ def measure_machine(
         probe_us=tuple((p, tuple(times[p])) for p in every),
         round_us=tuple((p, tuple(seen[p])) for p in rounds),
         communicator_us=tuple((kd, tuple(via_seen[kd]), tuple(direct_seen[kd])) for kd in via_seen),
-        kernels=kernels, seconds=time.perf_counter() - t_start)
+        kernels=kernels, seconds=time.perf_counter() - t_start, calibration=cal.merge_passes(references))
 
 
 def _pair_probes(nodes: Sequence[int], options: ProfileOptions) -> dict[Pattern, list[Probe]]:
@@ -1624,6 +1671,8 @@ def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> Mac
     )
     topo = replace(topo, round_cost=fit_round_cost(topo, round_samples),
                    communicator_overhead=communicator.overhead_us)
+    # last: the reference runs are predicted with every other figure in place
+    topo = replace(topo, run_curve=cal.fit_run_curve(topo, raw.calibration))
     return MachineProfile(topo, fits, call, kernels, tuple(samples) + tuple(s for v in pair_samples.values() for s in v),
                           nodes, raw.hosts, cores, tuple(ports.values()), pair_bw, protocol, raw.seconds,
                           round_samples, communicator, raw)

@@ -4,7 +4,8 @@
 beside the topology, everything :func:`ccsynth.bench.profile.measure_machine`
 timed (:class:`~ccsynth.bench.profile.RawProfile`: every probe with its time
 in every pass, the round and communicator probes' measurements, the local
-kernels' rates, what the ranks ran on, the options). ``ccsynth topo refit
+kernels' rates, what the ranks ran on, the options, and the reference
+collectives' times of every pass, :mod:`ccsynth.bench.calibration`). ``ccsynth topo refit
 raw.json -o machine.json`` fits it again with the current rules
 (:func:`~ccsynth.bench.profile.fit_profile`): the same topology as the
 profile wrote when the rules are the same (JSON keeps every float exactly),
@@ -14,7 +15,10 @@ would have said, from the same times).
 
 The file (``"format": "ccsynth.profile-raw"``, ``"version": 1``) lists each
 probe by its fields (pattern, shape, messages, bytes, slice, peers, eviction
-pass) and its times in us.
+pass) and its times in us; ``calibration`` lists the reference runs (kind,
+algorithm, input bytes per rank, nccl-tests size, times in us). A file
+written before the reference runs existed has none: its refit has no run
+curve.
 
 Example:
     >>> from ccsynth.bench.profile import KernelRates, ProfileOptions, Probe, RawProfile, patterns
@@ -32,6 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ccsynth.atomic import write_text
+from ccsynth.bench.calibration import CalibrationRow
 from ccsynth.bench.profile import KernelRates, Pattern, Probe, ProfileOptions, RawProfile
 from ccsynth.errors import CCSynthError
 
@@ -61,7 +66,7 @@ def raw_to_dict(raw: RawProfile) -> dict:
     return {
         "format": RAW_FORMAT, "version": RAW_VERSION, "n_ranks": raw.n,
         "options": {"sizes": None if o.sizes is None else list(o.sizes), "iters": o.iters, "quick": o.quick,
-                    "passes": o.passes, "cold": o.cold,
+                    "passes": o.passes, "cold": o.cold, "calibrate": o.calibrate,
                     "footprints": None if o.footprints is None else list(o.footprints)},
         "hosts": list(raw.hosts), "cores": list(raw.cores), "mpi_library": raw.mpi_library, "when": raw.when,
         "load": raw.load, "seconds": raw.seconds,
@@ -71,6 +76,8 @@ def raw_to_dict(raw: RawProfile) -> dict:
         "rounds": [_probe_to_dict(p, us) for p, us in raw.round_us],
         "communicator": [{"collective": kd, "communicator_us": list(v), "executor_us": list(d)}
                          for kd, v, d in raw.communicator_us],
+        "calibration": [{"collective": r.kind, "algorithm": r.algorithm, "input_bytes": r.input_bytes,
+                         "nbytes": r.nbytes, "us": list(r.us)} for r in raw.calibration],
     }
 
 
@@ -84,7 +91,7 @@ def raw_from_dict(d: Mapping) -> RawProfile:
         o = d["options"]
         options = ProfileOptions(sizes=None if o.get("sizes") is None else tuple(int(s) for s in o["sizes"]),
                                  iters=o.get("iters"), quick=bool(o.get("quick", False)), passes=o.get("passes"),
-                                 cold=bool(o.get("cold", True)),
+                                 cold=bool(o.get("cold", True)), calibrate=bool(o.get("calibrate", True)),
                                  footprints=None if o.get("footprints") is None else
                                  tuple(int(f) for f in o["footprints"]))
         k = d["kernels"]
@@ -97,7 +104,10 @@ def raw_from_dict(d: Mapping) -> RawProfile:
             round_us=tuple(_probe_from_dict(p) for p in d.get("rounds", ())),
             communicator_us=tuple((str(c["collective"]), tuple(float(t) for t in c["communicator_us"]),
                                    tuple(float(t) for t in c["executor_us"])) for c in d.get("communicator", ())),
-            kernels=kernels, seconds=float(d.get("seconds", 0.0)))
+            kernels=kernels, seconds=float(d.get("seconds", 0.0)),
+            calibration=tuple(CalibrationRow(str(c["collective"]), str(c["algorithm"]), int(c["input_bytes"]),
+                                             int(c["nbytes"]), tuple(float(t) for t in c["us"]))
+                              for c in d.get("calibration", ())))
     except (KeyError, TypeError, ValueError) as e:
         raise CCSynthError(f"raw profile: malformed ({type(e).__name__}: {e})") from e
 

@@ -158,6 +158,14 @@ overhead, exactly as for a schedule. Zero-byte tasks are allowed (an
 empty message still pays its overheads and latency; an empty local task
 is free), so the lowering can express what the runtime really does.
 
+A task graph is a whole run, so :func:`simulate_graph` applies
+``Topology.run_curve`` too (None in the catalog): the run's time, as every
+other model term left it, times the curve's factor at the call's input bytes
+per rank (:func:`run_factor`), a correction common to every schedule that
+``ccsynth topo profile`` measures on reference collectives
+(:mod:`ccsynth.bench.calibration`). :func:`simulate` (a schedule's own
+cost, what synthesis and bounds compare) never applies it.
+
 Implementation: one *class* per (connection, channel) holds the stream's
 current transfer, its queue, and its rate; a transfer handing over to the next
 one of its queue keeps the rate, so only streams starting or stopping trigger
@@ -200,7 +208,7 @@ import heapq
 import logging
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -1225,20 +1233,50 @@ def _static(p: _Prepared, topology: Topology, size_bytes: float) -> StaticBound:
     return StaticBound(volume, engine, call_cost(topology, f.footprint, working_set_bytes(schedule, size)))
 
 
+def input_bytes_per_rank(collective: Collective, size_bytes: float) -> float:
+    """The bytes of input one rank holds in a call of ``collective`` at ``size_bytes`` (nccl-tests size).
+
+    An allreduce's whole buffer, an allgather's one shard, ...: a collective's
+    ``in_chunks`` chunks; an explicit collective (resharding) has no common
+    figure per rank and is indexed by ``size_bytes`` itself.
+    """
+    if isinstance(collective, ExplicitCollective):
+        return float(size_bytes)
+    return collective.chunk_bytes(float(size_bytes)) * collective.in_chunks
+
+
+def run_factor(topology: Topology, collective: Collective, size_bytes: float) -> float:
+    """``Topology.run_curve`` at a call's input bytes per rank (1.0 without a run curve)."""
+    curve = topology.run_curve
+    if curve is None:
+        return 1.0
+    return curve.factor(input_bytes_per_rank(collective, size_bytes))
+
+
 def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | None = None,
                    footprint_bytes: float | None = None) -> SimResult:
     """Predict the time of a lowered program (:class:`TaskGraph`) on ``topology``.
 
     The same model and errors as :func:`simulate`; sizes are the tasks' own
     byte counts, and the result reports ``graph.size_bytes``; the default
-    footprint is ``graph.working_set_bytes``.
+    footprint is ``graph.working_set_bytes``. A task graph is a whole run:
+    its time (and the bandwidths and gap that follow from it) is scaled by
+    :func:`run_factor`, the topology's run curve at the call's input bytes
+    per rank (see the module docstring).
     """
-    return _result(_Prepared(graph, topology), topology, graph.size_bytes, local_bw, footprint_bytes=footprint_bytes)
+    result = _result(_Prepared(graph, topology), topology, graph.size_bytes, local_bw,
+                     footprint_bytes=footprint_bytes)
+    factor = run_factor(topology, graph.collective, graph.size_bytes)
+    if factor == 1.0:
+        return result
+    time_us = result.time_us * factor
+    return replace(result, time_us=time_us, algbw=result.algbw / factor, busbw=result.busbw / factor,
+                   gap=result.gap * factor)
 
 
 __all__ = [
     "ByteFactors", "ReceiveRounds", "SimResult", "StaticBound", "Task", "TaskGraph", "byte_factors", "call_cost",
-    "known_result",
+    "input_bytes_per_rank", "known_result", "run_factor",
     "receive_rounds", "simulate", "simulate_below", "simulate_sizes", "simulate_graph", "static_bound",
     "working_set_bytes",
 ]

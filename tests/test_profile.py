@@ -202,6 +202,13 @@ def test_profile_writes_a_topology_that_loads_and_synth_uses(ranks, tmp_path):
     assert topo.round_cost is not None and topo.round_cost.peers == tuple(range(1, ranks))
     assert all(c >= 0 for c in topo.round_cost.us) and topo.communicator_overhead >= 0
     assert "a round costs more by the peers" in proc.stdout and "through ccsynth's communicator" in proc.stdout
+    # the reference collectives ran last in the pass, at the quick sizes, and gave the run curve
+    from ccsynth.bench import calibration as cal
+
+    assert any(ln.startswith("[") and "reference collectives: allreduce and allgather" in ln for ln in progress)
+    assert topo.run_curve is not None and topo.run_curve.sizes == tuple(float(s) for s in cal.QUICK_SIZES)
+    assert all(cal.RUN_RANGE[0] <= f <= cal.RUN_RANGE[1] for f in topo.run_curve.factors)
+    assert "a whole run costs, by its input bytes per rank" in proc.stdout
     assert all(l.bw > 0 and l.alpha >= 0 and l.overhead >= 0 for l in topo.links)
     assert f"{ranks} ranks" in topo.description and "cores" in topo.description
     doc = json.loads(out.read_text())
@@ -218,6 +225,7 @@ def test_profile_writes_a_topology_that_loads_and_synth_uses(ranks, tmp_path):
     # the large footprint windows ran too: the cold call cost is written (0 where they measured none), and shown
     assert topo.cold_call is not None and "cold_call" in doc and all(c >= 0 for c in topo.cold_call.us)
     assert "a cold call costs more once" in show.stdout and "a cold call costs more once" in proc.stdout
+    assert "a whole run costs, by its input bytes per rank" in show.stdout
     # the raw probe times: fitted again offline, the very same file; on fewer footprint probes, fewer points
     assert f"wrote {raw}" in proc.stdout and json.loads(raw.read_text())["n_ranks"] == ranks
     again = tmp_path / "again.json"

@@ -17,6 +17,7 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "local_curve":   {"version": 1, "sizes_bytes": [...], "factors": [...]},  # the same for local work
       "forward_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # forwarded messages (>= 1)
       "footprint_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # by bytes touched per rank
+      "run_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # a whole run, by input bytes per rank
       "cold_call": {"version": 1, "footprints_bytes": [...], "us": [...], "working_set_bytes": 1572864},
       "async_progress": false,                      # bytes move only while both ranks wait (optional: true)
       "receiver_copies": true,                      # ... and keep the receiver's engine busy (optional: false)
@@ -65,6 +66,9 @@ calls on the same buffers, see :mod:`ccsynth.topologies.model`; left out:
 nothing) and ``cold_call`` (the us a call pays once more by its footprint,
 piecewise-linear in it, in proportion for calls of fewer buffers per rank
 than ``working_set_bytes``: :mod:`ccsynth.topologies.coldcall`; left out:
+nothing) and ``run_curve`` (what a whole run of a collective executed by
+ccsynth's executor or MPI costs more, by its input bytes per rank, measured
+with reference collectives: :mod:`ccsynth.bench.calibration`; left out:
 nothing).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
@@ -107,9 +111,8 @@ VERSION = 1
 
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
              "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
-             "message_curve", "local_curve", "forward_curve", "async_progress", "round_cost",
-             "communicator_overhead_us",
-             "message_curve", "local_curve", "forward_curve", "async_progress", "receiver_copies", "footprint_curve", "cold_call",
+             "message_curve", "local_curve", "forward_curve", "async_progress", "receiver_copies", "round_cost",
+             "communicator_overhead_us", "footprint_curve", "cold_call", "run_curve",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -162,6 +165,8 @@ def topology_to_dict(topology: Topology) -> dict:
         d["footprint_curve"] = t.footprint_curve.to_dict()
     if t.cold_call is not None:
         d["cold_call"] = t.cold_call.to_dict()
+    if t.run_curve is not None:
+        d["run_curve"] = t.run_curve.to_dict()
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -409,6 +414,7 @@ def _topology_from_dict(d: Any) -> Topology:
     local_curve = _curve(d, "local_curve")
     forward_curve = _curve(d, "forward_curve")
     footprint_curve = _curve(d, "footprint_curve")
+    run_curve = _curve(d, "run_curve")
     cold_call = _cold_call(d)
     async_progress = _flag(d, "async_progress", True)
     receiver_copies = _flag(d, "receiver_copies", False)
@@ -446,6 +452,7 @@ def _topology_from_dict(d: Any) -> Topology:
         communicator_overhead=communicator_overhead,
         footprint_curve=footprint_curve,
         cold_call=cold_call,
+        run_curve=run_curve,
     )
 
 

@@ -115,6 +115,20 @@ Units used everywhere in ccsynth:
   never adds it (it predicts a schedule's run); ``ccsynth bench --predict``
   adds it to the rows that run through the communicator (``default``,
   ``plan:FILE``). Measured by ``ccsynth topo profile``; 0 in the catalog.
+* ``Topology.run_curve`` (optional :class:`~ccsynth.topologies.curve.SizeCurve`,
+  default None): what a whole *run* of a collective costs more or less than
+  the model above says, by its input bytes per rank -- one factor per size,
+  common to every schedule. ``ccsynth topo profile`` measures it by running
+  reference collectives (MPI's own allreduce and allgather, ccsynth's ring
+  and recursive doubling) at a ladder of sizes and dividing their measured
+  times by their predictions (:mod:`ccsynth.bench.calibration`). On the
+  project's 2-core machine with 4 ranks every algorithm ran 1.2-1.8x its
+  per-probe prediction between 8 B and 256 KiB, alike, which no probe of
+  one message pattern saw. Only :func:`~ccsynth.synth.simulate.simulate_graph`
+  (the executor's run: what ``ccsynth bench --predict`` and the plan tables
+  read) applies it; the schedule-level simulator, the synthesizer and the
+  lower bounds do not (a factor common to every schedule changes no choice
+  among schedules). None: nothing, as in the catalog.
 
 A :class:`Topology` holds
 
@@ -453,6 +467,8 @@ class Topology:
     footprint_curve: SizeCurve | None = None
     # us a call pays once more by its footprint per rank (the per-call part of a cold call; None: nothing)
     cold_call: ColdCallCost | None = None
+    # what a whole run of a collective costs more by its input bytes per rank (None: nothing)
+    run_curve: SizeCurve | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -517,7 +533,8 @@ class Topology:
             _check_bw(sp.bw, f"topology {self.name!r}: bandwidth of shared port {sp.name!r}")
         self._check_dims()
         for what, curve in (("message_curve", self.message_curve), ("local_curve", self.local_curve),
-                            ("forward_curve", self.forward_curve), ("footprint_curve", self.footprint_curve)):
+                            ("forward_curve", self.forward_curve), ("footprint_curve", self.footprint_curve),
+                            ("run_curve", self.run_curve)):
             if curve is not None and not isinstance(curve, SizeCurve):
                 raise TopologyError(f"topology {self.name!r}: {what} must be a SizeCurve, got {type(curve).__name__}")
         object.__setattr__(

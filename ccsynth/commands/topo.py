@@ -45,7 +45,9 @@ def register(sub) -> None:
         description="Run under mpiexec with the ranks to profile, e.g. mpiexec -n 4 ccsynth topo profile -o machine.json. "
                     "Measures latency, per-message overhead and bandwidth between every pair of ranks (all ranks active "
                     "at once, through ccsynth's executor), the local reduction rate, the fixed cost of a call and what "
-                    "ranks share; writes a ccsynth topology file.",
+                    "ranks share; then runs reference collectives (allreduce and allgather by ring, recursive doubling "
+                    "and MPI) to measure what a whole run costs beside the prediction (the run curve); writes a "
+                    "ccsynth topology file.",
     )
     pp.add_argument("-o", "--output", required=True, help="topology file to write (ccsynth JSON)")
     pp.add_argument("--sizes", metavar="LIST",
@@ -63,6 +65,9 @@ def register(sub) -> None:
                     help="footprints per rank (bytes a rank touches between two calls) at which the footprint probes "
                          "are timed, besides their own buffers alone, a range MIN:MAX (powers of 2) or a list "
                          "(default 2M:256M; with --quick 8M,64M)")
+    pp.add_argument("--no-reference", action="store_true",
+                    help="skip the reference collectives: no run curve (predictions of whole runs from the probes "
+                         "alone)")
     pp.add_argument("--raw", metavar="FILE",
                     help="also write every probe's measured times here (JSON), for ccsynth topo refit")
     pr = tsub.add_parser(
@@ -140,6 +145,8 @@ def run(args) -> int:
                       + ", ".join(f"{format_size(int(m))} x{f:.2f}" for m, f in zip(c.sizes, c.factors)))
     if topo.cold_call is not None:
         extras.append(_cold_line(topo.cold_call))
+    if topo.run_curve is not None:
+        extras.append(_run_line(topo.run_curve))
     if extras:
         print("; ".join(extras))
     if topo.dims:
@@ -237,7 +244,8 @@ def _profile_options(args) -> ProfileOptions:
             raise CCSynthError(f"{flag} must be at least 1, got {value}")
     footprints = _footprint_list(args.footprints) if args.footprints else None
     return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick, passes=args.passes,
-                          cold=not getattr(args, "warm", False), footprints=footprints)
+                          cold=not getattr(args, "warm", False), footprints=footprints,
+                          calibrate=not getattr(args, "no_reference", False))
 
 
 def _summary(prof) -> None:
@@ -288,6 +296,10 @@ def _summary(prof) -> None:
         print("message cost by footprint: flat (no footprint probe cost 5% more than the smallest)")
     if prof.topology.cold_call is not None:
         print(_cold_line(prof.topology.cold_call))
+    if prof.topology.run_curve is not None:
+        print(_run_line(prof.topology.run_curve) + " (reference collectives: measured / predicted)")
+    else:
+        print("a whole run: as predicted (no reference collectives measured)")
     k = prof.kernels
     print(f"local work {k.local_bw:.3g} GB/s (kernels, every rank at once, {format_size(k.nbytes)} buffers: "
           f"receive-reduce-copy {k.fused:.3g}, sum {k.reduce:.3g}, copy {k.copy:.3g}) and {k.call_us:.3g} us per "
@@ -301,3 +313,9 @@ def _cold_line(cold) -> str:
     return (f"a cold call costs more once (calls of {format_size(int(cold.working_set_bytes))} or more per rank; "
             "less in proportion), by footprint: " + ", ".join(f"{format_size(int(m))} {c:.3g} us"
                                                                for m, c in zip(cold.footprints, cold.us)))
+
+
+def _run_line(curve) -> str:
+    """The run curve (``Topology.run_curve``, :mod:`ccsynth.bench.calibration`) in words."""
+    return ("a whole run costs, by its input bytes per rank, x the prediction: "
+            + ", ".join(f"{format_size(int(m))} {f:.2f}" for m, f in zip(curve.sizes, curve.factors)))
