@@ -26,6 +26,7 @@ import argparse
 import importlib
 import itertools
 import logging
+import os
 import signal
 import sys
 import threading
@@ -33,7 +34,7 @@ import threading
 from ccsynth.commands._versions import version_lines
 from ccsynth.errors import CCSynthError
 
-__all__ = ["COMMANDS", "MPI_COMMANDS", "Terminated", "build_parser", "verbosity", "setup_logging", "main"]
+__all__ = ["COMMANDS", "MPI_COMMANDS", "LAUNCHER_RANK_VARS", "launcher_rank", "Terminated", "build_parser", "verbosity", "setup_logging", "main"]
 
 # Order here is the order in ``ccsynth --help``.
 COMMANDS = ("topo", "baseline", "synth", "tune", "reshard", "verify", "simulate", "export", "bench")
@@ -60,8 +61,25 @@ class _Parser(argparse.ArgumentParser):
                        help="no progress, only errors")
 
     def error(self, message: str):  # noqa: D401 - argparse API
+        if launcher_rank() > 0:
+            # Under mpiexec every rank parses the same command line: rank 0 says what is wrong, once.
+            self.exit(2)
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+#: where MPI launchers put a process's rank before MPI starts (MPICH/Hydra, Open MPI, PMIx, MVAPICH, Slurm)
+LAUNCHER_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+
+
+def launcher_rank() -> int:
+    """This process's rank as its MPI launcher set it in the environment (0 when not launched by one): known
+    before MPI is initialised, so that a command-line error is printed by rank 0 alone."""
+    for var in LAUNCHER_RANK_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

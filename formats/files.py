@@ -35,7 +35,7 @@ from collections.abc import Mapping
 
 from ccsynth.collectives.schedule import Schedule, check_writes_cover_outputs, read_schedule_text, schedule_from_json
 from ccsynth.collectives.verify import verify as _verify
-from ccsynth.errors import TopologyError
+from ccsynth.errors import ScheduleFormatError, TopologyError
 from ccsynth.formats.msccl import schedule_from_msccl_xml
 from ccsynth.formats.taccl_sketch import is_taccl_sketch, sketch_from_taccl_dict
 from ccsynth.formats.taccl_topology import is_taccl_topology, taccl_options, taccl_topology_from_dict
@@ -60,6 +60,10 @@ def load_schedule(path: str | os.PathLike, *, topology=None, verify: bool = True
     text = read_schedule_text(path)
     if text.lstrip().startswith("<"):
         sched = schedule_from_msccl_xml(text)
+    elif os.fspath(path).lower().endswith(".xml") and not text.lstrip().startswith("{"):
+        # named as MSCCL XML but not XML at all: say that, not that it is bad JSON
+        raise ScheduleFormatError(f"{os.fspath(path)}: not an MSCCL XML schedule (an .xml file must start with an "
+                                  f"XML element such as <algo ...>; it starts with {text.lstrip()[:20]!r})")
     else:
         sched = schedule_from_json(text, os.fspath(path))
     if verify:

@@ -387,6 +387,12 @@ class _Net:
         return out
 
 
+def message_distances(topology: Topology, sources: Iterable[int], reverse: bool = False) -> dict[int, np.ndarray]:
+    """Per source the least time a chain of messages takes from it to every rank (``reverse``: to it from every
+    rank): each hop ``alpha + 2 * overhead`` of its connection, the latency bound's distance; unreachable: inf."""
+    return _Net(topology).distances("message", sources, reverse)
+
+
 def _message_us(u: int, v: int, edge: dict) -> float:
     """The least time one hop of a chain of messages costs (see the latency bound)."""
     return edge["alpha"] + 2.0 * edge["overhead"]
@@ -796,5 +802,6 @@ def clear_cache() -> None:
     translations.cache_clear()
 
 
-__all__ = ["Bound", "lower_bound", "per_collective_bound", "FORMULAS", "cover_capacity", "cut_needs", "clear_cache"]
+__all__ = ["Bound", "lower_bound", "per_collective_bound", "FORMULAS", "cover_capacity", "cut_needs", "clear_cache",
+           "message_distances"]
 # cover_capacity moved to ccsynth.synth.capacity (the flow network needs it below the bounds); re-exported here

@@ -11,26 +11,41 @@ exact for links, switch ports and shared NICs), any schedule takes at least
 rank alone ("the busiest rank over its links"), every node (host) of the
 topology ("the busiest host over its NIC"), and the nodes holding inputs
 and the nodes needing outputs, each taken together (their NICs share the
-work); the largest of these is the bound. It is a bandwidth bound only (no latency term), so it stays a true
-lower bound under :mod:`ccsynth.synth.simulate`'s model.
+work); the largest of these is the bandwidth bound.
+
+The latency bound: a rank that needs a piece it does not hold receives it
+at the end of a chain of messages from a rank that holds it, each hop
+costing at least its connection's ``alpha + 2 * overhead`` (the sender's
+per-message overhead, the flight, the receiver's overhead; a relay forwards
+only what it has received), so ``T`` is at least, over every such rank and
+piece, the shortest such chain from the piece's nearest holder
+(:func:`~ccsynth.synth.bounds.message_distances`; on more than
+:data:`LATENCY_MAX_RANKS` ranks, a deterministic sample of the ranks that
+need data: still a bound). The result is the larger of the two, as for the
+other collectives (:mod:`ccsynth.synth.bounds`): both hold under
+:mod:`ccsynth.synth.simulate`'s model, their sum need not.
 
 Example:
     >>> from ccsynth.collectives.explicit import ExplicitCollective
     >>> from ccsynth.topologies.catalog import fully_connected
     >>> c = ExplicitCollective("swap", 2, (1000, 1000), ((0,), (1,)), ((1,), (0,)))
-    >>> explicit_lower_bound(c, fully_connected(2, bw=1.0), 2000).time_us
-    1.0
+    >>> b = explicit_lower_bound(c, fully_connected(2, bw=1.0), 2000)
+    >>> b.bandwidth_us, round(b.latency_us, 6), round(b.time_us, 6)   # 1000 B at 1 GB/s; one hop: alpha + 2 overheads
+    (1.0, 3.4, 3.4)
 """
 
 from __future__ import annotations
 
 from ccsynth.collectives.explicit import ExplicitCollective
 from ccsynth.errors import TopologyError
-from ccsynth.synth.bounds import Bound
+from ccsynth.synth.bounds import Bound, message_distances
 from ccsynth.synth.capacity import cover_capacity
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
-__all__ = ["cut_volumes", "explicit_lower_bound"]
+__all__ = ["cut_volumes", "explicit_lower_bound", "latency_bound", "LATENCY_MAX_RANKS"]
+
+#: above this many ranks the latency bound looks at a sample of the ranks that need data
+LATENCY_MAX_RANKS = 128
 
 
 def cut_volumes(collective: ExplicitCollective, group: frozenset[int]) -> tuple[int, int]:
@@ -80,4 +95,32 @@ def explicit_lower_bound(collective: ExplicitCollective, topology: Topology, siz
             t = float("inf") if c <= 0 else vol * unit / (c * BYTES_PER_US_PER_GBPS)
             if t > best:
                 best, which = t, f"cut: {vol * unit:.6g} B {direction} {label} at {c:.6g} GB/s"
-    return Bound(best, best, 0.0, which, {"cut": best, "cut_which": which, "aggregate": 0.0, "latency": 0.0})
+    lat, lat_which = latency_bound(collective, topology)
+    details = {"cut": best, "cut_which": which, "aggregate": 0.0, "latency": lat, "latency_which": lat_which}
+    if lat > best:
+        return Bound(lat, best, lat, lat_which, details)
+    return Bound(best, best, lat, which, details)
+
+
+def latency_bound(collective: ExplicitCollective, topology: Topology) -> tuple[float, str]:
+    """The latency bound (us) of ``collective`` on ``topology`` and what gave it (see the module docstring)."""
+    n = collective.n_ranks
+    holders: dict[int, list[int]] = {}
+    for r, row in enumerate(collective.inputs):
+        for p in row:
+            holders.setdefault(p, []).append(r)
+    needers = [b for b in range(n) if set(collective.outputs[b]) - set(collective.inputs[b])]
+    if len(needers) > LATENCY_MAX_RANKS:
+        step = -(-len(needers) // LATENCY_MAX_RANKS)
+        needers = needers[::step]
+    if not needers:
+        return 0.0, "latency: no rank needs data it does not hold"
+    to = message_distances(topology, needers, reverse=True)  # to[b][q]: the least chain from q to b
+    best, which = 0.0, ""
+    for b in needers:
+        dist = to[b]
+        for p in set(collective.outputs[b]) - set(collective.inputs[b]):
+            d = min((float(dist[q]) for q in holders.get(p, ())), default=float("inf"))
+            if d > best:
+                best, which = d, f"latency: piece {p} reaches rank {b} from its nearest holder in {d:.6g} us at least"
+    return best, which

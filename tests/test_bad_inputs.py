@@ -168,6 +168,11 @@ def test_issue_cases(files, tmp_path, capsys):
     check_bad(["simulate", s, "--sizes", ""], capsys, "issue", "bad size ''")
     check_bad(["simulate", s, "--sizes", ","], capsys, "issue", "no size")
     check_bad(["simulate", s, "--sizes", "0:4"], capsys, "issue", "0:4")
+    # a file named .xml that is not XML: said so, not reported as bad JSON
+    notxml = tmp_path / "sched.xml"
+    notxml.write_text("algo name=ring\n")
+    line = check_bad(["simulate", str(notxml)], capsys, "issue", "not an MSCCL XML schedule", "sched.xml")
+    assert "JSON" not in line
     d = _load(s)
     for name, mutate, words in [
         ("meta", lambda e: e.__setitem__("meta", [1, 2]), ("meta must be an object",)),

@@ -340,3 +340,26 @@ def test_run_staged_on_one_rank_copies_in_once_and_back_into_a_strided_out():
     assert np.array_equal(got, full) and np.array_equal(big[::2, ::2], full) and (big[1::2] == -1).all()
     assert copies == ["in", "back"]
     assert stager.nbytes >= 2 * full.nbytes  # kept for the next call
+
+
+def test_reshard_bound_has_a_latency_term_a_plan_never_beats():
+    """A small tensor: the cut bound alone is a fraction of one message's cost; the bound's latency term is the
+    shortest chain of messages from a holder to the rank that needs a piece (alpha + 2 overheads per hop), by
+    hand on a ring of 8, and every plan's simulated time stays at or above it."""
+    from ccsynth.synth.explicit_bound import explicit_lower_bound, latency_bound
+    from ccsynth.topologies.catalog import ring as ring_topo
+
+    topo = ring_topo(8)
+    sm, dm = place_meshes((2, 4), (2, 4), n_ranks=8)
+    task = ReshardTask.of((64, 64), "float32", sm, "S0,R", dm, "R,S1")
+    for planner in ("naive", "broadcast"):
+        s = plan_reshard(task, topo, planner=planner)
+        b = explicit_lower_bound(s.collective, topo, task.nbytes)
+        lat, which = latency_bound(s.collective, topo)
+        assert b.latency_us == lat > b.bandwidth_us and b.time_us == lat and "latency" in b.which
+        hop = min(c.alpha + 2 * c.overhead for c in topo.connections())
+        # the farthest piece is at least one hop away and, on a ring, at most four
+        assert hop * (1 - 1e-9) <= lat <= 4 * hop * (1 + 1e-9), which
+        r = simulate(s, topo, task.nbytes)
+        assert not is_less(r.time_us, r.lower_bound_us) and r.lower_bound_us == b.time_us
+        assert r.gap < 20  # the bandwidth bound alone put it near 100x

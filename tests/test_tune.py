@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -120,6 +121,32 @@ def test_tune_under_mpiexec_keeps_one_of_the_two_and_the_plan_runs_right(monkeyp
     wrong = subprocess.run([str(MPIEXEC), "-n", "1", sys.executable, "-m", "ccsynth", "tune", str(path), "-t",
                             "fully_connected:2"], capture_output=True, text=True, timeout=120)
     assert wrong.returncode == 2 and "mpiexec -n 2" in wrong.stderr
+
+
+
+@pytest.mark.mpi
+def test_tune_refuses_a_plan_for_other_ranks_or_without_tables_once(monkeypatch, tmp_path):
+    """A plan made for 2 ranks tuned on a 3-rank topology, a plan without decision tables, and a bad option: one
+    clear error (from rank 0 only) and exit status 2, no "nothing to tune" success."""
+    if not MPIEXEC.exists():
+        pytest.skip("mpiexec not installed in the virtual environment")
+    plan, _ = _plan(monkeypatch)
+    path, bare = tmp_path / "plan.json", tmp_path / "bare.json"
+    save_plan(plan, path)
+    save_plan(replace(plan, meta={k: v for k, v in plan.meta.items() if k != "tables"}), bare)
+
+    def tune(n, *args):
+        return subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable, "-m", "ccsynth", "tune", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    other = tune(3, str(path), "-t", "fully_connected:3")
+    assert other.returncode == 2 and "nothing to tune" not in other.stdout, other.stdout + other.stderr
+    assert other.stderr.count("error:") == 1 and "schedules for 2 ranks, the topology 3" in other.stderr
+    untabled = tune(2, str(bare), "-t", "fully_connected:2")
+    assert untabled.returncode == 2 and untabled.stderr.count("error:") == 1, untabled.stderr
+    assert "no decision tables" in untabled.stderr
+    badopt = tune(2, str(path), "-t", "fully_connected:2", "--no-such-option")
+    assert badopt.returncode == 2 and badopt.stderr.count("unrecognized arguments") == 1, badopt.stderr
 
 
 def test_pick_winner_fastest_ties_to_fewer_ops_and_keeps_the_default_within_the_margin():

@@ -59,9 +59,12 @@ def add_json_arg(p) -> None:
     p.add_argument("--json", action="store_true", help="print the figures as JSON (for scripts)")
 
 
-def add_size_args(p, default: str = "1M") -> None:
+def add_size_args(p, default: str = "1M", default_help: str | None = None) -> None:
+    """``-s/--size`` and ``--sizes``; ``default_help``: what the help says the default is (``default`` itself when
+    not given, for commands whose default depends on their input)."""
     g = p.add_mutually_exclusive_group()
-    g.add_argument("-s", "--size", default=None, metavar="S", help=f"message size, e.g. 1M (default {default})")
+    g.add_argument("-s", "--size", default=None, metavar="S",
+                   help=f"message size, e.g. 1M (default {default_help or default})")
     g.add_argument("--sizes", default=None, metavar="MIN:MAX", help="a range of sizes in powers of two, e.g. 1K:1G, or a list 1K,1M")
     p.set_defaults(_default_size=default)
 

@@ -28,7 +28,7 @@ def register(sub) -> None:
     )
     p.add_argument("file", help="schedule file (ccsynth JSON or MSCCL XML)")
     p.add_argument("-t", "--topology", metavar="T", help="topology to simulate on (default: the one the schedule names)")
-    add_size_args(p)
+    add_size_args(p, default_help="the size the schedule file records, as a resharding plan does; else 1M")
     p.add_argument("--local-bw", type=float, default=None, metavar="GBPS", help="charge local copies/reductions at this bandwidth (default: free)")
     p.add_argument("--timeline", metavar="FILE", default=None,
                    help="draw every connection's transfers over time (a Gantt chart: .png, .svg, .pdf; needs "

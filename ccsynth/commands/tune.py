@@ -40,22 +40,36 @@ def register(sub) -> None:
 def run(args) -> int:
     from mpi4py import MPI  # optional dependency ([mpi]); tune only runs under mpiexec
 
+    from ccsynth.bench.omb import agree
     from ccsynth.bench.tune import TUNE_ITERS, mpi_timer
     from ccsynth.collectives.plan import load_plan, save_plan
     from ccsynth.synth.tables import TUNE_REL, departures, tune_plan
 
     comm = MPI.COMM_WORLD
-    topo = topology_from(args.topology)
-    if comm.Get_size() != topo.n_ranks:
-        raise CCSynthError(f"ccsynth tune measures on the ranks that run the plan: run it under mpiexec -n "
-                           f"{topo.n_ranks} (the topology's ranks), not {comm.Get_size()}")
-    if args.output is not None and comm.Get_rank() == 0:
-        check_writable(args.output)
-    plan = load_plan(args.plan)
+    rank = comm.Get_rank()
+
+    def setup():
+        topo = topology_from(args.topology)
+        if comm.Get_size() != topo.n_ranks:
+            raise CCSynthError(f"ccsynth tune measures on the ranks that run the plan: run it under mpiexec -n "
+                               f"{topo.n_ranks} (the topology's ranks), not {comm.Get_size()}")
+        if args.output is not None and rank == 0:
+            check_writable(args.output)
+        plan = load_plan(args.plan)
+        _check_plan(plan, args.plan, topo.n_ranks)
+        iters = TUNE_ITERS if args.iterations is None else args.iterations
+        if iters < 1:
+            raise CCSynthError(f"--iterations must be at least 1, got {iters}")
+        return topo, plan, iters
+
+    try:
+        # agreed on every rank: a file one rank cannot read stops them all, and rank 0 alone says why
+        topo, plan, iters = agree(comm, setup)
+    except CCSynthError:
+        if rank != 0:
+            return 2
+        raise
     todo = departures(plan)
-    iters = TUNE_ITERS if args.iterations is None else args.iterations
-    if iters < 1:
-        raise CCSynthError(f"--iterations must be at least 1, got {iters}")
     tuned, choices = tune_plan(plan, topo, mpi_timer(comm, iters=iters))
     if comm.Get_rank() != 0:
         return 0
@@ -77,3 +91,18 @@ def run(args) -> int:
     if args.output is not None:
         print(f"wrote {args.output} (plan, {len(tuned.entries)} size range(s))")
     return 0
+
+
+def _check_plan(plan, path: str, n_ranks: int) -> None:
+    """A plan ``tune`` can work on: one with schedules for ``n_ranks`` ranks and the decision tables of ``ccsynth
+    synth --sizes`` (what tells a departure from the default plan); CCSynthError naming what is missing."""
+    ranks = sorted({n for _, n in plan.kinds()})
+    if n_ranks not in ranks:
+        have = ", ".join(str(n) for n in ranks) or "no"
+        raise CCSynthError(f"plan {path!r} has schedules for {have} ranks, the topology {n_ranks}: tune the plan "
+                           f"made for this topology (ccsynth synth -t TOPOLOGY --sizes ...)")
+    tables = [t for t in plan.meta.get("tables") or [] if t.get("n_ranks") == n_ranks]
+    if not tables:
+        raise CCSynthError(f"plan {path!r} has no decision tables for {n_ranks} ranks (the candidates' predicted "
+                           f"times that ccsynth synth --sizes writes): nothing tells where it departs from the "
+                           f"default plan")
