@@ -68,12 +68,12 @@ import numpy as np
 
 from ccsynth.bench import compare
 from ccsynth.bench.compare import ROUNDS
-from ccsynth.bench.predict import BAND_ANCHOR, band_of, error_table, repredict_document
+from ccsynth.bench.predict import BAND_ANCHOR, band_of, drift_table, error_table, repredict_document
 from ccsynth.collectives.spec import Collective
 from ccsynth.synth.baselines import applicable_baselines
 from ccsynth.synth.tables import TUNE_REL, keeps_candidate, pick_winner
 from ccsynth.topologies import fully_connected
-from ccsynth.topologies.io import load_topology, topology_to_dict
+from ccsynth.topologies.io import load_topology, topology_from_dict, topology_to_dict
 from ccsynth.units import format_size
 
 __all__ = ["RANKS", "COLLECTIVES", "SIZES", "BENCH_CACHE_BYTES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
@@ -375,6 +375,7 @@ def summary(cases: list[dict]) -> list[str]:
             v = per.get(label)
             cells.append("-" if v is None else (f"**{100 * v:.0f}%**" if v <= target else f"{100 * v:.0f}%"))
         out.append(f"| {text} | " + " | ".join(cells) + " |")
+    out += drift_summary(cases)
     out += ["", f"Synthesized plan against the default plan (share of sizes; target {100 * TARGET_PLAN_SHARE:.0f}% "
             "at least as fast):", "",
             "| case | plan <= default | plan <= 1.05 x default | plan runs the default's algorithm | "
@@ -391,6 +392,31 @@ def summary(cases: list[dict]) -> list[str]:
               if run.get("compare")]
     if rounds:
         out += rounds_summary(rounds)
+    return out
+
+
+def drift_summary(cases: list[dict]) -> list[str]:
+    """Per size band and case, MPI's own collective over its time when the case's machine was profiled
+    (:func:`ccsynth.bench.predict.drift_table`): how far the machine moved between the profile and the bench;
+    nothing for profiles without MPI reference times."""
+    cols, bands = [], {}
+    for case in cases:
+        topo = topology_from_dict(case["topology"])
+        for kind, run in case["runs"].items():
+            table = drift_table(_results(run["json"]), topo, kind)
+            if table:
+                label = f"{kind} {case['n']}r"
+                cols.append(label)
+                for d in table:
+                    bands.setdefault((d.lo, d.label), {})[label] = d.median
+    if not cols:
+        return []
+    out = ["", "The machine between the profile and the bench: MPI's own collective / its time in the profile's "
+           "reference runs, median per band (no prediction uses it; where it is far from 1 the machine moved and "
+           "every prediction there carries the move):", "",
+           "| sizes | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    for (_, text), per in sorted(bands.items()):
+        out.append(f"| {text} | " + " | ".join("-" if per.get(c) is None else f"{per[c]:.2f}x" for c in cols) + " |")
     return out
 
 

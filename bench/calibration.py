@@ -35,7 +35,10 @@ the curve at the call's input bytes per rank.
 
 The references are whole runs of the algorithms a benchmark compares, so
 their own errors after the correction measure nothing new; bench/RESULTS.md
-reports the errors of the other rows beside them.
+reports the errors of the other rows beside them. The MPI rows' times are
+kept too (:func:`mpi_reference`, ``Topology.mpi_reference``): the yardstick
+by which ``ccsynth bench --predict`` tells how far the machine has moved
+since it was profiled (:mod:`ccsynth.topologies.reference`).
 
 Example:
     >>> rows = [CalibrationRow("allreduce", "ring", 1024, 1024, (12.0, 10.0, 11.0))]
@@ -63,10 +66,11 @@ from ccsynth.synth.executor_model import ExecutorSettings, simulate_run
 from ccsynth.topologies.catalog import fully_connected
 from ccsynth.topologies.curve import SizeCurve
 from ccsynth.topologies.model import Topology
+from ccsynth.topologies.reference import ReferenceTimes
 
 __all__ = ["REFERENCE_ALGORITHMS", "REFERENCE_KINDS", "MPI", "SIZES", "QUICK_SIZES", "RUN_RANGE", "DTYPE",
            "CalibrationRow", "run_size", "reference_schedules", "measure_calibration", "merge_passes",
-           "predicted_rows", "fit_run_curve"]
+           "predicted_rows", "fit_run_curve", "mpi_reference"]
 
 log = logging.getLogger(__name__)
 
@@ -204,3 +208,14 @@ def fit_run_curve(topology: Topology, rows: Sequence[CalibrationRow]) -> SizeCur
     factors = [min(hi, max(lo, math.exp(sum(logs[s]) / len(logs[s])))) for s in sizes]
     log.info("run curve: %s", ", ".join(f"{s} B x{f:.3g}" for s, f in zip(sizes, factors)))
     return SizeCurve(tuple(float(s) for s in sizes), tuple(factors))
+
+
+def mpi_reference(rows: Sequence[CalibrationRow]) -> tuple[ReferenceTimes, ...]:
+    """Per kind, MPI's own times of the reference runs by input bytes per rank (``Topology.mpi_reference``)."""
+    out = []
+    for kind in REFERENCE_KINDS:
+        points = sorted({r.input_bytes: r.measured_us for r in rows
+                         if r.kind == kind and r.algorithm == MPI and r.measured_us > 0}.items())
+        if points:
+            out.append(ReferenceTimes(kind, tuple(float(s) for s, _ in points), tuple(t for _, t in points)))
+    return tuple(out)

@@ -73,7 +73,8 @@ from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
 
 __all__ = ["Predictor", "load_predict_topology", "SavedRun", "repredict_document", "via_communicator",
-           "has_footprint_terms", "interleaved_footprint", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines"]
+           "has_footprint_terms", "interleaved_footprint", "BAND_ANCHOR", "DecadeError", "band_of", "error_table", "error_lines",
+           "DriftBand", "DRIFT_NOTE", "drift_table", "drift_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -337,4 +338,61 @@ def error_lines(results: Mapping[str, Sequence]) -> list[str]:
              f"# {'sizes':<18}{'rows':>6}{'median':>9}{'worst':>9}  worst at"]
     for d in table:
         lines.append(f"  {d.label:<18}{d.rows:6d}{100 * d.median:8.0f}%{100 * d.worst:8.0f}%  {d.worst_at}")
+    return lines
+
+
+#: a band whose MPI drift leaves ``[1 / (1 + this), 1 + this]`` gets a word in the drift lines
+DRIFT_NOTE = 0.25
+
+
+@dataclass(frozen=True)
+class DriftBand:
+    """MPI's own collective in one size band of a run, over its time when the machine was profiled."""
+
+    label: str
+    lo: int
+    hi: int
+    rows: int
+    median: float  # median over the band's sizes of measured / profiled
+    least: float
+    most: float
+
+
+def drift_table(results: Mapping[str, Sequence], topology: Topology, kind: str) -> list[DriftBand]:
+    """Per size band, MPI's measured median over its time when ``topology`` was profiled
+    (``Topology.mpi_reference``, by the row's OMB size: input bytes per rank for allreduce and allgather); empty
+    where the topology has no reference for ``kind`` or the run has no ``mpi`` column."""
+    ref = topology.mpi_reference_for(kind)
+    rows = results.get("mpi")
+    if ref is None or not rows:
+        return []
+    by_band: dict[int, list[tuple[int, float]]] = {}
+    for r in rows:
+        if r.median_us and r.median_us > 0:
+            by_band.setdefault(band_of(r.size), []).append((r.size, r.median_us / ref.time_us(r.size)))
+    out = []
+    for k in sorted(by_band):
+        got = sorted(by_band[k])
+        ratios = [q for _, q in got]
+        label = _size(got[0][0]) + (f"-{_size(got[-1][0])}" if len(got) > 1 else "")
+        out.append(DriftBand(label, got[0][0], got[-1][0], len(got), float(np.median(ratios)), min(ratios),
+                             max(ratios)))
+    return out
+
+
+def drift_lines(results: Mapping[str, Sequence], topology: Topology, kind: str, source: str) -> list[str]:
+    """The drift table as lines for the end of the bench output (``source``: the topology as the user named it)."""
+    table = drift_table(results, topology, kind)
+    if not table:
+        return []
+    lines = [f"# The machine since its profile: MPI's own {kind} / its time when {source} was profiled, per size "
+             "band (no prediction uses it; a prediction carries the machine's move as error)",
+             f"# {'sizes':<18}{'rows':>6}{'median':>9}  range"]
+    for d in table:
+        lines.append(f"  {d.label:<18}{d.rows:6d}{d.median:8.2f}x  {d.least:.2f}-{d.most:.2f}x")
+    moved = [d.label for d in table if not 1 / (1 + DRIFT_NOTE) <= d.median <= 1 + DRIFT_NOTE]
+    if moved:
+        lines.append(f"# MPI's own {kind} moved by more than {100 * DRIFT_NOTE:g}% since the profile at "
+                     f"{', '.join(moved)}: the machine is not what was profiled there (profile again: ccsynth topo "
+                     "profile)")
     return lines

@@ -618,6 +618,7 @@ class MachineProfile:
             "footprint_curve": None if self.topology.footprint_curve is None else self.topology.footprint_curve.to_dict(),
             "cold_call": None if self.topology.cold_call is None else self.topology.cold_call.to_dict(),
             "run_curve": None if self.topology.run_curve is None else self.topology.run_curve.to_dict(),
+            "mpi_reference": [r.to_dict() for r in self.topology.mpi_reference],
             "local_ladder_us": [[m, t] for m, t in self.kernels.ladder],
             "pair_bw_GBps": {str(k): v for k, v in self.pair_bw.items()},
             "samples": [{"probe": s.probe.describe(), "measured_us": s.measured_us} for s in self.samples],
@@ -1672,7 +1673,8 @@ def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> Mac
     topo = replace(topo, round_cost=fit_round_cost(topo, round_samples),
                    communicator_overhead=communicator.overhead_us)
     # last: the reference runs are predicted with every other figure in place
-    topo = replace(topo, run_curve=cal.fit_run_curve(topo, raw.calibration))
+    topo = replace(topo, run_curve=cal.fit_run_curve(topo, raw.calibration),
+                   mpi_reference=cal.mpi_reference(raw.calibration))
     return MachineProfile(topo, fits, call, kernels, tuple(samples) + tuple(s for v in pair_samples.values() for s in v),
                           nodes, raw.hosts, cores, tuple(ports.values()), pair_bw, protocol, raw.seconds,
                           round_samples, communicator, raw)

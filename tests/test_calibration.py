@@ -25,6 +25,7 @@ from ccsynth.topologies import fully_connected
 from ccsynth.topologies.curve import SizeCurve
 from ccsynth.topologies.io import topology_from_dict, topology_to_dict
 from ccsynth.topologies.model import Link, Topology
+from ccsynth.topologies.reference import ReferenceTimes
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 RUN = SizeCurve((1000.0, 4000.0), (2.0, 0.5))
@@ -227,3 +228,77 @@ def test_reference_runs_under_mpi(ranks):
         per_rank = cal.run_size(kind, ranks, size, 4)
         assert nbytes == per_rank * (ranks if kind == "allgather" else 1)
         assert len(us) == 1 and math.isfinite(us[0]) and us[0] > 0
+
+
+# ------------------------------------------------------------------ MPI's own times: the machine's drift
+def test_reference_times_interpolate_in_log_log_and_extrapolate_by_regime():
+    r = ReferenceTimes("allreduce", (1024, 16384, 1 << 20), (10.0, 40.0, 640.0))
+    assert r.time_us(64) == 10.0 and r.time_us(1024) == 10.0  # below: latency-bound, the first point's time
+    # between 1 KiB and 16 KiB the time goes as size**0.5 (x16 in bytes, x4 in time): 4 KiB -> x2
+    assert r.time_us(4096) == pytest.approx(20.0)
+    assert r.time_us(1 << 20) == 640.0 and r.time_us(4 << 20) == pytest.approx(2560.0)  # above: in proportion
+    for bad in [dict(sizes=(2, 1), us=(1.0, 2.0)), dict(sizes=(1,), us=(0.0,)), dict(sizes=(), us=()),
+                dict(sizes=(1, 2), us=(1.0,))]:
+        with pytest.raises(TopologyError, match="MPI reference"):
+            ReferenceTimes("allreduce", **bad)
+
+
+def test_mpi_reference_in_the_topology_file_and_its_errors():
+    refs = (ReferenceTimes("allreduce", (64.0, 1024.0), (4.0, 5.0)), ReferenceTimes("allgather", (64.0,), (3.0,)))
+    t = machine(mpi_reference=refs)
+    d = json.loads(json.dumps(topology_to_dict(t)))
+    assert d["mpi_reference"]["collectives"][0] == {"collective": "allreduce", "sizes_bytes": [64.0, 1024.0],
+                                                    "us": [4.0, 5.0]}
+    assert topology_from_dict(d) == t and t.mpi_reference_for("allgather") == refs[1]
+    assert t.mpi_reference_for("alltoall") is None and "mpi_reference" not in topology_to_dict(machine())
+    with pytest.raises(TopologyError, match="two MPI references"):
+        machine(mpi_reference=(refs[0], refs[0]))
+    bad = json.loads(json.dumps(d))
+    bad["mpi_reference"]["collectives"][1]["us"] = [-3.0]
+    with pytest.raises(TopologyError, match=r"mpi_reference\.collectives\[1\]\.us\[0\]"):
+        topology_from_dict(bad)
+    bad["mpi_reference"]["collectives"][1] = {"collective": "allgather", "sizes": [1], "us": [1]}
+    with pytest.raises(TopologyError, match="unknown key 'sizes'"):
+        topology_from_dict(bad)
+
+
+def test_the_profile_keeps_mpis_reference_times_per_kind():
+    rows = [cal.CalibrationRow("allreduce", cal.MPI, 1024, 1024, (6.0, 4.0, 5.0)),
+            cal.CalibrationRow("allreduce", cal.MPI, 64, 64, (3.0,)),
+            cal.CalibrationRow("allreduce", "ring", 64, 64, (9.0,)),
+            cal.CalibrationRow("allgather", cal.MPI, 64, 128, (2.5,))]
+    refs = cal.mpi_reference(rows)
+    assert refs == (ReferenceTimes("allreduce", (64.0, 1024.0), (3.0, 5.0)), ReferenceTimes("allgather", (64.0,), (2.5,)))
+    assert cal.mpi_reference([r for r in rows if r.algorithm != cal.MPI]) == ()
+
+
+def test_drift_of_mpis_own_rows_per_band_by_hand():
+    from types import SimpleNamespace
+
+    from ccsynth.bench.bench_predict import drift_summary
+    from ccsynth.bench.predict import drift_lines, drift_table
+
+    t = machine(mpi_reference=(ReferenceTimes("allreduce", (1024.0, 1 << 20), (10.0, 1000.0)),))
+
+    def row(size, us):
+        return SimpleNamespace(size=size, median_us=us)
+
+    results = {"mpi": [row(1024, 12.0), row(2048, 13.0), row(65536, 320.0), row(1 << 20, 1000.0)],
+               "ring": [row(1024, 50.0)]}
+    # profiled: 10 us at 1 KiB, 1000 us at 1 MiB, log-log between: x1024 in bytes is x100 in time, so a size
+    # 2**k times 1 KiB took 10 * 2**(k * e) us with e = log(100) / log(1024)
+    e = math.log(100) / math.log(1024)
+    table = drift_table(results, t, "allreduce")
+    assert [(d.label, d.rows) for d in table] == [("1K-2K", 2), ("64K", 1), ("1M", 1)]
+    assert table[0].median == pytest.approx((1.2 + 13.0 / (10 * 2 ** e)) / 2)
+    assert (table[0].least, table[0].most) == (pytest.approx(13.0 / (10 * 2 ** e)), pytest.approx(1.2))
+    assert table[1].median == pytest.approx(320.0 / (10 * 2 ** (6 * e))) and table[2].median == pytest.approx(1.0)
+    lines = drift_lines(results, t, "allreduce", "m.json")
+    assert "MPI's own allreduce / its time when m.json was profiled" in lines[0]
+    assert lines[-1].startswith("# MPI's own allreduce moved by more than 25%") and "64K" in lines[-1]
+    assert "1M" not in lines[-1]
+    assert drift_table(results, t, "allgather") == [] and drift_table({"ring": []}, t, "allreduce") == []
+    case = {"n": 2, "topology": topology_to_dict(t), "runs": {"allreduce": {"json": {"results": {
+        "mpi": [{"size_bytes": 1024, "median_us": 12.0}]}}}}}
+    summary = drift_summary([case])
+    assert "| 1K | 1.20x |" in summary and "| sizes | allreduce 2r |" in summary

@@ -209,6 +209,18 @@ def test_profile_writes_a_topology_that_loads_and_synth_uses(ranks, tmp_path):
     assert topo.run_curve is not None and topo.run_curve.sizes == tuple(float(s) for s in cal.QUICK_SIZES)
     assert all(cal.RUN_RANGE[0] <= f <= cal.RUN_RANGE[1] for f in topo.run_curve.factors)
     assert "a whole run costs, by its input bytes per rank" in proc.stdout
+    # ... and MPI's own times in those runs, the yardstick of bench --predict's drift lines
+    assert [r.collective for r in topo.mpi_reference] == list(cal.REFERENCE_KINDS)
+    assert all(r.sizes == tuple(float(s) for s in cal.QUICK_SIZES) and min(r.us) > 0 for r in topo.mpi_reference)
+    assert proc.stdout.count("MPI's own all") == 2
+    bench_json = tmp_path / "bench.json"
+    bench = _run([str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "ccsynth", "bench", "allgather", "-m",
+                  "1K:64K", "--algo", "mpi,ring", "-i", "3", "-x", "1", "--predict", str(out), "--json",
+                  str(bench_json)])
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    assert f"MPI's own allgather / its time when {out} was profiled" in bench.stdout
+    drift = json.loads(bench_json.read_text())["mpi_drift"]
+    assert drift and sum(d["rows"] for d in drift) == 7 and all(d["least"] <= d["median"] <= d["most"] for d in drift)
     assert all(l.bw > 0 and l.alpha >= 0 and l.overhead >= 0 for l in topo.links)
     assert f"{ranks} ranks" in topo.description and "cores" in topo.description
     doc = json.loads(out.read_text())

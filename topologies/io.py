@@ -18,6 +18,8 @@ Schema (``format`` ``ccsynth.topology``, ``version`` 1)::
       "forward_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # forwarded messages (>= 1)
       "footprint_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # by bytes touched per rank
       "run_curve": {"version": 1, "sizes_bytes": [...], "factors": [...]},  # a whole run, by input bytes per rank
+      "mpi_reference": {"version": 1, "collectives": [{"collective": "allreduce", "sizes_bytes": [...],
+                                                       "us": [...]}]},        # MPI's own, when profiled
       "cold_call": {"version": 1, "footprints_bytes": [...], "us": [...], "working_set_bytes": 1572864},
       "async_progress": false,                      # bytes move only while both ranks wait (optional: true)
       "receiver_copies": true,                      # ... and keep the receiver's engine busy (optional: false)
@@ -69,7 +71,10 @@ than ``working_set_bytes``: :mod:`ccsynth.topologies.coldcall`; left out:
 nothing) and ``run_curve`` (what a whole run of a collective executed by
 ccsynth's executor or MPI costs more, by its input bytes per rank, measured
 with reference collectives: :mod:`ccsynth.bench.calibration`; left out:
-nothing).
+nothing) and ``mpi_reference`` (what MPI's own collectives took when the
+machine was profiled, by input bytes per rank: the yardstick of ``ccsynth
+bench --predict``'s drift lines, :mod:`ccsynth.topologies.reference`; no
+prediction uses it; left out: none).
 Keys starting with ``_`` are comments and ignored; any other unknown key is
 an error (a typo such as ``"lnks"`` would otherwise silently drop every
 link). Bandwidths are GB/s per direction, latencies microseconds.
@@ -103,6 +108,7 @@ from ccsynth.limits import check as check_limit, check_min as check_limit_min
 from ccsynth.reading import parse_json, read_text
 from ccsynth.topologies.coldcall import COLD_CALL_VERSION, ColdCallCost
 from ccsynth.topologies.curve import CURVE_VERSION, SizeCurve
+from ccsynth.topologies.reference import REFERENCE_VERSION, ReferenceTimes
 from ccsynth.topologies.rounds import ROUND_COST_VERSION, RoundCost
 from ccsynth.topologies.model import OVERHEAD_SCOPES, Dimension, Link, SharedPort, Spine, Switch, Topology
 
@@ -112,7 +118,7 @@ VERSION = 1
 _TOP_KEYS = ("format", "version", "name", "n_ranks", "description", "sources", "local_bw_GBps", "overhead_scope",
              "call_overhead_us", "eager_limit_bytes", "rendezvous_alpha_us", "local_overhead_us",
              "message_curve", "local_curve", "forward_curve", "async_progress", "receiver_copies", "round_cost",
-             "communicator_overhead_us", "footprint_curve", "cold_call", "run_curve",
+             "communicator_overhead_us", "footprint_curve", "cold_call", "run_curve", "mpi_reference",
              "nodes", "links", "switches", "shared_ports", "dims", "spines")
 _ENTRY_KEYS = {
     "links": ("src", "dst", "alpha_us", "bw_GBps", "overhead_us"),
@@ -167,6 +173,8 @@ def topology_to_dict(topology: Topology) -> dict:
         d["cold_call"] = t.cold_call.to_dict()
     if t.run_curve is not None:
         d["run_curve"] = t.run_curve.to_dict()
+    if t.mpi_reference:
+        d["mpi_reference"] = {"version": REFERENCE_VERSION, "collectives": [r.to_dict() for r in t.mpi_reference]}
     d.update({
         "nodes": list(t.nodes),
         "links": [
@@ -415,6 +423,7 @@ def _topology_from_dict(d: Any) -> Topology:
     forward_curve = _curve(d, "forward_curve")
     footprint_curve = _curve(d, "footprint_curve")
     run_curve = _curve(d, "run_curve")
+    mpi_reference = _mpi_reference(d)
     cold_call = _cold_call(d)
     async_progress = _flag(d, "async_progress", True)
     receiver_copies = _flag(d, "receiver_copies", False)
@@ -453,6 +462,7 @@ def _topology_from_dict(d: Any) -> Topology:
         footprint_curve=footprint_curve,
         cold_call=cold_call,
         run_curve=run_curve,
+        mpi_reference=mpi_reference,
     )
 
 
@@ -506,6 +516,34 @@ def _round_cost(d: Mapping) -> RoundCost | None:
         return RoundCost(tuple(peers), tuple(us))
     except TopologyError as err:
         raise TopologyError(f"{key}: {err}") from None
+
+
+_REFERENCE_KEYS = ("version", "collectives")
+_REFERENCE_ENTRY_KEYS = ("collective", "sizes_bytes", "us")
+
+
+def _mpi_reference(d: Mapping) -> tuple[ReferenceTimes, ...]:
+    """MPI's reference times (empty when left out); every problem names the key."""
+    key = "mpi_reference"
+    e = _versioned(d, key, _REFERENCE_KEYS, REFERENCE_VERSION, "collectives")
+    if e is None:
+        return ()
+    out = []
+    for i, c in enumerate(_list(_get(e, "collectives", key), f"{key}.collectives")):
+        where = f"{key}.collectives[{i}]"
+        if not isinstance(c, Mapping):
+            raise TopologyError(f"{where} must be an object, got {json_type_name(c)}")
+        extra = sorted(str(k) for k in c if k not in _REFERENCE_ENTRY_KEYS and not str(k).startswith("_"))
+        if extra:
+            raise TopologyError(f"{where}: unknown key {extra[0]!r} (expected {', '.join(_REFERENCE_ENTRY_KEYS)})")
+        sizes = [_number(x, f"{where}.sizes_bytes[{j}]", positive=True)
+                 for j, x in enumerate(_list(_get(c, "sizes_bytes", where), f"{where}.sizes_bytes"))]
+        us = [_number(x, f"{where}.us[{j}]", positive=True) for j, x in enumerate(_list(_get(c, "us", where), f"{where}.us"))]
+        try:
+            out.append(ReferenceTimes(_str(_get(c, "collective", where), f"{where}.collective"), tuple(sizes), tuple(us)))
+        except TopologyError as err:
+            raise TopologyError(f"{where}: {err}") from None
+    return tuple(out)
 
 
 _COLD_KEYS = ("version", "footprints_bytes", "us", "working_set_bytes")

@@ -129,6 +129,12 @@ Units used everywhere in ccsynth:
   read) applies it; the schedule-level simulator, the synthesizer and the
   lower bounds do not (a factor common to every schedule changes no choice
   among schedules). None: nothing, as in the catalog.
+* ``Topology.mpi_reference`` (tuple of :class:`~ccsynth.topologies.reference.ReferenceTimes`,
+  default empty): what the MPI library's own collectives took when the
+  machine was profiled, by input bytes per rank. No prediction uses it:
+  ``ccsynth bench --predict`` compares MPI's row of the same run with it to
+  say how far the machine has moved since the profile
+  (:mod:`ccsynth.topologies.reference`).
 
 A :class:`Topology` holds
 
@@ -185,6 +191,7 @@ from ccsynth.errors import TopologyError
 from ccsynth.topologies.checks import checked_number
 from ccsynth.topologies.coldcall import ColdCallCost
 from ccsynth.topologies.curve import SizeCurve
+from ccsynth.topologies.reference import ReferenceTimes
 from ccsynth.topologies.rounds import RoundCost
 from ccsynth.limits import check as check_limit, check_min as check_limit_min
 
@@ -469,6 +476,8 @@ class Topology:
     cold_call: ColdCallCost | None = None
     # what a whole run of a collective costs more by its input bytes per rank (None: nothing)
     run_curve: SizeCurve | None = None
+    # what MPI's own collectives took when the machine was profiled (the yardstick of its drift; no model term)
+    mpi_reference: tuple[ReferenceTimes, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
@@ -541,6 +550,15 @@ class Topology:
             self, "communicator_overhead",
             _check_alpha(self.communicator_overhead, f"topology {self.name!r}: communicator overhead"),
         )
+        object.__setattr__(self, "mpi_reference", tuple(self.mpi_reference))
+        seen_refs: set[str] = set()
+        for ref in self.mpi_reference:
+            if not isinstance(ref, ReferenceTimes):
+                raise TopologyError(f"topology {self.name!r}: mpi_reference entries must be ReferenceTimes, got "
+                                    f"{type(ref).__name__}")
+            if ref.collective in seen_refs:
+                raise TopologyError(f"topology {self.name!r}: two MPI references of {ref.collective!r}")
+            seen_refs.add(ref.collective)
         if self.cold_call is not None and not isinstance(self.cold_call, ColdCallCost):
             raise TopologyError(f"topology {self.name!r}: cold_call must be a ColdCallCost, got "
                                 f"{type(self.cold_call).__name__}")
@@ -587,6 +605,10 @@ class Topology:
             forward_curve=None,
             footprint_curve=None,
         )
+
+    def mpi_reference_for(self, collective: str) -> ReferenceTimes | None:
+        """MPI's own ``collective`` when the machine was profiled (None: not measured)."""
+        return next((r for r in self.mpi_reference if r.collective == collective), None)
 
     def message_alpha(self, alpha: float, nbytes: float) -> float:
         """The latency of a message of ``nbytes`` on a connection of latency ``alpha`` (the protocol's share added)."""

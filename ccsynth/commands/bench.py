@@ -47,7 +47,7 @@ from ccsynth.bench.omb import (
     run_benchmark,
     run_interleaved,
 )
-from ccsynth.bench.predict import Predictor, error_lines, error_table, load_predict_topology
+from ccsynth.bench.predict import Predictor, drift_lines, drift_table, error_lines, error_table, load_predict_topology
 from ccsynth.bench.validate import DTYPES, OPS
 from ccsynth.commands._progress import Progress
 from ccsynth.commands.reshard import register_bench as register_reshard_bench
@@ -570,6 +570,9 @@ def _run(args, comm) -> int:
     lines = report.comparison_lines(bench, results)
     if predictor is not None:
         lines += [""] + error_lines(results)
+        drift = drift_lines(results, predictor.topology, bench.kind, args.predict)
+        if drift:
+            lines += [""] + drift
     if lines:
         say("")
         for line in lines:
@@ -580,6 +583,7 @@ def _run(args, comm) -> int:
             doc = report.to_json(bench, meta, results)
             if predictor is not None:
                 doc["prediction_error"] = [dataclasses.asdict(d) for d in error_table(results)]
+                doc["mpi_drift"] = [dataclasses.asdict(d) for d in drift_table(results, predictor.topology, bench.kind)]
             report.write_json(args.json, doc)
         if args.plot:
             from ccsynth.bench.plot import plot_results

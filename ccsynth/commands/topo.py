@@ -147,6 +147,7 @@ def run(args) -> int:
         extras.append(_cold_line(topo.cold_call))
     if topo.run_curve is not None:
         extras.append(_run_line(topo.run_curve))
+    extras += [_reference_line(r) for r in topo.mpi_reference]
     if extras:
         print("; ".join(extras))
     if topo.dims:
@@ -300,6 +301,8 @@ def _summary(prof) -> None:
         print(_run_line(prof.topology.run_curve) + " (reference collectives: measured / predicted)")
     else:
         print("a whole run: as predicted (no reference collectives measured)")
+    for ref in prof.topology.mpi_reference:
+        print(_reference_line(ref) + " (ccsynth bench --predict compares MPI's rows with it: the machine's drift)")
     k = prof.kernels
     print(f"local work {k.local_bw:.3g} GB/s (kernels, every rank at once, {format_size(k.nbytes)} buffers: "
           f"receive-reduce-copy {k.fused:.3g}, sum {k.reduce:.3g}, copy {k.copy:.3g}) and {k.call_us:.3g} us per "
@@ -319,3 +322,9 @@ def _run_line(curve) -> str:
     """The run curve (``Topology.run_curve``, :mod:`ccsynth.bench.calibration`) in words."""
     return ("a whole run costs, by its input bytes per rank, x the prediction: "
             + ", ".join(f"{format_size(int(m))} {f:.2f}" for m, f in zip(curve.sizes, curve.factors)))
+
+
+def _reference_line(ref) -> str:
+    """MPI's own times when profiled (``Topology.mpi_reference``, :mod:`ccsynth.topologies.reference`) in words."""
+    return (f"MPI's own {ref.collective} when profiled, by input bytes per rank: "
+            + ", ".join(f"{format_size(int(m))} {t:.3g} us" for m, t in zip(ref.sizes, ref.us)))
