@@ -73,7 +73,8 @@ from ccsynth.collectives.spec import Collective
 from ccsynth.synth.baselines import applicable_baselines
 from ccsynth.synth.tables import TUNE_REL, keeps_candidate, pick_winner
 from ccsynth.topologies import fully_connected
-from ccsynth.topologies.io import load_topology, topology_from_dict, topology_to_dict
+from ccsynth.topologies.io import load_topology, topology_to_dict
+from ccsynth.topologies.reference import ReferenceTimes
 from ccsynth.units import format_size
 
 __all__ = ["RANKS", "COLLECTIVES", "SIZES", "BENCH_CACHE_BYTES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
@@ -399,11 +400,13 @@ def drift_summary(cases: list[dict]) -> list[str]:
     """Per size band and case, MPI's own collective over its time when the case's machine was profiled
     (:func:`ccsynth.bench.predict.drift_table`): how far the machine moved between the profile and the bench;
     nothing for profiles without MPI reference times."""
-    cols, bands = [], {}
+    cols: list[str] = []
+    bands: dict[tuple[int, str], dict[str, float]] = {}
     for case in cases:
-        topo = topology_from_dict(case["topology"])
+        refs = {c["collective"]: ReferenceTimes(c["collective"], tuple(c["sizes_bytes"]), tuple(c["us"]))
+                for c in (case["topology"].get("mpi_reference") or {}).get("collectives", ())}
         for kind, run in case["runs"].items():
-            table = drift_table(_results(run["json"]), topo, kind)
+            table = drift_table(_results(run["json"]), refs.get(kind))
             if table:
                 label = f"{kind} {case['n']}r"
                 cols.append(label)

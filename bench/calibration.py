@@ -69,7 +69,7 @@ from ccsynth.topologies.model import Topology
 from ccsynth.topologies.reference import ReferenceTimes
 
 __all__ = ["REFERENCE_ALGORITHMS", "REFERENCE_KINDS", "MPI", "SIZES", "QUICK_SIZES", "RUN_RANGE", "DTYPE",
-           "CalibrationRow", "run_size", "reference_schedules", "measure_calibration", "merge_passes",
+           "MAX_BUFFER", "CalibrationRow", "run_size", "reference_kinds", "reference_schedules", "measure_calibration", "merge_passes",
            "predicted_rows", "fit_run_curve", "mpi_reference"]
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,9 @@ QUICK_SIZES = (1 << 10, 64 << 10, 1 << 20)
 RUN_RANGE = (0.1, 10.0)
 #: the element type of the reference runs
 DTYPE = "float32"
+#: no reference run allocates a buffer larger than this per rank (an allgather's output is n times its input:
+#: on 64 ranks 16 MiB each would be 1 GiB per buffer); the larger sizes keep the allreduce alone
+MAX_BUFFER = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,16 @@ def run_size(kind: str, n: int, input_bytes: int, itemsize: int) -> int:
     return per * max(1, -(-int(input_bytes) // per))
 
 
+def reference_kinds(n: int, input_bytes: int, itemsize: int = 4) -> tuple[str, ...]:
+    """The kinds of :data:`REFERENCE_KINDS` run at ``input_bytes`` per rank on ``n`` ranks: those whose largest
+    buffer (an allgather's output: ``n`` inputs) stays within :data:`MAX_BUFFER`."""
+    def largest(kind: str) -> int:
+        size = run_size(kind, n, input_bytes, itemsize)
+        return size * n if kind == "allgather" else size
+
+    return tuple(kind for kind in REFERENCE_KINDS if largest(kind) <= MAX_BUFFER)
+
+
 def reference_schedules(kind: str, n: int) -> dict[str, Schedule]:
     """The reference schedules of ``kind`` on ``n`` ranks, as ``ccsynth bench --algo`` builds them."""
     coll = Collective(kind, n, baseline_chunk_factor(kind, n))
@@ -123,7 +136,8 @@ def reference_schedules(kind: str, n: int) -> dict[str, Schedule]:
 def measure_calibration(comm, sizes: Sequence[int], iterations: Callable[[int], tuple[int, int]],
                         progress: Callable[[int], None] | None = None) -> list[CalibrationRow]:
     """One pass of reference runs on every rank (call it on every rank): per size of ``sizes`` (input bytes per
-    rank) every kind of :data:`REFERENCE_KINDS` by :data:`MPI` and each of :data:`REFERENCE_ALGORITHMS`,
+    rank) every kind of :data:`REFERENCE_KINDS` (:func:`reference_kinds`: within :data:`MAX_BUFFER`) by :data:`MPI`
+    and each of :data:`REFERENCE_ALGORITHMS`,
     interleaved (:func:`ccsynth.bench.omb.measure`); ``iterations(size)`` gives (timed, warm-up) iterations and
     ``progress(size)`` is called before each size. Rows with one time each (:func:`merge_passes` joins passes)."""
     ctx = omb.Context(comm, omb.Options(sizes=tuple(sizes), dtype=DTYPE))
@@ -137,7 +151,7 @@ def measure_calibration(comm, sizes: Sequence[int], iterations: Callable[[int], 
             if progress is not None:
                 progress(size)
             labels, cases = [], []
-            for kind in REFERENCE_KINDS:
+            for kind in reference_kinds(ctx.n, size, ctx.itemsize):
                 osize = run_size(kind, ctx.n, size, ctx.itemsize)
                 for algo in algos:
                     labels.append((kind, algo.name))

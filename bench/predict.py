@@ -70,6 +70,7 @@ from ccsynth.synth.default_plan import LazyDefaultPlan
 from ccsynth.synth.executor_model import ExecutorSettings, simulate_run, working_set_run
 from ccsynth.topologies import fully_connected
 from ccsynth.topologies.model import Topology
+from ccsynth.topologies.reference import ReferenceTimes
 from ccsynth.units import format_size
 
 __all__ = ["Predictor", "load_predict_topology", "SavedRun", "repredict_document", "via_communicator",
@@ -358,11 +359,11 @@ class DriftBand:
     most: float
 
 
-def drift_table(results: Mapping[str, Sequence], topology: Topology, kind: str) -> list[DriftBand]:
-    """Per size band, MPI's measured median over its time when ``topology`` was profiled
-    (``Topology.mpi_reference``, by the row's OMB size: input bytes per rank for allreduce and allgather); empty
-    where the topology has no reference for ``kind`` or the run has no ``mpi`` column."""
-    ref = topology.mpi_reference_for(kind)
+def drift_table(results: Mapping[str, Sequence], reference: ReferenceTimes | None) -> list[DriftBand]:
+    """Per size band, MPI's measured median over ``reference``, its time when the machine was profiled
+    (``Topology.mpi_reference_for(kind)``, by the row's OMB size: input bytes per rank for allreduce and
+    allgather); empty without a reference or without an ``mpi`` column."""
+    ref = reference
     rows = results.get("mpi")
     if ref is None or not rows:
         return []
@@ -382,7 +383,7 @@ def drift_table(results: Mapping[str, Sequence], topology: Topology, kind: str) 
 
 def drift_lines(results: Mapping[str, Sequence], topology: Topology, kind: str, source: str) -> list[str]:
     """The drift table as lines for the end of the bench output (``source``: the topology as the user named it)."""
-    table = drift_table(results, topology, kind)
+    table = drift_table(results, topology.mpi_reference_for(kind))
     if not table:
         return []
     lines = [f"# The machine since its profile: MPI's own {kind} / its time when {source} was profiled, per size "

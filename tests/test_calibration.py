@@ -103,6 +103,13 @@ def test_run_size_is_one_every_reference_splits():
     assert cal.run_size("allreduce", 4, 1, 4) == 16  # at least one element per chunk
 
 
+def test_reference_kinds_keep_every_buffer_within_the_cap():
+    assert cal.reference_kinds(4, 16 << 20) == cal.REFERENCE_KINDS  # allgather output 64 MiB: at the cap
+    assert cal.reference_kinds(8, 16 << 20) == ("allreduce",)  # 128 MiB would be past it
+    assert cal.reference_kinds(64, 1 << 20) == cal.REFERENCE_KINDS and cal.reference_kinds(128, 1 << 20) == ("allreduce",)
+    assert all(cal.reference_kinds(n, s) == cal.REFERENCE_KINDS for n in (2, 3, 4) for s in cal.SIZES)
+
+
 def rows_for(topology: Topology, factors: dict[int, tuple[float, ...]]) -> list[cal.CalibrationRow]:
     """Reference rows whose times are the predictions times the given factors (per size: one per reference row),
     beside an MPI row per kind (no prediction)."""
@@ -288,7 +295,7 @@ def test_drift_of_mpis_own_rows_per_band_by_hand():
     # profiled: 10 us at 1 KiB, 1000 us at 1 MiB, log-log between: x1024 in bytes is x100 in time, so a size
     # 2**k times 1 KiB took 10 * 2**(k * e) us with e = log(100) / log(1024)
     e = math.log(100) / math.log(1024)
-    table = drift_table(results, t, "allreduce")
+    table = drift_table(results, t.mpi_reference_for("allreduce"))
     assert [(d.label, d.rows) for d in table] == [("1K-2K", 2), ("64K", 1), ("1M", 1)]
     assert table[0].median == pytest.approx((1.2 + 13.0 / (10 * 2 ** e)) / 2)
     assert (table[0].least, table[0].most) == (pytest.approx(13.0 / (10 * 2 ** e)), pytest.approx(1.2))
@@ -297,7 +304,8 @@ def test_drift_of_mpis_own_rows_per_band_by_hand():
     assert "MPI's own allreduce / its time when m.json was profiled" in lines[0]
     assert lines[-1].startswith("# MPI's own allreduce moved by more than 25%") and "64K" in lines[-1]
     assert "1M" not in lines[-1]
-    assert drift_table(results, t, "allgather") == [] and drift_table({"ring": []}, t, "allreduce") == []
+    assert drift_table(results, t.mpi_reference_for("allgather")) == []
+    assert drift_table({"ring": []}, t.mpi_reference_for("allreduce")) == []
     case = {"n": 2, "topology": topology_to_dict(t), "runs": {"allreduce": {"json": {"results": {
         "mpi": [{"size_bytes": 1024, "median_us": 12.0}]}}}}}
     summary = drift_summary([case])

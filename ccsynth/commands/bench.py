@@ -570,7 +570,7 @@ def _run(args, comm) -> int:
     lines = report.comparison_lines(bench, results)
     if predictor is not None:
         lines += [""] + error_lines(results)
-        drift = drift_lines(results, predictor.topology, bench.kind, args.predict)
+        drift = drift_lines(results, predictor.topology, predictor.kind, args.predict)
         if drift:
             lines += [""] + drift
     if lines:
@@ -583,7 +583,8 @@ def _run(args, comm) -> int:
             doc = report.to_json(bench, meta, results)
             if predictor is not None:
                 doc["prediction_error"] = [dataclasses.asdict(d) for d in error_table(results)]
-                doc["mpi_drift"] = [dataclasses.asdict(d) for d in drift_table(results, predictor.topology, bench.kind)]
+                doc["mpi_drift"] = [dataclasses.asdict(d) for d in
+                                    drift_table(results, predictor.topology.mpi_reference_for(predictor.kind))]
             report.write_json(args.json, doc)
         if args.plot:
             from ccsynth.bench.plot import plot_results
