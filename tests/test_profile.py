@@ -260,8 +260,12 @@ def test_profile_quiet_and_errors(tmp_path):
     if not MPIEXEC.exists():
         pytest.skip("mpiexec not installed in the virtual environment")
     base = [str(MPIEXEC), "-n", "2", sys.executable, "-m", "ccsynth", "topo", "profile"]
-    quiet = _run(base + ["-o", str(tmp_path / "m.json"), "--quick", "-q", "--sizes", "64K"])
+    quiet = _run(base + ["-o", str(tmp_path / "m.json"), "--quick", "-q", "--sizes", "64K", "--no-reference"])
     assert quiet.returncode == 0 and not [ln for ln in quiet.stderr.splitlines() if ln.startswith("[")], quiet.stderr
+    # --no-reference: no reference collectives, so neither a run curve nor MPI's reference times
+    plain = load_topology(tmp_path / "m.json")
+    assert plain.run_curve is None and plain.mpi_reference == ()
+    assert "a whole run: as predicted (no reference collectives measured)" in quiet.stdout
     missing = _run(base + ["-o", str(tmp_path / "no" / "m.json"), "--quick"])
     assert missing.returncode == 2 and missing.stderr.count("does not exist") == 1, missing.stderr
     one = _run([str(MPIEXEC), "-n", "1", sys.executable, "-m", "ccsynth", "topo", "profile", "-o",
