@@ -363,14 +363,13 @@ def drift_table(results: Mapping[str, Sequence], reference: ReferenceTimes | Non
     """Per size band, MPI's measured median over ``reference``, its time when the machine was profiled
     (``Topology.mpi_reference_for(kind)``, by the row's OMB size: input bytes per rank for allreduce and
     allgather); empty without a reference or without an ``mpi`` column."""
-    ref = reference
     rows = results.get("mpi")
-    if ref is None or not rows:
+    if reference is None or not rows:
         return []
     by_band: dict[int, list[tuple[int, float]]] = {}
     for r in rows:
         if r.median_us and r.median_us > 0:
-            by_band.setdefault(band_of(r.size), []).append((r.size, r.median_us / ref.time_us(r.size)))
+            by_band.setdefault(band_of(r.size), []).append((r.size, r.median_us / reference.time_us(r.size)))
     out = []
     for k in sorted(by_band):
         got = sorted(by_band[k])

@@ -258,9 +258,8 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from ccsynth.bench import calibration as cal
-from ccsynth.bench.omb import ITERS_LARGE as BENCH_ITERS_LARGE, ITERS_SMALL as BENCH_ITERS_SMALL, LARGE_MESSAGE
-from ccsynth.bench.omb import WARMUP_LARGE as BENCH_WARMUP_LARGE, WARMUP_SMALL as BENCH_WARMUP_SMALL
 from ccsynth.bench.omb import Case, measure, slowest_rank_median
+from ccsynth.bench.omb import Options as BenchOptions
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.communicator import Communicator
 from ccsynth.collectives.plan import Plan, PlanEntry
@@ -393,9 +392,7 @@ class ProfileOptions:
     def calibration_iterations(self, size: int) -> tuple[int, int]:
         """(timed, warm-up) iterations of one pass of the reference collectives at ``size`` input bytes per rank:
         ``ccsynth bench``'s counts shared among the passes (a quarter of them, quick)."""
-        large = size > LARGE_MESSAGE
-        iters = BENCH_ITERS_LARGE if large else BENCH_ITERS_SMALL
-        warmup = BENCH_WARMUP_LARGE if large else BENCH_WARMUP_SMALL
+        iters, warmup = BenchOptions(sizes=()).iterations(size)
         if self.quick:
             iters, warmup = max(2, iters // 4), max(1, warmup // 4)
         return max(2, -(-iters // self.n_passes)), warmup

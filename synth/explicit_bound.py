@@ -109,7 +109,8 @@ def latency_bound(collective: ExplicitCollective, topology: Topology) -> tuple[f
     for r, row in enumerate(collective.inputs):
         for p in row:
             holders.setdefault(p, []).append(r)
-    needers = [b for b in range(n) if set(collective.outputs[b]) - set(collective.inputs[b])]
+    missing = {b: set(collective.outputs[b]) - set(collective.inputs[b]) for b in range(n)}
+    needers = [b for b in range(n) if missing[b]]
     if len(needers) > LATENCY_MAX_RANKS:
         step = -(-len(needers) // LATENCY_MAX_RANKS)
         needers = needers[::step]
@@ -119,7 +120,7 @@ def latency_bound(collective: ExplicitCollective, topology: Topology) -> tuple[f
     best, which = 0.0, ""
     for b in needers:
         dist = to[b]
-        for p in set(collective.outputs[b]) - set(collective.inputs[b]):
+        for p in missing[b]:
             d = min((float(dist[q]) for q in holders.get(p, ())), default=float("inf"))
             if d > best:
                 best, which = d, f"latency: piece {p} reaches rank {b} from its nearest holder in {d:.6g} us at least"
