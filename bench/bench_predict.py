@@ -125,7 +125,7 @@ def _bin(name: str) -> str:
 #: the executor's byte budget for kept buffers during the benches (``CCSYNTH_CACHE_BYTES``): the baselines'
 #: compiled schedules share one budget per communicator, and with ``--interleave`` the default (32 MiB, or twice
 #: the largest message) made them drop and reallocate one another's buffers every call from 8 MiB up
-#: (run C: ring, recursive doubling and halving 3-10x slower at 8-16 MiB than the same schedules in the plans)
+#: (one measured run: ring, recursive doubling and halving 3-10x slower at 8-16 MiB than the same schedules in the plans)
 BENCH_CACHE_BYTES = 1 << 30
 
 
@@ -352,11 +352,11 @@ def _profile_lines(case: dict) -> list[str]:
     if "communicator_overhead_us" in t:
         extras.append(f"{t['communicator_overhead_us']:.2f} us more per call through ccsynth's communicator")
     fp = t.get("footprint_curve")
-    if fp:  # what messages cost more by the bytes a rank touches between two calls (h29-cache)
+    if fp:  # what messages cost more by the bytes a rank touches between two calls (footprint_curve)
         extras.append("messages by footprint " + ", ".join(f"x{f:.2f} at {_sz(int(m))}"
                                                              for m, f in zip(fp["sizes_bytes"], fp["factors"])))
     cold = t.get("cold_call")
-    if cold:  # what a call pays once more by its footprint (h44-coldcall)
+    if cold:  # what a call pays once more by its footprint (cold_call)
         extras.append("a cold call once " + ", ".join(f"{c:.1f} us at {_sz(int(m))}"
                                                       for m, c in zip(cold["footprints_bytes"], cold["us"])))
     lines = [f"*{t['n_ranks']} ranks* ({t.get('description', '')}): " + "; ".join(extras) + f"; shared ports: {ports}.",
@@ -533,7 +533,7 @@ def row_lines(cases: list[dict]) -> list[str]:
 
 
 # ------------------------------------------------------------------ plan policies, offline
-#: the margins :func:`policy_lines` tries besides the plan as run (runs C, D, E: their plans' margin was 25%)
+#: the margins :func:`policy_lines` tries besides the plan as run (the earlier runs' plans had a margin of 25%)
 POLICY_MARGINS = (0.25, 0.5, 0.6, 0.7)
 
 
