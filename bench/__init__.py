@@ -9,7 +9,7 @@
 * :mod:`ccsynth.bench.report` -- OMB tables, nccl-tests columns, comparison, JSON;
 * :mod:`ccsynth.bench.plot` -- ``--plot`` (matplotlib).
 
-Results and the commands that produced them: bench/RESULTS.md.
+Results and the commands that produced them: docs/results.md.
 """
 
 __all__: list[str] = []

@@ -84,7 +84,7 @@ __all__ = ["SUITE", "SIZES", "IMBALANCE_TOLERANCE", "bench_case", "summarize", "
 #: unchanged at tag ``tutorial-isca2022``: Ring(2) x FullyConnected(8) x Ring(2), 2, 7 and 1 links per NPU at 250,
 #: 25 and 12.5 GB/s, i.e. 250, 175 and 12.5 GB/s per NPU) and its 4D Ring-FullyConnected-Ring-Switch extension (a
 #: ring of 8 on two 25 GB/s links per NPU). The paper's own table of systems (ISCA'22) could not be retrieved, so
-#: none of them is here (bench/RESULTS.md, issue 12). The flag is the bandwidths', kept for comparison; which
+#: none of them is here (docs/results.md). The flag is the bandwidths', kept for comparison; which
 #: topologies are *imbalanced* is computed (:func:`~ccsynth.synth.multidim.lp.load_imbalance`, module docstring).
 SUITE: tuple[tuple[str, bool], ...] = (
     ("hierarchical:4x4@100,100", True),

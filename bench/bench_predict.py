@@ -19,7 +19,7 @@ For every rank count (2 and 4 by default):
    -m 8:16M --json compare_C{N}.json``; ``--rounds R``, 0 skips it): per size a verdict against the noise
    measured there, which the summary's share "at least as fast" counts.
 
-Then it prints, as Markdown (for ``bench/RESULTS.md``): the fitted figures
+Then it prints, as Markdown (the tables of ``docs/results.md``): the fitted figures
 of every profile; the prediction error per size band -- median and worst
 ``|measured / predicted - 1|`` over every predicted row (measured: the
 median over iterations of the slowest rank) -- per rank count and
@@ -29,16 +29,17 @@ which the plan is at least as fast as the default plan, and whether it wins
 where the model predicts it wins (the predicted and the measured winner of
 plan against default agree).
 
-Run (prints the commands it runs on stderr; ``--out DIR`` keeps every file,
+Run (prints the commands it runs on stderr; every file goes to ``--out DIR``, by default a new
+``bench-out/predict-TIME`` in the current folder, which git ignores;
 ``--report DIR`` prints the report of a run again, ``--tune`` tunes every
 plan on the machine (``ccsynth tune``) before its bench, ``--repredict DIR``
 recomputes every prediction of a saved run with the model as it is now --
 on the run's own profiles or on ``--topology FILE[,FILE]`` -- and prints
 the report of that, ``--rows`` adds every predicted row)::
 
-    python -m ccsynth.bench.bench_predict --out /tmp/predict --max-load 3
+    python -m ccsynth.bench.bench_predict --out bench-out/predict --max-load 3
     python -m ccsynth.bench.bench_predict --ranks 2 --collectives allreduce --sizes 8:1M --quick
-    python -m ccsynth.bench.bench_predict --repredict /tmp/predict --rows
+    python -m ccsynth.bench.bench_predict --repredict bench-out/predict --rows
 
 The machine's load average is printed before and after each step: the
 2-core development machine is shared, and every figure depends on it.
@@ -58,7 +59,6 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +77,7 @@ from ccsynth.topologies.io import load_topology, topology_to_dict
 from ccsynth.topologies.reference import ReferenceTimes
 from ccsynth.units import format_size
 
-__all__ = ["RANKS", "COLLECTIVES", "SIZES", "BENCH_CACHE_BYTES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
+__all__ = ["RANKS", "COLLECTIVES", "SIZES", "DEFAULT_OUT", "default_out", "BENCH_CACHE_BYTES", "PlanSummary", "baselines_for", "run_case", "fastest_rows", "summary",
            "markdown", "repredict_cases", "row_lines", "POLICY_MARGINS", "loss_margin", "PolicyOutcome", "policy_outcome",
            "policy_lines", "main"]
 
@@ -86,6 +86,19 @@ COLLECTIVES = ("allreduce", "allgather")
 SIZES = "8:16M"  # the issue names 64 MiB; 16 MiB keeps a 2- and 4-rank run within minutes on 2 cores
 TARGET_LARGE, TARGET_SMALL = 0.25, 0.50  # median error from 64 KiB up, below
 TARGET_PLAN_SHARE = 0.90  # the plan at least as fast as the default plan at this share of sizes
+#: Raw output goes to a folder the user names (``--out``), by default under this one in the current folder:
+#: recorded runs are not part of the source tree (``bench-out/`` is in the repository's .gitignore).
+DEFAULT_OUT = "bench-out"
+
+
+def default_out(now: float | None = None) -> Path:
+    """A new folder for one run's files: ``bench-out/predict-YYYYMMDD-HHMMSS`` (UTC) in the current folder.
+
+    >>> default_out(0.0).as_posix()
+    'bench-out/predict-19700101-000000'
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    return Path(DEFAULT_OUT) / f"predict-{stamp}"
 
 
 def _load() -> str:
@@ -112,7 +125,7 @@ def _bin(name: str) -> str:
 #: the executor's byte budget for kept buffers during the benches (``CCSYNTH_CACHE_BYTES``): the baselines'
 #: compiled schedules share one budget per communicator, and with ``--interleave`` the default (32 MiB, or twice
 #: the largest message) made them drop and reallocate one another's buffers every call from 8 MiB up
-#: (run C: ring, recursive doubling and halving 3-10x slower at 8-16 MiB than the same schedules in the plans)
+#: (one measured run: ring, recursive doubling and halving 3-10x slower at 8-16 MiB than the same schedules in the plans)
 BENCH_CACHE_BYTES = 1 << 30
 
 
@@ -339,11 +352,11 @@ def _profile_lines(case: dict) -> list[str]:
     if "communicator_overhead_us" in t:
         extras.append(f"{t['communicator_overhead_us']:.2f} us more per call through ccsynth's communicator")
     fp = t.get("footprint_curve")
-    if fp:  # what messages cost more by the bytes a rank touches between two calls (h29-cache)
+    if fp:  # what messages cost more by the bytes a rank touches between two calls (footprint_curve)
         extras.append("messages by footprint " + ", ".join(f"x{f:.2f} at {_sz(int(m))}"
                                                              for m, f in zip(fp["sizes_bytes"], fp["factors"])))
     cold = t.get("cold_call")
-    if cold:  # what a call pays once more by its footprint (h44-coldcall)
+    if cold:  # what a call pays once more by its footprint (cold_call)
         extras.append("a cold call once " + ", ".join(f"{c:.1f} us at {_sz(int(m))}"
                                                       for m, c in zip(cold["footprints_bytes"], cold["us"])))
     lines = [f"*{t['n_ranks']} ranks* ({t.get('description', '')}): " + "; ".join(extras) + f"; shared ports: {ports}.",
@@ -520,7 +533,7 @@ def row_lines(cases: list[dict]) -> list[str]:
 
 
 # ------------------------------------------------------------------ plan policies, offline
-#: the margins :func:`policy_lines` tries besides the plan as run (runs C, D, E: their plans' margin was 25%)
+#: the margins :func:`policy_lines` tries besides the plan as run (the earlier runs' plans had a margin of 25%)
 POLICY_MARGINS = (0.25, 0.5, 0.6, 0.7)
 
 
@@ -691,7 +704,9 @@ def main(argv=None) -> int:
     p.add_argument("--ranks", default=",".join(map(str, RANKS)), help="rank counts, comma separated (default 2,4)")
     p.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma separated (default allreduce,allgather)")
     p.add_argument("--sizes", default=SIZES, help=f"message sizes (default {SIZES})")
-    p.add_argument("--out", help="folder for the profiles, plans and JSON results (default: a temporary folder)")
+    p.add_argument("--out", metavar="DIR",
+                   help=f"folder for the profiles, plans and JSON results (default: a new {DEFAULT_OUT}/predict-TIME "
+                        "in the current folder; bench-out/ is ignored by git)")
     p.add_argument("--quick", action="store_true", help="quick profiles and few iterations (a smoke test)")
     p.add_argument("--markdown", metavar="FILE", help="also write the report here")
     p.add_argument("--max-load", type=float, metavar="L",
@@ -741,7 +756,7 @@ def main(argv=None) -> int:
         if args.markdown:
             Path(args.markdown).write_text(text + "\n")
         return 0
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="ccsynth-predict-"))
+    out = Path(args.out) if args.out else default_out()
     out.mkdir(parents=True, exist_ok=True)
     commands: list[str] = []
     cases = []

@@ -12,7 +12,7 @@ error is a factor of the *size*, common to every schedule: the same benchmark
 run minutes apart reproduces its rows within 2-10%, and the factor of one
 run's ring and recursive-doubling rows, applied to another run's
 predictions by input bytes per rank, brought 30 of 30 size bands from
-64 KiB within 25% (bench/RESULTS.md, issue 10, session 11).
+64 KiB within 25% (docs/results.md).
 
 So the profile ends by measuring what it predicts: per size of
 :data:`SIZES` (input bytes per rank), an allreduce and an allgather
@@ -34,7 +34,7 @@ at the footprint of all six calls, :func:`predicted_rows`), kept within
 the curve at the call's input bytes per rank.
 
 The references are whole runs of the algorithms a benchmark compares, so
-their own errors after the correction measure nothing new; bench/RESULTS.md
+their own errors after the correction measure nothing new; docs/results.md
 reports the errors of the other rows beside them. The MPI rows' times are
 kept too (:func:`mpi_reference`, ``Topology.mpi_reference``): the yardstick
 by which ``ccsynth bench --predict`` tells how far the machine has moved

@@ -2,8 +2,8 @@
 
 One pass of ``ccsynth bench --interleave`` over a dozen algorithms gives
 one median per algorithm and size; the ratio of two of them moves by 5-30%
-from run to run on the shared 2-core machine (bench/RESULTS.md, issue 10,
-runs D and E: the same schedule measured 0.9-1.1x of itself), so "plan <=
+from run to run on the shared 2-core machine (docs/results.md:
+two quiet runs: the same schedule measured 0.9-1.1x of itself), so "plan <=
 default" at a size where both run the same schedule is a coin toss, and a
 single pass cannot tell a loss from noise. This module measures the one
 comparison the issue's target names, and measures its noise with it:

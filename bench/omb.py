@@ -159,7 +159,7 @@ class Row:
         return self.size / self.avg_us if self.avg_us > 0 else 0.0
 
     def to_dict(self) -> dict:
-        """JSON-ready, with the units in the keys (the README's ``ccsynth.bench`` table)."""
+        """JSON-ready, with the units in the keys (the ``ccsynth.bench`` table of docs/formats.md)."""
         return {
             "size_bytes": self.size,
             "nccl_size_bytes": self.nbytes,

@@ -30,7 +30,7 @@ makespan, the time until the last rank is done, predicts -- and the ratio
 is ``measured / predicted`` (1.00 is a perfect prediction; above 1 the
 machine is slower than predicted). :func:`error_table` summarises the
 ratios as ``|measured / predicted - 1|`` per size decade (median and
-worst), the figure ``bench/RESULTS.md`` reports.
+worst), the figure ``docs/results.md`` reports.
 
 **Re-predicting a saved run.** :func:`repredict_document` takes the
 ``--json`` document of a bench that ran with ``--predict`` and recomputes

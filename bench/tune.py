@@ -10,7 +10,7 @@ communicator with a one-row plan -- the path a program calling the plan
 takes -- on the benchmark's buffers (:mod:`ccsynth.bench.omb`), in
 :data:`TUNE_ROUNDS` rounds whose order alternates (candidate first, then
 default first: a fixed place in the iteration biased single passes by up to
-10%, bench/RESULTS.md issue 10, h39-plans); the figure is the median over
+10%, docs/results.md); the figure is the median over
 rounds of each round's median over iterations of the slowest rank. Both
 results are checked against the expected output first (a schedule that
 computes a wrong result is refused with an error, whatever its time).

@@ -1,6 +1,6 @@
 """ccsynth: synthesize, verify, simulate and run collective-communication schedules.
 
-Public API (see README.md):
+Public API (see README.md and docs/python.md):
 
 >>> import ccsynth
 >>> topo = ccsynth.get_topology("ring:4")

@@ -22,7 +22,7 @@ A name that does not apply (recursive doubling on a rank count that is not a
 power of two, one-shot on many ranks) gives way to the next one in its row; a
 row with no applicable name is left out, and calls of that size go to the MPI
 library's own collective. The thresholds come from the measurements in
-``bench/RESULTS.md``.
+``docs/results.md``.
 
 Layering: the policy needs the baselines, so it lives in ``synth``; the
 communicator (:mod:`ccsynth.collectives.communicator`, a layer below) never
@@ -69,7 +69,7 @@ SMALL_BYTES = 32 * 1024  # below: latency-bound algorithms; above: bandwidth-bou
 ONE_SHOT_BYTES = 4 * 1024  # allreduce below this, on few ranks: one hop (every rank sums all buffers)
 ONE_SHOT_MAX_RANKS = 8  # one_shot sends n-1 messages per rank: only for small communicators
 # allreduce from here up: Rabenseifner (recursive halving), which on a fully connected machine moves what a
-# ring moves in log2(n) steps instead of 2(n-1); below, recursive doubling (bench/RESULTS.md, session 2)
+# ring moves in log2(n) steps instead of 2(n-1); below, recursive doubling (docs/results.md)
 HALVING_BYTES = 128 * 1024
 
 # Per kind, (min_bytes, max_bytes, baseline names in order of preference).

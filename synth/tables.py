@@ -23,7 +23,7 @@ CLI) to print.
 
 **The default plan's choice stays unless beaten by a margin.** A model with a
 known error cannot call a winner closer than that error: measured on this
-project's machines (``bench/RESULTS.md``, issue 10), candidates predicted
+project's machines (``docs/results.md``), candidates predicted
 10-69% faster than the default plan were measured up to 2x slower. With
 ``default_margin`` (what ``ccsynth synth --sizes`` and
 ``ccsynth.synthesize(sizes=...)`` pass: :func:`margin_for` the topology --
@@ -40,7 +40,7 @@ algorithm per size and the margin.
 
 **The machine decides where the model departs from the default.** The
 margin does not make a model of 1.5-3x error at 4 ranks on 2 cores right
-(bench/RESULTS.md, issue 10, subsection h30-peers: candidates predicted
+(docs/results.md: candidates predicted
 0.3-0.5x of the default measured up to 1.25x; margins large enough to keep
 them out also keep out the departures that win). :func:`tune_plan` measures
 the plan's departures (:func:`departures`: the sizes where it runs another
@@ -90,8 +90,8 @@ log = logging.getLogger(__name__)
 TIE_REL = REL
 #: A candidate replaces the default plan's algorithm at a size only when predicted faster by more than a margin:
 #: the model's error where it predicts a gain. On a topology run by ccsynth's executor (``overhead_scope="rank"``,
-#: what ``ccsynth topo profile`` writes) that error is measured (bench/RESULTS.md, issue 10, h39-plans: on runs D
-#: and E, the largest predicted gain over the default plan that was measured more than 5% slower was 69% and 68%
+#: what ``ccsynth topo profile`` writes) that error is measured (docs/results.md: on two quiet
+#: runs, the largest predicted gain over the default plan that was measured more than 5% slower was 69% and 68%
 #: -- candidates predicted at 0.31x of the default measured 1.2x; a 70% margin keeps every such loss out in both
 #: runs, 25% kept 5-13 departures of which up to 8 lost).
 EXECUTOR_MARGIN = 0.70
@@ -114,7 +114,7 @@ def margin_for(topology: Topology) -> float:
 #: ring at chunk factor 1024 on 4 ranks, which every first call of the plan would pay too.
 EXECUTOR_MAX_OPS = 4096
 #: :func:`tune_plan` keeps a candidate only when measured faster than the default's algorithm by more than this:
-#: the same schedule measured 0.95-1.05x of itself in one quiet run (bench/RESULTS.md, issue 10, run D).
+#: the same schedule measured 0.95-1.05x of itself in one quiet run (docs/results.md).
 TUNE_REL = 0.05
 
 Candidates = Mapping[tuple[str, int], Sequence[Schedule]] | Iterable[Schedule]

@@ -159,7 +159,7 @@ def test_no_allreduce_beats_the_bound_across_nodes(group_sizes, intra_bw, nic_bw
 
 
 # ~30 s of MILPs. Covered by bench/bench_synth.py, which synthesizes allreduce across nodes (ndv2x2,
-# dgx_a100x4, ndv2x10 at 1K/1M/64M) and reports each schedule's gap to the lower bound (bench/RESULTS.md).
+# dgx_a100x4, ndv2x10 at 1K/1M/64M) and reports each schedule's gap to the lower bound (docs/results.md).
 @pytest.mark.slow
 def test_synthesized_allreduce_across_four_nodes_is_near_the_group_bound():
     from ccsynth.synth.synthesize import synthesize

@@ -116,7 +116,7 @@ def test_cut_bound_never_above_brute_force_and_exact_when_it_says_so(topo, kind)
 
 
 # About 2 minutes of LPs (2^14 cuts each). Covered by python -m ccsynth.bench.bench_synth, which compares every
-# bound with brute force wherever it runs (up to 14 ranks) and records the result in bench/RESULTS.md.
+# bound with brute force wherever it runs (up to 14 ranks) and records the result in docs/results.md.
 @pytest.mark.slow
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(exact_topology(min_n=12, max_n=14), st.sampled_from(("allgather", "reduce_scatter", "allreduce")))

@@ -1,7 +1,7 @@
 """Multi-rank reliability: a fault on one rank never gives any rank a wrong buffer, and nothing hangs.
 
 The scenarios are those of the fault-injection benchmark
-(``python -m ccsynth.bench.faults``, results in bench/RESULTS.md): each
+(``python -m ccsynth.bench.faults``, results in docs/results.md): each
 runs under ``mpiexec`` with the drop-in Communicator and reports, per rank,
 whether the faulty call raised (and what), returned the right result or a
 WRONG one, and whether a correct call afterwards worked. Scenarios that end

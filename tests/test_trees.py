@@ -382,7 +382,7 @@ def test_star_allreduce_reduces_to_the_hub_and_meets_its_bound():
 
 
 # A minute of MILPs (5 ranks: synthesize runs them beside the trees). Covered by python -m ccsynth.bench.bench_synth,
-# whose star5 rows synthesize this case (bench/RESULTS.md, issue 11).
+# whose star5 rows synthesize this case (docs/results.md).
 @pytest.mark.slow
 def test_synthesized_star_allreduce_is_within_1_1_of_its_bound():
     t = star()

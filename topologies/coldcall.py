@@ -6,12 +6,12 @@ on the same buffers). Measured on the project's 2-core machine through
 ccsynth's executor, part of what a call pays after a large footprint is not
 per byte: a window of 2 x 256 KiB took 60 us with a footprint of up to 5.5
 MiB and 165-223 us at 33-130 MiB, a window of 2 x 1 MiB 187 us and 484-567
-us (bench/RESULTS.md, issue 10, h29-cache) -- four times the bytes, 2.3-2.7x
+us (docs/results.md) -- four times the bytes, 2.3-2.7x
 the extra, not 4x: about 50-90 us of the extra is paid once per call (page
 walks over cold buffers, MPI's shared-memory cells, the executor's own
 state), the rest per byte. A per-byte factor fitted on one message size
-therefore over-charges calls of larger messages (bench/RESULTS.md,
-h38-model: the 4-rank rows at 4-16 MiB predicted 1.3-2x too slow).
+therefore over-charges calls of larger messages (docs/results.md:
+the 4-rank rows at 4-16 MiB predicted 1.3-2x too slow).
 
 :class:`ColdCallCost` holds the per-call part as points ``(F_i, c_i)``: a
 call whose footprint is ``F`` bytes per rank costs ``c(F)`` us more,

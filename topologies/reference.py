@@ -11,7 +11,7 @@ can say how far the machine has moved since -- MPI's time now over MPI's
 time then, per size band (:func:`ccsynth.bench.predict.drift_table`). On
 the project's 2-core VM MPI's own allgather ran 1.6x its profiled time a
 minute after the profile, and the band's prediction error was 74% (8%
-divided by that; bench/RESULTS.md, issue 10, runs L and M).
+divided by that; docs/results.md).
 
 :class:`ReferenceTimes` holds one collective's points ``(input bytes per
 rank, us)``; between points the time is interpolated in log-log, below the

@@ -2,7 +2,7 @@
 
 The per-message model (``alpha``, ``overhead``, ``bw``) prices every message
 by itself. Measured on the project's 2-core machine with 4 ranks (2x
-oversubscribed, bench/RESULTS.md, issue 10, h30-peers), a *round* -- a rank
+oversubscribed, docs/results.md), a *round* -- a rank
 waiting for the messages of ``k`` peers before it can go on -- costs more
 than its messages: ~10 us with one peer and ~21-25 us with three, against
 4-5.6 us per hop in the profile's chains, and a round of two independent

@@ -4,7 +4,7 @@ Every ``--json`` document is a JSON object whose first key is ``schema``,
 ``"ccsynth.<command>/<version>"`` (:func:`json_doc`); a new version means a
 key was renamed or removed (adding keys keeps the version). One quantity has
 one key in every command, with its unit in the name (:data:`KEYS`, the
-README's "JSON output" tables): ``size_bytes``, ``time_us``, ``algbw_GBps``,
+"JSON output" tables of docs/formats.md): ``size_bytes``, ``time_us``, ``algbw_GBps``,
 ``busbw_GBps``, ``n_ops``, ...
 """
 

@@ -35,7 +35,7 @@ although the standard promises it only for messages of one tag.)
 Requests are created per call (``Isend``/``Irecv``), not persistent: a
 persistent request's tag is fixed, and the tag must change with every call.
 That costs about 0.3 us of Python per message over ``Start`` of a
-persistent request (measured in ``bench/RESULTS.md``).
+persistent request (measured in ``docs/results.md``).
 
 Why a call can never consume another call's message
 ---------------------------------------------------

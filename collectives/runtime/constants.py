@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 DEFAULT_SLICE_BYTES = 1 << 20  # reducing collectives: a reduction overlaps the next slice's arrival
-DEFAULT_COPY_SLICE_BYTES = 4 << 20  # pure data movement: fewer, larger messages (see bench/RESULTS.md)
+DEFAULT_COPY_SLICE_BYTES = 4 << 20  # pure data movement: fewer, larger messages (see docs/results.md)
 #: messages up to this many bytes may take the straight-line path
 STATIC_MAX_BYTES = 64 * 1024
 MAX_BINDINGS = 4  # cached (sendbuf, recvbuf) address pairs per layout

@@ -204,7 +204,7 @@ class PhaseCosts:
         dimension for all of that time while direct phases overlap (:func:`~.pipeline.window_of`: the
         next phase's overheads and latency hide behind this one's bytes), so in a pipeline of chunks the
         direct phases cost their bytes only (on ``hierarchical:2x8x2@250,175,12.5`` at 1 GiB the 12.5 GB/s
-        dimension's 2 x 14 us per chunk of latency and overheads: ``bench/RESULTS.md``, h43-lp4d).
+        dimension's 2 x 14 us per chunk of latency and overheads: ``docs/results.md``).
         """
         key = (d, m, reduce)
         best = self._best_memo.get(key)

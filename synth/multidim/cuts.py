@@ -58,7 +58,7 @@ from ccsynth.synth.multidim.pipeline import chunk_bytes
 __all__ = ["CUT_FACTOR", "MAX_PIECES", "longest_phase", "cut_long_chunks"]
 
 #: the typical longest phase is this times the median over the chunks (a chunk is cut when its longest phase is
-#: at least twice that): 0.75 of the median (``bench/RESULTS.md``, h50-lp: 0.5 cuts the ordinary chunks too and
+#: at least twice that): 0.75 of the median (``docs/results.md``: 0.5 cuts the ordinary chunks too and
 #: pays their per-message costs twice, 1.0-2.0 leaves the long phases at 1.5-2x the typical)
 CUT_FACTOR = 0.75
 #: the most pieces one chunk is cut into

@@ -22,7 +22,7 @@ cannot ask by itself: the lattice LP again, with each dimension's measured
 different split could reach if every dimension kept those costs. It is an
 estimate (a new split changes them), not a bound; where it is close to
 the schedule's time, no re-split helps, and what is left is the pipeline's
-start-up and per-message costs themselves (``bench/RESULTS.md``).
+start-up and per-message costs themselves (``docs/results.md``).
 
 Example:
     >>> from ccsynth.topologies.catalog import hierarchical

@@ -284,7 +284,7 @@ def rounded_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, 
     Every schedule of ``chunks`` equal chunks in dimension orders sends a whole number of chunks over each
     lattice edge, and each dimension is busy at least the ``floor`` charges of its phases, so this optimum
     bounds its makespan in the dimension-level model, as ``T*`` does, and is at least ``T*``: it is the best
-    that the busiest dimension can do at this chunk count. On the 4D fabrics of ``bench/RESULTS.md`` it is
+    that the busiest dimension can do at this chunk count. On the 4D fabrics of ``docs/results.md`` it is
     within 0.1% of ``T*``: rounding to whole chunks costs the bound nothing there, so what a schedule loses
     to ``T*`` is its pipeline (see there).
     """
@@ -452,7 +452,7 @@ def pipelined_bound(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float
     unequal size, :func:`weighted_chunks`, Themis's flex and the ramped
     chunks of :mod:`~ccsynth.synth.multidim.ramp`, ``T*`` charges every
     chunk the average chunk's per-phase latency on the ring-charged edges, which is what the bound's
-    ratios in ``bench/RESULTS.md`` take as given for them too; on the direct-charged edges the floor is
+    ratios in ``docs/results.md`` take as given for them too; on the direct-charged edges the floor is
     linear in the bytes and the bound holds for any chunk sizes);
     ``tests/test_multidim.py`` checks it against the event-driven simulator
     for every equal-chunk scheduler on every topology of the cross-check (up

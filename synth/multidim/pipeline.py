@@ -26,7 +26,7 @@ what 8 do), with the per-message costs of the event-driven simulator:
 
 All groups of a dimension run in lockstep (they are alike), so one
 representative group stands for all of them: the model is exact for the
-catalog's switched hierarchies and machines (see ``bench/RESULTS.md`` for
+catalog's switched hierarchies and machines (see ``docs/results.md`` for
 the cross-check against the event-driven simulator).
 
 :func:`time_chunks` returns the makespan, each dimension's busy time (how

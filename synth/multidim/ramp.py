@@ -30,7 +30,7 @@ whether a ramp pays (:mod:`ccsynth.synth.multidim.search` tries the depths
 of :data:`RAMP_DEPTHS` on the LP's winner at every chunk count): on
 Themis's sample system ``hierarchical:2x8x2@250,175,12.5`` at 1 GiB, whose
 12.5 GB/s dimension no order may sensibly start on, it took the LP from
-6444 to 6008 us (1.052 to 1.015 of its pipelined bound; ``bench/RESULTS.md``)
+6444 to 6008 us (1.052 to 1.015 of its pipelined bound; ``docs/results.md``)
 while its 2-rank dimensions ran ring phases; with direct phases there (they
 overlap, :meth:`~ccsynth.synth.multidim.cost.PhaseCosts.best`) 384 equal
 chunks take 5443 us and no ramp is faster.

@@ -9,7 +9,7 @@ the best split for the schedule is near the LP's, not at it: on
 ``hierarchical:8x8x8x8@400,200,100,50`` at 1 GiB the rounding to whole
 chunks leaves dimension 0 2.7% above ``T*`` and the exact shares leave no
 dimension room for its fill and drain (3101 us against 2950;
-``bench/RESULTS.md``, h43-lp4d).
+``docs/results.md``).
 
 :func:`tune_shares` searches between them with the model itself: it moves
 a share of the data from the chunks of one order to those of another
