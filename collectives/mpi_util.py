@@ -183,6 +183,12 @@ def run_main(main: Callable[[], int | None], comm=None) -> None:
     abort_exit(code, comm)
 
 
+def in_multirank_job() -> bool:
+    """Whether this process is one rank of several in a running MPI job (asked without initialising MPI)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return bool(mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1)
+
+
 def find_mpiexec() -> str | None:
     """The ``mpiexec`` beside the running Python (a virtualenv's), else the one on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -191,4 +197,4 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec") or shutil.which("mpirun")
 
 
-__all__ = ["CommWrapper", "mpi_comm", "comm_to_wrap", "install_abort_handler", "uninstall_abort_handler", "abort_exit", "run_main", "find_mpiexec"]
+__all__ = ["CommWrapper", "mpi_comm", "comm_to_wrap", "install_abort_handler", "uninstall_abort_handler", "abort_exit", "run_main", "in_multirank_job", "find_mpiexec"]
