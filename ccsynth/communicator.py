@@ -43,6 +43,7 @@ Under ``mpiexec -n 8``::
 from __future__ import annotations
 
 from ccsynth.collectives import communicator as _runtime
+from ccsynth.collectives.mpi_util import comm_to_wrap
 from ccsynth.errors import TopologyError
 from ccsynth.formats.files import get_topology
 from ccsynth.synth.default_plan import LazyDefaultPlan
@@ -72,7 +73,7 @@ class Communicator(_runtime.Communicator):
         planner = None
         if topology is not None:
             topo = get_topology(topology) if isinstance(topology, str) else topology
-            size = (comm if comm is not None else _world()).Get_size()
+            size = comm_to_wrap(comm).Get_size()
             planner = PhasePlanner(topo, scheduler, n_ranks=size)  # bad input fails before any communication
         elif scheduler != "auto":
             raise TopologyError("scheduler= needs topology= (a topology with dimensions, e.g. "
@@ -85,9 +86,3 @@ class Communicator(_runtime.Communicator):
     def scheduler(self) -> str | None:
         """The multi-dimension scheduler in use, or None without ``topology``."""
         return None if self._planner is None else self._planner.scheduler
-
-
-def _world():
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD

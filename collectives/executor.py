@@ -367,6 +367,14 @@ class CompiledSchedule:
         """Whether blocks of ``m`` elements can run (see the module doc on chunk sizes)."""
         return self._uneven_ok or m % self._cf == 0
 
+    def supports_call(self, m: int, dtype) -> bool:
+        """Whether a call with blocks of ``m`` elements of ``dtype`` can run.
+
+        A reducing collective counts its chunks in elements; the others move
+        bytes, so their blocks count ``m x itemsize`` (see :meth:`supports_count`).
+        """
+        return self.supports_count(m if self._reducing else m * np.dtype(dtype).itemsize)
+
     def _chunk_sizes(self, m: int) -> tuple[list[int], list[int]]:
         return chunk_sizes(m, self._cf)
 

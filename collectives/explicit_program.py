@@ -2,7 +2,7 @@
 
 The executor (:mod:`~ccsynth.collectives.executor`) runs equal-chunk
 schedules, sliced and pipelined; resharding plans run on tensor boxes
-(``ccsynth.synth.reshard.runtime``). A v-collective
+(:mod:`~ccsynth.collectives.reshard_program`). A v-collective
 (:mod:`~ccsynth.collectives.vschedule`) is in between: flat buffers as the
 collectives, chunks of their own extents as resharding. This runner takes
 the schedule of an :class:`~ccsynth.collectives.explicit.ExplicitCollective`

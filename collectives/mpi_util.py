@@ -1,4 +1,13 @@
-"""MPI helpers: abort the whole job on an unhandled error, find ``mpiexec``.
+"""MPI helpers: the mpi4py communicator behind a wrapper, abort the whole job on an unhandled error, find ``mpiexec``.
+
+Wrappers (:class:`CommWrapper`): a communicator that runs its collectives
+itself (:class:`ccsynth.Communicator <ccsynth.collectives.communicator.Communicator>`)
+declares it by deriving from this small base class and keeps the mpi4py
+communicator it wraps in ``.comm``; :func:`mpi_comm` hands code that needs
+MPI's own calls (point to point, splits, an agreement) that communicator.
+The base class lives here, below every runtime module, so that the runtime
+(the multi-dimension runner, the resharding executor) recognises a wrapper
+without importing the communicator that is built on it.
 
 Why abort: in a collective every rank waits for every other. If one rank
 raises and exits (or merely stops calling MPI), the others block forever
@@ -35,6 +44,13 @@ from ccsynth.errors import CCSynthError
 _installed: dict[str, Any] = {}
 
 
+class CommWrapper:
+    """Base of a communicator that wraps an mpi4py intracommunicator (``.comm``) and runs its collectives itself."""
+
+    __slots__ = ()
+    comm: Any  # the wrapped mpi4py intracommunicator
+
+
 def _world():
     from mpi4py import MPI
 
@@ -64,20 +80,35 @@ def mpi_comm(comm):
 
     ``comm`` is an mpi4py intracommunicator (returned as it is) or a
     :class:`ccsynth.Communicator <ccsynth.collectives.communicator.Communicator>`
-    (the communicator it wraps: its collectives run ccsynth schedules and
+    (any :class:`CommWrapper`: the communicator it wraps; its collectives run ccsynth schedules and
     return ccsynth requests, which mpi4py's ``Waitany`` cannot take). Anything
     else raises :class:`~ccsynth.errors.CCSynthError` naming its type.
     """
     MPI = _world()
-    # Imported here, not at the top, for the reason MPI is: the runtime module initialises MPI on import.
-    from ccsynth.collectives.communicator import Communicator
-
-    if isinstance(comm, Communicator):
+    if isinstance(comm, CommWrapper):
         return comm.comm
     if isinstance(comm, MPI.Intracomm):
         return comm
     raise CCSynthError(f"comm must be an mpi4py intracommunicator or a ccsynth.Communicator, "
                        f"got {type(comm).__name__}")
+
+
+def comm_to_wrap(comm):
+    """What a ccsynth Communicator wraps: ``comm``, ``MPI.COMM_WORLD`` for None, a wrapper's ``.comm``.
+
+    Raises :class:`~ccsynth.errors.CCSynthError` for anything else, and for
+    an intercommunicator.
+    """
+    MPI = _world()
+    if comm is None:
+        return MPI.COMM_WORLD
+    if isinstance(comm, CommWrapper):
+        return comm.comm
+    if not isinstance(comm, MPI.Comm):
+        raise CCSynthError(f"Communicator wraps an mpi4py communicator, got {type(comm).__name__}")
+    if comm.Is_inter():
+        raise CCSynthError("ccsynth.Communicator wraps intracommunicators only")
+    return comm
 
 
 def install_abort_handler(comm=None, *, code: int = 1) -> None:
@@ -152,6 +183,12 @@ def run_main(main: Callable[[], int | None], comm=None) -> None:
     abort_exit(code, comm)
 
 
+def in_multirank_job() -> bool:
+    """Whether this process is one rank of several in a running MPI job (asked without initialising MPI)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return bool(mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1)
+
+
 def find_mpiexec() -> str | None:
     """The ``mpiexec`` beside the running Python (a virtualenv's), else the one on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -160,4 +197,4 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec") or shutil.which("mpirun")
 
 
-__all__ = ["mpi_comm", "install_abort_handler", "uninstall_abort_handler", "abort_exit", "run_main", "find_mpiexec"]
+__all__ = ["CommWrapper", "mpi_comm", "comm_to_wrap", "install_abort_handler", "uninstall_abort_handler", "abort_exit", "run_main", "in_multirank_job", "find_mpiexec"]

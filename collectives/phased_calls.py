@@ -7,7 +7,8 @@ imports the synthesizer): an object with ``sizes`` (every dimension's
 size, dimension 0 fastest), ``scheduler`` (a name) and ``plan(kind,
 nbytes)`` returning a :class:`~ccsynth.collectives.phase_plan.PhasePlan`
 that every rank derives alike. The communicator then hands every call to
-:meth:`PhasedCalls.run` first (one hook in its ``_run``), which runs it on
+:meth:`PhasedCalls.run` first (one hook in :meth:`Calls.run
+<ccsynth.collectives.calls.Calls.run>`), which runs it on
 the :class:`~ccsynth.collectives.multidim.PhasedRunner` (one channel per
 dimension group) when it can:
 

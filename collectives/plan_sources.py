@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from typing import Any
 from collections.abc import Iterable
@@ -58,7 +59,10 @@ from ccsynth.collectives.verify import verify
 from ccsynth.errors import CCSynthError, PlanError
 from ccsynth.reading import parse_json, read_text
 
-__all__ = ["RUNNABLE_KINDS", "DEFAULT_FINGERPRINT", "as_plan", "check_usable", "plan_fingerprint", "LayeredPlan"]
+__all__ = ["RUNNABLE_KINDS", "DEFAULT_FINGERPRINT", "as_plan", "check_usable", "plan_fingerprint", "LayeredPlan",
+           "resolve_plan", "layered", "plan_for_split"]
+
+log = logging.getLogger(__name__)
 
 #: the collectives the communicator runs on schedules (gather and scatter schedules cannot be used)
 RUNNABLE_KINDS = frozenset(("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce"))
@@ -208,3 +212,40 @@ class LayeredPlan:
         if hasattr(self.default, "kinds"):
             out |= set(self.default.kinds())
         return sorted(out)
+
+
+def resolve_plan(plan: Any, default: Any, n_ranks: int) -> Any:
+    """A communicator's ``plan=``: ``default`` for None, else :func:`as_plan`, checked for ``n_ranks`` ranks.
+
+    On one rank any plan is accepted (MPI copies locally; a plan for other rank counts is said at INFO).
+    """
+    if plan is None:
+        return default
+    plan = as_plan(plan)
+    if n_ranks > 1:
+        check_usable(plan, n_ranks)
+    elif getattr(plan, "entries", None) and not any(e.n_ranks == 1 for e in plan.entries):
+        log.info("a one-rank communicator: the plan (for %s ranks) is not used; MPI copies locally",
+                 sorted({e.n_ranks for e in plan.entries}))
+    return plan
+
+
+def layered(plan: Any, default: Any, n_ranks: int) -> Any:
+    """What selects a schedule per call: the user's ``plan`` over ``default`` (per collective), or ``default`` alone."""
+    if plan is default:
+        return plan
+    return LayeredPlan(plan, default, n_ranks)
+
+
+def plan_for_split(plan: Any, default: Any, n_ranks: int) -> Any:
+    """The ``plan=`` of a communicator split or duplicated from one with ``plan`` over ``default``.
+
+    The user's plan where it has entries for the new communicator's
+    ``n_ranks``, else None (the default plan; said at INFO).
+    """
+    if plan is default:
+        return None
+    if not any(e.n_ranks == n_ranks for e in getattr(plan, "entries", ())):
+        log.info("the plan has no entries for %d ranks: the new communicator uses the default plan", n_ranks)
+        return None
+    return plan

@@ -32,6 +32,9 @@ non-blocking call), so the progress thread never races the caller's own
 collectives on the wrapped communicator. The buffers of a pending request
 belong to the call until it completes, as in MPI.
 
+:class:`NonBlocking` is that machinery for one communicator: the thread
+and the duplicate, both made at its first non-blocking call.
+
 Errors: an error of the call (on any rank: see
 :mod:`~ccsynth.collectives.runtime.control`) is kept by the request and
 raised by ``Wait`` (``Test`` returns True then, and ``Wait`` raises).
@@ -56,7 +59,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable
 
-__all__ = ["Request", "ProgressThread", "waitall", "completed"]
+__all__ = ["Request", "ProgressThread", "NonBlocking", "waitall", "completed"]
 
 
 class Request:
@@ -174,3 +177,57 @@ class ProgressThread:
                 req._finish(e)
             else:
                 req._finish()
+
+
+class NonBlocking:
+    """One communicator's non-blocking calls: its progress thread and where the MPI library's collectives run there.
+
+    ``comm`` is the wrapped mpi4py communicator; :meth:`open` (collective:
+    every rank makes its first non-blocking call there) duplicates it and
+    starts the thread (``name``; ``init()`` runs first in it).
+    """
+
+    def __init__(self, comm, name: str, init: Callable[[], None] | None = None) -> None:
+        self.comm = comm
+        self._name = name
+        self._init = init
+        self.thread: ProgressThread | None = None
+        self._dup = None
+
+    def open(self) -> ProgressThread:
+        """The thread; the first time, duplicate the communicator and start it."""
+        if self.thread is None:
+            self._dup = self.comm.Dup()
+            self.thread = ProgressThread(self._name, init=self._init)
+        return self.thread
+
+    def submit(self, fn: Callable[[], None], what: str = "") -> Request:
+        """Queue ``fn`` on the thread (opened by the first call)."""
+        return self.open().submit(fn, what)
+
+    def wait_turn(self) -> None:
+        """Outside the thread: wait for the calls queued before (a blocking call comes after them)."""
+        thread = self.thread
+        if thread is not None and not thread.in_thread():
+            thread.drain()
+
+    def mpi_comm(self):
+        """Where the MPI library's own collectives run: in the thread the duplicate, elsewhere the wrapped comm."""
+        thread = self.thread
+        if thread is not None and thread.in_thread():
+            return self._dup
+        return self.comm
+
+    def drain(self) -> None:
+        """Wait until every call queued so far has completed (errors stay with their requests)."""
+        if self.thread is not None:
+            self.thread.drain()
+
+    def close(self) -> None:
+        """Drain, stop the thread and free the duplicate."""
+        if self.thread is not None:
+            self.thread.close()
+            self.thread = None
+            if self._dup is not None:
+                self._dup.Free()
+            self._dup = None

@@ -28,6 +28,12 @@ inputs and outputs: the send buffer is copied in; the receive buffer is
 copied back, and copied in too when the send buffer is ``MPI.IN_PLACE``;
 ``Bcast``'s buffer is copied in on the root and back elsewhere.
 
+For a communicator, :class:`DeviceStaging` keeps its mode and asks the
+library's awareness once, and :func:`run_on_host` runs one call on host
+stand-ins (which buffers are copied in and back, as above). ``stream=`` on
+a call (:func:`wait_stream`) makes the caller's work on that stream finish
+before the call reads its buffers.
+
 The copy functions are parameters of :class:`Stager`, so that the logic is
 tested here with host arrays; the default ones are CuPy's (imported only
 when a device buffer arrives).
@@ -58,9 +64,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ccsynth.errors import CCSynthError
-from ccsynth.kernels.devices import Awareness
+from ccsynth.kernels.base import is_device_array
+from ccsynth.kernels.devices import Awareness, cuda_awareness
 
-__all__ = ["STAGING_MODES", "decide", "Stager"]
+__all__ = ["STAGING_MODES", "decide", "Stager", "DeviceStaging", "is_device_spec", "run_on_host", "wait_stream"]
 
 STAGING_MODES = ("auto", "always", "never")
 
@@ -138,3 +145,71 @@ class Stager:
 
     def clear(self) -> None:
         self._buffers.clear()
+
+
+class DeviceStaging:
+    """A communicator's ``staging=`` and the MPI library's CUDA-awareness (asked when the first device buffer arrives).
+
+    ``mpi`` is the mpi4py ``MPI`` module (see :func:`~ccsynth.kernels.devices.cuda_awareness`).
+    """
+
+    def __init__(self, mode: str, mpi) -> None:
+        if mode not in STAGING_MODES:
+            raise CCSynthError(f"staging must be one of {', '.join(STAGING_MODES)}, got {mode!r}")
+        self.mode = mode
+        self._mpi = mpi
+        self._awareness: Awareness | None = None
+
+    @property
+    def awareness(self) -> Awareness:
+        if self._awareness is None:
+            self._awareness = cuda_awareness(self._mpi)
+        return self._awareness
+
+    def needed(self, what: str) -> bool:
+        """Whether a call (``what``) with device buffers is staged (:func:`decide`)."""
+        return decide(self.mode, self.awareness, what)
+
+
+def is_device_spec(spec) -> bool:
+    """Whether a buffer spec's buffer (``buf`` or ``[buf, ...]``) is device memory."""
+    if isinstance(spec, (list, tuple)):
+        return bool(spec) and is_device_array(spec[0])
+    return is_device_array(spec)
+
+
+def run_on_host(stager: Stager, kind: str, impl: Callable, sendbuf, recvbuf, op, root, *, in_place: bool,
+                at_root: bool) -> None:
+    """Run ``impl(sendbuf, recvbuf, op, root)`` on host stand-ins of the call's device buffers (see the module doc).
+
+    ``in_place``: the send buffer is ``MPI.IN_PLACE`` (the receive buffer is
+    copied in too); ``at_root``: this rank is a ``broadcast``'s root (its
+    buffer is copied in, elsewhere back).
+    """
+    backs = []
+
+    def host(spec, role, copy_in, copy_back):
+        if not is_device_spec(spec):
+            return spec
+        arr = spec[0] if isinstance(spec, (list, tuple)) else spec
+        h, back = stager.stage(arr, role, copy_in=copy_in, copy_back=copy_back)
+        if back is not None:
+            backs.append(back)
+        return type(spec)((h, *spec[1:])) if isinstance(spec, (list, tuple)) else h
+
+    if kind == "broadcast":
+        sendbuf = host(sendbuf, "buf", at_root, not at_root)
+    else:
+        sendbuf = host(sendbuf, "send", True, False)
+        recvbuf = host(recvbuf, "recv", in_place, True)
+    impl(sendbuf, recvbuf, op, root)
+    for back in backs:
+        back()
+
+
+def wait_stream(stream) -> None:
+    """``stream=``: the caller's GPU work on that stream finishes before the call reads its buffers."""
+    sync = getattr(stream, "synchronize", None)
+    if sync is None:
+        raise CCSynthError(f"stream= takes a stream object with synchronize() (cupy/torch), got {type(stream).__name__}")
+    sync()

@@ -48,7 +48,9 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Mapping
@@ -62,8 +64,11 @@ __all__ = [
     "local_rank",
     "choose_device",
     "select_device",
+    "pick_device",
     "cuda_awareness",
 ]
+
+log = logging.getLogger(__name__)
 
 LOCAL_RANK_VARS = (
     "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -145,6 +150,31 @@ def select_device(device: int | None = None, env: Mapping[str, str] | None = Non
         raise CCSynthError(f"device {choice.index} does not exist ({n} visible)")
     cp.cuda.Device(choice.index).use()
     return choice
+
+
+def pick_device(device: Any = "auto", rank: int | None = None) -> int | None:
+    """A communicator's ``device=``: the index of the GPU it works on, or None (no GPU, or leave it).
+
+    ``"auto"``: only if CuPy is already imported (in use) -- the current
+    device when the program already moved off device 0, else
+    :func:`select_device`'s choice; an index: that device; False or None:
+    leave the device alone. ``rank`` names the rank in the log line.
+    """
+    if device is False or device is None:
+        return None
+    if device == "auto":
+        cp = sys.modules.get("cupy")
+        if cp is None:
+            return None
+        try:
+            if cp.cuda.runtime.getDeviceCount() < 1 or cp.cuda.Device().id != 0:
+                return cp.cuda.Device().id if cp.cuda.runtime.getDeviceCount() else None
+        except Exception:  # no driver, no device: a host-only program that imported CuPy
+            return None
+        device = None
+    choice = select_device(device)
+    log.info("rank %s uses GPU %d (%s)", "?" if rank is None else rank, choice.index, choice.source)
+    return choice.index
 
 
 def _library(mpi: Any):

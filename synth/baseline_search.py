@@ -89,6 +89,7 @@ from typing import NamedTuple
 from collections.abc import Callable, Sequence
 
 from ccsynth.collectives.gc_pause import gc_paused
+from ccsynth.collectives.mpi_util import in_multirank_job
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, CollectiveError
@@ -701,8 +702,7 @@ def _worker_possible() -> bool:
     registered memory and progress threads: Open MPI warns, some networks fail). The CLI imports mpi4py, which
     initializes MPI as a singleton (one rank, no network): the worker, which never calls MPI and ends with
     ``os._exit``, is safe there."""
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+    if in_multirank_job():
         return False
     try:
         cpus = len(os.sched_getaffinity(0))

@@ -4,6 +4,10 @@ tests/mpi_workers/api_worker.py case split_dup)."""
 from __future__ import annotations
 
 import gc
+import logging
+import subprocess
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -11,6 +15,8 @@ from mpi4py import MPI
 
 import ccsynth
 from ccsynth.collectives.communicator import Communicator as Runtime
+from ccsynth.collectives.mpi_util import CommWrapper, mpi_comm
+from ccsynth.collectives.static_program import STATIC_MAX_BYTES
 from ccsynth.errors import CCSynthError
 
 
@@ -82,3 +88,63 @@ def test_free_and_garbage_collection_leave_the_wrapped_communicator_alone():
 def test_only_intracommunicators_are_wrapped():
     with pytest.raises(CCSynthError, match="mpi4py communicator"):
         ccsynth.Communicator("world")
+
+
+def test_runtime_modules_know_a_wrapper_without_importing_the_communicator():
+    # the multi-dimension runner and the resharding executor unwrap a ccsynth communicator through
+    # mpi_util.CommWrapper, a layer below the communicator (no import loop, no import inside a function)
+    code = ("import sys, ccsynth.collectives.multidim, ccsynth.collectives.reshard_program; "
+            "print('ccsynth.collectives.communicator' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "False", p.stdout + p.stderr
+    c = ccsynth.Communicator(MPI.COMM_SELF)
+    try:
+        assert isinstance(c, CommWrapper) and mpi_comm(c) is c.comm is MPI.COMM_SELF
+        assert mpi_comm(MPI.COMM_SELF) is MPI.COMM_SELF
+        with pytest.raises(CCSynthError, match="got int"):
+            mpi_comm(3)
+    finally:
+        c.Free()
+
+
+def test_settings_are_the_constructors_arguments_and_fixed():
+    c = Runtime(MPI.COMM_SELF, debug=True, fallback=False, slice_bytes=1 << 16, timeout=5.0, device=False)
+    try:
+        got = (c.debug, c.fallback, c.slice_bytes, c.timeout, c.device, c.backend, c.staging, c.static_max_bytes)
+        assert got == (True, False, 1 << 16, 5.0, None, "auto", "auto", STATIC_MAX_BYTES)
+        with pytest.raises(AttributeError):
+            c.debug = False
+    finally:
+        c.Free()
+
+
+class _FakeCuda:
+    """Just enough of ``cupy.cuda`` for the device choice: two devices, device 0 current."""
+
+    def __init__(self) -> None:
+        self.used: list[int] = []
+        fake = self
+
+        class Device:
+            def __init__(self, index: int = 0) -> None:
+                self.id = index
+
+            def use(self) -> None:
+                fake.used.append(self.id)
+
+        self.Device = Device
+        self.runtime = types.SimpleNamespace(getDeviceCount=lambda: 2)
+
+
+def test_auto_device_picks_by_local_rank_when_cupy_is_in_use(monkeypatch, caplog):
+    cuda = _FakeCuda()
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.delenv("CCSYNTH_DEVICE", raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3")
+    with caplog.at_level(logging.INFO, logger="ccsynth"):
+        c = Runtime(MPI.COMM_SELF)
+    try:
+        assert c.device == 1 and cuda.used == [1]  # local rank 3 modulo 2 devices
+        assert "rank 0 uses GPU 1 (OMPI_COMM_WORLD_LOCAL_RANK=3 modulo 2 devices)" in caplog.text
+    finally:
+        c.Free()

@@ -19,7 +19,7 @@ from ccsynth.graphs import topological_order
 from ccsynth.synth.reshard import DeviceMesh, ReshardTask, TensorLayout, place_meshes, plan_reshard
 from ccsynth.synth.reshard.layout import shard_intervals
 from ccsynth.synth.reshard.plan import task_of_schedule
-from ccsynth.synth.reshard.runtime import ReshardProgram
+from ccsynth.synth.reshard.program import rank_program
 from ccsynth.synth.simulate import simulate
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.tolerance import is_less
@@ -32,7 +32,7 @@ FAST_MILP = SolverOptions(time_limit=5.0)
 def run_in_process(sched: Schedule, full: np.ndarray) -> dict[int, np.ndarray]:
     """Execute a reshard plan on real data in one process (ops in a dependency order); rank -> dst shard."""
     task = task_of_schedule(sched)
-    progs = {r: ReshardProgram(sched, r) for r in task.ranks}
+    progs = {r: rank_program(sched, r) for r in task.ranks}
     local = {}
     for r in task.ranks:
         t = task.src.tile_of_rank(r)
@@ -308,6 +308,7 @@ def test_verifier_names_the_pieces_of_an_explicit_collective():
 
 
 def test_reshard_takes_shards_through_the_communicators_array_like_and_staging_rules():
+    from ccsynth.collectives import reshard_calls
     from ccsynth.errors import BufferMismatchError
     from ccsynth.synth.reshard import api
 
@@ -319,9 +320,9 @@ def test_reshard_takes_shards_through_the_communicators_array_like_and_staging_r
     with pytest.raises(BufferMismatchError, match="local_shard must be an array"):
         api._array(object(), "local_shard")
     # host shards never stage (no MPI query); a bad mode is named
-    assert api._must_stage("always", (np.zeros(3), None)) is False
+    assert reshard_calls.must_stage("always", (np.zeros(3), None)) is False
     with pytest.raises(LayoutError, match="staging must be one of"):
-        api._must_stage("sometimes", (np.zeros(3),))
+        reshard_calls.must_stage("sometimes", (np.zeros(3),))
 
 
 def test_run_staged_on_one_rank_copies_in_once_and_back_into_a_strided_out():
@@ -330,7 +331,7 @@ def test_run_staged_on_one_rank_copies_in_once_and_back_into_a_strided_out():
     from ccsynth.collectives.staging import Stager
 
     task = ReshardTask.of((6, 4), "float32", (1,), "R,R", (1,), "R,R")
-    prog = ReshardProgram(plan_reshard(task, planner="naive"), 0)
+    prog = rank_program(plan_reshard(task, planner="naive"), 0)
     full = np.arange(24, dtype=np.float32).reshape(6, 4)
     copies = []
     stager = Stager(host_empty=np.empty, to_host=lambda d, s: copies.append("in") or np.copyto(d, s),

@@ -13,8 +13,10 @@ every rank alike. Each call first agrees, in one small allreduce, that every
 rank's arguments are good (layouts, dtype and, with the plan cached, the
 shard's shape), so one rank's mistake is every rank's error (:class:`~ccsynth.errors.PeerError` naming the rank elsewhere)
 and no rank is left waiting. The plan then runs as dataflow on the shards
-themselves (:mod:`.runtime`), on a duplicate of ``comm`` kept per
-communicator.
+themselves (:mod:`~ccsynth.collectives.reshard_program`), on a duplicate of
+``comm`` kept per communicator. Everything that talks to MPI -- the
+agreement, the plan's broadcast, the run -- is the collectives layer's
+(:mod:`~ccsynth.collectives.reshard_calls`); this module plans.
 
 Example (under ``mpiexec -n 4``)::
 
@@ -32,21 +34,17 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
-import numpy as np
-
+from ccsynth.collectives import reshard_calls
 from ccsynth.collectives.arraylike import as_array
 from ccsynth.collectives.mpi_util import mpi_comm
-from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
+from ccsynth.collectives.reshard_program import ReshardProgram
 from ccsynth.collectives.schedule import schedule_from_json
-from ccsynth.collectives.staging import STAGING_MODES, Stager, decide
 from ccsynth.collectives.verify import verify
-from ccsynth.errors import BufferMismatchError, CCSynthError, LayoutError, PeerError
-from ccsynth.kernels import is_device_array
-from ccsynth.kernels.devices import Awareness, cuda_awareness
+from ccsynth.errors import BufferMismatchError, CCSynthError, LayoutError
 from ccsynth.synth.reshard.layout import TensorLayout
 from ccsynth.synth.reshard.mesh import DeviceMesh
 from ccsynth.synth.reshard.planner import plan_reshard
-from ccsynth.synth.reshard.runtime import ReshardProgram
+from ccsynth.synth.reshard.program import rank_program
 from ccsynth.synth.reshard.task import ReshardTask, parse_dtype
 from ccsynth.synth.solver import SolverOptions
 
@@ -58,9 +56,6 @@ log = logging.getLogger(__name__)
 MAX_CACHED_PLANS = 32
 
 _plans: OrderedDict = OrderedDict()
-_channels: dict = {}  # communicator handle -> [duplicate, call counter]
-_stager = Stager()  # pinned host stand-ins of device shards, kept across calls (as the communicator's)
-_awareness: list[Awareness] = []  # the MPI library's CUDA-awareness, asked once
 
 
 def layout_of(value, shape=None) -> TensorLayout:
@@ -80,40 +75,7 @@ def layout_of(value, shape=None) -> TensorLayout:
 def clear_cache() -> None:
     """Forget cached plans (and the duplicated communicators, and the staging buffers)."""
     _plans.clear()
-    _stager.clear()
-    for dup, _ in _channels.values():
-        try:
-            dup.Free()
-        except Exception:  # noqa: BLE001 - MPI may be finalised already
-            pass
-    _channels.clear()
-
-
-def _channel(comm):
-    key = comm.py2f()
-    ch = _channels.get(key)
-    if ch is None:
-        ch = _channels[key] = [comm.Dup(), 0]
-    return ch
-
-
-def _agree(comm, error: Exception | None, cached: bool) -> None:
-    """Every rank raises if any rank has an error (one allreduce; it also checks that all ranks agree on
-    whether the plan is cached, so that no rank plans while another runs)."""
-    from mpi4py import MPI  # initialises MPI: only when a resharding runs
-
-    code = np.array([comm.rank + 1 if error is not None else 0, int(cached), -int(cached)], dtype=np.int64)
-    calls = mpi_calls(MPI, resolve_wait_mode("auto"))
-    calls.wait_any([comm.Iallreduce(MPI.IN_PLACE, code, op=MPI.MAX)], calls.status)
-    first, some_cached, min_cached = int(code[0]), int(code[1]), -int(code[2])
-    disagree = some_cached == 1 and min_cached == 0
-    if first == 0 and not disagree:
-        return
-    if first == 0:
-        raise PeerError("the ranks disagree on whether this resharding was planned before (a rank skipped a call?)")
-    if error is not None:
-        raise error
-    raise PeerError(f"rank {first - 1} failed in ccsynth.reshard (see its error); no data moved")
+    reshard_calls.release()
 
 
 def _key(task: ReshardTask, comm, planner: str, topology) -> tuple:
@@ -122,19 +84,17 @@ def _key(task: ReshardTask, comm, planner: str, topology) -> tuple:
 
 def _plan(task: ReshardTask, comm, planner: str, topology, options) -> tuple[ReshardProgram, int]:
     key = _key(task, comm, planner, topology)
-    text, error = None, None
-    if comm.rank == 0:
+
+    def make() -> tuple[str | None, str | None]:
         try:
             sched = plan_reshard(task, topology, planner=planner, n_ranks=comm.Get_size(), options=options)
             verify(sched)
-            text = sched.to_json()
+            return sched.to_json(), None
         except CCSynthError as e:
-            error = f"{type(e).__name__}: {e}"
-    text, error = comm.bcast((text, error), root=0)
-    if error is not None:
-        raise LayoutError(f"planning the resharding failed: {error}")
-    sched = schedule_from_json(text, "plan from rank 0")
-    prog = ReshardProgram(sched, comm.Get_rank())
+            return None, f"{type(e).__name__}: {e}"
+
+    sched = schedule_from_json(reshard_calls.plan_on_root(comm, make), "plan from rank 0")
+    prog = rank_program(sched, comm.Get_rank())
     pairs: dict = {}
     for op in sched.ops:
         if op.kind == "send":
@@ -155,19 +115,6 @@ def _array(obj, what: str, *, writable: bool = False):
         raise BufferMismatchError(f"{what} must be an array (NumPy, CuPy, or an object exposing its memory), "
                                   f"got {type(obj).__name__}")
     return arr
-
-
-def _must_stage(staging: str, arrays) -> bool:
-    """Whether this rank's device shards go through host stand-ins (the communicator's rule, :func:`decide`)."""
-    if staging not in STAGING_MODES:
-        raise LayoutError(f"staging must be one of {', '.join(STAGING_MODES)}, got {staging!r}")
-    if not any(a is not None and is_device_array(a) for a in arrays):
-        return False
-    if not _awareness:
-        from mpi4py import MPI
-
-        _awareness.append(cuda_awareness(MPI))
-    return decide(staging, _awareness[0], "ccsynth.reshard")
 
 
 def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str = "broadcast", topology=None,
@@ -201,7 +148,7 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
     try:
         local_shard = _array(local_shard, "local_shard")
         out = _array(out, "out", writable=True)
-        stage = _must_stage(staging, (local_shard, out))
+        stage = reshard_calls.must_stage(staging, (local_shard, out))
         if shape is None and isinstance(src, TensorLayout):
             shape = src.shape
         s, d = layout_of(src, shape), layout_of(dst, shape)
@@ -219,26 +166,16 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
     except CCSynthError as e:
         error = e
     # One allreduce per call: every rank's arguments are good (with a cached plan, its buffers too).
-    _agree(comm, error, hit is not None)
+    reshard_calls.agree(comm, error, hit is not None)
     if hit is None:
         prog, stride = _plan(task, comm, planner, topology, options)
         try:
             prog.check_input(local_shard, out)
         except CCSynthError as e:
             error = e
-        _agree(comm, error, True)
+        reshard_calls.agree(comm, error, True)
     else:
         prog, stride = hit
         _plans.move_to_end(_key(task, comm, planner, topology))
-    ch = _channel(comm)
-    dup, call = ch
-    ch[1] += 1
-    from mpi4py import MPI
-
-    ub = dup.Get_attr(MPI.TAG_UB) or 32767
-    span = max(1, ub // stride)
-    if stage:
-        result = prog.run_staged(dup, local_shard, out, _stager, call=call % span, stride=stride)
-    else:
-        result = prog.run(dup, local_shard, out, call=call % span, stride=stride)
+    result = reshard_calls.run(comm, prog, stride, local_shard, out, stage=stage)
     return given_out if given_out is not None else result

@@ -29,7 +29,7 @@ import ccsynth
 from ccsynth.collectives.staging import Stager
 from ccsynth.errors import BufferMismatchError, LayoutError, PeerError
 from ccsynth.synth.reshard import DeviceMesh, ReshardTask, TensorLayout, plan_reshard
-from ccsynth.synth.reshard.runtime import ReshardProgram
+from ccsynth.synth.reshard.program import rank_program as ReshardProgram
 
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size

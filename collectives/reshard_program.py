@@ -1,12 +1,10 @@
-"""Run a resharding plan over MPI on the local shards themselves (NumPy or CuPy).
+"""One rank's part of a resharding plan, run over MPI on the local shards themselves (NumPy or CuPy).
 
-:class:`ReshardProgram` is one rank's part of a plan (a verified reshard
-:class:`~ccsynth.collectives.schedule.Schedule`, whose meta carries the
-task). Chunks of a reshard plan are not ranges of a flat buffer but boxes of
-the rank's local shard: input chunk ``j`` is the box of piece
-``inputs[rank][j]`` inside the source shard, output chunk ``j`` the box of
-piece ``outputs[rank][j]`` inside the destination shard
-(:meth:`~.task.ReshardTask.local_slices`). So nothing is ever copied whole:
+A :class:`ReshardProgram` is data: the rank's ops as :class:`BoxOp` s whose
+chunks are not ranges of a flat buffer but boxes of the rank's local shard
+(the synthesizer lowers a verified reshard schedule into it:
+:func:`ccsynth.synth.reshard.program.rank_program`; this layer never imports
+the synthesizer). So nothing is ever copied whole:
 
 * a ``send`` whose box is contiguous in memory (a slab of whole rows) is
   sent straight from the shard; any other box is packed into a staging
@@ -30,11 +28,11 @@ packed buffer.
 
 Device shards and an MPI library that cannot read device memory:
 :meth:`ReshardProgram.run_staged` runs the same plan on host stand-ins from
-the communicator's :class:`~ccsynth.collectives.staging.Stager` (pinned
-host buffers kept across calls): the source shard is copied to the host
-once, the plan runs there on the NumPy kernels, and the destination shard
-is copied back once. Whether a call stages is the communicator's rule too
-(:func:`~ccsynth.collectives.staging.decide`, in :mod:`.api`).
+a :class:`~ccsynth.collectives.staging.Stager` (pinned host buffers kept
+across calls): the source shard is copied to the host once, the plan runs
+there on the NumPy kernels, and the destination shard is copied back once.
+Whether a call stages is the communicator's rule too
+(:func:`~ccsynth.collectives.staging.decide`, in :mod:`.reshard_calls`).
 """
 
 from __future__ import annotations
@@ -45,33 +43,31 @@ from typing import cast
 
 import numpy as np
 
-from ccsynth.collectives.explicit import ExplicitCollective
 from ccsynth.collectives.mpi_util import mpi_comm
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
-from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.staging import Stager
 from ccsynth.errors import BufferMismatchError, ScheduleError
 from ccsynth.kernels import backend_for
-from ccsynth.synth.reshard.plan import task_of_schedule
 
-__all__ = ["BoxOp", "ReshardProgram"]
+__all__ = ["SEND", "RECV", "COPY", "BoxOp", "ReshardProgram"]
 
 log = logging.getLogger(__name__)
 
-_SEND, _RECV, _COPY = 0, 1, 2
+#: the kinds of a :class:`BoxOp`
+SEND, RECV, COPY = 0, 1, 2
 
 
 @dataclass(frozen=True)
 class BoxOp:
     """One op of this rank: its kind, peer, tag, the boxes it reads and writes, its dependencies."""
 
-    kind: int
+    kind: int  # SEND, RECV or COPY
     peer: int
     tag: int
     src_buf: str  # "i" (source shard), "o" (destination shard), "s" (relay slot)
-    src: tuple[slice, ...] | None  # box inside that array (or the relay slot's number)
+    src: tuple[slice, ...] | int | None  # box inside that array (or the relay slot's number)
     dst_buf: str
-    dst: tuple[slice, ...] | None
+    dst: tuple[slice, ...] | int | None
     size: int  # elements
     deps: tuple[int, ...]  # indices into the rank's op list
 
@@ -81,65 +77,25 @@ class BoxOp:
 
 
 class ReshardProgram:
-    """One rank's ops of a resharding plan, ready to run on local shards."""
+    """One rank's ops of a resharding plan, ready to run on local shards.
 
-    def __init__(self, schedule: Schedule, rank: int):
-        task = task_of_schedule(schedule)
-        coll = cast(ExplicitCollective, schedule.collective)  # task_of_schedule refused a uniform (non-explicit) one
-        if not 0 <= rank < coll.n_ranks:
-            raise ScheduleError(f"rank {rank} is not one of the plan's {coll.n_ranks} ranks")
-        self.task = task
+    ``src_shape``/``dst_shape``: the rank's shards (None off that mesh);
+    ``relay_shapes``: the shapes of its relay slots; ``source``: the source
+    layout as a user reads it (for error messages).
+    """
+
+    def __init__(self, rank: int, dtype, src_shape: tuple[int, ...] | None, dst_shape: tuple[int, ...] | None,
+                 ops: tuple[BoxOp, ...], relay_shapes: tuple[tuple[int, ...], ...], source: str = "") -> None:
         self.rank = rank
-        self.dtype = np.dtype(task.dtype)
-        src_tile = task.src.tile_of_rank(rank)
-        dst_tile = task.dst.tile_of_rank(rank)
-        self.src_shape = task.src.local_shape(rank) if src_tile is not None else None
-        self.dst_shape = task.dst.local_shape(rank) if dst_tile is not None else None
-        pieces = task.pieces
-        mine = schedule.ops_of(rank)
-        index = {op.id: k for k, op in enumerate(mine)}
-        counters: dict[tuple[int, int], int] = {}
-        ops: list[BoxOp] = []
-        self.max_tag = 0
-        for op in mine:
-            def box(chunks):
-                if chunks.buf == "i":
-                    if src_tile is None:
-                        raise ScheduleError(f"rank {rank} holds no source tile, but the plan reads its input")
-                    return task.local_slices(pieces[coll.inputs[rank][chunks.index]], task.src.box(src_tile))
-                if chunks.buf == "s":
-                    return chunks.index
-                if dst_tile is None:
-                    raise ScheduleError(f"rank {rank} holds no destination tile, but the plan writes its output")
-                return task.local_slices(pieces[coll.outputs[rank][chunks.index]], task.dst.box(dst_tile))
-
-            for c in (op.src, op.dst):
-                if c is not None and c.count != 1:
-                    raise ScheduleError(f"{op.describe()}: resharding plans move one piece per op")
-            pair = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
-            tag = 0
-            if op.kind in ("send", "recv"):
-                tag = counters.get(pair, 0)
-                counters[pair] = tag + 1
-                self.max_tag = max(self.max_tag, tag)
-            kind = {"send": _SEND, "recv": _RECV, "copy": _COPY}.get(op.kind)
-            if kind is None:
-                raise ScheduleError(f"{op.describe()}: resharding plans do not reduce")
-            ops.append(BoxOp(
-                kind, op.peer, tag,
-                op.src.buf if op.src is not None else "",
-                box(op.src) if op.src is not None else None,
-                op.dst.buf if op.dst is not None else "",
-                box(op.dst) if op.dst is not None else None,
-                schedule.op_units(op),
-                tuple(index[d] for d in op.deps),
-            ))
-        self.relay_shapes = tuple(
-            tuple(b - a for a, b in pieces[p].box) for p in coll.relays[rank]
-        )
+        self.dtype = np.dtype(dtype)
+        self.src_shape = src_shape
+        self.dst_shape = dst_shape
         self.ops = tuple(ops)
-        self.dependents: list[list[int]] = [[] for _ in ops]
-        for k, lop in enumerate(ops):
+        self.relay_shapes = tuple(relay_shapes)
+        self.source = source
+        self.max_tag = max((op.tag for op in self.ops), default=0)
+        self.dependents: list[list[int]] = [[] for _ in self.ops]
+        for k, lop in enumerate(self.ops):
             for d in lop.deps:
                 self.dependents[d].append(k)
 
@@ -157,7 +113,7 @@ class ReshardProgram:
         shape = tuple(getattr(local_src, "shape", ()))
         if shape != self.src_shape:
             raise BufferMismatchError(f"rank {self.rank}: the source shard must have shape {self.src_shape} "
-                                      f"({self.task.src.describe()}), got {shape}")
+                                      f"({self.source}), got {shape}")
         if np.dtype(local_src.dtype) != self.dtype:
             raise BufferMismatchError(f"rank {self.rank}: the source shard must be {self.dtype}, got {local_src.dtype}")
 
@@ -186,7 +142,7 @@ class ReshardProgram:
         staging: dict[int, object] = {}
         reqs: list = []
         req_op: list[int] = []
-        ready = [k for k in range(n) if pending[k] == 0 and ops[k].kind != _RECV]
+        ready = [k for k in range(n) if pending[k] == 0 and ops[k].kind != RECV]
         n_done = 0
 
         relays = [xp.empty(shape, dtype=self.dtype) for shape in self.relay_shapes]
@@ -202,23 +158,23 @@ class ReshardProgram:
             n_done += 1
             for j in self.dependents[k]:
                 pending[j] -= 1
-                if pending[j] == 0 and ops[j].kind != _RECV:
+                if pending[j] == 0 and ops[j].kind != RECV:
                     ready.append(j)
 
         for k, op in enumerate(ops):
-            if op.kind == _RECV:
+            if op.kind == RECV:
                 v = view(op, False)
                 if _contiguous(v):
                     buf = v
                 else:
                     buf = staging[k] = be.empty(op.size, self.dtype)
-                reqs.append(comm.Irecv(_mpi_buf(buf), source=op.peer, tag=base + op.tag))
+                reqs.append(comm.Irecv(_mpi_buf(buf, MPI), source=op.peer, tag=base + op.tag))
                 req_op.append(k)
         while n_done < n:
             while ready:
                 k = ready.pop()
                 op = ops[k]
-                if op.kind == _COPY:
+                if op.kind == COPY:
                     be.copy(view(op, False), view(op, True))
                     done(k)
                     continue
@@ -229,7 +185,7 @@ class ReshardProgram:
                     buf = staging[k] = be.empty(op.size, self.dtype)
                     be.pack(buf, out if op.src_buf == "o" else local_src, op.src)
                 be.synchronize()
-                reqs.append(comm.Isend(_mpi_buf(buf), dest=op.peer, tag=base + op.tag))
+                reqs.append(comm.Isend(_mpi_buf(buf, MPI), dest=op.peer, tag=base + op.tag))
                 req_op.append(k)
             if n_done >= n:
                 break
@@ -241,7 +197,7 @@ class ReshardProgram:
                 k = req_op[i]
                 reqs[i] = MPI.REQUEST_NULL
                 op = ops[k]
-                if op.kind == _RECV and k in staging:
+                if op.kind == RECV and k in staging:
                     be.unpack(staging.pop(k), out, op.dst)  # staged receives are only into "o" boxes
                 else:
                     staging.pop(k, None)
@@ -287,8 +243,6 @@ def _contiguous(a) -> bool:
     return bool(a.flags.c_contiguous)
 
 
-def _mpi_buf(a):
+def _mpi_buf(a, MPI):
     """A buffer spec MPI accepts for a C-contiguous array (NumPy or CuPy) of any dtype: its bytes."""
-    from mpi4py import MPI
-
     return [a, a.size * a.dtype.itemsize, MPI.BYTE]

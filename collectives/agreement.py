@@ -1,0 +1,123 @@
+"""The ranks compare what they were given: a communicator's setup once, each call's signature in debug mode.
+
+Setup (:func:`agree_on_setup`, in the constructor, one small allgather):
+every rank must cut messages alike (``slice_bytes``, ``static_max_bytes``)
+and run the same plan (compared by fingerprint,
+:func:`~ccsynth.collectives.plan_sources.plan_fingerprint`). A rank whose
+plan could not be used takes part with its error, so that every rank
+raises :class:`~ccsynth.errors.PlanError` naming it; ranks with different
+plans raise naming which ranks hold which plan ("ranks 0-2, 5: plan ...").
+
+Calls (:func:`agree_on_call`, ``debug=True`` or ``CCSYNTH_DEBUG=1``):
+every call first agrees on its signature (:func:`call_signature`: call
+number, collective, count, dtype, op, root) with one small ``Allreduce``
+of a hash and its negation (equal everywhere exactly when the maximum of
+both agree). If the ranks differ every rank gathers every rank's
+signature and raises :class:`~ccsynth.errors.BufferMismatchError` listing
+them -- that also catches different dtypes of the same size, different
+roots and a skipped call, which message lengths cannot show. A rank whose
+call failed its own checks takes part with its error, so the others raise
+rather than wait for it.
+
+Example:
+    >>> _ranges([0, 1, 2, 5, 7, 8])
+    '0-2, 5, 7-8'
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+from mpi4py import MPI
+
+from ccsynth.collectives.runtime.channel import Channel, mark_shared
+from ccsynth.errors import BufferMismatchError, CCSynthError, PlanError
+
+__all__ = ["agree_on_setup", "call_signature", "agree_on_call"]
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    out, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            out.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ", ".join(out)
+
+
+def agree_on_setup(comm, slice_bytes: int | None, static_max_bytes: int, fingerprint: str,
+                   plan_error: PlanError | None) -> None:
+    """Every rank of ``comm`` must cut messages alike and run the same plan: compare them (one small allgather).
+
+    ``fingerprint``: this rank's plan (``"default"`` for the default one);
+    ``plan_error``: why this rank's plan cannot be used (then every rank raises, naming it).
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    fp = "error" if plan_error is not None else fingerprint
+    mine = (int(slice_bytes or 0), int(static_max_bytes), fp, str(plan_error or ""))
+    everyone = comm.allgather(mine) if size > 1 else [mine]
+    if any(o[:2] != mine[:2] for o in everyone):
+        raise CCSynthError(
+            f"the ranks built their Communicator with different settings (rank {rank}: "
+            f"slice_bytes={slice_bytes}, static_max_bytes={static_max_bytes}); "
+            f"every rank must pass the same values"
+        )
+    failed = [(r, o[3]) for r, o in enumerate(everyone) if o[2] == "error"]
+    if failed:
+        if plan_error is not None and len(failed) == len(everyone):
+            raise plan_error
+        what = "; ".join(f"rank {r}: {msg}" for r, msg in failed)
+        raise PlanError(f"the plan given to the Communicator cannot be used on rank(s) "
+                        f"{', '.join(str(r) for r, _ in failed)}: {what}")
+    groups: dict[str, list[int]] = {}
+    for r, o in enumerate(everyone):
+        groups.setdefault(o[2], []).append(r)
+    if len(groups) > 1:
+        parts = "; ".join(
+            f"rank{'s' if len(rs) > 1 else ''} {_ranges(rs)}: "
+            f"{'the default plan' if key == 'default' else 'plan ' + key}"
+            for key, rs in sorted(groups.items(), key=lambda kv: kv[1][0])
+        )
+        raise PlanError(f"the ranks passed different plans to the Communicator ({parts}); every rank must "
+                        f"load the same plan (rank {rank} has {fp})")
+
+
+def call_signature(seq: int, kind: str, m: int, dtype, opname, root: int) -> str:
+    """What the ranks compare in debug mode: call number, collective, count per block, dtype, op, root."""
+    return (f"{kind} (call {seq}) of {m} element(s) per block of {np.dtype(dtype).name}, "
+            f"op {opname}, root {root}")
+
+
+def agree_on_call(channel: Channel, sig: str, error: BaseException | None = None) -> None:
+    """Debug mode: every rank checks that all ranks make the same call (``sig``; see the module doc).
+
+    On a mismatch every rank raises :class:`BufferMismatchError` naming
+    every rank's call; a rank that passes its own ``error`` returns (its
+    caller re-raises it), marked as known to every rank.
+    """
+    if channel.size < 2:
+        return
+    h = zlib.crc32(sig.encode()) & 0x7FFFFFFF
+    v = np.array([h, -h], dtype=np.int64)
+    out = np.empty_like(v)
+    channel.comm.Allreduce(v, out, op=MPI.MAX)
+    if out[0] == -out[1]:
+        return
+    sigs = channel.comm.allgather(sig)  # every rank got here: the Allreduce completed everywhere
+    if error is not None:
+        mark_shared(error)
+        return  # the caller re-raises this rank's own error
+    lines = "; ".join(f"rank {r}: {d}" for r, d in enumerate(sigs))
+    failed = [r for r, d in enumerate(sigs) if d.startswith("error")]
+    if failed:
+        e = BufferMismatchError(f"rank(s) {', '.join(map(str, failed))} failed the checks of this call "
+                                f"(call {channel.seq}) that rank {channel.rank} passed: {lines}")
+    else:
+        e = BufferMismatchError(f"ranks disagree on the arguments of call {channel.seq}: {lines} "
+                                f"(rank {channel.rank} calls {sig})")
+    mark_shared(e)
+    raise e
