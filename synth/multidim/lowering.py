@@ -61,7 +61,7 @@ from ccsynth.synth.multidim.pipeline import window_of
 from ccsynth.synth.multidim.search import MultiDimSchedule
 from ccsynth.topologies.model import Topology
 
-__all__ = ["MAX_IR_RANKS", "IR_MAX_OPS", "to_schedule", "slot_of", "collective_for", "ir_max_chunks"]
+__all__ = ["MAX_IR_RANKS", "IR_MAX_OPS", "to_schedule", "slot_of", "collective_for", "fits_ir", "ir_refusal", "ir_max_chunks"]
 
 #: the largest rank count lowered to the IR
 MAX_IR_RANKS = 128
@@ -244,6 +244,39 @@ def _ir_ops(kind: str, net: DimNet, chunks: int) -> int:
     return chunks * per_chunk + n
 
 
+def _too_large(kind: str, net: DimNet, chunks: int, units: int) -> str | None:
+    """Why a schedule of ``chunks`` chunks of ``units`` units in all does not become an IR (the limit it
+    passes: :data:`MAX_IR_RANKS`, ccsynth.limits, :data:`IR_MAX_OPS`), or None where it does."""
+    n = net.n_ranks
+    if n > MAX_IR_RANKS:
+        return f"{n} ranks, above MAX_IR_RANKS = {MAX_IR_RANKS}"
+    try:
+        coll = collective_for(kind, n, units)
+    except CollectiveError as e:
+        return str(e)
+    scratch = units * n * (net.n_dims + 1)
+    total = n * (coll.in_chunks + coll.out_chunks + scratch)
+    if total > limits.MAX_SCHEDULE_CHUNKS:
+        return f"{total} buffer chunks for {units} units, above MAX_SCHEDULE_CHUNKS = {limits.MAX_SCHEDULE_CHUNKS}"
+    if scratch > limits.MAX_SCRATCH_CHUNKS:
+        return f"{scratch} scratch chunks for {units} units, above MAX_SCRATCH_CHUNKS = {limits.MAX_SCRATCH_CHUNKS}"
+    ops = _ir_ops(kind, net, chunks)
+    if ops > IR_MAX_OPS:
+        return f"up to {ops} ops for {chunks} chunks, above IR_MAX_OPS = {IR_MAX_OPS}"
+    return None
+
+
+def ir_refusal(md: MultiDimSchedule) -> str | None:
+    """Why ``md``, at its own chunks and units, does not become a Schedule IR (:func:`to_schedule`), or None
+    where it does: at most :data:`MAX_IR_RANKS` ranks, within ccsynth.limits and :data:`IR_MAX_OPS`."""
+    return _too_large(md.kind, md.net, md.n_chunks, sum(c.units for c in md.chunks))
+
+
+def fits_ir(md: MultiDimSchedule) -> bool:
+    """Whether ``md`` itself, at its own chunks and units, becomes a Schedule IR (see :func:`ir_refusal`)."""
+    return ir_refusal(md) is None
+
+
 def ir_max_chunks(kind: str, net: DimNet) -> int:
     """The most chunks (a power of two) whose schedule the IR takes: within ccsynth.limits and :data:`IR_MAX_OPS`.
 
@@ -261,16 +294,7 @@ def ir_max_chunks(kind: str, net: DimNet) -> int:
                               f"{MAX_IR_RANKS} ranks; {net.topology!r} has {n}")
     best = 0
     k = 1
-    while k <= 1 << 20:
-        units = 4 * k
-        try:
-            coll = collective_for(kind, n, units)
-        except CollectiveError:
-            break
-        scratch = units * n * (net.n_dims + 1)
-        if (n * (coll.in_chunks + coll.out_chunks + scratch) > limits.MAX_SCHEDULE_CHUNKS or scratch > limits.MAX_SCRATCH_CHUNKS
-                or _ir_ops(kind, net, k) > IR_MAX_OPS):
-            break
+    while k <= 1 << 20 and _too_large(kind, net, k, 4 * k) is None:
         best = k
         k *= 2
     if best == 0:
