@@ -137,7 +137,7 @@ def _check_chunks(plan: PhasePlan) -> None:
             if not 0 <= d < n:
                 raise ScheduleError(f"phase plan: chunk {k} names dimension {d} in its order {order}; the plan has "
                                     f"{n} active dimension(s), 0 to {n - 1}")
-        for d in range(n):
+        for d in sorted(range(n), key=lambda d: order.count(d) != 0):  # a missing dimension first: the real news
             times = order.count(d)
             if times != 1:
                 what = "misses" if times == 0 else f"names {times} times"

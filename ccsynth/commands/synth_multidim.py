@@ -24,10 +24,11 @@ What is written (:class:`Written`), and what its printed time is:
 * ``-f phase-plan``: the phase plan file always;
 * ``-o FILE.xml`` (MSCCL XML): the IR, so at most ``MAX_IR_RANKS`` ranks
   (more is refused before any work); where the chosen schedule is too
-  large for the IR, the same scheduler capped to
-  :func:`~ccsynth.synth.multidim.lowering.ir_max_chunks` chunks is written,
-  the printed figure is that schedule's (the XML read back and simulated)
-  and one line says so.
+  large for the IR or its XML for the MSCCL runtime's limits, the same
+  scheduler capped to :func:`~ccsynth.synth.multidim.lowering.ir_max_chunks`
+  chunks, then half as many, ... is written (the first that fits), the
+  printed figure is that schedule's (the XML read back and simulated) and
+  one line says so.
 
 Without ``-o`` the figure printed is the one the default ``-o FILE.json``
 would write. In every case the printed time is what ``ccsynth simulate
@@ -75,12 +76,12 @@ def fixed_order_verdict(name: str, chosen_us: float, fixed_us: float) -> str | N
     not, or is ``fixed`` or ``auto``).
 
     >>> fixed_order_verdict("themis", 480.9, 368.5)
-    'themis loses to the fixed order here: 480.900 us against 368.500 us in the model (0.77x its speed); --scheduler fixed or auto writes the faster one'
+    'themis loses to the fixed order here: 480.900 us against 368.500 us in the model (0.766x its speed); --scheduler fixed or auto writes the faster one'
     """
     if name in ("fixed", "auto") or not is_less(fixed_us, chosen_us):
         return None
     return (f"{name} loses to the fixed order here: {chosen_us:.3f} us against {fixed_us:.3f} us in the model "
-            f"({fixed_us / chosen_us:.2f}x its speed); --scheduler fixed or auto writes the faster one")
+            f"({fixed_us / chosen_us:.3f}x its speed); --scheduler fixed or auto writes the faster one")
 
 
 def _check_form(topo, fmt: str) -> None:
@@ -107,35 +108,57 @@ def _phase_plan(topo, md, opts, size: int) -> Written:
                    pf.with_price(price.time_us).to_json() + "\n", model_us=md.makespan_us)
 
 
-def _ir(args, topo, md, fmt: str, size: int, opts) -> Written:
-    """``md`` (or, where it is too large for the IR, its scheduler capped) as a Schedule IR, JSON or MSCCL XML,
-    priced as written."""
-    from ccsynth.collectives.verify import verify
-    from ccsynth.formats.msccl import schedule_from_msccl_xml, schedule_to_msccl_xml
+def _ir_candidates(md, size: int, opts):
+    """``md`` where the IR takes it, then its scheduler capped to :func:`~ccsynth.synth.multidim.lowering.ir_max_chunks`
+    chunks and to half as many, ..., down to one: what MSCCL XML may be written from, best first."""
     from ccsynth.synth.multidim import schedule_multidim
-    from ccsynth.synth.multidim.lowering import fits_ir, ir_max_chunks, to_schedule
-    from ccsynth.synth.simulate import simulate
+    from ccsynth.synth.multidim.lowering import fits_ir, ir_max_chunks
 
-    limit = None
-    if not fits_ir(md):
-        cap = ir_max_chunks(md.kind, md.net)
+    if fits_ir(md):
+        yield md
+    cap = ir_max_chunks(md.kind, md.net)
+    while cap >= 1:
         capped = schedule_multidim(md.net, md.kind, size, md.scheduler, max_chunks=cap, options=opts)
-        limit = (f"limited: MSCCL XML needs the Schedule IR, which takes {md.scheduler} at {capped.n_chunks} chunks "
-                 f"(at most {cap}): the figure is that schedule's; at its own {md.n_chunks} chunks it is "
-                 f"{md.makespan_us:.3f} us in the model (-o FILE.json writes that as a phase plan)")
-        md = capped
-    sched = to_schedule(md, topo)
-    verify(sched, topo)
-    if fmt == "msccl-xml":
-        text = schedule_to_msccl_xml(sched.with_meta(verified=True), topology=topo, limits=_msccl_limits(args))
+        if capped.n_chunks < md.n_chunks or not fits_ir(md):
+            yield capped
+        cap //= 2
+
+
+def _ir(args, topo, md, fmt: str, size: int, opts) -> Written:
+    """``md`` as a Schedule IR, JSON or MSCCL XML, priced as written. MSCCL XML takes the first of
+    :func:`_ir_candidates` that the IR and the MSCCL runtime's limits take (one line says so when that is not
+    ``md`` itself); JSON is written only where ``md`` itself becomes an IR (:func:`_written`)."""
+    from ccsynth.collectives.verify import verify
+    from ccsynth.errors import ExportLimitError
+    from ccsynth.formats.msccl import schedule_from_msccl_xml, schedule_to_msccl_xml
+    from ccsynth.synth.simulate import simulate
+    from ccsynth.synth.multidim.lowering import to_schedule
+
+    refused = None
+    for cand in _ir_candidates(md, size, opts):
+        sched = to_schedule(cand, topo)
+        verify(sched, topo)
+        if fmt != "msccl-xml":
+            res = simulate(sched, topo, size)
+            sched = sched.with_meta(verified=True, predicted_us=res.time_us, size_bytes=size)
+            return Written(fmt, cand, res.time_us, PRICED_BY_SIMULATOR, sched.to_json() + "\n", None, len(sched.ops),
+                           cand.makespan_us)
+        try:
+            text = schedule_to_msccl_xml(sched.with_meta(verified=True), topology=topo, limits=_msccl_limits(args))
+        except ExportLimitError as e:
+            refused = e
+            continue
         written = schedule_from_msccl_xml(text)
         verify(written, topo)
         res = simulate(written, topo, size)
-    else:
-        res = simulate(sched, topo, size)
-        sched = sched.with_meta(verified=True, predicted_us=res.time_us, size_bytes=size)
-        text = sched.to_json() + "\n"
-    return Written(fmt, md, res.time_us, PRICED_BY_SIMULATOR, text, limit, len(sched.ops), md.makespan_us)
+        limit = None
+        if cand is not md:
+            why = "the MSCCL runtime's limits" if refused is not None else "the Schedule IR's size"
+            limit = (f"limited: MSCCL XML takes {md.scheduler} at {cand.n_chunks} chunks within {why}: the figure is "
+                     f"that schedule's; at its own {md.n_chunks} chunks it is {md.makespan_us:.3f} us in the model "
+                     f"(-o FILE.json writes that as a phase plan)")
+        return Written(fmt, cand, res.time_us, PRICED_BY_SIMULATOR, text, limit, len(sched.ops), cand.makespan_us)
+    raise CCSynthError(f"no chunk count of {md.scheduler} fits MSCCL XML: {refused}")
 
 
 def _msccl_limits(args):
