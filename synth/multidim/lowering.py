@@ -1,8 +1,11 @@
 """A multi-dimension schedule as a Schedule IR: verified, simulated and exported like any other.
 
-Up to :data:`MAX_IR_RANKS` ranks (the IR names every rank's every message;
-above that the dimension-level model is the answer, and the MPI runtime
-runs the phase plan of :mod:`ccsynth.synth.multidim.phases` instead).
+Up to :data:`MAX_IR_RANKS` ranks and within ccsynth.limits and
+:data:`IR_MAX_OPS` (:func:`fits_ir`, :func:`ir_refusal`: the IR names every
+rank's every message, and a schedule of unequal chunks needs as many IR
+chunks as it has units); beyond that a schedule is written as the phase
+plan file (:mod:`ccsynth.formats.phase_plan_file`), which the MPI runtime
+runs and the dimension-level model prices, at any chunk and rank count.
 
 Layout. The collective's chunk factor makes every chunk of the schedule
 ``n`` slots (one per rank, ``units_k`` IR chunks each): allreduce
@@ -185,13 +188,16 @@ class _Lowering:
         w = window_of(step.algorithm, history[-1][0] if history else None)
         wait = history[-w][1] if len(history) >= w else None
         ops: list[list[int]] = [[] for _ in range(self.n)]
+        slots = self.scratch_next  # a direct reduce-scatter's receive slots: the same on every group (disjoint ranks)
+        if step.algorithm == "direct" and step.reduce:
+            self.scratch_next += (self.net.dims[d].size - 1) * self.range_at(k, level, 0).block
         for base in self.bases[d]:
             group = [base + c * self.net.dims[d].stride for c in range(self.net.dims[d].size)]
             rng = self.range_at(k, level, group[0])
             if step.algorithm == "ring":
                 self.ring(d, group, rng, step.reduce, wait, ops)
             else:
-                self.direct(group, rng, step.reduce, wait, ops)
+                self.direct(group, rng, step.reduce, wait, ops, slots)
         history.append((step.algorithm, ops))
 
     def ring(self, d: int, group: list[int], rng: _Range, reduce: bool, wait, ops) -> None:
@@ -210,12 +216,9 @@ class _Lowering:
                 ops[src].append(sid)
                 ops[dst].append(rid)
 
-    def direct(self, group: list[int], rng: _Range, reduce: bool, wait, ops) -> None:
+    def direct(self, group: list[int], rng: _Range, reduce: bool, wait, ops, slots: int) -> None:
         p = len(group)
         bs, buf = rng.block, self.work
-        if reduce:
-            slots = self.scratch_next
-            self.scratch_next += (p - 1) * bs
         for t in range(1, p):
             for a in range(p):
                 c = (a + t) % p
