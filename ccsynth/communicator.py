@@ -83,7 +83,7 @@ class Communicator(_runtime.Communicator):
 
     def __init__(self, comm=None, plan=None, *, default_plan=None, topology=None, scheduler: str = "auto",
                  threads="auto", **options) -> None:
-        planner = None
+        planner: PhasePlanner | FilePhases | None = None
         phase_file = _phase_plan_file(plan)
         if phase_file is not None:
             topo = topology if isinstance(topology, Topology) else get_topology(topology or phase_file.topology)

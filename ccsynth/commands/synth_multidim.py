@@ -41,11 +41,15 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ccsynth.atomic import write_text
 from ccsynth.commands._common import human, json_doc, print_json, print_table
 from ccsynth.errors import CCSynthError, TopologyError
 from ccsynth.tolerance import is_less
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ccsynth.synth.multidim.search import MultiDimSchedule
 
 __all__ = ["run_multidim", "Written", "fixed_order_verdict"]
 
@@ -58,13 +62,13 @@ class Written:
     """What ``-o`` writes (or would write): its form, the schedule in it, its time and how it was priced."""
 
     form: str  # "phase-plan", "json" (the Schedule IR) or "msccl-xml"
-    md: object  # the MultiDimSchedule written (the chosen one, or the capped one where a limit applies)
+    md: MultiDimSchedule  # the schedule written (the chosen one, or the capped one where a limit applies)
     time_us: float
     priced_by: str
     text: str  # the file's text
+    model_us: float  # the written schedule in the dimension-level model
     limit: str | None = None  # one line where a limit made it another schedule than the chosen one
     n_ops: int | None = None  # the IR forms' ops
-    model_us: float | None = None  # the written schedule in the dimension-level model
 
     def to_dict(self) -> dict:
         return {"form": self.form, "chunks": self.md.n_chunks, "time_us": self.time_us, "priced_by": self.priced_by,
@@ -104,8 +108,8 @@ def _phase_plan(topo, md, opts, size: int) -> Written:
     back = phase_plan_file_from_dict(json.loads(pf.to_json()), "the written phase plan")
     verify_phase_plan_file(back, topo)
     price = price_phase_plan(back.plan, md.net, size, opts)
-    return Written("phase-plan", md, price.time_us, price.priced_by,
-                   pf.with_price(price.time_us).to_json() + "\n", model_us=md.makespan_us)
+    return Written("phase-plan", md, price.time_us, price.priced_by, pf.with_price(price.time_us).to_json() + "\n",
+                   md.makespan_us)
 
 
 def _ir_candidates(md, size: int, opts):
@@ -141,8 +145,8 @@ def _ir(args, topo, md, fmt: str, size: int, opts) -> Written:
         if fmt != "msccl-xml":
             res = simulate(sched, topo, size)
             sched = sched.with_meta(verified=True, predicted_us=res.time_us, size_bytes=size)
-            return Written(fmt, cand, res.time_us, PRICED_BY_SIMULATOR, sched.to_json() + "\n", None, len(sched.ops),
-                           cand.makespan_us)
+            return Written(fmt, cand, res.time_us, PRICED_BY_SIMULATOR, sched.to_json() + "\n", cand.makespan_us,
+                           n_ops=len(sched.ops))
         try:
             text = schedule_to_msccl_xml(sched.with_meta(verified=True), topology=topo, limits=_msccl_limits(args))
         except ExportLimitError as e:
@@ -157,7 +161,7 @@ def _ir(args, topo, md, fmt: str, size: int, opts) -> Written:
             limit = (f"limited: MSCCL XML takes {md.scheduler} at {cand.n_chunks} chunks within {why}: the figure is "
                      f"that schedule's; at its own {md.n_chunks} chunks it is {md.makespan_us:.3f} us in the model "
                      f"(-o FILE.json writes that as a phase plan)")
-        return Written(fmt, cand, res.time_us, PRICED_BY_SIMULATOR, text, limit, len(sched.ops), cand.makespan_us)
+        return Written(fmt, cand, res.time_us, PRICED_BY_SIMULATOR, text, cand.makespan_us, limit, len(sched.ops))
     raise CCSynthError(f"no chunk count of {md.scheduler} fits MSCCL XML: {refused}")
 
 
