@@ -210,3 +210,25 @@ def test_file_phases_serve_the_files_collective_and_plan_the_others(md24):
     assert src.plan("reduce_scatter", 1 << 20).kind == "reduce_scatter" and src.scheduler == "themis"
     with pytest.raises(Exception, match="for 8 ranks but the communicator has 4"):
         FilePhases(phase_plan_file(md24), T24, n_ranks=4)
+
+
+def test_every_field_flipped_is_a_clean_error(tmp_path, md24):
+    # every key of the file, and of a chunk, given a wrong value: a CCSynthError naming it, never another exception
+    from ccsynth.errors import CCSynthError
+
+    d = phase_plan_file(md24).to_dict()
+    bad_values = [None, "x", -1, 0, 1.5, [], {}, [1, "a"], True, 10 ** 9]
+    flipped = 0
+    for key in d:
+        for v in bad_values:
+            try:  # some values are still a valid plan (meta {}, predicted_us None): those load
+                load_phase_plan(_file(tmp_path, {**d, key: v}), topology=T24)
+            except CCSynthError:
+                flipped += 1
+    for key in ("units", "order", "algorithms"):
+        for v in bad_values:
+            e = json.loads(json.dumps(d))
+            e["chunks"][0][key] = v
+            with pytest.raises(CCSynthError):
+                load_phase_plan(_file(tmp_path, e), topology=T24)
+    assert flipped > 0.8 * len(d) * len(bad_values)
