@@ -34,18 +34,32 @@ Example (any number of ranks)::
     >>> out.tolist(), c.plan.meta
     ([0.0, 1.0, 2.0], {'default': True})
 
+A phase plan file (``ccsynth synth --scheduler ... -o plan.json`` where it
+writes one, ``format: ccsynth.phase_plan``) runs the same way: ``plan=``
+its path (or a :class:`~ccsynth.formats.phase_plan_file.PhasePlanFile`)
+makes it the phase source (:class:`~ccsynth.formats.phase_plan_source.FilePhases`):
+the file's plan for its collective at every size, its scheduler's plans
+for the other two, on the topology the file names (or ``topology=``),
+verified against it before any communication.
+
 Under ``mpiexec -n 8``::
 
     c = Communicator(MPI.COMM_WORLD, topology="hierarchical:2x2x2@200,100,50", scheduler="themis")
     c.Allreduce(sendbuf, recvbuf, op=MPI.SUM)   # c.last_algorithm == "multidim:themis"
+    c = Communicator(MPI.COMM_WORLD, plan="plan.json")   # a phase plan file for 8 ranks
 """
 
 from __future__ import annotations
 
+import os
+
 from ccsynth.collectives import communicator as _runtime
 from ccsynth.collectives.mpi_util import comm_to_wrap
 from ccsynth.errors import TopologyError
-from ccsynth.formats.files import get_topology
+from ccsynth.formats.files import file_kind, get_topology, load_phase_plan
+from ccsynth.formats.phase_plan_file import PhasePlanFile
+from ccsynth.formats.phase_plan_source import FilePhases
+from ccsynth.topologies.model import Topology
 from ccsynth.synth.default_plan import LazyDefaultPlan
 from ccsynth.synth.multidim.phases import PhasePlanner
 
@@ -70,8 +84,13 @@ class Communicator(_runtime.Communicator):
 
     def __init__(self, comm=None, plan=None, *, default_plan=None, topology=None, scheduler: str = "auto",
                  threads="auto", **options) -> None:
-        planner = None
-        if topology is not None:
+        planner: PhasePlanner | FilePhases | None = None
+        phase_file = _phase_plan_file(plan)
+        if phase_file is not None:
+            topo = topology if isinstance(topology, Topology) else get_topology(topology or phase_file.topology)
+            size = comm_to_wrap(comm).Get_size()
+            planner, plan = FilePhases(phase_file, topo, n_ranks=size), None  # checked before any communication
+        elif topology is not None:
             topo = get_topology(topology) if isinstance(topology, str) else topology
             size = comm_to_wrap(comm).Get_size()
             planner = PhasePlanner(topo, scheduler, n_ranks=size)  # bad input fails before any communication
@@ -86,3 +105,13 @@ class Communicator(_runtime.Communicator):
     def scheduler(self) -> str | None:
         """The multi-dimension scheduler in use, or None without ``topology``."""
         return None if self._planner is None else self._planner.scheduler
+
+
+def _phase_plan_file(plan) -> PhasePlanFile | None:
+    """``plan`` as a phase plan file where it is one (a PhasePlanFile, or the path of a ``ccsynth.phase_plan``)."""
+    if isinstance(plan, PhasePlanFile):
+        return plan
+    if isinstance(plan, (str, os.PathLike)) and os.path.isfile(plan) and file_kind(plan) == "phase_plan":
+        return load_phase_plan(plan, verify=False)  # FilePhases verifies it against the topology
+    return None
+

@@ -5,6 +5,11 @@ The one place that picks a reader; the CLI and the public API
 
 * schedules -- ccsynth JSON or MSCCL XML, told apart by the first
   character (``<`` is XML);
+* phase plans -- multi-dimension schedules at any chunk and rank count
+  (``format: ccsynth.phase_plan``, :mod:`.phase_plan_file`), verified by
+  :func:`~ccsynth.collectives.verify_phase_plan.verify_phase_plan`;
+  :func:`file_kind` tells them from schedules and plans, and the commands
+  that take a schedule file (``verify``, ``simulate``, ``export``) ask it;
 * topologies -- catalog names with parameters, ccsynth JSON files, TACCL
   profiles (``PATH.json?nodes=2&scale=10``): the spec grammar of
   :mod:`ccsynth.topologies.names`, and in a file ``gpus_per_node`` without
@@ -34,9 +39,13 @@ import os
 from collections.abc import Mapping
 
 from ccsynth.collectives.schedule import Schedule, check_writes_cover_outputs, read_schedule_text, schedule_from_json
+from ccsynth.collectives.plan import FORMAT as PLAN_FORMAT
 from ccsynth.collectives.verify import verify as _verify
+from ccsynth.collectives.verify_phase_plan import PhasePlanReport, verify_phase_plan
 from ccsynth.errors import ScheduleFormatError, TopologyError
 from ccsynth.formats.msccl import schedule_from_msccl_xml
+from ccsynth.formats.phase_plan_file import FORMAT as PHASE_PLAN_FORMAT
+from ccsynth.formats.phase_plan_file import PhasePlanFile, is_phase_plan_text, read_phase_plan_text
 from ccsynth.formats.taccl_sketch import is_taccl_sketch, sketch_from_taccl_dict
 from ccsynth.formats.taccl_topology import is_taccl_topology, taccl_options, taccl_topology_from_dict
 from ccsynth.synth.sketch import Sketch, read_sketch_json, sketch_from_dict
@@ -46,7 +55,23 @@ from ccsynth.topologies.model import Topology
 
 log = logging.getLogger(__name__)
 
-__all__ = ["load_schedule", "get_topology", "load_topology", "list_topologies", "load_sketch"]
+__all__ = ["FILE_KINDS", "file_kind", "load_schedule", "load_phase_plan", "verify_phase_plan_file", "get_topology",
+           "load_topology", "list_topologies", "load_sketch"]
+
+#: what :func:`file_kind` tells apart
+FILE_KINDS = ("schedule", "plan", "phase_plan")
+
+
+def file_kind(path: str | os.PathLike) -> str:
+    """``"phase_plan"`` (``ccsynth.phase_plan``), ``"plan"`` (``ccsynth.plan``) or ``"schedule"`` (anything else:
+    the schedule readers say what is wrong with it); an unreadable file raises ScheduleFormatError."""
+    text = read_schedule_text(path)
+    if is_phase_plan_text(text):
+        return "phase_plan"
+    if f'"{PLAN_FORMAT}"' in text[:4096] and not text.lstrip().startswith("<"):
+        return "plan"
+    return "schedule"
+
 
 
 # ----------------------------------------------------------------- schedules
@@ -64,12 +89,33 @@ def load_schedule(path: str | os.PathLike, *, topology=None, verify: bool = True
         # named as MSCCL XML but not XML at all: say that, not that it is bad JSON
         raise ScheduleFormatError(f"{os.fspath(path)}: not an MSCCL XML schedule (an .xml file must start with an "
                                   f"XML element such as <algo ...>; it starts with {text.lstrip()[:20]!r})")
+    elif is_phase_plan_text(text):
+        raise ScheduleFormatError(f"{os.fspath(path)} is a multi-dimension phase plan ({PHASE_PLAN_FORMAT}), not a "
+                                  f"schedule; ccsynth verify/simulate take it, and ccsynth export -o FILE.json "
+                                  f"expands it to a schedule")
     else:
         sched = schedule_from_json(text, os.fspath(path))
     if verify:
         check_writes_cover_outputs(sched)  # cheap; spares the verifier a file that names a huge collective
         _verify(sched, topology)
     return sched
+
+
+# --------------------------------------------------------------- phase plans
+def load_phase_plan(path: str | os.PathLike, *, topology: Topology | None = None,
+                    verify: bool = True) -> PhasePlanFile:
+    """Read a phase plan file (``ccsynth.phase_plan``) and verify it (with ``topology``: against its ranks and
+    dimensions too). Raises :class:`~ccsynth.errors.ScheduleFormatError` for unreadable files and
+    :class:`~ccsynth.errors.ScheduleError` for a plan that does not implement its collective."""
+    pf = read_phase_plan_text(read_schedule_text(path), os.fspath(path))
+    if verify:
+        verify_phase_plan_file(pf, topology)
+    return pf
+
+
+def verify_phase_plan_file(pf: PhasePlanFile, topology: Topology | None = None) -> PhasePlanReport:
+    """:func:`~ccsynth.collectives.verify_phase_plan.verify_phase_plan` of a file's plan, with what it declares."""
+    return verify_phase_plan(pf.plan, topology, n_ranks=pf.n_ranks, total_units=pf.total_units)
 
 
 # ---------------------------------------------------------------- topologies

@@ -354,6 +354,7 @@ def test_cli_synth_scheduler_json_and_simulate(tmp_path, capsys):
     assert got["chosen"]["time_us"] == min(s["time_us"] for s in got["schedulers"].values())
     assert cli_main(["simulate", str(out), "-s", "4M", "--json"]) == 0
     sim = json.loads(capsys.readouterr().out)
+    assert sim["results"][0]["time_us"] == got["time_us"]  # the printed figure is the written file's
     assert [d["name"] for d in sim["results"][0]["dimensions"]] == ["dim0", "dim1", "dim2"]
     assert cli_main(["simulate", str(out), "-s", "4M"]) == 0
     assert "per-dimension utilization" in capsys.readouterr().out

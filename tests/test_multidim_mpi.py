@@ -50,5 +50,17 @@ def test_eight_ranks_2x2x2_themis():
     run_worker(8, "hierarchical:2x2x2@200,100,50", "themis")
 
 
+def test_four_ranks_run_a_phase_plan_file(tmp_path):
+    # ccsynth.Communicator(comm, plan=FILE) runs a ccsynth.phase_plan file: its allreduce plan at every count
+    from ccsynth.formats.files import get_topology
+    from ccsynth.formats.phase_plan_file import phase_plan_file, save_phase_plan_file
+    from ccsynth.synth.multidim import schedule_multidim
+
+    md = schedule_multidim(get_topology("hierarchical:2x2@200,50"), "allreduce", 4 << 20, "lp")
+    path = tmp_path / "plan.json"
+    save_phase_plan_file(phase_plan_file(md), path)
+    run_worker(4, "hierarchical:2x2@200,50", f"file:{path}")
+
+
 def test_eight_ranks_2x4_fixed():
     run_worker(8, "hierarchical:2x4@100,25", "fixed")

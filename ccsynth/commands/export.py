@@ -4,7 +4,9 @@ JSON -> MSCCL XML writes a file the MSCCL runtimes load (``minBytes`` /
 ``maxBytes``, threadblocks, step types and dependencies); MSCCL XML -> JSON
 reads one back into a ccsynth schedule. A plan (``ccsynth.plan`` JSON)
 exports to one MSCCL XML per size range, into the directory ``-o`` names.
-Every schedule is verified on the way in.
+Every schedule is verified on the way in. A multi-dimension phase plan
+(``ccsynth.phase_plan``) is expanded to its Schedule IR, where the IR takes
+it, and written as JSON or MSCCL XML (:mod:`ccsynth.commands.phase_plan_files`).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import sys
 from ccsynth.atomic import check_writable, write_text
 from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import topology_from
+from ccsynth.commands.phase_plan_files import export_plan_file
 from ccsynth.errors import CCSynthError, ScheduleFormatError
 from ccsynth.limits import check as check_limit
 from ccsynth.reading import parse_json, read_text
 from ccsynth.units import format_size, parse_size
 
-__all__ = ["FORMATS", "register", "run"]
+__all__ = ["FORMATS", "register", "run", "check_json_options"]
 
 FORMATS = ("msccl-xml", "json")
 
@@ -31,7 +34,8 @@ def register(sub) -> None:
         help="convert a schedule (or plan) to MSCCL XML, or MSCCL XML to ccsynth JSON",
         description=__doc__,
     )
-    p.add_argument("file", help="schedule (ccsynth JSON or MSCCL XML) or plan (ccsynth JSON) to convert")
+    p.add_argument("file", help="schedule (ccsynth JSON or MSCCL XML), plan (ccsynth JSON) or phase plan (expanded) "
+                                "to convert")
     p.add_argument("-f", "--format", choices=FORMATS, default=None,
                    help="output format (default: from the -o suffix, else the other format than the input's)")
     p.add_argument("-o", "--output", metavar="OUT", default=None,
@@ -68,21 +72,33 @@ def _size(text: str | None, what: str) -> int | None:
 
 
 def _read(path: str):
-    """('plan', Plan) or ('schedule', Schedule), not yet verified; and whether the input was XML.
+    """('plan', Plan), ('phase_plan', PhasePlanFile) or ('schedule', Schedule), not yet verified; and whether the
+    input was XML.
 
     The file is read and parsed once; a plan is told from a schedule by its ``format``.
     """
     from ccsynth.collectives.plan import Plan
     from ccsynth.collectives.schedule import Schedule
     from ccsynth.formats.msccl import schedule_from_msccl_xml
+    from ccsynth.formats.phase_plan_file import is_phase_plan_text, read_phase_plan_text
 
     text = read_text(path, "schedule", ScheduleFormatError)
     if text.lstrip().startswith("<"):
         return "schedule", schedule_from_msccl_xml(text), True
+    if is_phase_plan_text(text):
+        return "phase_plan", read_phase_plan_text(text, path), False
     data = parse_json(text, repr(path), ScheduleFormatError)
     if isinstance(data, dict) and data.get("format") == "ccsynth.plan":
         return "plan", Plan.from_dict(data), False
     return "schedule", Schedule.from_dict(data), False
+
+
+def check_json_options(args) -> None:
+    """MSCCL XML options given for JSON output: one error naming them."""
+    if any(v is not None for v in (args.min_bytes, args.max_bytes, args.proto, args.channels, args.name, args.coll,
+                                   args.msccl_max_steps)) or args.inplace:
+        raise CCSynthError("MSCCL XML options (--min-bytes, --max-bytes, --proto, --channels, --inplace, --name, --coll, "
+                           "--msccl-max-steps) need --format msccl-xml")
 
 
 def _write(path: str | None, text: str) -> None:
@@ -121,6 +137,10 @@ def run(args) -> int:
     min_b, max_b = _size(args.min_bytes, "min-bytes"), _size(args.max_bytes, "max-bytes")
     to_file = args.output not in (None, "-")
 
+    if what == "phase_plan":
+        if fmt == "json":
+            check_json_options(args)
+        return export_plan_file(args, obj, topo, fmt, xml_opts, min_b, max_b)
     if what == "plan":
         if fmt != "msccl-xml":
             raise CCSynthError(f"{args.file} is a plan (ccsynth JSON already); export it with --format msccl-xml -o DIR")
@@ -153,10 +173,7 @@ def run(args) -> int:
     check_writes_cover_outputs(sched)
     verify(sched, topo)
     if fmt == "json":
-        if any(v is not None for v in (args.min_bytes, args.max_bytes, args.proto, args.channels, args.name, args.coll,
-                                       args.msccl_max_steps)) or args.inplace:
-            raise CCSynthError("MSCCL XML options (--min-bytes, --max-bytes, --proto, --channels, --inplace, --name, --coll, "
-                               "--msccl-max-steps) need --format msccl-xml")
+        check_json_options(args)
         _write(args.output, sched.to_json() + "\n")
         if to_file:
             print(f"wrote {args.output}: {sched.name!r}, {sched.collective.describe()}, {len(sched.ops)} ops (verified)")

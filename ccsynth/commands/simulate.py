@@ -4,6 +4,10 @@ On a topology of two or more network dimensions it also reports, per size, each
 dimension's utilization: the bytes a rank sends in that dimension over
 what the dimension could carry in the simulated time
 (:mod:`ccsynth.synth.multidim.utilization`).
+
+A multi-dimension phase plan file (``ccsynth.phase_plan``) is priced by the
+dimension-level model its scheduler used, in the file's own task order, at
+the size it records unless told otherwise (:mod:`ccsynth.commands.phase_plan_files`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import (add_json_arg, add_size_args, human, json_doc, print_json, print_table, renamed,
                                       sizes_from, topology_from)
+from ccsynth.commands.phase_plan_files import simulate_plan_file
 from ccsynth.errors import CCSynthError
 from ccsynth.limits import check_min as check_limit_min
 
@@ -26,7 +31,7 @@ def register(sub) -> None:
         help="simulate a schedule in the alpha-beta model with contention",
         description=__doc__ + " The schedule is verified first.",
     )
-    p.add_argument("file", help="schedule file (ccsynth JSON or MSCCL XML)")
+    p.add_argument("file", help="schedule file (ccsynth JSON or MSCCL XML) or phase plan (ccsynth.phase_plan)")
     p.add_argument("-t", "--topology", metavar="T", help="topology to simulate on (default: the one the schedule names)")
     add_size_args(p, default_help="the size the schedule file records, as a resharding plan does; else 1M")
     p.add_argument("--local-bw", type=float, default=None, metavar="GBPS", help="charge local copies/reductions at this bandwidth (default: free)")
@@ -38,10 +43,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ccsynth.formats.files import load_schedule
+    from ccsynth.formats.files import file_kind, load_schedule
     from ccsynth.synth.multidim.utilization import dimension_utilization
     from ccsynth.synth.simulate import simulate
 
+    if file_kind(args.file) == "phase_plan":
+        return simulate_plan_file(args)
     if args.local_bw is not None:
         if not math.isfinite(args.local_bw) or args.local_bw <= 0:
             raise CCSynthError(f"--local-bw must be a positive number of GB/s, got {args.local_bw!r}")

@@ -25,7 +25,7 @@ from ccsynth.limits import check as check_limit
 
 __all__ = ["FORMATS", "register", "run"]
 
-FORMATS = ("json", "msccl-xml")
+FORMATS = ("json", "msccl-xml", "phase-plan")
 
 
 def register(sub) -> None:
@@ -53,7 +53,8 @@ def register(sub) -> None:
                         "always wins)")
     p.add_argument("--scheduler", default=None, metavar="S",
                    help="on a topology with dimensions: the multi-dimension schedulers (fixed, themis, themis-flex, "
-                        "lp or auto) side by side, no MILPs; the chosen one is written with -o (up to 128 ranks)")
+                        "lp or auto) side by side, no MILPs; the chosen one is written with -o, at its own chunk "
+                        "count (a phase plan file where the Schedule IR would be too large, any rank count)")
     p.add_argument("--chunks", type=int, default=None, metavar="K",
                    help="pieces per chunk (TACCL's input_chunkup; default: chosen by size)")
     s = p.add_argument_group("solver")
@@ -66,7 +67,8 @@ def register(sub) -> None:
     s.add_argument("--no-contiguity", action="store_true", help="skip the contiguity MILP (keep the heuristic waves)")
     p.add_argument("-f", "--format", choices=FORMATS, default=None,
                    help="output format: ccsynth JSON (default) or MSCCL XML (from the -o suffix .xml too); "
-                        "with --sizes, MSCCL XML writes one file per size range into the -o directory")
+                        "with --sizes, MSCCL XML writes one file per size range into the -o directory; "
+                        "with --scheduler, phase-plan writes the multi-dimension phase plan file")
     p.add_argument("-o", "--output", metavar="OUT", default=None, help="write the schedule (or plan) here")
     p.add_argument("--msccl-max-steps", type=int, default=None, metavar="N",
                    help="with MSCCL XML: steps per threadblock the runtime accepts (default 64, msccl-executor-nccl's "
@@ -165,6 +167,8 @@ def _multidim_scheduler(args, topo, sketch, sizes) -> str | None:
     from ccsynth.synth.multidim import check_scheduler
 
     if args.scheduler is None:
+        if args.format == "phase-plan":
+            raise CCSynthError("-f phase-plan is the file of the multi-dimension schedulers: it needs --scheduler")
         return None
     name = check_scheduler(args.scheduler)
     if sketch is not None or sizes is not None or args.chunks is not None:

@@ -1,15 +1,19 @@
-"""``ccsynth verify FILE``: prove that a schedule implements its collective."""
+"""``ccsynth verify FILE``: prove that a schedule implements its collective.
+
+A multi-dimension phase plan file (``ccsynth.phase_plan``) is proven by its own verifier
+(:mod:`ccsynth.commands.phase_plan_files`)."""
 
 from __future__ import annotations
 
 from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import add_json_arg, json_doc, print_json, renamed, topology_from
+from ccsynth.commands.phase_plan_files import verify_plan_file
 
 __all__ = ["register", "run"]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("verify", help="verify a schedule file (ccsynth JSON or MSCCL XML)", description=__doc__)
+    p = sub.add_parser("verify", help="verify a schedule file (ccsynth JSON or MSCCL XML) or a phase plan", description=__doc__)
     p.add_argument("file", help="schedule file")
     p.add_argument("-t", "--topology", metavar="T", help="also check that every transfer uses a link of this topology")
     add_json_arg(p)
@@ -17,9 +21,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ccsynth.formats.files import load_schedule
+    from ccsynth.formats.files import file_kind, load_schedule
     from ccsynth.collectives.verify import verify
 
+    if file_kind(args.file) == "phase_plan":
+        return verify_plan_file(args)
     sched = load_schedule(args.file, verify=False)
     topo = topology_from(args.topology) if args.topology else None
     check_writes_cover_outputs(sched)

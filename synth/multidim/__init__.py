@@ -19,8 +19,9 @@ One concept per module:
 * :mod:`.losses` -- where a schedule's time goes per dimension (fill, drain, exposed costs), against the bound;
 * :mod:`.pipeline` -- the dimension-level cost model (a queue per dimension);
 * :mod:`.search` -- the schedulers' public face (chunk count search, ``auto``);
-* :mod:`.lowering` -- a schedule as a Schedule IR (up to 128 ranks);
-* :mod:`.phases` -- a schedule as the plain-data phase plan the MPI runtime executes;
+* :mod:`.lowering` -- a schedule as a Schedule IR (up to 128 ranks, where its size allows);
+* :mod:`.phases` -- a schedule as the plain-data phase plan the MPI runtime executes, and back (a plan file);
+* :mod:`.plan_price` -- what a phase plan (file) costs: the model in its own task order;
 * :mod:`.utilization` -- per-dimension utilization of a simulated Schedule;
 * :mod:`.candidates` -- multi-dimension candidates for :func:`ccsynth.synth.synthesize.synthesize`.
 

@@ -1,8 +1,11 @@
 """A multi-dimension schedule as a Schedule IR: verified, simulated and exported like any other.
 
-Up to :data:`MAX_IR_RANKS` ranks (the IR names every rank's every message;
-above that the dimension-level model is the answer, and the MPI runtime
-runs the phase plan of :mod:`ccsynth.synth.multidim.phases` instead).
+Up to :data:`MAX_IR_RANKS` ranks and within ccsynth.limits and
+:data:`IR_MAX_OPS` (:func:`fits_ir`, :func:`ir_refusal`: the IR names every
+rank's every message, and a schedule of unequal chunks needs as many IR
+chunks as it has units); beyond that a schedule is written as the phase
+plan file (:mod:`ccsynth.formats.phase_plan_file`), which the MPI runtime
+runs and the dimension-level model prices, at any chunk and rank count.
 
 Layout. The collective's chunk factor makes every chunk of the schedule
 ``n`` slots (one per rank, ``units_k`` IR chunks each): allreduce
@@ -61,7 +64,7 @@ from ccsynth.synth.multidim.pipeline import window_of
 from ccsynth.synth.multidim.search import MultiDimSchedule
 from ccsynth.topologies.model import Topology
 
-__all__ = ["MAX_IR_RANKS", "IR_MAX_OPS", "to_schedule", "slot_of", "collective_for", "ir_max_chunks"]
+__all__ = ["MAX_IR_RANKS", "IR_MAX_OPS", "to_schedule", "slot_of", "collective_for", "fits_ir", "ir_refusal", "ir_max_chunks"]
 
 #: the largest rank count lowered to the IR
 MAX_IR_RANKS = 128
@@ -185,13 +188,16 @@ class _Lowering:
         w = window_of(step.algorithm, history[-1][0] if history else None)
         wait = history[-w][1] if len(history) >= w else None
         ops: list[list[int]] = [[] for _ in range(self.n)]
+        slots = self.scratch_next  # a direct reduce-scatter's receive slots: the same on every group (disjoint ranks)
+        if step.algorithm == "direct" and step.reduce:
+            self.scratch_next += (self.net.dims[d].size - 1) * self.range_at(k, level, 0).block
         for base in self.bases[d]:
             group = [base + c * self.net.dims[d].stride for c in range(self.net.dims[d].size)]
             rng = self.range_at(k, level, group[0])
             if step.algorithm == "ring":
                 self.ring(d, group, rng, step.reduce, wait, ops)
             else:
-                self.direct(group, rng, step.reduce, wait, ops)
+                self.direct(group, rng, step.reduce, wait, ops, slots)
         history.append((step.algorithm, ops))
 
     def ring(self, d: int, group: list[int], rng: _Range, reduce: bool, wait, ops) -> None:
@@ -210,12 +216,9 @@ class _Lowering:
                 ops[src].append(sid)
                 ops[dst].append(rid)
 
-    def direct(self, group: list[int], rng: _Range, reduce: bool, wait, ops) -> None:
+    def direct(self, group: list[int], rng: _Range, reduce: bool, wait, ops, slots: int) -> None:
         p = len(group)
         bs, buf = rng.block, self.work
-        if reduce:
-            slots = self.scratch_next
-            self.scratch_next += (p - 1) * bs
         for t in range(1, p):
             for a in range(p):
                 c = (a + t) % p
@@ -244,6 +247,39 @@ def _ir_ops(kind: str, net: DimNet, chunks: int) -> int:
     return chunks * per_chunk + n
 
 
+def _too_large(kind: str, net: DimNet, chunks: int, units: int) -> str | None:
+    """Why a schedule of ``chunks`` chunks of ``units`` units in all does not become an IR (the limit it
+    passes: :data:`MAX_IR_RANKS`, ccsynth.limits, :data:`IR_MAX_OPS`), or None where it does."""
+    n = net.n_ranks
+    if n > MAX_IR_RANKS:
+        return f"{n} ranks, above MAX_IR_RANKS = {MAX_IR_RANKS}"
+    try:
+        coll = collective_for(kind, n, units)
+    except CollectiveError as e:
+        return str(e)
+    scratch = units * n * (net.n_dims + 1)
+    total = n * (coll.in_chunks + coll.out_chunks + scratch)
+    if total > limits.MAX_SCHEDULE_CHUNKS:
+        return f"{total} buffer chunks for {units} units, above MAX_SCHEDULE_CHUNKS = {limits.MAX_SCHEDULE_CHUNKS}"
+    if scratch > limits.MAX_SCRATCH_CHUNKS:
+        return f"{scratch} scratch chunks for {units} units, above MAX_SCRATCH_CHUNKS = {limits.MAX_SCRATCH_CHUNKS}"
+    ops = _ir_ops(kind, net, chunks)
+    if ops > IR_MAX_OPS:
+        return f"up to {ops} ops for {chunks} chunks, above IR_MAX_OPS = {IR_MAX_OPS}"
+    return None
+
+
+def ir_refusal(md: MultiDimSchedule) -> str | None:
+    """Why ``md``, at its own chunks and units, does not become a Schedule IR (:func:`to_schedule`), or None
+    where it does: at most :data:`MAX_IR_RANKS` ranks, within ccsynth.limits and :data:`IR_MAX_OPS`."""
+    return _too_large(md.kind, md.net, md.n_chunks, sum(c.units for c in md.chunks))
+
+
+def fits_ir(md: MultiDimSchedule) -> bool:
+    """Whether ``md`` itself, at its own chunks and units, becomes a Schedule IR (see :func:`ir_refusal`)."""
+    return ir_refusal(md) is None
+
+
 def ir_max_chunks(kind: str, net: DimNet) -> int:
     """The most chunks (a power of two) whose schedule the IR takes: within ccsynth.limits and :data:`IR_MAX_OPS`.
 
@@ -261,16 +297,7 @@ def ir_max_chunks(kind: str, net: DimNet) -> int:
                               f"{MAX_IR_RANKS} ranks; {net.topology!r} has {n}")
     best = 0
     k = 1
-    while k <= 1 << 20:
-        units = 4 * k
-        try:
-            coll = collective_for(kind, n, units)
-        except CollectiveError:
-            break
-        scratch = units * n * (net.n_dims + 1)
-        if (n * (coll.in_chunks + coll.out_chunks + scratch) > limits.MAX_SCHEDULE_CHUNKS or scratch > limits.MAX_SCRATCH_CHUNKS
-                or _ir_ops(kind, net, k) > IR_MAX_OPS):
-            break
+    while k <= 1 << 20 and _too_large(kind, net, k, 4 * k) is None:
         best = k
         k *= 2
     if best == 0:

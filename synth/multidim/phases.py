@@ -12,6 +12,14 @@ verified baseline schedule of that phase on the dimension's ``p`` ranks
 dimension's figures -- the phase needs nothing of the group but a
 connection between the ranks it pairs).
 
+:func:`from_phase_plan` goes the other way, for a plan read from a file
+(:mod:`ccsynth.formats.phase_plan_file`): the plan's chunks on the
+topology's :class:`~ccsynth.synth.multidim.network.DimNet`, timed by the
+dimension-level model in the plan's own task order
+(:func:`~ccsynth.synth.multidim.pipeline.replay_tasks`) -- the price of the
+file, equal to its scheduler's figure when the order is the scheduler's --
+and ready for the IR lowering (:func:`~ccsynth.synth.multidim.lowering.to_schedule`).
+
 :class:`PhasePlanner` is what the public communicator holds: a topology and
 a scheduler, and a plan per (collective, size), computed once and
 identical on every rank (a deterministic function of the three).
@@ -26,19 +34,24 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from ccsynth.collectives.phase_plan import ChunkPhases, PhasePlan, PhaseSchedule, PhaseTask
 from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.verify_phase_plan import PHASE_ALGORITHMS, phase_kinds
 from ccsynth.collectives.spec import Collective
-from ccsynth.errors import TopologyError
+from ccsynth.errors import ScheduleError, TopologyError
 from ccsynth.synth.baselines import make_baseline
+from ccsynth.synth.multidim.chunks import ChunkPlan
+from ccsynth.synth.multidim.cost import PhaseCosts
 from ccsynth.synth.multidim.network import DimNet, dim_net
+from ccsynth.synth.multidim.pipeline import replay_tasks
 from ccsynth.synth.multidim.search import MultiDimSchedule, check_scheduler, schedule_multidim
 from ccsynth.synth.solver import SolverOptions
 from ccsynth.topologies.model import Switch, Topology
 
-__all__ = ["phase_schedule", "to_phase_plan", "PhasePlanner"]
+__all__ = ["phase_schedule", "phase_schedules", "to_phase_plan", "from_phase_plan", "PhasePlanner"]
 
 #: plans a planner keeps (one per collective and size)
 MAX_CACHED_PLANS = 256
@@ -55,17 +68,45 @@ def phase_schedule(p: int, kind: str, algorithm: str) -> Schedule:
     return make_baseline(algorithm, Collective(kind, p, 1), group)
 
 
+def phase_schedules(kind: str, chunks: Sequence[ChunkPhases], dim_sizes: Sequence[int]) -> tuple[PhaseSchedule, ...]:
+    """The phase schedules that ``chunks`` use (every (dimension, phase kind, algorithm) once), on the active
+    dimensions of sizes ``dim_sizes``: what a plan carries for the runtime; a plan file names only the algorithms.
+    Unknown algorithms are left out (the verifier names them)."""
+    used = sorted({(d, a) for c in chunks for d, a in zip(c.order, c.algorithms)
+                   if 0 <= d < len(dim_sizes) and dim_sizes[d] >= 2 and a in PHASE_ALGORITHMS})
+    return tuple(PhaseSchedule(d, k, a, phase_schedule(dim_sizes[d], k, a)) for d, a in used for k in phase_kinds(kind))
+
+
 def to_phase_plan(md: MultiDimSchedule) -> PhasePlan:
     """The phase plan of ``md`` (see the module docstring)."""
     net = md.net
     chunks = tuple(ChunkPhases(c.order, c.algorithms, c.units) for c in md.chunks)
     tasks = tuple(PhaseTask(t.chunk, t.step) for t in md.timing.tasks)
-    kinds = {"allreduce": ("reduce_scatter", "allgather"), "reduce_scatter": ("reduce_scatter",),
-             "allgather": ("allgather",)}[md.kind]
-    used = sorted({(d, a) for c in md.chunks for d, a in zip(c.order, c.algorithms)})
-    schedules = tuple(PhaseSchedule(d, k, a, phase_schedule(net.dims[d].size, k, a)) for d, a in used for k in kinds)
+    schedules = phase_schedules(md.kind, chunks, tuple(d.size for d in net.dims))
     return PhasePlan(md.kind, net.sizes, tuple(d.index for d in net.dims), chunks, tasks, schedules, md.scheduler,
-                     {"model_us": md.makespan_us, "size_bytes": md.size_bytes, "topology": net.topology})
+                     {"model_us": md.makespan_us, "size_bytes": md.size_bytes, "topology": net.topology,
+                      "origin": md.origin, "lp_bound_us": md.lp_bound_us})
+
+
+def from_phase_plan(plan: PhasePlan, topology: Topology | DimNet, size_bytes: float) -> MultiDimSchedule:
+    """``plan`` (verified) as a schedule on ``topology`` at ``size_bytes``, timed in its own task order (see
+    the module docstring). Raises :class:`~ccsynth.errors.ScheduleError` where the plan does not fit the
+    topology (its dimensions, or an algorithm a dimension cannot run: a ring where the groups have none)."""
+    net = topology if isinstance(topology, DimNet) else dim_net(topology)
+    if tuple(plan.sizes) != net.sizes or tuple(plan.dims) != tuple(d.index for d in net.dims):
+        raise ScheduleError(f"phase plan for dimensions {'x'.join(map(str, plan.sizes))}; topology "
+                            f"{net.topology!r} has {'x'.join(map(str, net.sizes))}")
+    for k, c in enumerate(plan.chunks):
+        for d, a in zip(c.order, c.algorithms):
+            if a not in net.dims[d].algorithms:
+                raise ScheduleError(f"phase plan: chunk {k} runs {a} on dimension {d} ({net.dims[d].name}), which "
+                                    f"on {net.topology!r} runs {' or '.join(net.dims[d].algorithms)} only")
+    chunks = tuple(ChunkPlan(tuple(c.order), tuple(c.algorithms), c.units) for c in plan.chunks)
+    timing = replay_tasks(net, PhaseCosts(net), plan.kind, size_bytes, chunks, [(t.chunk, t.step) for t in plan.tasks])
+    lp_bound = plan.meta.get("lp_bound_us")
+    return MultiDimSchedule(plan.scheduler or "file", plan.kind, float(size_bytes), net, chunks, timing,
+                            lp_bound_us=lp_bound if isinstance(lp_bound, (int, float)) else None,
+                            origin=str(plan.meta.get("origin", "")))
 
 
 class PhasePlanner:

@@ -64,7 +64,7 @@ from ccsynth.synth.multidim.cost import PhaseCosts
 from ccsynth.synth.multidim.network import DimNet
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
 
-__all__ = ["DIRECT_WINDOW", "PRIORITIES", "Task", "DimTiming", "window_of", "time_chunks", "chunk_bytes"]
+__all__ = ["DIRECT_WINDOW", "PRIORITIES", "Task", "DimTiming", "window_of", "time_chunks", "replay_tasks", "chunk_bytes"]
 
 #: direct phases a dimension may have in flight at once (see :func:`window_of`)
 DIRECT_WINDOW = 16
@@ -187,6 +187,63 @@ def time_chunks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, ch
     if tasks:
         makespan += net.call_overhead  # once per call (0 in the catalog; see DimNet)
     return DimTiming(makespan, tuple(q.busy for q in dims), tuple(q.sent for q in dims), tuple(tasks), priority)
+
+
+def replay_tasks(net: DimNet, costs: PhaseCosts, kind: str, size_bytes: float, chunks: Sequence[ChunkPlan],
+                 order: Sequence[tuple[int, int]]) -> DimTiming:
+    """Run ``chunks`` with every dimension taking its tasks in the order ``order`` gives them (``(chunk,
+    step)`` pairs, each phase of each chunk once, each after the chunk's previous phase; see the module
+    docstring). CollectiveError if ``order`` is not such a list or cannot run (a dimension waits on a phase
+    that can never be ready)."""
+    steps = [chunk_steps(net, kind, c) for c in chunks]
+    want = sum(len(s) for s in steps)
+    if len(order) != want or len(set(order)) != want or any(not (0 <= k < len(chunks) and 0 <= i < len(steps[k]))
+                                                          for k, i in order):
+        raise CollectiveError(f"a schedule order lists every phase of every chunk once ({want}); got {len(order)} "
+                              f"entries of which {len(set(order))} differ")
+    sizes = chunk_bytes(size_bytes, chunks)
+    queues: list[list[tuple[int, int]]] = [[] for _ in net.dims]
+    for k, i in order:
+        queues[steps[k][i].dim].append((k, i))
+    heads = [0] * len(net.dims)
+    dims = [_Dim([], []) for _ in net.dims]
+    ready_at: dict[tuple[int, int], float] = {}
+    arrivals = sorted((costs.copies_before(kind, size_bytes, sizes[k]), k) for k in range(len(chunks)) if steps[k])
+    running: list[tuple[float, int, int]] = []
+    tasks: list[Task] = []
+    now = makespan = 0.0
+    a = 0
+    while True:
+        while a < len(arrivals) and arrivals[a][0] <= now:
+            ready_at[(arrivals[a][1], 0)] = now
+            a += 1
+        for d, q in enumerate(dims):
+            while heads[d] < len(queues[d]):
+                k, i = queues[d][heads[d]]
+                if (k, i) not in ready_at or not q.can_start(steps[k][i].algorithm):
+                    break
+                heads[d] += 1
+                done = _start(costs, q, d, steps[k][i], sizes[k], now)
+                tasks.append(Task(k, i, d, steps[k][i].algorithm, sizes[k] * steps[k][i].fraction, steps[k][i].reduce,
+                                  now, done))
+                heapq.heappush(running, (done, k, i))
+        if not running and a == len(arrivals):
+            break
+        now = min(running[0][0] if running else math.inf, arrivals[a][0] if a < len(arrivals) else math.inf)
+        while running and running[0][0] <= now:
+            done, k, i = heapq.heappop(running)
+            dims[steps[k][i].dim].flight.remove(done)
+            if i + 1 < len(steps[k]):
+                ready_at[(k, i + 1)] = done
+            else:
+                makespan = max(makespan, done + costs.copies_after(kind, sizes[k]))
+    if len(tasks) != want:
+        stuck = [queues[d][heads[d]] for d in range(len(dims)) if heads[d] < len(queues[d])]
+        raise CollectiveError("the schedule order cannot run: every dimension waits on a phase that is never ready "
+                              f"(chunk, phase): {stuck[:4]}")
+    if tasks:
+        makespan += net.call_overhead
+    return DimTiming(makespan, tuple(q.busy for q in dims), tuple(q.sent for q in dims), tuple(tasks))
 
 
 def _start(costs: PhaseCosts, q: _Dim, d: int, step, chunk: float, now: float) -> float:

@@ -1,6 +1,7 @@
 """mpiexec worker: multi-dimension collectives through ``ccsynth.Communicator(topology=..., scheduler=...)``.
 
-Usage: ``mpiexec -n N python multidim_worker.py TOPOLOGY [SCHEDULER ...]``. For every scheduler it runs
+Usage: ``mpiexec -n N python multidim_worker.py TOPOLOGY [SCHEDULER ...]``; a scheduler ``file:PATH`` runs the
+phase plan file PATH instead (``ccsynth.Communicator(comm, plan=PATH)``). For every scheduler it runs
 allreduce (sum, max, avg), reduce-scatter and allgather on several dtypes and odd counts, in place and not,
 and compares each result with MPI's own collective; then checks that every rank derived the same plans, that
 one rank's bad buffer raises on every rank (no hang), and that the communicator still works afterwards. Prints
@@ -115,9 +116,12 @@ def main() -> int:
     schedulers = sys.argv[2:] or ["themis"]
     good = True
     for sched in schedulers:
-        tag = f"{topology.split('@')[0]}-{sched}"
+        tag = f"{topology.split('@')[0]}-{sched.split('/')[-1]}"
         try:
-            comm = ccsynth.Communicator(MPI.COMM_WORLD, topology=topology, scheduler=sched)
+            if sched.startswith("file:"):
+                comm = ccsynth.Communicator(MPI.COMM_WORLD, plan=sched[len("file:"):])
+            else:
+                comm = ccsynth.Communicator(MPI.COMM_WORLD, topology=topology, scheduler=sched)
             good &= collectives(comm, tag)
             good &= same_plans(comm, tag)
             good &= failure_everywhere(comm, tag)
