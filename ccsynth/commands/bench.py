@@ -511,7 +511,7 @@ def _run(args, comm) -> int:
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure mid-run must abort every rank
         _abort(comm, e)
     results = tables.results
-    lines = _summary_lines(bench, results, predictor, getattr(args, "predict", None))
+    lines = _summary_lines(bench, results, predictor, getattr(args, "predict", None) or "")
     if lines:
         tables.say("")
         for line in lines:
@@ -610,8 +610,9 @@ def _measure_interleaved(tables: _Tables, algos, progress) -> None:
         tables.table(algo, tables.results[algo.name])
 
 
-def _summary_lines(bench, results: dict[str, list], predictor: Predictor | None, predict: str | None) -> list[str]:
-    """What follows the tables: the comparison of algorithms, and with ``--predict`` the errors and MPI's drift."""
+def _summary_lines(bench, results: dict[str, list], predictor: Predictor | None, predict: str) -> list[str]:
+    """What follows the tables: the comparison of algorithms, and with ``--predict`` (the topology ``predict``)
+    the errors and MPI's drift."""
     lines = report.comparison_lines(bench, results)
     if predictor is not None:
         lines += [""] + error_lines(results)
