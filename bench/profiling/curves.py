@@ -19,14 +19,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
+
 from ccsynth.bench.profiling.fit import CURVE_RANGE, FitResult, Predictor, log_error, minimize
 from ccsynth.bench.profiling.probes import (
     CURVE_MIN_BYTES, CURVE_MIN_SHARE, FOOTPRINT_FLAT, Probe, Sample, probe_footprint,
 )
 from ccsynth.topologies.coldcall import ColdCallCost
 from ccsynth.topologies.curve import SizeCurve
-
-import numpy as np
 
 __all__ = [
     "fit_curve", "byte_share", "curve_probe", "curve_predict", "byte_shares", "fit_forward_curve",
