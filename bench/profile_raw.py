@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ccsynth.atomic import write_text
 from ccsynth.bench.calibration import CalibrationRow
-from ccsynth.bench.profile import KernelRates, Pattern, Probe, ProfileOptions, RawProfile
+from ccsynth.bench.profiling.probes import KernelRates, Pattern, Probe, ProfileOptions, RawProfile
 from ccsynth.errors import CCSynthError
 
 __all__ = ["RAW_FORMAT", "RAW_VERSION", "raw_to_dict", "raw_from_dict", "save_raw", "load_raw"]

@@ -12,14 +12,16 @@ import numpy as np
 import pytest
 
 from ccsynth.bench.profile import (
-    CURVE_MIN_BYTES, CURVE_MIN_SHARE, FOOTPRINT_SMALL, FOOTPRINTS, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample, _node_ports,
-    _pair_pattern, _Predictor,
+    CURVE_MIN_BYTES, CURVE_MIN_SHARE, FOOTPRINT_SMALL, FOOTPRINTS, NO_SWITCH, KernelRates, LinkFit, ProfileOptions, Probe, ProtocolFit, Sample,
     build_topology, byte_share, eviction_bytes, fit_curve, fit_footprint, fit_forward_curve, fit_patterns, fit_round_cost,
     non_increasing,
     local_curve, patterns, plan_probes, probe_footprint, probe_schedule, prune_message_curve, refit_with_footprint,
     robust_us,
     round_partners, round_peer_counts, round_probes,
 )
+from ccsynth.bench.profiling.fit import Predictor
+from ccsynth.bench.profiling.probes import pair_pattern
+from ccsynth.bench.profiling.topology import node_ports
 from ccsynth.synth.executor_model import lower_for_executor
 from ccsynth.synth.simulate import receive_rounds, simulate_graph
 from ccsynth.topologies.coldcall import ColdCallCost
@@ -64,8 +66,8 @@ def test_unequal_nodes_fall_back_to_shifts():
 
 
 def test_a_pair_alone_needs_three_ranks_on_the_node():
-    assert _pair_pattern([0, 0], 0) is None
-    pat = _pair_pattern([0, 0, 0, 0], 0)
+    assert pair_pattern([0, 0], 0) is None
+    pat = pair_pattern([0, 0, 0, 0], 0)
     assert pat.dest == (1, 0, -1, -1) and pat.pairs == ((0, 1), (1, 0))
 
 
@@ -80,7 +82,7 @@ def test_probe_schedules_compile_for_the_executor():
     assert all(not op.deps for op in window.ops)
     g = lower_for_executor(window, Probe(pat, "window", 3, 2 << 20).size_bytes)
     assert "dataflow" in g.name
-    pair = probe_schedule(4, Probe(_pair_pattern([0] * 4, 0), "window", 2, 8))
+    pair = probe_schedule(4, Probe(pair_pattern([0] * 4, 0), "window", 2, 8))
     assert {op.rank for op in pair.ops} == {0, 1}
 
 
@@ -113,7 +115,7 @@ def test_fit_recovers_known_figures_from_synthetic_timings(n, alpha, overhead, b
     """Timings made by the very prediction the fit inverts: known figures in, the same out."""
     pats = patterns([0] * n)
     opts = ProfileOptions(quick=n == 4)
-    pred = _Predictor(n)
+    pred = Predictor(n)
     samples = [Sample(p, pred.time(p, alpha, overhead, bw, call, protocol)) for p in plan_probes(pats, opts)]
     result = fit_patterns(n, samples, pred)
     assert result.call_overhead == pytest.approx(call, abs=0.02)
@@ -130,7 +132,7 @@ def test_fit_recovers_known_figures_from_synthetic_timings(n, alpha, overhead, b
 
 def test_fit_of_noisy_timings_stays_close():
     pats = patterns([0, 0])
-    pred = _Predictor(2)
+    pred = Predictor(2)
     probes = plan_probes(pats, ProfileOptions())
     noise = [1.05, 0.95, 1.02, 0.98]
     samples = [Sample(p, pred.time(p, 1.0, 0.6, 10.0, 2.7) * noise[i % 4]) for i, p in enumerate(probes)]
@@ -154,12 +156,12 @@ def test_a_node_whose_pairs_slow_each_other_down_gets_a_shared_port():
     nodes = [0, 0, 0, 0]
     pats = patterns(nodes)
     fits = [LinkFit(p, 1.0, 0.5, 2.0) for p in pats]  # 4 links at 2 GB/s each: 8 GB/s together
-    ports = _node_ports(fits, nodes, {0: 5.0})  # one pair alone: 5 GB/s per direction
+    ports = node_ports(fits, nodes, {0: 5.0})  # one pair alone: 5 GB/s per direction
     assert list(ports) == [0] and ports[0].bw == pytest.approx(8.0) and ports[0].srcs == (0, 1, 2, 3)
     t = build_topology(4, fits, 0.0, KernelRates(8.0, 6.0, 5.0, 1), nodes, ports=ports, pair_bw={0: 5.0})
     assert t.links[0].bw == 5.0 and t.connection(0, 1).bw == pytest.approx(5.0)  # alone: the pair's rate
-    assert not _node_ports(fits, nodes, {0: 2.1})  # within the margin: no port
-    assert not _node_ports(fits, nodes, {0: 2.1}, [4, 4, 4, 4])  # 4 ranks on 4 cores: still none
+    assert not node_ports(fits, nodes, {0: 2.1})  # within the margin: no port
+    assert not node_ports(fits, nodes, {0: 2.1}, [4, 4, 4, 4])  # 4 ranks on 4 cores: still none
 
 
 def test_an_oversubscribed_node_gets_a_shared_port_whatever_its_pair_alone_measured():
@@ -167,11 +169,11 @@ def test_an_oversubscribed_node_gets_a_shared_port_whatever_its_pair_alone_measu
     the node's port is what all its pairs reached together, and a stream alone keeps the patterns' rate."""
     nodes = [0, 0, 0, 0]
     fits = [LinkFit(p, 1.0, 0.5, bw) for p, bw in zip(patterns(nodes), (2.0, 3.0, 2.5))]
-    ports = _node_ports(fits, nodes, {0: 2.9}, [2, 2, 2, 2])  # within the margin of the fastest pattern
+    ports = node_ports(fits, nodes, {0: 2.9}, [2, 2, 2, 2])  # within the margin of the fastest pattern
     assert list(ports) == [0] and ports[0].bw == pytest.approx(4 * 2.5)
     t = build_topology(4, fits, 0.0, KernelRates(8.0, 6.0, 5.0, 1), nodes, ports=ports, pair_bw={0: 2.9})
     assert t.shared_ports[0].bw == pytest.approx(10.0) and t.connection(0, 1).bw == pytest.approx(2.9)
-    assert not _node_ports(fits, [0, 0, 1, 1], {}, [1, 1, 1, 1])  # no node with a pair probe: nothing to go by
+    assert not node_ports(fits, [0, 0, 1, 1], {}, [1, 1, 1, 1])  # no node with a pair probe: nothing to go by
 
 
 # ------------------------------------------------------------------ end to end
@@ -337,7 +339,7 @@ def test_bench_predict_keeps_the_fastest_run_of_each_row():
 def test_fit_curve_recovers_a_known_message_curve_from_synthetic_timings():
     """Timings made with a curve (cache-resident mid sizes twice as fast): the fitted curve predicts them."""
     pats = patterns([0, 0])
-    pred = _Predictor(2)
+    pred = Predictor(2)
     true = SizeCurve((16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20), (0.8, 0.5, 0.5, 0.7, 1.0, 1.0))
     samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, true)) for p in plan_probes(pats, ProfileOptions())]
     result = fit_patterns(2, samples, pred)
@@ -370,7 +372,7 @@ def _latency_bound_samples(noise: float):
     """A 2-rank machine whose hop (30 us of alpha) dwarfs the ladder's 4-16 KiB messages, the true curve flat;
     the ladder's chains of 8 KiB (a 32 KiB call) measured ``noise`` faster than the model."""
     pats = patterns([0, 0])
-    pred = _Predictor(2)
+    pred = Predictor(2)
     samples = []
     for p in plan_probes(pats, ProfileOptions()):
         t = pred.time(p, 30.0, 0.6, 3.0, 2.7)
@@ -458,7 +460,7 @@ def test_the_plan_has_forward_probes_at_every_bandwidth_size_and_one_smaller():
 def _forward_fit(true: SizeCurve | None):
     """The forward curve fitted to synthetic timings of a 2-rank profile made with forward curve ``true``."""
     pats = patterns([0, 0])
-    pred = _Predictor(2)
+    pred = Predictor(2)
     samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, None, true))
                for p in plan_probes(pats, ProfileOptions())]
     result = fit_patterns(2, samples, pred)
@@ -617,7 +619,7 @@ def test_fit_footprint_recovers_known_factors_and_the_message_curve_stays_exact(
     relative to the smallest footprint, a cold cost of (about) 0, then the message curve with them in place
     reproduces every window."""
     pats = patterns([0, 0])
-    pred = _Predictor(2)
+    pred = Predictor(2)
     M = 1 << 20
     true = SizeCurve((2.0 * M, 8.0 * M, 16.0 * M, 64.0 * M), (1.0, 1.0, 3.0, 3.0))
     samples = [Sample(p, pred.time(p, 1.0, 0.6, 3.0, 2.7, NO_SWITCH, None, None, true))
@@ -651,7 +653,7 @@ def test_fit_footprint_splits_a_cold_call_from_the_per_byte_cost():
     with them in place reproduces the windows; a 4 MiB-per-rank call after that much data then costs what the
     truth says, where the per-byte curve alone over-charges it."""
     pats = patterns([0, 0])
-    pred = _Predictor(2)
+    pred = Predictor(2)
     M, llc = 1 << 20, 32 << 20
     true = SizeCurve((2.0 * M, llc / 4, 2.0 * llc), (1.0, 1.6, 2.2))
     ref = 1.5 * M  # 2 ranks: two 256 KiB messages sent, four received
@@ -704,7 +706,7 @@ def test_refit_with_footprint_keeps_a_profile_without_one_and_adds_one(tmp_path)
     cold = ColdCallCost((2.0 * (1 << 20), 64.0 * (1 << 20)), (0.0, 40.0), working_set_bytes=6.0 * FOOTPRINT_SMALL)
     split = refit_with_footprint(more, SizeCurve(fp.sizes, (1.0, 2.0)), cold=cold)
     assert split.cold_call == cold and split.footprint_curve.factors == (1.0, 2.0)
-    pred = _Predictor(2)
+    pred = Predictor(2)
     [f] = [LinkFit(p, 0.3, 0.7, 8.0) for p in pats]
     for p in plan_probes(pats, ProfileOptions()):
         if p.shape == "window" and p.nbytes >= CURVE_MIN_BYTES:
@@ -747,7 +749,7 @@ def _synthetic_raw(options, footprint=None, n=2):
     from ccsynth.bench.profile import RawProfile, round_probes
 
     pats = patterns([0] * n)
-    pred = _Predictor(n)
+    pred = Predictor(n)
     times = lambda p: pred.time(p, 1.0, 0.6, 3.0, 2.7, ProtocolFit(6144.0, 4.0), None, None, footprint)  # noqa: E731
     probes = tuple((p, (1.1 * times(p), times(p))) for p in plan_probes(pats, options))
     rounds = tuple((p, (times(p), 1.2 * times(p), times(p))) for p in round_probes(n, options))

@@ -7,76 +7,11 @@ topology (``ndv2(2).name == "ndv2x2"``).
 
 Units: ``alpha`` in microseconds, bandwidth in GB/s, *per direction*.
 
-Figures and where they come from
---------------------------------
-* NVLink2 (V100): 25 GB/s per link and direction; a V100 has 6 links,
-  300 GB/s in total both ways (NVIDIA Tesla V100 datasheet). DGX-1 wires
-  the 8 GPUs as a hybrid cube-mesh in which 8 GPU pairs share two links
-  (NVIDIA DGX-1 with Tesla V100 System Architecture, WP-08437-002).
-* DGX-2: 16 V100 on 12 NVSwitches, each GPU with its 6 NVLinks = 150 GB/s per
-  direction into the switch fabric (NVIDIA DGX-2 datasheet).
-* Azure NDv2: 8 V100 in a DGX-1-like cube-mesh, one 100 Gb/s EDR InfiniBand
-  NIC per VM = 12.5 GB/s (Microsoft Learn, "NDv2-series").
-* DGX A100: 8 A100 on 6 NVSwitches, 600 GB/s bidirectional = 300 GB/s per
-  direction per GPU; 8 single-port ConnectX-6 200 Gb/s HDR compute NICs
-  = 25 GB/s each, one per GPU (NVIDIA DGX A100 datasheet and user guide).
-* DGX H100: 8 H100 on 4 NVSwitches, 900 GB/s bidirectional = 450 GB/s per
-  direction per GPU; 8 ConnectX-7 400 Gb/s NDR = 50 GB/s each (NVIDIA DGX
-  H100 datasheet).
-* The compute fabric between DGX nodes (NVIDIA DGX SuperPOD reference
-  architectures: RA-09950-001 for DGX A100, RA-11333-001 / docs.nvidia.com
-  "DGX SuperPOD ... H100, Network Fabrics" for DGX H100): nodes come in
-  *scalable units* (SUs) of 20 (A100, 40-port HDR QM8790 leaves) or 32
-  (H100, 64-port NDR QM9700 leaves) nodes; in an SU, NIC ``i`` of every
-  node plugs into leaf switch ``i`` (*rail-optimized*); each leaf has as
-  many up-links to the spine as down-links (non-blocking fat tree: the H100
-  RA's 4-SU pod has 1,020 node cables and 1,024 leaf-spine cables). "Traffic
-  per rail ... is always one hop away from the other ... nodes in a SU.
-  Traffic between nodes, or between rails, traverses the spine layer" (H100
-  RA). ccsynth: one :class:`~ccsynth.topologies.model.Switch` per rail and
-  SU (``rail{i}``, or ``su{s}.rail{i}`` beyond one SU) and one
-  non-blocking :class:`~ccsynth.topologies.model.Spine` joining them, so a
-  GPU reaches a GPU of another rail (or another SU) directly, through its
-  own NIC and the receiver's, at two switch hops more than on a leaf. (The
-  140-node A100 pod puts a core tier above its spine groups; ccsynth
-  charges every leaf-to-leaf path the same two extra hops.)
-* A switch hop: NVIDIA's HDR Quantum switches (QM8700/QM8790 datasheet)
-  forward port to port in 130 ns; leaf and spine sit a few racks apart,
-  up to about 30 m of fibre at 5 ns/m. ccsynth charges
-  :data:`IB_SWITCH_HOP_US` = 0.3 us per extra hop, so a message through the
-  spine has ``IB_ALPHA_US + 2 * 0.3`` = 3.2 us of latency and the same
-  InfiniBand per-message overhead.
-* ``shared_nic`` (``shared_nic:NxG``): hosts of ``G`` GPUs on a switch
-  inside the host and *one NIC per host* that all its GPUs share -- the
-  machines Alpa's cross-mesh resharding benchmark assumes (MLSys'23: 4 or
-  8 GPUs per host, one NIC each), commodity multi-GPU servers, cloud VMs
-  with one network adapter. Defaults: 150 GB/s per GPU inside the host
-  (the DGX-2 figure: a V100's 6 NVLink2 links into NVSwitch) and a 100 Gb/s
-  EDR InfiniBand NIC of 12.5 GB/s (the NDv2 figure), with the NVLink and
-  InfiniBand latencies and overheads below; every figure can be given in
-  the spec string (``shared_nic:4x4@300,25``).
-* ``fat_tree`` generalises the same two tiers: any number of nodes and
-  GPUs per node, leaves for groups of ``leaf_nodes`` nodes, and an
-  *oversubscription* ratio ``r:1`` that leaves each leaf ``1/r`` of its
-  down-link bandwidth towards the spine (a :class:`Spine` ``uplink_bw``).
-* Latency: TACCL (Shah et al., NSDI'23) profiled NDv2 at alpha = 0.3 us on
-  NVLink and 2.6 us across InfiniBand (``taccl/examples/topo/topo-ndv2-1MB.json``).
-  NCCL's tuning model charges about 0.5-0.6 us per NVLink hop for its
-  low-latency LL protocol (``src/graph/tuning.cc``, ``hwLat``), which is
-  close to the bare latency; ccsynth uses :data:`NVLINK_ALPHA_US` = 0.7 us
-  for one NVLink or NVSwitch hop and :data:`IB_ALPHA_US` = 2.6 us for one
-  InfiniBand hop.
-* Per-message overhead (LogGP's ``o``, TACCL's per-send cost): for the
-  Simple protocol that bulk transfers and MSCCL schedules use, NCCL's tuning
-  model charges 3.4 us per NVLink hop and 14.0 us per network hop of a ring
-  (``hwLat``, Ring/Simple, NCCL 2.18 and later). One hop of a chain of
-  messages costs ``alpha + 2 * overhead`` in ccsynth's model (the sender's
-  and the receiver's overhead), so :data:`NVLINK_OVERHEAD_US` = (3.4 - 0.7) / 2
-  = 1.35 us and :data:`IB_OVERHEAD_US` = (14.0 - 2.6) / 2 = 5.7 us. The
-  generic shapes (ring, fully connected, torus) default to the NVLink
-  figures; a hierarchy's dimension 0 takes the NVLink figures and the others
-  the InfiniBand ones. A machine measured with ``ccsynth topo profile`` has
-  its own figures.
+The figures and their sources (datasheets, reference architectures, NCCL's
+tuning model, TACCL's profile) are :mod:`ccsynth.topologies.figures`; the
+catalog's names, as spec strings and in ``ccsynth topo list``, are the one
+table :data:`MACHINES` and :data:`SHAPES` at the end of this module, which
+:mod:`ccsynth.topologies.names` reads.
 
 Example:
     >>> t = dgx1()
@@ -90,34 +25,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from ccsynth import limits
 from ccsynth.errors import TopologyError
 from ccsynth.topologies.checks import checked_number
+from ccsynth.topologies.figures import (
+    DEFAULT_ALPHA, DEFAULT_BW, DEFAULT_OVERHEAD, DGX1_NVLINKS, DGX_A100_SU_NODES, DGX_H100_SU_NODES, IB_ALPHA_US,
+    IB_OVERHEAD_US, IB_SWITCH_HOP_US, NVLINK2_GBPS, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US,
+    SRC_A100, SRC_ALPHA, SRC_DGX1, SRC_DGX2, SRC_H100, SRC_NDV2, SRC_OVERHEAD, SRC_RAIL, SRC_SUPERPOD_A100,
+    SRC_SUPERPOD_H100, SRC_SWITCH_HOP, SRC_TACCL, SRC_V100,
+)
 from ccsynth.topologies.model import Dimension, Link, SharedPort, Spine, Switch, Topology
 
-#: latency of one NVLink / NVSwitch hop (us); see the module docstring.
-NVLINK_ALPHA_US = 0.7
-#: latency of one InfiniBand hop (us), TACCL's NDv2 profile.
-IB_ALPHA_US = 2.6
-#: latency of one more InfiniBand switch hop (us), leaf to spine or back; see the module docstring.
-IB_SWITCH_HOP_US = 0.3
-#: nodes per scalable unit (one leaf switch per rail) of the DGX SuperPOD reference architectures
-DGX_A100_SU_NODES = 20
-DGX_H100_SU_NODES = 32
-#: per-message overhead on each end of an NVLink / NVSwitch message (us); see the module docstring.
-NVLINK_OVERHEAD_US = 1.35
-#: per-message overhead on each end of an InfiniBand message (us); see the module docstring.
-IB_OVERHEAD_US = 5.7
-#: NVLink2 bandwidth per link and direction (GB/s), V100.
-NVLINK2_GBPS = 25.0
-
-#: Defaults of the generic shapes (ring, fully connected, torus).
-DEFAULT_BW = 25.0
-DEFAULT_ALPHA = 0.7
-DEFAULT_OVERHEAD = NVLINK_OVERHEAD_US
 
 #: Guards against typos such as ``ring:80000``: building links is O(links). Switches and spines
 #: imply their connections without building them (see :mod:`ccsynth.topologies.model`), so
@@ -125,42 +46,6 @@ DEFAULT_OVERHEAD = NVLINK_OVERHEAD_US
 #: The values live in :mod:`ccsynth.limits` (with the reasons); named here too for the catalog's readers.
 MAX_RANKS = limits.MAX_RANKS
 MAX_CONNECTIONS = limits.MAX_CONNECTIONS
-
-#: NVLink count between GPU pairs of a DGX-1 (V100) / NDv2 node, row = GPU 0..7.
-DGX1_NVLINKS: tuple[tuple[int, ...], ...] = (
-    (0, 2, 1, 1, 2, 0, 0, 0),
-    (2, 0, 1, 2, 0, 1, 0, 0),
-    (1, 1, 0, 2, 0, 0, 2, 0),
-    (1, 2, 2, 0, 0, 0, 0, 1),
-    (2, 0, 0, 0, 0, 2, 1, 1),
-    (0, 1, 0, 0, 2, 0, 1, 2),
-    (0, 0, 2, 0, 1, 1, 0, 2),
-    (0, 0, 0, 1, 1, 2, 2, 0),
-)
-
-_SRC_V100 = "NVIDIA Tesla V100 datasheet: NVLink2 300 GB/s per GPU = 6 links x 25 GB/s per direction"
-_SRC_DGX1 = "NVIDIA DGX-1 with Tesla V100 System Architecture (WP-08437-002): hybrid cube-mesh NVLink topology"
-_SRC_DGX2 = "NVIDIA DGX-2 datasheet: 16 V100 on 12 NVSwitches, 6 NVLinks (150 GB/s per direction) per GPU"
-_SRC_NDV2 = "Microsoft Learn, NDv2-series: 8 V100 with NVLink, one 100 Gb/s EDR InfiniBand NIC (12.5 GB/s)"
-_SRC_A100 = ("NVIDIA DGX A100 datasheet / user guide: 6 NVSwitches, 600 GB/s bidirectional NVLink per GPU; "
-             "8 single-port ConnectX-6 HDR 200 Gb/s (25 GB/s) compute NICs, one per GPU")
-_SRC_H100 = ("NVIDIA DGX H100 datasheet: 4 NVSwitches, 900 GB/s bidirectional NVLink per GPU; "
-             "8 ConnectX-7 NDR 400 Gb/s (50 GB/s) NICs, one per GPU")
-_SRC_RAIL = "NVIDIA DGX SuperPOD reference architecture: rail-optimized InfiniBand (NIC i of every node on leaf/rail i)"
-_SRC_SUPERPOD_A100 = ("NVIDIA DGX SuperPOD with DGX A100 reference architecture (RA-09950-001): scalable units of 20 "
-                      "nodes, one HDR leaf (QM8790, 20 ports down, 20 up) per rail, non-blocking fat tree")
-_SRC_SUPERPOD_H100 = ("NVIDIA DGX SuperPOD with DGX H100 reference architecture (RA-11333-001; docs.nvidia.com/dgx-superpod/"
-                      "reference-architecture-scalable-infrastructure-h100, Network Fabrics): SUs of 32 nodes rail-aligned, "
-                      "'traffic between nodes, or between rails, traverses the spine layer'; 4 SUs: 32 leaves, 16 spines, "
-                      "1,020 node and 1,024 leaf-spine cables (non-blocking)")
-_SRC_SWITCH_HOP = ("NVIDIA Quantum HDR switch (QM8700/QM8790) datasheet: 130 ns port-to-port; with up to ~30 m of fibre "
-                   "(5 ns/m) ccsynth charges 0.3 us per extra switch hop (leaf-spine-leaf: +0.6 us)")
-_SRC_TACCL = ("TACCL (Shah et al., NSDI'23), taccl/examples/topo/topo-ndv2-1MB.json: alpha 0.3 us NVLink, "
-              "2.6 us InfiniBand")
-_SRC_ALPHA = ("ccsynth: 0.7 us per NVLink/NVSwitch hop (TACCL's 0.3 us link latency plus kernel per-hop cost, "
-              "cf. NCCL tuning model ~0.5 us/NVLink hop for LL)")
-_SRC_OVERHEAD = ("NCCL src/graph/tuning.cc hwLat, Ring/Simple (NCCL >= 2.18): 3.4 us per NVLink hop, 14.0 us per network "
-                 "hop; ccsynth: hop = alpha + 2 x overhead, so 1.35 us (NVLink) and 5.7 us (InfiniBand) per message end")
 
 
 # ----------------------------------------------------------------- helpers
@@ -298,7 +183,7 @@ def ring(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, overhead:
         dims=(Dimension("ring", n, egress, alpha, overhead),),
         description=f"bidirectional ring of {n} ranks, {fmt_number(bw)} GB/s per direction, {fmt_number(alpha)} us, "
         f"{fmt_number(overhead)} us per message",
-        sources=(_SRC_V100, _SRC_ALPHA, _SRC_OVERHEAD),
+        sources=(SRC_V100, SRC_ALPHA, SRC_OVERHEAD),
     )
 
 
@@ -327,7 +212,7 @@ def fully_connected(
         dims=(Dimension("full", n, bw * (n - 1), alpha, overhead),),
         description=f"{n} ranks with direct links between all pairs, {fmt_number(bw)} GB/s per direction, "
         f"{fmt_number(alpha)} us, {fmt_number(overhead)} us per message",
-        sources=("ccsynth generic model", _SRC_OVERHEAD),
+        sources=("ccsynth generic model", SRC_OVERHEAD),
     )
 
 
@@ -376,7 +261,7 @@ def torus(
         dims=tuple(dimensions),
         description=f"{len(sizes)}-D torus {shape} ({n} ranks), GB/s per direction per dimension "
         f"{[fmt_number(b) for b in bws]}",
-        sources=("ccsynth generic model", _SRC_OVERHEAD),
+        sources=("ccsynth generic model", SRC_OVERHEAD),
     )
 
 
@@ -452,7 +337,7 @@ def hierarchical(dims: Sequence[Sequence[float]]) -> Topology:
         ),
         description=f"{len(sizes)}-dimension switched hierarchy {shape} ({n} ranks), GB/s per port per dimension "
         f"{[fmt_number(b) for b in bws]}",
-        sources=("ccsynth generic model (Themis-style multi-dimension network, ISCA'22)", _SRC_OVERHEAD),
+        sources=("ccsynth generic model (Themis-style multi-dimension network, ISCA'22)", SRC_OVERHEAD),
     )
 
 
@@ -486,7 +371,7 @@ def dgx1() -> Topology:
         dims=(Dimension("nvlink", 8, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US),),
         description="NVIDIA DGX-1: 8 V100, hybrid cube-mesh NVLink2 (25 GB/s per link per direction, "
         "doubled pairs 50 GB/s)",
-        sources=(_SRC_DGX1, _SRC_V100, _SRC_TACCL, _SRC_ALPHA, _SRC_OVERHEAD),
+        sources=(SRC_DGX1, SRC_V100, SRC_TACCL, SRC_ALPHA, SRC_OVERHEAD),
     )
 
 
@@ -503,7 +388,7 @@ def dgx2() -> Topology:
         switches=(Switch("nvswitch", tuple(range(16)), 6 * NVLINK2_GBPS, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US),),
         dims=(Dimension("nvswitch", 16, 6 * NVLINK2_GBPS, NVLINK_ALPHA_US, NVLINK_OVERHEAD_US),),
         description="NVIDIA DGX-2: 16 V100 on NVSwitch, 150 GB/s per GPU per direction",
-        sources=(_SRC_DGX2, _SRC_V100, _SRC_ALPHA, _SRC_OVERHEAD),
+        sources=(SRC_DGX2, SRC_V100, SRC_ALPHA, SRC_OVERHEAD),
     )
 
 
@@ -553,7 +438,7 @@ def ndv2(nodes: int = 1) -> Topology:
         if nodes == 1
         else f"Azure NDv2 x{nodes}: per node 8 V100 in a DGX-1 cube-mesh; one 100 Gb/s InfiniBand NIC "
         f"(12.5 GB/s) per node shared by its 8 GPUs",
-        sources=(_SRC_NDV2, _SRC_DGX1, _SRC_V100, _SRC_TACCL, _SRC_ALPHA, _SRC_OVERHEAD),
+        sources=(SRC_NDV2, SRC_DGX1, SRC_V100, SRC_TACCL, SRC_ALPHA, SRC_OVERHEAD),
     )
 
 
@@ -622,7 +507,7 @@ def _dgx_switched(base: str, nodes: int, nvswitch_gbps: float, nic_gbps: float, 
         dims=fabric.dims,
         description=f"NVIDIA {base.upper().replace('_', ' ')} {count} 8 {gpu} per node on NVSwitch "
         f"({fmt_number(nvswitch_gbps)} GB/s per GPU per direction){nic}",
-        sources=tuple(sources) + (_SRC_RAIL, _SRC_SWITCH_HOP, _SRC_TACCL, _SRC_ALPHA, _SRC_OVERHEAD),
+        sources=tuple(sources) + (SRC_RAIL, SRC_SWITCH_HOP, SRC_TACCL, SRC_ALPHA, SRC_OVERHEAD),
     )
 
 
@@ -642,7 +527,7 @@ def dgx_a100(nodes: int = 1) -> Topology:
     >>> t.connection(1, 10).resources
     ('rail1:tx1', 'rail2:rx10')
     """
-    return _dgx_switched("dgx_a100", nodes, 300.0, 25.0, "A100", DGX_A100_SU_NODES, (_SRC_A100, _SRC_SUPERPOD_A100))
+    return _dgx_switched("dgx_a100", nodes, 300.0, 25.0, "A100", DGX_A100_SU_NODES, (SRC_A100, SRC_SUPERPOD_A100))
 
 
 def dgx_h100(nodes: int = 1) -> Topology:
@@ -653,7 +538,7 @@ def dgx_h100(nodes: int = 1) -> Topology:
     >>> dgx_h100(2).connection(0, 8).bw, dgx_h100(2).connection(0, 9).bw
     (50.0, 50.0)
     """
-    return _dgx_switched("dgx_h100", nodes, 450.0, 50.0, "H100", DGX_H100_SU_NODES, (_SRC_H100, _SRC_SUPERPOD_H100))
+    return _dgx_switched("dgx_h100", nodes, 450.0, 50.0, "H100", DGX_H100_SU_NODES, (SRC_H100, SRC_SUPERPOD_H100))
 
 
 #: defaults of :func:`fat_tree`: DGX A100-like nodes (NVSwitch 300 GB/s per GPU, 200 Gb/s HDR NICs)
@@ -722,8 +607,8 @@ def fat_tree(
         description=f"two-tier fat tree of {nodes} nodes x {gpus} GPUs ({fmt_number(bws[0])} GB/s per GPU inside a "
         f"node, {fmt_number(bws[1])} GB/s NIC per GPU); one leaf per rail in {units}; spine "
         + ("non-blocking" if ratio == 1 else f"oversubscribed {fmt_number(ratio)}:1"),
-        sources=("ccsynth generic model of a rail-optimized fat tree", _SRC_RAIL, _SRC_SUPERPOD_H100, _SRC_SWITCH_HOP,
-                 _SRC_OVERHEAD),
+        sources=("ccsynth generic model of a rail-optimized fat tree", SRC_RAIL, SRC_SUPERPOD_H100, SRC_SWITCH_HOP,
+                 SRC_OVERHEAD),
     )
 
 
@@ -798,9 +683,64 @@ def shared_nic(
         dims=tuple(dims),
         description=f"{nodes} hosts x {gpus} GPUs ({fmt_number(bws[0])} GB/s per GPU on a switch inside a host), "
         f"one {fmt_number(bws[1])} GB/s NIC per host shared by its GPUs",
-        sources=("ccsynth generic model of hosts with one shared NIC (Alpa, MLSys'23: one NIC per host)", _SRC_DGX2,
-                 _SRC_V100, _SRC_NDV2, _SRC_TACCL, _SRC_ALPHA, _SRC_OVERHEAD),
+        sources=("ccsynth generic model of hosts with one shared NIC (Alpa, MLSys'23: one NIC per host)", SRC_DGX2,
+                 SRC_V100, SRC_NDV2, SRC_TACCL, SRC_ALPHA, SRC_OVERHEAD),
     )
+
+
+# ----------------------------------------------------------------- the catalog's names
+@dataclass(frozen=True)
+class Machine:
+    """A machine of the catalog: spec ``name``, or ``{name}xN`` for ``N`` nodes where ``multi_node``;
+    ``listed``: the specs ``ccsynth topo list`` shows (with the description of the topology each builds)."""
+
+    name: str
+    build: Callable[..., Topology]
+    multi_node: bool
+    listed: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A generic shape of the catalog: spec ``name:SIZES...`` (or an alias); ``example``: a spec of it for error
+    messages, ``listed`` and ``usage``: its row in ``ccsynth topo list``. Its grammar is parsed by
+    :mod:`ccsynth.topologies.names`."""
+
+    name: str
+    example: str
+    listed: str
+    usage: str
+    aliases: tuple[str, ...] = ()
+
+
+#: every machine of the catalog, in the order ``ccsynth topo list`` shows them
+MACHINES: tuple[Machine, ...] = (
+    Machine("dgx1", dgx1, False, ("dgx1",)),
+    Machine("dgx2", dgx2, False, ("dgx2",)),
+    Machine("ndv2", ndv2, True, ("ndv2", "ndv2x2")),
+    Machine("dgx_a100", dgx_a100, True, ("dgx_a100", "dgx_a100x4", "dgx_a100x128")),
+    Machine("dgx_h100", dgx_h100, True, ("dgx_h100", "dgx_h100x2", "dgx_h100x32")),
+)
+
+#: every generic shape of the catalog, in the order ``ccsynth topo list`` shows them
+SHAPES: tuple[Shape, ...] = (
+    Shape("ring", "ring:8", "ring:8",
+          "bidirectional ring of N ranks: ring:N[@GBps][/us][/overhead us], default 25 GB/s, 0.7 us, 1.35 us"),
+    Shape("fully_connected", "fully_connected:4", "fully_connected:4",
+          "direct links between all N ranks (alias full:N): fully_connected:N[@GBps][/us][/us]", aliases=("full",)),
+    Shape("torus", "torus:4x4", "torus:4x4",
+          "torus, ring links per dimension: torus:AxB[xC][@GBps[,...]][/us[,...]][/us[,...]]"),
+    Shape("hierarchical", "hierarchical:4x8@200,50", "hierarchical:4x8x4@200,100,50",
+          "one switch per group in each dimension: hierarchical:AxBxC@GBps,...[/us,...][/us,...] "
+          "(alpha default 0.7 us for dim 0, 2.6 us above; overhead 1.35 us, 5.7 us)"),
+    Shape("fat_tree", "fat_tree:16x8", "fat_tree:16x8:4:2",
+          "rail-optimized two-tier fat tree: fat_tree:NODESxGPUS[@GBps,GBps][/us,us][/us,us][:LEAF_NODES[:OVERSUB]] "
+          "(pairs: inside a node, per NIC; default 300,25 GB/s; one leaf per rail per LEAF_NODES nodes, "
+          "spine up-links 1/OVERSUB of the down-links)", aliases=("fattree",)),
+    Shape("shared_nic", "shared_nic:4x4", "shared_nic:4x4",
+          "hosts of G GPUs on a switch, one NIC per host shared by its GPUs (Alpa's setting): "
+          "shared_nic:HOSTSxGPUS[@GBps,GBps][/us,us][/us,us] (pairs: inside a host, the NIC; default 150,12.5 GB/s)"),
+)
 
 
 __all__ = [
@@ -831,4 +771,8 @@ __all__ = [
     "default_hierarchy_overhead",
     "fmt_number",
     "check_size",
+    "Machine",
+    "Shape",
+    "MACHINES",
+    "SHAPES",
 ]

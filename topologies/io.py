@@ -100,7 +100,7 @@ import json
 import math
 import os
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ccsynth.atomic import write_text
 from ccsynth.errors import TopologyError
@@ -333,6 +333,18 @@ def _flag(d: Mapping, key: str, default: bool) -> bool:
 
 
 def _topology_from_dict(d: Any) -> Topology:
+    """The stages of reading a topology: the header, the name and size, then every field of :data:`_FIELDS`
+    in its order (the first problem met is the one reported); the model checks what spans entries
+    (duplicate connections, names, the dimensions' product)."""
+    _check_header(d)
+    name = _str(_get(d, "name", "topology"), "name")
+    n = _int(_get(d, "n_ranks", "topology"), "n_ranks", 1)
+    check_limit("n_ranks", n, "MAX_RANKS", TopologyError)
+    return Topology(name=name, n_ranks=n, **{field: read(d, n) for field, read in _FIELDS})
+
+
+def _check_header(d: Any) -> None:
+    """A JSON object of this format and version, with no unknown top-level field."""
     if not isinstance(d, dict):
         raise TopologyError(f"a topology must be a JSON object, got {json_type_name(d)}")
     if "format" not in d:
@@ -343,127 +355,125 @@ def _topology_from_dict(d: Any) -> Topology:
     if version != VERSION or isinstance(version, bool):
         raise TopologyError(f"topology format version {version!r} is not supported (this ccsynth reads version {VERSION})")
     _check_keys(d, _TOP_KEYS, "topology")
-    name = _str(_get(d, "name", "topology"), "name")
-    n = _int(_get(d, "n_ranks", "topology"), "n_ranks", 1)
-    check_limit("n_ranks", n, "MAX_RANKS", TopologyError)
-    description = _str(d.get("description", ""), "description", empty_ok=True)
-    sources = tuple(_str(s, f"sources[{i}]", empty_ok=True) for i, s in enumerate(_list(d.get("sources", []), "sources")))
 
-    nodes: tuple[int, ...] = ()
-    if "nodes" in d:
-        raw = _list(d["nodes"], "nodes")
-        if len(raw) != n:
-            raise TopologyError(f"nodes has {len(raw)} entries for {n} ranks")
-        nodes = tuple(_int(v, f"nodes[{i}]") for i, v in enumerate(raw))
 
-    links = []
-    for where, e in _entries(d, "links"):
-        src = _rank(_get(e, "src", where), f"{where}.src", n)
-        dst = _rank(_get(e, "dst", where), f"{where}.dst", n)
-        if src == dst:
-            raise TopologyError(f"{where} is a self-loop {src}->{dst}")
-        alpha = _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False)
-        bw = _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True)
-        links.append(Link(src, dst, alpha, bw, _overhead(e, where)))
+# ------------------------------------------------------------------- readers of one field each
+#: a reader of one Topology field: (the file's dict, n_ranks) -> the field's value
+_Reader = Callable[[Mapping, int], Any]
 
-    switches = []
-    for where, e in _entries(d, "switches"):
-        switches.append(
-            Switch(
-                _str(_get(e, "name", where), f"{where}.name"),
-                _ranks(_get(e, "ranks", where), f"{where}.ranks", n),
-                _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
-                _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
-                _overhead(e, where),
-            )
-        )
 
-    ports = []
-    for where, e in _entries(d, "shared_ports"):
-        ports.append(
-            SharedPort(
-                _str(_get(e, "name", where), f"{where}.name"),
-                _ranks(_get(e, "srcs", where), f"{where}.srcs", n),
-                _ranks(_get(e, "dsts", where), f"{where}.dsts", n),
-                _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
-            )
-        )
+def _sources(d: Mapping, n: int) -> tuple[str, ...]:
+    return tuple(_str(s, f"sources[{i}]", empty_ok=True) for i, s in enumerate(_list(d.get("sources", []), "sources")))
 
-    dims = []
-    for where, e in _entries(d, "dims"):
-        dims.append(
-            Dimension(
-                _str(_get(e, "name", where), f"{where}.name"),
-                _int(_get(e, "size", where), f"{where}.size", 1),
-                _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
-                _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
-                _overhead(e, where),
-            )
-        )
-    spines = []
-    for where, e in _entries(d, "spines"):
-        leaves = tuple(_str(x, f"{where}.leaves[{i}]") for i, x in enumerate(_list(_get(e, "leaves", where), f"{where}.leaves")))
-        uplink = None
-        if "uplink_GBps" in e:
-            uplink = _number(e["uplink_GBps"], f"{where}.uplink_GBps", positive=True)
-        spines.append(Spine(_str(_get(e, "name", where), f"{where}.name"), leaves,
-                            _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
-                            _overhead(e, where), uplink))
-    local_bw = None
-    if "local_bw_GBps" in d:
-        local_bw = _number(d["local_bw_GBps"], "local_bw_GBps", positive=True)
-    call_overhead = _number(d.get("call_overhead_us", 0.0), "call_overhead_us", positive=False)
-    local_overhead = _number(d.get("local_overhead_us", 0.0), "local_overhead_us", positive=False)
-    eager_limit = None
-    if "eager_limit_bytes" in d:
-        eager_limit = _number(d["eager_limit_bytes"], "eager_limit_bytes", positive=False)
-    rendezvous_alpha = _number(d.get("rendezvous_alpha_us", 0.0), "rendezvous_alpha_us", positive=False)
-    message_curve = _curve(d, "message_curve")
-    local_curve = _curve(d, "local_curve")
-    forward_curve = _curve(d, "forward_curve")
-    footprint_curve = _curve(d, "footprint_curve")
-    run_curve = _curve(d, "run_curve")
-    mpi_reference = _mpi_reference(d)
-    cold_call = _cold_call(d)
-    async_progress = _flag(d, "async_progress", True)
-    receiver_copies = _flag(d, "receiver_copies", False)
-    round_cost = _round_cost(d)
-    communicator_overhead = _number(d.get("communicator_overhead_us", 0.0), "communicator_overhead_us",
-                                    positive=False)
+
+def _nodes(d: Mapping, n: int) -> tuple[int, ...]:
+    if "nodes" not in d:
+        return ()
+    raw = _list(d["nodes"], "nodes")
+    if len(raw) != n:
+        raise TopologyError(f"nodes has {len(raw)} entries for {n} ranks")
+    return tuple(_int(v, f"nodes[{i}]") for i, v in enumerate(raw))
+
+
+def _link(e: Mapping, where: str, n: int) -> Link:
+    src = _rank(_get(e, "src", where), f"{where}.src", n)
+    dst = _rank(_get(e, "dst", where), f"{where}.dst", n)
+    if src == dst:
+        raise TopologyError(f"{where} is a self-loop {src}->{dst}")
+    alpha = _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False)
+    bw = _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True)
+    return Link(src, dst, alpha, bw, _overhead(e, where))
+
+
+def _switch(e: Mapping, where: str, n: int) -> Switch:
+    return Switch(
+        _str(_get(e, "name", where), f"{where}.name"),
+        _ranks(_get(e, "ranks", where), f"{where}.ranks", n),
+        _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
+        _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
+        _overhead(e, where),
+    )
+
+
+def _shared_port(e: Mapping, where: str, n: int) -> SharedPort:
+    return SharedPort(
+        _str(_get(e, "name", where), f"{where}.name"),
+        _ranks(_get(e, "srcs", where), f"{where}.srcs", n),
+        _ranks(_get(e, "dsts", where), f"{where}.dsts", n),
+        _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
+    )
+
+
+def _dimension(e: Mapping, where: str, n: int) -> Dimension:
+    return Dimension(
+        _str(_get(e, "name", where), f"{where}.name"),
+        _int(_get(e, "size", where), f"{where}.size", 1),
+        _number(_get(e, "bw_GBps", where), f"{where}.bw_GBps", positive=True),
+        _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
+        _overhead(e, where),
+    )
+
+
+def _spine(e: Mapping, where: str, n: int) -> Spine:
+    leaves = tuple(_str(x, f"{where}.leaves[{i}]") for i, x in enumerate(_list(_get(e, "leaves", where), f"{where}.leaves")))
+    uplink = None
+    if "uplink_GBps" in e:
+        uplink = _number(e["uplink_GBps"], f"{where}.uplink_GBps", positive=True)
+    return Spine(_str(_get(e, "name", where), f"{where}.name"), leaves,
+                 _number(_get(e, "alpha_us", where), f"{where}.alpha_us", positive=False),
+                 _overhead(e, where), uplink)
+
+
+def _entry_list(key: str, parse: Callable[[Mapping, str, int], Any]) -> _Reader:
+    """The reader of list ``key``: every entry (:func:`_entries`) parsed by ``parse(entry, path, n_ranks)``."""
+    return lambda d, n: tuple(parse(e, where, n) for where, e in _entries(d, key))
+
+
+def _optional(key: str, *, positive: bool) -> _Reader:
+    """The reader of number ``key`` (None where absent)."""
+    return lambda d, n: _number(d[key], key, positive=positive) if key in d else None
+
+
+def _latency(key: str) -> _Reader:
+    """The reader of a non-negative number ``key`` (us; 0 where absent)."""
+    return lambda d, n: _number(d.get(key, 0.0), key, positive=False)
+
+
+def _scope(d: Mapping, n: int) -> str:
     scope = d.get("overhead_scope", "connection")
     if scope not in OVERHEAD_SCOPES:
         raise TopologyError(f"overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, got {scope!r}")
+    return scope
 
-    # The model checks what spans entries (duplicate connections, names, dims product).
-    return Topology(
-        name=name,
-        n_ranks=n,
-        links=tuple(links),
-        switches=tuple(switches),
-        shared_ports=tuple(ports),
-        nodes=nodes,
-        dims=tuple(dims),
-        description=description,
-        sources=sources,
-        local_bw=local_bw,
-        overhead_scope=scope,
-        call_overhead=call_overhead,
-        local_overhead=local_overhead,
-        eager_limit=eager_limit,
-        rendezvous_alpha=rendezvous_alpha,
-        spines=tuple(spines),
-        message_curve=message_curve,
-        local_curve=local_curve,
-        forward_curve=forward_curve,
-        async_progress=async_progress,
-        receiver_copies=receiver_copies,
-        round_cost=round_cost,
-        communicator_overhead=communicator_overhead,
-        footprint_curve=footprint_curve,
-        cold_call=cold_call,
-        run_curve=run_curve,
-        mpi_reference=mpi_reference,
-    )
+
+#: every Topology field read from a file (beside name and n_ranks), by its reader, in the order they are checked
+_FIELDS: tuple[tuple[str, _Reader], ...] = (
+    ("description", lambda d, n: _str(d.get("description", ""), "description", empty_ok=True)),
+    ("sources", _sources),
+    ("nodes", _nodes),
+    ("links", _entry_list("links", _link)),
+    ("switches", _entry_list("switches", _switch)),
+    ("shared_ports", _entry_list("shared_ports", _shared_port)),
+    ("dims", _entry_list("dims", _dimension)),
+    ("spines", _entry_list("spines", _spine)),
+    ("local_bw", _optional("local_bw_GBps", positive=True)),
+    ("call_overhead", _latency("call_overhead_us")),
+    ("local_overhead", _latency("local_overhead_us")),
+    ("eager_limit", _optional("eager_limit_bytes", positive=False)),
+    ("rendezvous_alpha", _latency("rendezvous_alpha_us")),
+    ("message_curve", lambda d, n: _curve(d, "message_curve")),
+    ("local_curve", lambda d, n: _curve(d, "local_curve")),
+    ("forward_curve", lambda d, n: _curve(d, "forward_curve")),
+    ("footprint_curve", lambda d, n: _curve(d, "footprint_curve")),
+    ("run_curve", lambda d, n: _curve(d, "run_curve")),
+    ("mpi_reference", lambda d, n: _mpi_reference(d)),
+    ("cold_call", lambda d, n: _cold_call(d)),
+    ("async_progress", lambda d, n: _flag(d, "async_progress", True)),
+    ("receiver_copies", lambda d, n: _flag(d, "receiver_copies", False)),
+    ("round_cost", lambda d, n: _round_cost(d)),
+    ("communicator_overhead", _latency("communicator_overhead_us")),
+    ("overhead_scope", _scope),
+)
 
 
 _CURVE_KEYS = ("version", "sizes_bytes", "factors")

@@ -175,29 +175,38 @@ Example:
     >>> t = Topology("pair", 2, links=(Link(0, 1, 1.0, 10.0), Link(1, 0, 1.0, 10.0)))
     >>> t.connection(0, 1).time_us(10_000)
     2.0
+Where the code lives
+--------------------
+This module holds :class:`Topology` (its fields, the cost figures, the
+queries and the transformers) and re-exports the names importers use:
+the parts it is described with live in :mod:`ccsynth.topologies.elements`
+(:class:`Link`, :class:`Switch`, :class:`Spine`, :class:`SharedPort`,
+:class:`Dimension`), the connections between ranks and the bandwidth
+constraints in :mod:`ccsynth.topologies.connections`, the checks run on
+construction in :mod:`ccsynth.topologies.validation`.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from collections.abc import Iterator
 
 import networkx as nx
 
 from ccsynth.errors import TopologyError
-from ccsynth.topologies.checks import checked_number
 from ccsynth.topologies.coldcall import ColdCallCost
+from ccsynth.topologies.connections import (
+    BandwidthConstraint, Connection, ConnectionClass, ConnectionIndex, adjacent, bandwidth_constraints,
+    build_connection, connection_classes, neighbors_out, resource_bandwidths,
+)
 from ccsynth.topologies.curve import SizeCurve
+from ccsynth.topologies.elements import (
+    BYTES_PER_US_PER_GBPS, OVERHEAD_SCOPES, Dimension, Link, SharedPort, Spine, Switch,
+)
 from ccsynth.topologies.reference import ReferenceTimes
 from ccsynth.topologies.rounds import RoundCost
-from ccsynth.limits import check as check_limit, check_min as check_limit_min
-
-BYTES_PER_US_PER_GBPS = 1e3
-#: values of :attr:`Topology.overhead_scope` (see the module docstring)
-OVERHEAD_SCOPES = ("connection", "rank")
+from ccsynth.topologies.validation import validate
 
 __all__ = [
     "BYTES_PER_US_PER_GBPS",
@@ -212,216 +221,6 @@ __all__ = [
     "BandwidthConstraint",
     "Topology",
 ]
-
-
-@dataclass(frozen=True)
-class Link:
-    """A directed point-to-point connection with its own bandwidth."""
-
-    src: int
-    dst: int
-    alpha: float  # us
-    bw: float  # GB/s
-    overhead: float = 0.0  # us per message, on the sender and on the receiver
-
-    @property
-    def name(self) -> str:
-        return f"link:{self.src}->{self.dst}"
-
-
-@dataclass(frozen=True)
-class Switch:
-    """A switch (hyperedge): all-to-all connectivity among ``ranks``.
-
-    Every member has an egress and an ingress port of ``bw`` GB/s; a transfer
-    between two members costs ``alpha`` us of latency and ``overhead`` us of
-    per-message work on each end.
-    """
-
-    name: str
-    ranks: tuple[int, ...]
-    bw: float  # GB/s per port and direction
-    alpha: float  # us
-    overhead: float = 0.0  # us per message, on the sender and on the receiver
-
-
-@dataclass(frozen=True)
-class Spine:
-    """The spine tier of a two-tier fat tree, joining the leaf switches named in ``leaves``.
-
-    A member ``a`` of leaf ``A`` reaches every member ``b`` of another leaf
-    ``B`` of this spine that sits on another node (ranks of one node talk
-    over their own interconnect). The message leaves through ``a``'s port on
-    its leaf (resource ``{A}:tx{a}``), climbs to the spine and comes down to
-    ``b``'s port on its leaf (``{B}:rx{b}``): it shares the NICs with the
-    traffic that stays on a leaf. ``uplink_bw``, when given, caps all that
-    leaves a leaf through the spine (``{name}:up.{A}``) and all that comes
-    down into a leaf (``{name}:down.{B}``), each direction: a leaf of ``k``
-    ports of ``B`` GB/s oversubscribed ``r:1`` has ``k * B / r``. ``None``:
-    non-blocking (full bisection; the spine never limits). ``alpha`` is the
-    latency of a message through the spine (two switch hops more than one
-    that stays on a leaf), ``overhead`` the per-message work on each end.
-    """
-
-    name: str
-    leaves: tuple[str, ...]
-    alpha: float  # us
-    overhead: float = 0.0  # us per message, on the sender and on the receiver
-    uplink_bw: float | None = None  # GB/s per leaf and direction; None: non-blocking
-
-    def up(self, leaf: str) -> str:
-        """Resource name of ``leaf``'s up-links into this spine."""
-        return f"{self.name}:up.{leaf}"
-
-    def down(self, leaf: str) -> str:
-        """Resource name of the spine's down-links into ``leaf``."""
-        return f"{self.name}:down.{leaf}"
-
-
-@dataclass(frozen=True)
-class SharedPort:
-    """A cap of ``bw`` GB/s on the sum of all traffic from ``srcs`` to ``dsts``."""
-
-    name: str
-    srcs: tuple[int, ...]
-    dsts: tuple[int, ...]
-    bw: float
-
-
-@dataclass(frozen=True)
-class Dimension:
-    """One dimension of a multi-dimension network (Themis-style)."""
-
-    name: str
-    size: int
-    bw: float  # GB/s per rank in this dimension
-    alpha: float  # us
-    overhead: float = 0.0  # us per message
-
-
-@dataclass(frozen=True)
-class Connection:
-    """What it costs to move bytes from ``src`` to ``dst`` directly.
-
-    ``resources`` names every bandwidth constraint the transfer consumes
-    (the link itself, or the switch ports, plus spine up-links and shared
-    ports).
-    """
-
-    src: int
-    dst: int
-    alpha: float
-    bw: float
-    via: str  # "link:0->1", the switch name or the spine name
-    resources: tuple[str, ...]
-    overhead: float = 0.0
-
-    def time_us(self, nbytes: float) -> float:
-        """Time of one message of ``nbytes`` on this connection when alone.
-
-        ``overhead`` on the sender, ``alpha`` in flight, the bytes at ``bw``,
-        ``overhead`` on the receiver.
-        """
-        return 2.0 * self.overhead + self.alpha + nbytes / (self.bw * BYTES_PER_US_PER_GBPS)
-
-    @property
-    def message_us(self) -> float:
-        """The size-independent part of :meth:`time_us`: ``alpha + 2 * overhead``."""
-        return self.alpha + 2.0 * self.overhead
-
-
-@dataclass(frozen=True)
-class ConnectionClass:
-    """``count`` connections of one kind (``link``, ``switch``, ``spine``) with the same costs."""
-
-    kind: str
-    alpha: float
-    bw: float
-    overhead: float
-    count: int
-
-
-@dataclass(frozen=True)
-class BandwidthConstraint:
-    """``sum(traffic from srcs to dsts) <= bw``: one shared resource.
-
-    The traffic it carries is that of the connections naming it in
-    :attr:`Connection.resources`; ``srcs`` and ``dsts`` give its extent (a
-    pair between them may have a connection of its own that bypasses it,
-    such as two ranks of one node behind a spine's leaves).
-    """
-
-    name: str
-    srcs: frozenset[int]
-    dsts: frozenset[int]
-    bw: float
-
-    def covers(self, src: int, dst: int) -> bool:
-        return src in self.srcs and dst in self.dsts
-
-
-def _check_bw(value, what: str) -> float:
-    """A bandwidth (GB/s): positive, finite and at least MIN_BANDWIDTH_GBPS."""
-    v = checked_number(value, what, positive=True)
-    check_limit_min(what, v, "MIN_BANDWIDTH_GBPS", TopologyError)
-    return v
-
-
-def _check_alpha(value, what: str) -> float:
-    """A latency (us): non-negative, finite and at most MAX_LATENCY_US."""
-    v = checked_number(value, what, positive=False)
-    check_limit(what, v, "MAX_LATENCY_US", TopologyError)
-    return v
-
-
-@dataclass(frozen=True)
-class _LeafSeat:
-    """Where a rank sits in a spine: the spine's index and its leaf switch's index."""
-
-    spine: int
-    switch: int
-
-
-class _Index:
-    """Per-rank lookups that answer connection queries without listing every pair."""
-
-    def __init__(self, t: Topology):
-        n = t.n_ranks
-        self.link_of: dict[tuple[int, int], Link] = {(l.src, l.dst): l for l in t.links}
-        self.links_from: list[list[Link]] = [[] for _ in range(n)]
-        for link in t.links:
-            self.links_from[link.src].append(link)
-        self.switch_sets: list[frozenset[int]] = [frozenset(sw.ranks) for sw in t.switches]
-        self.switches_of: list[list[int]] = [[] for _ in range(n)]
-        for i, sw in enumerate(t.switches):
-            for r in sw.ranks:
-                self.switches_of[r].append(i)
-        self.switch_index: dict[str, int] = {sw.name: i for i, sw in enumerate(t.switches)}
-        self.seat: list[_LeafSeat | None] = [None] * n
-        self.spine_leaves: list[list[int]] = []  # switch indices of each spine's leaves
-        for si, sp in enumerate(t.spines):
-            leaves = [self.switch_index[name] for name in sp.leaves]
-            self.spine_leaves.append(leaves)
-            for w in leaves:
-                for r in t.switches[w].ranks:
-                    self.seat[r] = _LeafSeat(si, w)
-        self.port_dsts: list[frozenset[int]] = [frozenset(p.dsts) for p in t.shared_ports]
-        self.ports_from: list[list[int]] = [[] for _ in range(n)]
-        for i, p in enumerate(t.shared_ports):
-            for s in set(p.srcs):
-                self.ports_from[s].append(i)
-
-    def spine_targets(self, t: Topology, src: int) -> list[int]:
-        """The ranks ``src`` reaches through its spine (other leaves, other nodes)."""
-        seat = self.seat[src]
-        if seat is None:
-            return []
-        node = t.nodes[src]
-        out = []
-        for w in self.spine_leaves[seat.spine]:
-            if w != seat.switch:
-                out += [r for r in t.switches[w].ranks if t.nodes[r] != node]
-        return out
 
 
 @dataclass(frozen=True)
@@ -480,99 +279,7 @@ class Topology:
     mpi_reference: tuple[ReferenceTimes, ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
-            raise TopologyError(f"topology {self.name!r}: n_ranks must be a positive integer, got {self.n_ranks!r}")
-        check_limit(f"topology {self.name!r}: n_ranks", self.n_ranks, "MAX_RANKS", TopologyError)
-        object.__setattr__(self, "links", tuple(self.links))
-        object.__setattr__(self, "switches", tuple(self.switches))
-        object.__setattr__(self, "shared_ports", tuple(self.shared_ports))
-        object.__setattr__(self, "dims", tuple(self.dims))
-        object.__setattr__(self, "sources", tuple(self.sources))
-        object.__setattr__(self, "spines", tuple(self.spines))
-        nodes = tuple(self.nodes) if self.nodes else (0,) * self.n_ranks
-        object.__setattr__(self, "nodes", nodes)
-        n = self.n_ranks
-        if len(nodes) != n:
-            raise TopologyError(f"topology {self.name!r}: 'nodes' has {len(nodes)} entries for {n} ranks")
-        for i, node in enumerate(nodes):
-            if isinstance(node, bool) or not isinstance(node, int) or node < 0:
-                raise TopologyError(f"topology {self.name!r}: node id of rank {i} must be a non-negative integer, got {node!r}")
-        # Sizes first: a small file must not make the tables below huge. Switches and spines imply their
-        # connections without building them, so the connection limit counts the links written out.
-        check_limit(f"topology {self.name!r}: links", len(self.links), "MAX_CONNECTIONS", TopologyError)
-        n_pairs = sum(len(sp.srcs) * len(sp.dsts) for sp in self.shared_ports)
-        check_limit(f"topology {self.name!r}: shared-port (source, destination) pairs", n_pairs, "MAX_PORT_PAIRS",
-                    TopologyError)
-        self._check_links()
-        names = self._check_switches()
-        self._check_spines(names)
-        if self.overhead_scope not in OVERHEAD_SCOPES:
-            raise TopologyError(
-                f"topology {self.name!r}: overhead_scope must be one of {', '.join(OVERHEAD_SCOPES)}, "
-                f"got {self.overhead_scope!r}"
-            )
-        object.__setattr__(
-            self, "call_overhead", _check_alpha(self.call_overhead, f"topology {self.name!r}: per-call overhead")
-        )
-        object.__setattr__(
-            self, "local_overhead",
-            _check_alpha(self.local_overhead, f"topology {self.name!r}: local overhead"),
-        )
-        object.__setattr__(
-            self, "rendezvous_alpha",
-            _check_alpha(self.rendezvous_alpha, f"topology {self.name!r}: rendezvous latency"),
-        )
-        if self.eager_limit is not None:
-            object.__setattr__(
-                self, "eager_limit", checked_number(self.eager_limit, f"topology {self.name!r}: eager limit", positive=False)
-            )
-
-        if self.local_bw is not None:
-            object.__setattr__(
-                self, "local_bw", _check_bw(self.local_bw, f"topology {self.name!r}: local copy bandwidth")
-            )
-        for sp in self.shared_ports:
-            object.__setattr__(sp, "srcs", tuple(sp.srcs))
-            object.__setattr__(sp, "dsts", tuple(sp.dsts))
-            if sp.name in names:
-                raise TopologyError(f"topology {self.name!r}: duplicate resource name {sp.name!r}")
-            names.add(sp.name)
-            for r in sp.srcs + sp.dsts:
-                self._rank_ok(r, f"shared port {sp.name!r}")
-            _check_bw(sp.bw, f"topology {self.name!r}: bandwidth of shared port {sp.name!r}")
-        self._check_dims()
-        for what, curve in (("message_curve", self.message_curve), ("local_curve", self.local_curve),
-                            ("forward_curve", self.forward_curve), ("footprint_curve", self.footprint_curve),
-                            ("run_curve", self.run_curve)):
-            if curve is not None and not isinstance(curve, SizeCurve):
-                raise TopologyError(f"topology {self.name!r}: {what} must be a SizeCurve, got {type(curve).__name__}")
-        object.__setattr__(
-            self, "communicator_overhead",
-            _check_alpha(self.communicator_overhead, f"topology {self.name!r}: communicator overhead"),
-        )
-        object.__setattr__(self, "mpi_reference", tuple(self.mpi_reference))
-        seen_refs: set[str] = set()
-        for ref in self.mpi_reference:
-            if not isinstance(ref, ReferenceTimes):
-                raise TopologyError(f"topology {self.name!r}: mpi_reference entries must be ReferenceTimes, got "
-                                    f"{type(ref).__name__}")
-            if ref.collective in seen_refs:
-                raise TopologyError(f"topology {self.name!r}: two MPI references of {ref.collective!r}")
-            seen_refs.add(ref.collective)
-        if self.cold_call is not None and not isinstance(self.cold_call, ColdCallCost):
-            raise TopologyError(f"topology {self.name!r}: cold_call must be a ColdCallCost, got "
-                                f"{type(self.cold_call).__name__}")
-        if self.round_cost is not None and not isinstance(self.round_cost, RoundCost):
-            raise TopologyError(f"topology {self.name!r}: round_cost must be a RoundCost, got "
-                                f"{type(self.round_cost).__name__}")
-        if not isinstance(self.async_progress, bool):
-            raise TopologyError(f"topology {self.name!r}: async_progress must be true or false, got {self.async_progress!r}")
-        if not isinstance(self.receiver_copies, bool):
-            raise TopologyError(f"topology {self.name!r}: receiver_copies must be true or false, got "
-                                f"{self.receiver_copies!r}")
-        if self.forward_curve is not None and self.forward_curve.fastest < 1.0:
-            raise TopologyError(f"topology {self.name!r}: forward_curve factors must be at least 1 (a forwarded "
-                                f"message costs more, never less), got {self.forward_curve.fastest:g}")
+        validate(self)
 
     @cached_property
     def fastest(self) -> Topology:
@@ -616,207 +323,35 @@ class Topology:
             return alpha + self.rendezvous_alpha
         return alpha
 
-    # ------------------------------------------------------------ validation
-    def _rank_ok(self, r, where: str) -> None:
-        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.n_ranks:
-            raise TopologyError(f"topology {self.name!r}: {where} names unknown rank {r!r} (ranks are 0..{self.n_ranks - 1})")
-
-    def _check_links(self) -> None:
-        seen: set[tuple[int, int]] = set()
-        for link in self.links:
-            self._rank_ok(link.src, f"link {link.src}->{link.dst}")
-            self._rank_ok(link.dst, f"link {link.src}->{link.dst}")
-            if link.src == link.dst:
-                raise TopologyError(f"topology {self.name!r}: link {link.src}->{link.dst} is a self-loop")
-            _check_bw(link.bw, f"topology {self.name!r}: bandwidth of link {link.src}->{link.dst}")
-            _check_alpha(link.alpha, f"topology {self.name!r}: latency of link {link.src}->{link.dst}")
-            _check_alpha(link.overhead, f"topology {self.name!r}: per-message overhead of link {link.src}->{link.dst}")
-            key = (link.src, link.dst)
-            if key in seen:
-                raise TopologyError(f"topology {self.name!r}: two connections {link.src}->{link.dst} ({link.name} and {link.name})")
-            seen.add(key)
-
-    def _check_switches(self) -> set[str]:
-        """Switch fields, and no pair connected twice (two switches sharing two ranks, or a link inside a switch).
-
-        Linear in the members: two switches give a pair twice exactly when they
-        share two ranks, which counting the switch pairs met at each rank finds.
-        """
-        names: set[str] = set()
-        leaves = {name for sp in self.spines for name in sp.leaves}
-        for sw in self.switches:
-            if sw.name in names:
-                raise TopologyError(f"topology {self.name!r}: duplicate switch name {sw.name!r}")
-            names.add(sw.name)
-            object.__setattr__(sw, "ranks", tuple(sw.ranks))
-            # a spine's leaf may hold one rank (a scalable unit of one node): its ports reach the spine
-            fewest = 1 if sw.name in leaves else 2
-            if len(set(sw.ranks)) != len(sw.ranks) or len(sw.ranks) < fewest:
-                raise TopologyError(f"topology {self.name!r}: switch {sw.name!r} needs at least two distinct ranks"
-                                    f"{' (one on a spine leaf)' if fewest == 1 else ''}, got {list(sw.ranks)}")
-            for r in sw.ranks:
-                self._rank_ok(r, f"switch {sw.name!r}")
-            _check_bw(sw.bw, f"topology {self.name!r}: bandwidth of switch {sw.name!r}")
-            _check_alpha(sw.alpha, f"topology {self.name!r}: latency of switch {sw.name!r}")
-            _check_alpha(sw.overhead, f"topology {self.name!r}: per-message overhead of switch {sw.name!r}")
-        switches_of: list[list[int]] = [[] for _ in range(self.n_ranks)]
-        for i, sw in enumerate(self.switches):
-            for r in sw.ranks:
-                switches_of[r].append(i)
-        shared: dict[tuple[int, int], int] = {}
-        for r, mine in enumerate(switches_of):
-            for x in range(len(mine)):
-                for y in range(x + 1, len(mine)):
-                    pair = (mine[x], mine[y])
-                    if pair in shared:
-                        a, b = shared[pair], r
-                        raise TopologyError(f"topology {self.name!r}: two connections {a}->{b} (switch "
-                                            f"{self.switches[pair[0]].name} and switch {self.switches[pair[1]].name})")
-                    shared[pair] = r
-        for link in self.links:
-            common = set(switches_of[link.src]).intersection(switches_of[link.dst])
-            if common:
-                raise TopologyError(f"topology {self.name!r}: two connections {link.src}->{link.dst} ({link.name} and "
-                                    f"switch {self.switches[min(common)].name})")
-        return names
-
-    def _check_spines(self, names: set[str]) -> None:
-        """Spine fields; its leaves are switches, every rank on at most one leaf, no pair connected twice."""
-        switch_index = {sw.name: i for i, sw in enumerate(self.switches)}
-        seated: dict[int, str] = {}
-        seat: dict[int, tuple[int, str]] = {}  # rank -> (spine index, leaf name)
-        for si, sp in enumerate(self.spines):
-            where = f"topology {self.name!r}: spine {sp.name!r}"
-            if sp.name in names:
-                raise TopologyError(f"topology {self.name!r}: duplicate resource name {sp.name!r}")
-            names.add(sp.name)
-            object.__setattr__(sp, "leaves", tuple(sp.leaves))
-            if len(set(sp.leaves)) != len(sp.leaves) or len(sp.leaves) < 2:
-                raise TopologyError(f"{where} needs at least two distinct leaf switches, got {list(sp.leaves)}")
-            _check_alpha(sp.alpha, f"{where}: latency")
-            _check_alpha(sp.overhead, f"{where}: per-message overhead")
-            if sp.uplink_bw is not None:
-                _check_bw(sp.uplink_bw, f"{where}: up-link bandwidth")
-            for leaf in sp.leaves:
-                if leaf not in switch_index:
-                    raise TopologyError(f"{where}: leaf {leaf!r} is not a switch of the topology")
-                for r in self.switches[switch_index[leaf]].ranks:
-                    if r in seated:
-                        raise TopologyError(f"{where}: rank {r} sits on leaf {leaf!r} and on leaf {seated[r]!r}; "
-                                            f"a rank has one port in a fat tree")
-                    seated[r] = leaf
-                    seat[r] = (si, leaf)
-        if not self.spines:
-            return
-        nodes = self.nodes
-
-        def through_spine(a: int, b: int) -> Spine | None:
-            sa, sb = seat.get(a), seat.get(b)
-            if sa is None or sb is None or sa[0] != sb[0] or sa[1] == sb[1] or nodes[a] == nodes[b]:
-                return None
-            return self.spines[sa[0]]
-
-        for link in self.links:
-            hit = through_spine(link.src, link.dst)
-            if hit is not None:
-                raise TopologyError(f"topology {self.name!r}: two connections {link.src}->{link.dst} ({link.name} and "
-                                    f"spine {hit.name})")
-        leaves = {name for sp in self.spines for name in sp.leaves}
-        for sw in self.switches:
-            if sw.name in leaves:
-                continue
-            seated_members = [r for r in sw.ranks if r in seat]
-            for a in seated_members:
-                for b in seated_members:
-                    hit = through_spine(a, b)
-                    if hit is not None:
-                        raise TopologyError(f"topology {self.name!r}: two connections {a}->{b} (switch {sw.name} and "
-                                            f"spine {hit.name})")
-
-    def _check_dims(self) -> None:
-        if not self.dims:
-            return
-        prod = 1
-        for d in self.dims:
-            if d.size < 1:
-                raise TopologyError(f"topology {self.name!r}: dimension {d.name!r} has size {d.size}")
-            _check_bw(d.bw, f"topology {self.name!r}: bandwidth of dimension {d.name!r}")
-            _check_alpha(d.alpha, f"topology {self.name!r}: latency of dimension {d.name!r}")
-            _check_alpha(d.overhead, f"topology {self.name!r}: per-message overhead of dimension {d.name!r}")
-            prod *= d.size
-        if prod != self.n_ranks:
-            raise TopologyError(
-                f"topology {self.name!r}: dimension sizes {[d.size for d in self.dims]} multiply to {prod}, "
-                f"not {self.n_ranks} ranks"
-            )
 
     # ------------------------------------------------------------ connections
     @cached_property
-    def _index(self) -> _Index:
-        return _Index(self)
+    def index(self) -> ConnectionIndex:
+        """Per-rank lookups of links, switches, spine seats and shared ports (built once, on first use)."""
+        return ConnectionIndex(self)
 
     @cached_property
     def _memo(self) -> dict[tuple[int, int], Connection | None]:
         return {}
-
-    def _build_connection(self, src: int, dst: int) -> Connection | None:
-        if src == dst or not (0 <= src < self.n_ranks and 0 <= dst < self.n_ranks):
-            return None
-        idx = self._index
-        extra = [self.shared_ports[i].name for i in idx.ports_from[src] if dst in idx.port_dsts[i]]
-        caps = [self.shared_ports[i].bw for i in idx.ports_from[src] if dst in idx.port_dsts[i]]
-        link = idx.link_of.get((src, dst))
-        if link is not None:
-            return Connection(src, dst, link.alpha, min([link.bw, *caps]), link.name, (link.name, *extra), link.overhead)
-        for i in idx.switches_of[src]:
-            if dst in idx.switch_sets[i]:
-                sw = self.switches[i]
-                res = (f"{sw.name}:tx{src}", f"{sw.name}:rx{dst}", *extra)
-                return Connection(src, dst, sw.alpha, min([sw.bw, *caps]), sw.name, res, sw.overhead)
-        sa, sb = idx.seat[src], idx.seat[dst]
-        if (sa is None or sb is None or sa.spine != sb.spine or sa.switch == sb.switch
-                or self.nodes[src] == self.nodes[dst]):
-            return None
-        sp = self.spines[sa.spine]
-        la, lb = self.switches[sa.switch], self.switches[sb.switch]
-        via = [f"{la.name}:tx{src}", f"{lb.name}:rx{dst}"]
-        bws = [la.bw, lb.bw, *caps]
-        if sp.uplink_bw is not None:
-            via += [sp.up(la.name), sp.down(lb.name)]
-            bws.append(sp.uplink_bw)
-        return Connection(src, dst, sp.alpha, min(bws), sp.name, (*via, *extra), sp.overhead)
 
     def connection(self, src: int, dst: int) -> Connection | None:
         """The connection ``src -> dst``, or None if the ranks are not adjacent (computed once, then remembered)."""
         key = (src, dst)
         memo = self._memo
         if key not in memo:
-            memo[key] = self._build_connection(src, dst)
+            memo[key] = build_connection(self, src, dst)
         return memo[key]
 
     def has_connection(self, src: int, dst: int) -> bool:
         return self.connection(src, dst) is not None
 
-    def _adjacent(self, src: int, dst: int) -> Connection:
-        """The connection ``src -> dst`` of two ranks the topology's own structure says are adjacent."""
-        c = self.connection(src, dst)
-        if c is None:
-            raise TopologyError(f"topology {self.name!r}: ranks {src} and {dst} are not adjacent")
-        return c
-
     def neighbors_out(self, rank: int) -> tuple[int, ...]:
         """The ranks ``rank`` has a connection to, ascending."""
-        idx = self._index
-        out = {l.dst for l in idx.links_from[rank]}
-        for i in idx.switches_of[rank]:
-            out.update(self.switches[i].ranks)
-        out.update(idx.spine_targets(self, rank))
-        out.discard(rank)
-        return tuple(sorted(out))
+        return neighbors_out(self, rank)
 
     def connections_from(self, rank: int) -> tuple[Connection, ...]:
         """Every connection out of ``rank``, by destination."""
-        return tuple(self._adjacent(rank, d) for d in self.neighbors_out(rank))
+        return tuple(adjacent(self, rank, d) for d in self.neighbors_out(rank))
 
     @cached_property
     def _all_connections(self) -> tuple[Connection, ...]:
@@ -831,98 +366,20 @@ class Topology:
         return sum(c.count for c in self.connection_classes())
 
     def connection_classes(self) -> tuple[ConnectionClass, ...]:
-        """The connections grouped by kind (link, switch, spine), alpha, bandwidth and overhead, with counts.
-
-        Counted by formula (a link at a time, a switch or a pair of leaves at a
-        time), so a spine's million pairs cost as much as its leaves; only pairs
-        that a shared port caps are built one by one.
-        """
-        counts: Counter = Counter()
-        idx = self._index
-        capped = {s for p in self.shared_ports for s in p.srcs}
-        for link in self.links:
-            c = self._adjacent(link.src, link.dst)
-            counts[("link", c.alpha, c.bw, c.overhead)] += 1
-        for sw in self.switches:
-            plain = [r for r in sw.ranks if r not in capped]
-            k = len(sw.ranks)
-            counts[("switch", sw.alpha, sw.bw, sw.overhead)] += len(plain) * (k - 1)
-            for a in sw.ranks:
-                if a in capped:
-                    for b in sw.ranks:
-                        if a != b:
-                            c = self._adjacent(a, b)
-                            counts[("switch", c.alpha, c.bw, c.overhead)] += 1
-        for si, sp in enumerate(self.spines):
-            leaves = [self.switches[w] for w in idx.spine_leaves[si]]
-            senders = [Counter(self.nodes[r] for r in leaf.ranks if r not in capped) for leaf in leaves]
-            receivers = [Counter(self.nodes[r] for r in leaf.ranks) for leaf in leaves]
-            for x, la in enumerate(leaves):
-                na = senders[x]
-                n_senders = sum(na.values())
-                for y, lb in enumerate(leaves):
-                    if x == y:
-                        continue
-                    nb = receivers[y]
-                    same_node = sum(cnt * nb[node] for node, cnt in na.items() if node in nb)
-                    bw = min(la.bw, lb.bw, sp.uplink_bw if sp.uplink_bw is not None else math.inf)
-                    counts[("spine", sp.alpha, bw, sp.overhead)] += n_senders * len(lb.ranks) - same_node
-            for w in idx.spine_leaves[si]:
-                for a in self.switches[w].ranks:
-                    if a in capped:
-                        for b in idx.spine_targets(self, a):
-                            c = self._adjacent(a, b)
-                            counts[("spine", c.alpha, c.bw, c.overhead)] += 1
-        return tuple(ConnectionClass(kind, alpha, bw, o, cnt)
-                     for (kind, alpha, bw, o), cnt in sorted(counts.items()) if cnt)
+        """The connections grouped by kind (link, switch, spine), alpha, bandwidth and overhead, with counts
+        (by formula: see :func:`~ccsynth.topologies.connections.connection_classes`)."""
+        return connection_classes(self)
 
     # ------------------------------------------------------------ resources
     def bandwidth_constraints(self) -> Iterator[BandwidthConstraint]:
-        """Yield every bandwidth cap: links, switch ports, spine up-links, shared ports.
-
-        The names match :attr:`Connection.resources`. A leaf switch's ports
-        also carry its members' traffic through the spine, so their extent
-        includes the ranks reached that way.
-        """
-        idx = self._index
-        for link in self.links:
-            yield BandwidthConstraint(link.name, frozenset((link.src,)), frozenset((link.dst,)), link.bw)
-        for sw in self.switches:
-            members = frozenset(sw.ranks)
-            for r in sw.ranks:
-                far = frozenset(idx.spine_targets(self, r))
-                yield BandwidthConstraint(f"{sw.name}:tx{r}", frozenset((r,)), (members - {r}) | far, sw.bw)
-                yield BandwidthConstraint(f"{sw.name}:rx{r}", (members - {r}) | far, frozenset((r,)), sw.bw)
-        for si, sp in enumerate(self.spines):
-            if sp.uplink_bw is None:
-                continue
-            leaves = [self.switches[w] for w in idx.spine_leaves[si]]
-            everyone = frozenset(r for leaf in leaves for r in leaf.ranks)
-            for leaf in leaves:
-                mine = frozenset(leaf.ranks)
-                yield BandwidthConstraint(sp.up(leaf.name), mine, everyone - mine, sp.uplink_bw)
-                yield BandwidthConstraint(sp.down(leaf.name), everyone - mine, mine, sp.uplink_bw)
-        for port in self.shared_ports:
-            yield BandwidthConstraint(port.name, frozenset(port.srcs), frozenset(port.dsts), port.bw)
+        """Yield every bandwidth cap: links, switch ports, spine up-links, shared ports (named as
+        :attr:`Connection.resources` names them)."""
+        return bandwidth_constraints(self)
 
     @cached_property
     def resource_bw(self) -> dict[str, float]:
         """Bandwidth (GB/s) of every resource named in a connection (built without the constraints' rank sets)."""
-        out: dict[str, float] = {}
-        for link in self.links:
-            out[link.name] = link.bw
-        for sw in self.switches:
-            for r in sw.ranks:
-                out[f"{sw.name}:tx{r}"] = sw.bw
-                out[f"{sw.name}:rx{r}"] = sw.bw
-        for sp in self.spines:
-            if sp.uplink_bw is not None:
-                for leaf in sp.leaves:
-                    out[sp.up(leaf)] = sp.uplink_bw
-                    out[sp.down(leaf)] = sp.uplink_bw
-        for p in self.shared_ports:
-            out[p.name] = p.bw
-        return out
+        return resource_bandwidths(self)
 
     # ------------------------------------------------------------ structure
     @property

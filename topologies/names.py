@@ -74,27 +74,13 @@ FileLoader = Callable[[str, Mapping[str, str]], Topology]
 
 _SHAPE_RE = re.compile(r"^(?P<shape>[^@/]*)(?:@(?P<bw>[^/]*))?(?:/(?P<alpha>[^/]*))?(?:/(?P<overhead>.*))?$")
 
-# machines: base name -> (builder taking a node count, whether it takes nodes)
-_MACHINES: dict[str, tuple[Callable[..., Topology], bool]] = {
-    "dgx1": (catalog.dgx1, False),
-    "dgx2": (catalog.dgx2, False),
-    "ndv2": (catalog.ndv2, True),
-    "dgx_a100": (catalog.dgx_a100, True),
-    "dgx_h100": (catalog.dgx_h100, True),
-}
+# the catalog's one table of names (catalog.MACHINES, catalog.SHAPES), indexed for parsing
+_MACHINES: dict[str, catalog.Machine] = {m.name: m for m in catalog.MACHINES}
 _FAMILY_RE = re.compile(r"^(?P<base>" + "|".join(map(re.escape, _MACHINES)) + r")(?:x(?P<nodes>\d+))?$")
-_SHAPES = ("ring", "fully_connected", "full", "torus", "hierarchical", "fat_tree", "fattree", "shared_nic")
-_ALIASES = {"full": "fully_connected", "fattree": "fat_tree"}
-_EXAMPLES = {
-    "ring": "ring:8",
-    "fully_connected": "fully_connected:4",
-    "full": "full:4",
-    "torus": "torus:4x4",
-    "hierarchical": "hierarchical:4x8@200,50",
-    "fat_tree": "fat_tree:16x8",
-    "fattree": "fattree:16x8",
-    "shared_nic": "shared_nic:4x4",
-}
+_SHAPES = tuple(word for shape in catalog.SHAPES for word in (shape.name, *shape.aliases))
+_ALIASES = {alias: shape.name for shape in catalog.SHAPES for alias in shape.aliases}
+_EXAMPLES = {word: word + shape.example[len(shape.name):]
+             for shape in catalog.SHAPES for word in (shape.name, *shape.aliases)}
 
 
 def _valid_names() -> list[str]:
@@ -283,13 +269,13 @@ def parse_topology_spec(spec: str, *, load_file: FileLoader | None = None) -> To
     if not colon:
         m = _FAMILY_RE.match(kind)
         if m:
-            build, takes_nodes = _MACHINES[m.group("base")]
+            machine = _MACHINES[m.group("base")]
             if m.group("nodes") is None:
-                return build()
-            if not takes_nodes:
+                return machine.build()
+            if not machine.multi_node:
                 several = "ndv2xN (DGX-1-like nodes)" if m.group("base") == "dgx1" else "dgx_a100xN or dgx_h100xN"
                 raise TopologyError(f"topology {text!r}: {m.group('base')} is a single machine; for several use {several}")
-            return build(int(m.group("nodes")))
+            return machine.build(int(m.group("nodes")))
         if kind in _SHAPES:
             raise TopologyError(f"topology {text!r}: {kind} needs sizes, e.g. {_EXAMPLES[kind]!r}")
     if _looks_like_path(text):
@@ -299,30 +285,9 @@ def parse_topology_spec(spec: str, *, load_file: FileLoader | None = None) -> To
 
 def list_topologies() -> list[tuple[str, str]]:
     """Rows ``(spec example, description)`` for ``ccsynth topo list``."""
-    rows = []
-    for spec in ("dgx1", "dgx2", "ndv2", "ndv2x2", "dgx_a100", "dgx_a100x4", "dgx_a100x128", "dgx_h100", "dgx_h100x2",
-                 "dgx_h100x32"):
-        rows.append((spec, parse_topology_spec(spec).description))
+    rows = [(spec, parse_topology_spec(spec).description) for machine in catalog.MACHINES for spec in machine.listed]
+    rows += [(shape.listed, shape.usage) for shape in catalog.SHAPES]
     rows += [
-        ("ring:8", "bidirectional ring of N ranks: ring:N[@GBps][/us][/overhead us], default 25 GB/s, 0.7 us, 1.35 us"),
-        ("fully_connected:4", "direct links between all N ranks (alias full:N): fully_connected:N[@GBps][/us][/us]"),
-        ("torus:4x4", "torus, ring links per dimension: torus:AxB[xC][@GBps[,...]][/us[,...]][/us[,...]]"),
-        (
-            "hierarchical:4x8x4@200,100,50",
-            "one switch per group in each dimension: hierarchical:AxBxC@GBps,...[/us,...][/us,...] "
-            "(alpha default 0.7 us for dim 0, 2.6 us above; overhead 1.35 us, 5.7 us)",
-        ),
-        (
-            "fat_tree:16x8:4:2",
-            "rail-optimized two-tier fat tree: fat_tree:NODESxGPUS[@GBps,GBps][/us,us][/us,us][:LEAF_NODES[:OVERSUB]] "
-            "(pairs: inside a node, per NIC; default 300,25 GB/s; one leaf per rail per LEAF_NODES nodes, "
-            "spine up-links 1/OVERSUB of the down-links)",
-        ),
-        (
-            "shared_nic:4x4",
-            "hosts of G GPUs on a switch, one NIC per host shared by its GPUs (Alpa's setting): "
-            "shared_nic:HOSTSxGPUS[@GBps,GBps][/us,us][/us,us] (pairs: inside a host, the NIC; default 150,12.5 GB/s)",
-        ),
         ("PATH.json", "a ccsynth topology file ('ccsynth.topology' format version 1)"),
     ]
     return rows

@@ -27,12 +27,16 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from ccsynth.atomic import check_writable
 from ccsynth.bench import nccl as N
+from ccsynth.bench import report
 from ccsynth.bench import nonblocking as NB
 from ccsynth.bench.memory import check_memory
 from ccsynth.bench.omb import (
@@ -468,14 +472,59 @@ def _setup(args, comm, bench, options: Options):
 
 
 def _run(args, comm) -> int:
-    from ccsynth.bench import report
-    from ccsynth.bench.algos import PlanAlgorithm
-
+    """``ccsynth bench NAME`` on every rank, in stages: the options, the setup, the sizes a message can have,
+    the prediction (``--predict``), the measured tables, the summary after them, the files asked for."""
     bench = BENCHMARKS[args.bench]
     rank, n = comm.Get_rank(), comm.Get_size()
     if bench.pt2pt and n != 2:
         raise CCSynthError(f"{bench.name} runs between two ranks (as OMB's osu_{bench.name}); start it with mpiexec -n 2, not {n}")
-    options = Options(
+    options = _options_of(args)
+    _check_conventions(options, n)
+    topo = None
+    if getattr(args, "predict", None):
+        topo = agree(comm, lambda: load_predict_topology(args.predict, n))
+        options = dataclasses.replace(options, predict=topo.name)
+    ctx, algos = _setup(args, comm, bench, options)
+    progress = Progress.for_args(args, rank)
+    options, note = _sizes_of_messages(bench, ctx, options, n)
+    ctx.options = options
+    _check_memory(args, comm, bench, options, algos, ctx.itemsize if bench.kind is not None else 1)
+
+    meta = _meta(args, comm, bench)
+    predictor = None
+    if topo is not None and bench.kind is not None:  # --predict is offered for collectives only
+        meta["predict"] = topo.name
+        meta["predict_topology"] = args.predict
+        if rank == 0:
+            predictor = Predictor(topo, bench.kind, ctx)
+    # rows on standard output are the progress; on standard error a [k/N] line every few seconds (each with -v)
+    tables = _Tables(bench, ctx, meta, note, report.emit if rank == 0 else (lambda line: None), predictor,
+                     progress.counter(bench.name, len(algos) * len(options.sizes)))
+    try:
+        if getattr(args, "interleave", False) and len(algos) > 1:
+            _measure_interleaved(tables, algos, progress)
+        else:
+            for i, algo in enumerate(algos):
+                if i:
+                    tables.say("")
+                tables.table(algo)
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure mid-run must abort every rank
+        _abort(comm, e)
+    results = tables.results
+    lines = _summary_lines(bench, results, predictor, getattr(args, "predict", None) or "")
+    if lines:
+        tables.say("")
+        for line in lines:
+            tables.say(line)
+    failed = any(r.valid is False for rows in results.values() for r in rows)
+    if rank == 0:
+        _write_outputs(args, bench, meta, results, predictor, n)
+    return 1 if failed else 0
+
+
+def _options_of(args) -> Options:
+    """The benchmark options of the command line (flags a benchmark does not take: their defaults)."""
+    return Options(
         sizes=tuple(getattr(args, "sizes", (0,))),
         iters=args.iterations,
         warmup=args.warmup,
@@ -493,104 +542,99 @@ def _run(args, comm) -> int:
         counts=getattr(args, "counts", "equal"),
         seed=getattr(args, "seed", 0),
     )
-    _check_conventions(options, n)
-    topo = None
-    if getattr(args, "predict", None):
-        topo = agree(comm, lambda: load_predict_topology(args.predict, n))
-        options = dataclasses.replace(options, predict=topo.name)
-    ctx, algos = _setup(args, comm, bench, options)
-    progress = Progress.for_args(args, rank)
 
+
+def _sizes_of_messages(bench, ctx, options: Options, n: int) -> tuple[Options, str]:
+    """``options`` without the sizes below the benchmark's smallest message, and the note that says which."""
     unit = bench.unit(ctx)
     skipped = [s for s in options.sizes if s < unit]
     sizes = tuple(s for s in options.sizes if s >= unit)
     if not sizes:
         raise CCSynthError(f"no size in -m is at least {unit} B, the smallest {bench.name} message with {options.dtype} on {n} ranks")
-    options = dataclasses.replace(options, sizes=sizes)
-    ctx.options = options
-    _check_memory(args, comm, bench, options, algos, ctx.itemsize if bench.kind is not None else 1)
-
-    meta = _meta(args, comm, bench)
-    predictor = None
-    if topo is not None and bench.kind is not None:  # --predict is offered for collectives only
-        meta["predict"] = topo.name
-        meta["predict_topology"] = args.predict
-        if rank == 0:
-            predictor = Predictor(topo, bench.kind, ctx)
-    say = report.emit if rank == 0 else (lambda line: None)
-
-    def predicted(algo, row, footprint=None):
-        return predictor.annotate(algo, row, footprint) if predictor is not None else row
-
-    results: dict[str, list] = {}
     note = f"# skipped sizes below {unit} B: {', '.join(map(str, skipped))} (less than one element per block)" if skipped else ""
+    return dataclasses.replace(options, sizes=sizes), note
 
-    def table(algo, rows=None):
+
+@dataclass
+class _Tables:
+    """The tables of one run as rank 0 prints them (``say``), and the rows measured so far (``results``)."""
+
+    bench: Any
+    ctx: Any
+    meta: dict
+    note: str
+    say: Callable[[str], None]
+    predictor: Predictor | None
+    counter: Any
+    results: dict[str, list] = field(default_factory=dict)
+
+    def predicted(self, algo, row, footprint=None):
+        return self.predictor.annotate(algo, row, footprint) if self.predictor is not None else row
+
+    def table(self, algo, rows=None) -> None:
         """Print one algorithm's table; rows given: all at once, else as they are measured."""
+        from ccsynth.bench.algos import PlanAlgorithm
+
+        bench, options, say = self.bench, self.ctx.options, self.say
         show_algo = isinstance(algo, PlanAlgorithm)
-        for line in report.title_lines(bench, algo.name, meta) + ([note] if note else []):
+        for line in report.title_lines(bench, algo.name, self.meta) + ([self.note] if self.note else []):
             say(line)
         say(report.header_line(bench, options, show_algo))
         if rows is None:
-            rows = results.setdefault(algo.name, [])
-            for row in run_benchmark(bench, ctx, algo):
-                row = predicted(algo, row)
+            rows = self.results.setdefault(algo.name, [])
+            for row in run_benchmark(bench, self.ctx, algo):
+                row = self.predicted(algo, row)
                 rows.append(row)
                 say(report.format_row(bench, row, options, show_algo))
-                counter.step(f"{algo.name} {row.size} B: {row.avg_us:.2f} us")
+                self.counter.step(f"{algo.name} {row.size} B: {row.avg_us:.2f} us")
         else:
             for row in rows:
                 say(report.format_row(bench, row, options, show_algo))
         for line in report.profile_lines(rows):
             say(line)
 
-    # rows on standard output are the progress; on standard error a [k/N] line every few seconds (each with -v)
-    counter = progress.counter(bench.name, len(algos) * len(options.sizes))
-    try:
-        if getattr(args, "interleave", False) and len(algos) > 1:
-            # Iteration by iteration, every algorithm in turn: a change of machine load hits all alike.
-            for k, done in enumerate(run_interleaved(bench, ctx, algos), 1):
-                # each row's footprint: every algorithm's buffers, touched in turn (bench/predict.py)
-                footprint = predictor.interleaved_footprint(algos, done[0].nbytes) if predictor is not None else None
-                for a, row in zip(algos, done):
-                    results.setdefault(a.name, []).append(predicted(a, row, footprint))
-                cells = ", ".join(f"{a.name} {row.avg_us:.2f} us" for a, row in zip(algos, done))
-                progress.say(f"# {bench.name} [{k}/{len(options.sizes)}] {done[0].size} B: {cells}")
-            for i, algo in enumerate(algos):
-                if i:
-                    say("")
-                table(algo, results[algo.name])
-        else:
-            for i, algo in enumerate(algos):
-                if i:
-                    say("")
-                table(algo)
-    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure mid-run must abort every rank
-        _abort(comm, e)
+
+def _measure_interleaved(tables: _Tables, algos, progress) -> None:
+    """Iteration by iteration, every algorithm in turn (a change of machine load hits all alike); the tables after."""
+    bench, predictor = tables.bench, tables.predictor
+    for k, done in enumerate(run_interleaved(bench, tables.ctx, algos), 1):
+        # each row's footprint: every algorithm's buffers, touched in turn (bench/predict.py)
+        footprint = predictor.interleaved_footprint(algos, done[0].nbytes) if predictor is not None else None
+        for a, row in zip(algos, done):
+            tables.results.setdefault(a.name, []).append(tables.predicted(a, row, footprint))
+        cells = ", ".join(f"{a.name} {row.avg_us:.2f} us" for a, row in zip(algos, done))
+        progress.say(f"# {bench.name} [{k}/{len(tables.ctx.options.sizes)}] {done[0].size} B: {cells}")
+    for i, algo in enumerate(algos):
+        if i:
+            tables.say("")
+        tables.table(algo, tables.results[algo.name])
+
+
+def _summary_lines(bench, results: dict[str, list], predictor: Predictor | None, predict: str) -> list[str]:
+    """What follows the tables: the comparison of algorithms, and with ``--predict`` (the topology ``predict``)
+    the errors and MPI's drift."""
     lines = report.comparison_lines(bench, results)
     if predictor is not None:
         lines += [""] + error_lines(results)
-        drift = drift_lines(results, predictor.topology, predictor.kind, args.predict)
+        drift = drift_lines(results, predictor.topology, predictor.kind, predict)
         if drift:
             lines += [""] + drift
-    if lines:
-        say("")
-        for line in lines:
-            say(line)
-    failed = any(r.valid is False for rows in results.values() for r in rows)
-    if rank == 0:
-        if args.json:
-            doc = report.to_json(bench, meta, results)
-            if predictor is not None:
-                doc["prediction_error"] = [dataclasses.asdict(d) for d in error_table(results)]
-                doc["mpi_drift"] = [dataclasses.asdict(d) for d in
-                                    drift_table(results, predictor.topology.mpi_reference_for(predictor.kind))]
-            report.write_json(args.json, doc)
-        if args.plot:
-            from ccsynth.bench.plot import plot_results
+    return lines
 
-            plot_results(bench, results, args.plot, f"{n} ranks, {meta['dtype']}")
-    return 1 if failed else 0
+
+def _write_outputs(args, bench, meta: dict, results: dict[str, list], predictor: Predictor | None, n: int) -> None:
+    """Rank 0: the ``--json`` document and the ``--plot`` figure, where asked for."""
+    if args.json:
+        doc = report.to_json(bench, meta, results)
+        if predictor is not None:
+            doc["prediction_error"] = [dataclasses.asdict(d) for d in error_table(results)]
+            doc["mpi_drift"] = [dataclasses.asdict(d) for d in
+                                drift_table(results, predictor.topology.mpi_reference_for(predictor.kind))]
+        report.write_json(args.json, doc)
+    if args.plot:
+        from ccsynth.bench.plot import plot_results
+
+        plot_results(bench, results, args.plot, f"{n} ranks, {meta['dtype']}")
 
 
 def _check_outputs(args) -> None:
@@ -632,8 +676,6 @@ def _usable_sizes(bench, options: Options, ctx) -> tuple[int, ...]:
 
 def _run_nonblocking(args, comm) -> int:
     """OMB's osu_i*: overall, compute, pure communication and overlap per size (see ccsynth.bench.nonblocking)."""
-    from ccsynth.bench import report
-
     name = args.bench
     bench = BENCHMARKS[NB.NONBLOCKING[name]]
     rank = comm.Get_rank()
@@ -674,8 +716,6 @@ def _run_nonblocking(args, comm) -> int:
 
 def _run_nccl(args, comm) -> int:
     """nccl-tests' all_reduce_perf and siblings: out-of-place and in-place rows, the average bus bandwidth."""
-    from ccsynth.bench import report
-
     bench = BENCHMARKS[args.bench]
     rank = comm.Get_rank()
     if args.ngpus != 1 or args.nthreads != 1:
