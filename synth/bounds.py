@@ -40,12 +40,12 @@ the total rate (GB/s) at which bytes can cross *into* / *out of* ``S``.
 
    **Exact, by max flow** (every kind but alltoall). The best cut is not
    searched for: it is computed. The topology becomes a flow network
-   (:mod:`ccsynth.synth.trees.network`: ranks, a hub per switch whose arcs
+   (:mod:`ccsynth.synth.flows.network`: ranks, a hub per switch whose arcs
    are the members' ports, a node per shared port) in which, for every
    ``S``, the least cut into ``S`` equals the LP capacity ``in(S)`` of the
    connections crossing into ``S`` (the network's docstring proves when; it
    says so in :attr:`FlowNetwork.exact`, true for links, switches and NICs
-   shared by a node's GPUs). Then (:mod:`ccsynth.synth.trees.throughput`):
+   shared by a node's GPUs). Then (:mod:`ccsynth.synth.flows.throughput`):
 
    * allgather: ``max over S of ((n-k)/n) Z / in(S)`` is ForestColl's
      ``T* = (Z/n) / lam*`` with ``lam* = min over S of in(S) / (n-k)``, the
@@ -168,9 +168,9 @@ from ccsynth.collectives.spec import Collective, canonical_kind
 from ccsynth.errors import SizeError, TopologyError
 from ccsynth.synth.capacity import cover_capacity
 from ccsynth.synth.distances import class_distances
-from ccsynth.synth.trees.network import flow_network
-from ccsynth.synth.trees.symmetry import translations
-from ccsynth.synth.trees.throughput import RateCut, allgather_rate, gather_rate, min_pair_cut, rooted_rate
+from ccsynth.synth.flows.network import flow_network
+from ccsynth.synth.flows.symmetry import translations
+from ccsynth.synth.flows.throughput import RateCut, allgather_rate, gather_rate, min_pair_cut, rooted_rate
 from ccsynth.tolerance import is_close
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Connection, Topology
 

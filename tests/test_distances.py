@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 
 from ccsynth.synth.bounds import _message_us
 from ccsynth.synth.distances import class_distances, classes_disjoint
-from ccsynth.synth.trees import symmetry
+from ccsynth.synth.flows import symmetry
 from ccsynth.topologies import catalog
 
 from tests.test_exact_bounds import exact_topology
