@@ -25,7 +25,7 @@ The scheduler runs a greedy event simulation in the alpha-beta model:
 
 **Symmetry.** With a symmetry group ``G`` the schedule is made symmetric:
 only representative moves are simulated (those of the representative
-sources, see :class:`~ccsynth.synth.sketch.SymmetryGroup`); every
+sources, see :class:`~ccsynth.synth.sketch_symmetry.SymmetryGroup`); every
 connection belongs to one orbit of connections, and the order on
 ``g(e)`` is the image under ``g`` of the order on the orbit's
 representative ``e``. The work and the later contiguity MILP shrink by

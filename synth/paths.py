@@ -45,7 +45,7 @@ from collections.abc import Callable
 
 import networkx as nx
 
-from ccsynth.synth.sketch import LogicalTopology
+from ccsynth.synth.sketch_model import LogicalTopology
 
 __all__ = ["Edge", "EdgeFilter", "HOP_SHARE", "LatencyPaths", "latency_weights"]
 

@@ -57,7 +57,7 @@ import pulp
 
 from ccsynth.errors import InfeasibleError
 from ccsynth.synth.paths import Edge, LatencyPaths
-from ccsynth.synth.sketch import LogicalTopology
+from ccsynth.synth.sketch_model import LogicalTopology
 from ccsynth.synth.solver import SolveResult, SolverOptions, solve, value
 from ccsynth.tolerance import EVENT_REL, REL, is_close, is_greater
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
@@ -128,7 +128,7 @@ def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int,
 
     ``detours=0``: the edges on latency-shortest paths from ``src`` (a DAG).
     The sketch's relay rules admit the edges
-    (:meth:`~ccsynth.synth.sketch.LogicalTopology.relay_edge_ok`: data every
+    (:meth:`~ccsynth.synth.sketch_model.LogicalTopology.relay_edge_ok`: data every
     rank needs enters another node once and spreads there).
     ``detours=1``: every edge that does not lead back towards ``src``
     (``dist(u) <= dist(v)``), including edges between ranks at the same
