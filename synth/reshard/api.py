@@ -48,6 +48,7 @@ from ccsynth.synth.reshard.mesh import DeviceMesh
 from ccsynth.synth.reshard.planner import plan_reshard
 from ccsynth.synth.reshard.runtime import ReshardProgram
 from ccsynth.synth.reshard.task import ReshardTask, parse_dtype
+from ccsynth.topologies.model import Topology
 from ccsynth.synth.solver import SolverOptions
 
 __all__ = ["reshard", "layout_of", "clear_cache", "MAX_CACHED_PLANS"]
@@ -116,11 +117,11 @@ def _agree(comm, error: Exception | None, cached: bool) -> None:
     raise PeerError(f"rank {first - 1} failed in ccsynth.reshard (see its error); no data moved")
 
 
-def _key(task: ReshardTask, comm, planner: str, topology) -> tuple:
+def _key(task: ReshardTask, comm, planner: str, topology: Topology | None) -> tuple:
     return task, planner, getattr(topology, "name", None), comm.Get_size(), comm.Get_rank()
 
 
-def _plan(task: ReshardTask, comm, planner: str, topology, options) -> tuple[ReshardProgram, int]:
+def _plan(task: ReshardTask, comm, planner: str, topology: Topology | None, options) -> tuple[ReshardProgram, int]:
     key = _key(task, comm, planner, topology)
     text, error = None, None
     if comm.rank == 0:
@@ -170,7 +171,7 @@ def _must_stage(staging: str, arrays) -> bool:
     return decide(staging, _awareness[0], "ccsynth.reshard")
 
 
-def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str = "broadcast", topology=None,
+def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str = "broadcast", topology: Topology | None = None,
             options: SolverOptions | None = None, out=None, staging: str = "auto"):
     """Reshard a tensor over ``comm``: returns this rank's shard of ``dst`` (None off the destination mesh).
 
