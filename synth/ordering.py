@@ -50,6 +50,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ccsynth.errors import InfeasibleError
+from ccsynth.synth.paths import edge_connection
 from ccsynth.synth.routing import Edge, Routing, map_edge
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
 
@@ -128,11 +129,11 @@ def fair_share_bandwidth(routing: Routing) -> dict[Edge, float]:
                 edge_load[e] = edge_load.get(e, 0.0) + k
     res_load: dict[str, float] = {}
     for e, l in edge_load.items():
-        for r in topo.connection(*e).resources:
+        for r in edge_connection(topo, e).resources:
             res_load[r] = res_load.get(r, 0.0) + l
     out = {}
     for e, l in edge_load.items():
-        c = topo.connection(*e)
+        c = edge_connection(topo, e)
         bw = c.bw
         for r in c.resources:
             bw = min(bw, res_bw[r] * l / res_load[r])
@@ -273,13 +274,13 @@ class _ListScheduler:
         """Stage 3: each link's total busy time (how urgently its sender needs pieces), and its fixed cost per
         move: latency plus the per-message overhead on both ends (``Connection.message_us``)."""
         topo, eff, b = self.topo, self.eff, self.b
-        busy = {e: topo.connection(*e).message_us + b / (eff[e] * BYTES_PER_US_PER_GBPS) for e in eff}
+        busy = {e: edge_connection(topo, e).message_us + b / (eff[e] * BYTES_PER_US_PER_GBPS) for e in eff}
         for key in self.reps.keys:
             for e, q in self.routing.flows[key].items():
                 if q > 0:
                     rep_e, _ = self.canonical(e)
                     self.load_time[rep_e] = self.load_time.get(rep_e, 0.0) + q * busy[e]
-        self.alpha = {e: topo.connection(*e).message_us for e in self.streams_on}
+        self.alpha = {e: edge_connection(topo, e).message_us for e in self.streams_on}
 
     # ------------------------------------------------------------------ stage 4: the list schedule
     def urgency(self, key, j: int, v: int) -> float:

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import pulp
 
 from ccsynth.errors import InfeasibleError
-from ccsynth.synth.paths import Edge, LatencyPaths
+from ccsynth.synth.paths import Edge, LatencyPaths, edge_connection
 from ccsynth.synth.sketch_model import LogicalTopology
 from ccsynth.synth.solver import SolveResult, SolverOptions, solve, value
 from ccsynth.tolerance import EVENT_REL, REL, is_close, is_greater
@@ -348,7 +348,7 @@ def _objective(m: _AllgatherModel, load_terms: dict[str, dict[tuple, float]], ch
     sec_ub = 0.0
     for (rho, k), edges in m.rep_edges.items():
         for e in edges:
-            c = topo.connection(*e)
+            c = edge_connection(topo, e)
             cost = chunk_bytes / (c.bw * BYTES_PER_US_PER_GBPS) + m.rep_slack[(rho, k)][e]
             sec_terms.append((cost, m.y[(rho, k, e)]))
             sec_ub += cost * len(m.classes[k])
@@ -409,7 +409,7 @@ def _policy_terms(prob, lt: LogicalTopology, y, rep_edges, classes, scale: float
         used: dict[Edge, list] = {}
         for (rho, k), edges in rep_edges.items():
             for e in edges:
-                c = topo.connection(*e)
+                c = edge_connection(topo, e)
                 if c.via in sw_policy and sw_policy[c.via] != "none":
                     for g in group.elements:
                         ge = map_edge(g, e)
@@ -417,7 +417,7 @@ def _policy_terms(prob, lt: LogicalTopology, y, rep_edges, classes, scale: float
                         used.setdefault(rep, []).append((rho, k, e))
         n_conn = max(1, len(used))
         for rep, keys in sorted(used.items()):
-            via = topo.connection(*rep).via
+            via = edge_connection(topo, rep).via
             z = prob.add_variable(f"z_{rep[0]}_{rep[1]}", cat="Binary")
             for key in sorted(set(keys)):
                 size = len(classes[key[1]])
@@ -434,13 +434,13 @@ def _policy_terms(prob, lt: LogicalTopology, y, rep_edges, classes, scale: float
         if conn_loads:
             U = prob.add_variable("U_links", lowBound=0)
             for e, ys in sorted(conn_loads.items()):
-                bw = topo.connection(*e).bw
+                bw = edge_connection(topo, e).bw
                 expr = pulp.lpSum(ys) * (1.0 / bw)
                 if lt.sketch.intranode == "minmax":
                     prob += (expr <= U, f"umax_{e[0]}_{e[1]}")
                 else:
                     prob += (expr >= U, f"umin_{e[0]}_{e[1]}")
-            slowest = max(EVENT_REL, max(1.0 / topo.connection(*e).bw for e in conn_loads))  # us per byte, never 0
+            slowest = max(EVENT_REL, max(1.0 / edge_connection(topo, e).bw for e in conn_loads))  # us per byte, never 0
             unit = scale / slowest / max(1, len(classes[0]))
             sign = 1.0 if lt.sketch.intranode == "minmax" else -1.0
             terms.append(sign * POLICY_SHARE * unit * U / max(1, lt.n))

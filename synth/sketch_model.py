@@ -446,14 +446,14 @@ class LogicalTopology:
         if self.spreads:
             for j in [cls[0] for cls in self.chunk_classes(self.sketch.chunk_factor)]:
                 for src in range(self.n):
-                    e, img = self.entry_local(src, j), self.entry_local(perm[src], j)
+                    entry, entry_img = self.entry_local(src, j), self.entry_local(perm[src], j)
                     for node, ranks in self.node_ranks.items():
-                        if e is not None and node != self.node_of[src] and self.local[perm[ranks[e]]] != img:
-                            return (f"piece {j} of rank {src} enters node {node} at rank {ranks[e]}, but that of its "
-                                    f"image {perm[src]} enters elsewhere than {perm[ranks[e]]}")
+                        if entry is not None and node != self.node_of[src] and self.local[perm[ranks[entry]]] != entry_img:
+                            return (f"piece {j} of rank {src} enters node {node} at rank {ranks[entry]}, but that of "
+                                    f"its image {perm[src]} enters elsewhere than {perm[ranks[entry]]}")
         for sw in topo.switches:
             members = sorted(perm[r] for r in sw.ranks)
-            img = [s for s in topo.switches if sorted(s.ranks) == members]
-            if img and self.switch_policy.get(img[0].name) != self.switch_policy.get(sw.name):
-                return f"switch {sw.name} maps to {img[0].name}, which has another policy"
+            images = [s for s in topo.switches if sorted(s.ranks) == members]
+            if images and self.switch_policy.get(images[0].name) != self.switch_policy.get(sw.name):
+                return f"switch {sw.name} maps to {images[0].name}, which has another policy"
         return ""
