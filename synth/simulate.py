@@ -173,7 +173,7 @@ max-min sharing, the event loop as named steps). One *class* per
 its rate; a transfer handing over to the next one of its queue keeps the
 rate, so only streams starting or stopping trigger a reshare, whose cost is
 linear in the size of the affected component.
-Measured on two shared cores (CPU time, bound included): a 32-rank direct
+Measured on two shared cores (CPU time, before the bound was made lazy): a 32-rank direct
 alltoall of 1e5 ops on one switch in about 1 s; a pipelined ring allreduce of
 1.2e5 ops in about 1 s; a 1e5-op alltoall of random-sized transfers on one
 switch in 0.8 s when all are posted at once, 2.6 s when each rank sends one
