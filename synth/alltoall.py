@@ -43,7 +43,7 @@ import pulp
 from ccsynth.errors import InfeasibleError
 from ccsynth.synth.paths import Edge, LatencyPaths
 from ccsynth.synth.routing import Routing, _safe, map_edge, resource_orbits
-from ccsynth.synth.sketch import LogicalTopology
+from ccsynth.synth.sketch_model import LogicalTopology
 from ccsynth.synth.solver import SolverOptions, solve, value
 from ccsynth.tolerance import REL, is_close, is_greater, is_less
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS

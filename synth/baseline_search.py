@@ -82,25 +82,23 @@ from __future__ import annotations
 
 import logging
 import math
-import multiprocessing
-import os
-import sys
 from typing import NamedTuple
 from collections.abc import Callable, Sequence
 
 from ccsynth.collectives.gc_pause import gc_paused
-from ccsynth.collectives.mpi_util import in_multirank_job
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, CollectiveError
 from ccsynth.collectives.verify import verify
 from ccsynth.synth.baselines import BASELINES, get_baseline, make_baseline, min_chunk_factor, why_not
-from ccsynth.synth.baselines import direct, multi_ring, ring
-from ccsynth.synth.baselines._util import split
+from ccsynth.synth.baseline_estimates import (
+    MESSAGES_PER_CHUNK, direct_volume_us, ring_sends, ring_stream, ring_volume_us,
+)
 from ccsynth.synth.pipeline_bound import PipelineBound, pipeline_bound
 from ccsynth.synth.simulate import SimResult, simulate, simulate_below
+from ccsynth.synth.search_worker import InWorker, worker_possible
 from ccsynth.tolerance import is_greater, is_less
-from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
+from ccsynth.topologies.model import Topology
 
 __all__ = [
     "MIN_CHUNK_BYTES",
@@ -116,15 +114,8 @@ __all__ = [
     "BaselineSearch",
     "baselines_against",
     "verified",
-    "RING_FAMILY",
-    "ring_sends",
-    "RingStream",
-    "ring_stream",
-    "MESSAGES_PER_CHUNK",
     "MAX_OPS",
     "COSTLY_OPS",
-    "ring_volume_us",
-    "direct_volume_us",
 ]
 
 log = logging.getLogger(__name__)
@@ -229,151 +220,6 @@ class _Builds:
         return self.cache[key]
 
 
-#: the baselines whose bytes per resource :func:`ring_volume_us` computes without building them
-RING_FAMILY = ("ring", "multi_ring")
-#: the baselines that send every chunk as a message of its own: at twice the chunk factor every engine sends and
-#: receives twice the messages (``tests/test_baseline_search.py``), so its per-message overheads double
-MESSAGES_PER_CHUNK = ("ring", "multi_ring", "hierarchical")
-
-
-def _rings(name: str, collective: Collective, topology: Topology) -> list[list[int]] | None:
-    """The rings of ring-family baseline ``name`` for an allgather or reduce-scatter, in ring order; None for
-    other baselines and kinds, or when the baseline does not apply."""
-    if name not in RING_FAMILY or collective.kind not in ("allgather", "reduce_scatter"):
-        return None
-    try:
-        return [list(ring.check(collective, topology))] if name == "ring" else \
-            [list(r) for r in multi_ring.check(collective, topology)]
-    except CCSynthError:
-        return None
-
-
-def ring_volume_us(name: str, collective: Collective, topology: Topology, size_bytes: float) -> float | None:
-    """The busiest resource's bytes at full bandwidth (us) of ring-family baseline ``name``, without building it.
-
-    For allgather and reduce-scatter ring ``k`` of the baseline's rings carries the ``k``-th group of every
-    piece's chunks (:func:`~ccsynth.synth.baselines._util.ring_collective`), ``n - 1`` pieces' groups over
-    each of its edges; a resource carries what the ring edges through it carry. Equal to the ``volume_us`` of
-    :func:`~ccsynth.synth.simulate.static_bound` on the built schedule (``tests/test_baseline_search.py``);
-    None for other baselines and kinds, or when the baseline does not apply.
-    """
-    n, c = collective.n_ranks, collective.chunk_factor
-    rings = _rings(name, collective, topology)
-    if rings is None:
-        return None
-    groups = split(range(c), len(rings))
-    mcurve = topology.message_curve
-    chunk = collective.chunk_bytes(size_bytes) * (mcurve.factor(size_bytes) if mcurve is not None else 1.0)
-    res_bytes: dict[str, float] = {}
-    for order, grp in zip(rings, groups):
-        edge_bytes = (n - 1) * len(grp) * chunk
-        for i, a in enumerate(order):
-            conn = topology.connection(a, order[(i + 1) % n])
-            if conn is None:
-                return None
-            for r in conn.resources:
-                res_bytes[r] = res_bytes.get(r, 0.0) + edge_bytes
-    bw = topology.resource_bw
-    return max((v / (bw[r] * BYTES_PER_US_PER_GBPS) for r, v in res_bytes.items()), default=0.0)
-
-
-def direct_volume_us(name: str, collective: Collective, topology: Topology, size_bytes: float) -> float | None:
-    """The busiest resource's bytes at full bandwidth (us) of the direct baseline, without building it.
-
-    For allgather (every rank's piece to every other rank) and reduce-scatter (block ``d`` of every rank to
-    rank ``d``) each pair of :func:`~ccsynth.synth.baselines.direct.pairs` moves ``c`` chunks over its
-    connection, whatever the chunk factor ``c``; a resource carries what its connections carry. Equal to the
-    ``volume_us`` of :func:`~ccsynth.synth.simulate.static_bound` on the built schedule
-    (``tests/test_baseline_search.py``); None for other baselines and kinds, and where a pair has no
-    connection (the baseline relays it along a path it balances as it builds). At 1,024 ranks the build
-    this saves takes 50 s.
-    """
-    if name != direct.NAME or collective.kind not in ("allgather", "reduce_scatter"):
-        return None
-    try:
-        direct.check(collective, topology)
-    except CCSynthError:
-        return None
-    mcurve = topology.message_curve
-    piece = collective.chunk_factor * collective.chunk_bytes(size_bytes) * \
-        (mcurve.factor(size_bytes) if mcurve is not None else 1.0)
-    per_route: dict[tuple[str, ...], int] = {}
-    for a, b in direct.pairs(collective):
-        conn = topology.connection(a, b)
-        if conn is None:
-            return None
-        per_route[conn.resources] = per_route.get(conn.resources, 0) + 1
-    res_bytes: dict[str, float] = {}
-    for resources, count in per_route.items():
-        for r in resources:
-            res_bytes[r] = res_bytes.get(r, 0.0) + count * piece
-    bw = topology.resource_bw
-    return max((v / (bw[r] * BYTES_PER_US_PER_GBPS) for r, v in res_bytes.items()), default=0.0)
-
-
-class RingStream(NamedTuple):
-    """What :func:`ring_stream` bounds without building a ring-family schedule (us)."""
-
-    #: the busiest ring stream: its first message's overhead and latency, every message's bytes at the
-    #: connection's slowest resource, its last message's receive overhead (the same at every chunk factor)
-    stream_us: float
-    #: the busiest engine's per-message overheads (a ring connection's sends or receives one after another)
-    engine_us: float
-
-
-def ring_stream(name: str, collective: Collective, topology: Topology, size_bytes: float) -> RingStream | None:
-    """A lower bound on ring-family baseline ``name``'s simulated time from its rings alone, without building it.
-
-    Ring ``k`` of the baseline runs on channel ``k`` and sends each of its group's chunks of the other ``n - 1``
-    pieces over every one of its edges as a message of its own (:func:`ring_volume_us`), one stream per edge.
-    A stream moves its messages' data one after another: its first cannot start before its send's overhead and
-    latency, and the schedule cannot end before its last message's receive overhead -- the head-body-tail
-    bound of :func:`~ccsynth.synth.pipeline_bound.pipeline_bound` for the stream's whole work, which is never
-    above it (``tests/test_baseline_search.py``). Bytes per message as there (the message curve; not the
-    footprint or forward curves, factors of at least 1). None for other baselines and kinds, or when the
-    baseline does not apply.
-    """
-    n, c = collective.n_ranks, collective.chunk_factor
-    rings = _rings(name, collective, topology)
-    if rings is None:
-        return None
-    raw = collective.chunk_bytes(size_bytes)
-    mcurve = topology.message_curve
-    chunk = raw * (mcurve.factor(size_bytes) if mcurve is not None else 1.0)
-    bw = topology.resource_bw
-    stream = engine = 0.0
-    for order, grp in zip(rings, split(range(c), len(rings))):
-        messages = (n - 1) * len(grp)
-        if not messages:
-            continue
-        for i, a in enumerate(order):
-            conn = topology.connection(a, order[(i + 1) % n])
-            if conn is None:
-                return None
-            cap = min(bw[r] for r in conn.resources) * BYTES_PER_US_PER_GBPS
-            o = conn.overhead
-            stream = max(stream, 2 * o + topology.message_alpha(conn.alpha, raw) + messages * chunk / cap)
-            engine = max(engine, messages * o)
-    return RingStream(stream, engine)
-
-
-def ring_sends(name: str, collective: Collective) -> int | None:
-    """How many messages ring-family baseline ``name`` sends for ``collective``, without building it.
-
-    :func:`~ccsynth.synth.baselines._util.ring_collective` sends every chunk on its own around its ring:
-    ``(n - 1) * n * c`` messages for allgather and reduce-scatter, ``2 * (n - 1) * c`` for allreduce (each ring
-    reduce-scatters and allgathers its share of the buffer in ``n`` blocks), ``(n - 1) * c`` for the chains of
-    broadcast and reduce; as many receives again. None for other baselines and kinds.
-    (``tests/test_baseline_search.py`` checks it against the built schedules.)
-    """
-    n, c = collective.n_ranks, collective.chunk_factor
-    if name not in RING_FAMILY:
-        return None
-    per_kind = {"allgather": (n - 1) * n * c, "reduce_scatter": (n - 1) * n * c, "allreduce": 2 * (n - 1) * c,
-                "broadcast": (n - 1) * c, "reduce": (n - 1) * c}
-    return per_kind.get(collective.kind)
-
-
 class _Pending(NamedTuple):
     """A factor that could beat the best so far, built and bounded, not yet simulated (see :class:`_Walk`)."""
 
@@ -441,7 +287,7 @@ class _Walk:
         self.filled: list[tuple[int, Schedule | None]] = []
         #: simulate the factors deferred to the walk's end in a worker process (:meth:`_resolve`)
         self.in_worker = False
-        self.deferred: tuple[list[_Pending], _InWorker] | None = None
+        self.deferred: tuple[list[_Pending], InWorker] | None = None
 
     def say(self, factor: int, what: str) -> None:
         self.builds.say(f"baseline {self.name} at chunk factor {factor}: {what}")
@@ -598,14 +444,14 @@ class _Walk:
         count the walk on as if each had been simulated in turn (see the class docstring).
 
         ``last``: the walk ends here; with ``in_worker`` the simulations then run in a worker process
-        (:class:`_InWorker`) while the search goes on, and :meth:`join` counts them in.
+        (:class:`InWorker`) while the search goes on, and :meth:`join` counts them in.
         """
         if not self.pending:
             return
         run, self.pending = self.pending, []
         if last and self.in_worker:
             least = self.best_us()
-            self.deferred = (run, _InWorker(lambda: self._times(run, least, None)))
+            self.deferred = (run, InWorker(lambda: self._times(run, least, None)))
             return
         self._count_on(run, self._times(run, self.best_us(), self.say))
 
@@ -646,69 +492,6 @@ class _Walk:
             self.deferred = None
             self._count_on(run, worker.result())
         return self.best
-
-
-class _InWorker:
-    """``fn()`` run in a forked worker process, its result (or the exception it raised) handed back by
-    :meth:`result`.
-
-    The worker inherits the parent's memory (the schedules to simulate are not copied through a pipe; only the
-    result comes back), so it must be made with ``fork``. What it computes is what ``fn()`` computes in the
-    parent: the search's results and the order of its messages do not depend on it (the messages are said
-    when :meth:`result` is taken).
-    """
-
-    def __init__(self, fn: Callable[[], object]):
-        ctx = multiprocessing.get_context("fork")
-        for stream in (sys.stdout, sys.stderr):  # nothing buffered that the worker would write again
-            stream.flush()
-        self._conn, child = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_serve, args=(fn, child), daemon=True)
-        self._proc.start()
-        child.close()  # the worker's end: EOF here once it exits
-
-    def result(self):
-        try:
-            ok, value = self._conn.recv()
-        except EOFError:
-            self._proc.join()
-            raise CCSynthError(f"the baseline simulation worker ended without a result (exit code "
-                               f"{self._proc.exitcode})") from None
-        finally:
-            self._conn.close()
-        self._proc.join()
-        if not ok:
-            raise value
-        return value
-
-
-def _serve(fn: Callable[[], object], conn) -> None:
-    """The worker of :class:`_InWorker`: ``(True, fn())`` or ``(False, the exception)`` through ``conn``."""
-    try:
-        out: tuple[bool, object] = (True, fn())
-    except Exception as e:  # handed to the parent, which raises it
-        out = (False, e)
-    try:
-        conn.send(out)
-    except Exception as e:  # an exception that does not pickle: its text
-        conn.send((False, CCSynthError(f"the baseline simulation worker failed: {e!r}")))
-    finally:
-        conn.close()
-
-
-def _worker_possible() -> bool:
-    """A second process helps: more than one CPU to run on, and ``fork`` to start it with; and this process
-    is not one rank of several in an MPI job (a forked child of such a rank may break the MPI library's
-    registered memory and progress threads: Open MPI warns, some networks fail). The CLI imports mpi4py, which
-    initializes MPI as a singleton (one rank, no network): the worker, which never calls MPI and ends with
-    ``os._exit``, is safe there."""
-    if in_multirank_job():
-        return False
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cpus = os.cpu_count() or 1
-    return cpus > 1 and "fork" in multiprocessing.get_all_start_methods()
 
 
 def _search(name: str, builds: _Builds, size_bytes: float, beat: float | None = None,
@@ -799,7 +582,7 @@ def baselines_against(collective: Collective, topology: Topology, size_bytes: fl
         walk = _Walk(name, builds, size_bytes, beat, outrun.setdefault(name, []), first_by_pipeline=True)
         # the last simulations of a walk with more walks after it run beside them (see the docstring)
         walk.in_worker = workers and i + 1 < len(names) and not any(w.deferred for w in walks) and \
-            _worker_possible()
+            worker_possible()
         walk.run()
         walks.append(walk)
         if walk.best is not None or walk.deferred is not None:

@@ -40,12 +40,12 @@ the total rate (GB/s) at which bytes can cross *into* / *out of* ``S``.
 
    **Exact, by max flow** (every kind but alltoall). The best cut is not
    searched for: it is computed. The topology becomes a flow network
-   (:mod:`ccsynth.synth.trees.network`: ranks, a hub per switch whose arcs
+   (:mod:`ccsynth.synth.flows.network`: ranks, a hub per switch whose arcs
    are the members' ports, a node per shared port) in which, for every
    ``S``, the least cut into ``S`` equals the LP capacity ``in(S)`` of the
    connections crossing into ``S`` (the network's docstring proves when; it
    says so in :attr:`FlowNetwork.exact`, true for links, switches and NICs
-   shared by a node's GPUs). Then (:mod:`ccsynth.synth.trees.throughput`):
+   shared by a node's GPUs). Then (:mod:`ccsynth.synth.flows.throughput`):
 
    * allgather: ``max over S of ((n-k)/n) Z / in(S)`` is ForestColl's
      ``T* = (Z/n) / lam*`` with ``lam* = min over S of in(S) / (n-k)``, the
@@ -143,6 +143,9 @@ by one), and, for the exhaustive search, also
 ``sum over b in S of min(sum of link bandwidths into b from outside S,
 ingress(b))`` (and the same from the sender side). An over-estimate of a
 capacity only weakens a bound, so approximation never breaks validity.
+The capacities and distances every family reads live in
+:mod:`ccsynth.synth.bound_network`; the max-flow rates in
+:mod:`ccsynth.synth.flows`.
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -159,7 +162,7 @@ import itertools
 import logging
 import math
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -167,12 +170,12 @@ import numpy as np
 from ccsynth.collectives.spec import Collective, canonical_kind
 from ccsynth.errors import SizeError, TopologyError
 from ccsynth.synth.capacity import cover_capacity
-from ccsynth.synth.distances import class_distances
-from ccsynth.synth.trees.network import flow_network
-from ccsynth.synth.trees.symmetry import translations
-from ccsynth.synth.trees.throughput import RateCut, allgather_rate, gather_rate, min_pair_cut, rooted_rate
+from ccsynth.synth.bound_network import BoundNetwork
+from ccsynth.synth.flows.network import flow_network
+from ccsynth.synth.flows.symmetry import translations
+from ccsynth.synth.flows.throughput import RateCut, allgather_rate, gather_rate, min_pair_cut, rooted_rate
 from ccsynth.tolerance import is_close
-from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Connection, Topology
+from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 
 log = logging.getLogger(__name__)
 
@@ -182,12 +185,6 @@ EXHAUSTIVE_PRECISE_MAX_RANKS = 8
 EXHAUSTIVE_MAX_RANKS = 16
 #: candidates of the vectorised search re-evaluated with the precise capacity
 EXHAUSTIVE_RECHECK = 32
-#: all-pairs latency/hop distances up to this many ranks; above, a sample of sources
-ALL_PAIRS_MAX_RANKS = 128
-#: number of sampled sources above ALL_PAIRS_MAX_RANKS
-SAMPLED_SOURCES = 8
-#: above this many connections the aggregate bound's total capacity skips the cover over all of them
-COVER_ALL_MAX_CONNECTIONS = 200_000
 
 #: Human-readable formulas, per collective kind (for ``ccsynth simulate`` / docs).
 FORMULAS: dict[str, tuple[str, ...]] = {
@@ -273,131 +270,6 @@ def _json_float(x: float):
 
 
 # ------------------------------------------------------------ capacities
-class _Net:
-    """Per-topology data the bounds share (connections by rank, caps, distances)."""
-
-    def __init__(self, topology: Topology):
-        self.topology = topology
-        self.n = topology.n_ranks
-        self.res_bw = topology.resource_bw
-        self._cap_cache: dict[tuple[int, bool], float] = {}
-
-    @cached_property
-    def in_conns(self) -> list[list[Connection]]:
-        out: list[list[Connection]] = [[] for _ in range(self.n)]
-        for c in self.topology.connections():
-            out[c.dst].append(c)
-        return out
-
-    @cached_property
-    def out_conns(self) -> list[list[Connection]]:
-        out: list[list[Connection]] = [[] for _ in range(self.n)]
-        for c in self.topology.connections():
-            out[c.src].append(c)
-        return out
-
-    def _conns_into(self, r: int) -> list[Connection]:
-        """The connections into ``r``, without listing every connection (switches and spines are symmetric)."""
-        t = self.topology
-        cand = set(t.neighbors_out(r)) | {link.src for link in t.links if link.dst == r}
-        return [c for a in sorted(cand) if (c := t.connection(a, r)) is not None]
-
-    def _per_orbit(self, cover_of) -> np.ndarray:
-        """``cover_of(r)`` for one rank per symmetry orbit, copied to the rest (translations preserve it)."""
-        group = translations(self.topology)
-        reps = {rep: cover_of(rep) for rep in group.representatives}
-        return np.array([reps[group.rep_of(r)] for r in range(self.n)])
-
-    @cached_property
-    def ingress(self) -> np.ndarray:
-        """Per rank, the cover capacity of the connections into it (one rank per symmetry orbit)."""
-        return self._per_orbit(lambda r: cover_capacity(self._conns_into(r), self.res_bw))
-
-    @cached_property
-    def egress(self) -> np.ndarray:
-        """Per rank, the cover capacity of the connections out of it (one rank per symmetry orbit)."""
-        return self._per_orbit(lambda r: cover_capacity(self.topology.connections_from(r), self.res_bw))
-
-    @property
-    def full(self) -> int:
-        return (1 << self.n) - 1
-
-    def cap_into(self, mask: int) -> float:
-        """Upper bound (GB/s) on the rate into the set of ranks ``mask``."""
-        key = (mask, True)
-        if key not in self._cap_cache:
-            inside = [(mask >> r) & 1 for r in range(self.n)]
-            k = sum(inside)
-            # walk the smaller side: receivers in S, or senders outside it
-            if k <= self.n - k:
-                conns = [c for b in range(self.n) if inside[b] for c in self.in_conns[b] if not inside[c.src]]
-            else:
-                conns = [c for a in range(self.n) if not inside[a] for c in self.out_conns[a] if inside[c.dst]]
-            self._cap_cache[key] = cover_capacity(conns, self.res_bw)
-        return self._cap_cache[key]
-
-    def cap_out_of(self, mask: int) -> float:
-        return self.cap_into(self.full ^ mask)
-
-    def total_capacity(self) -> float:
-        """Upper bound (GB/s) on the rate of every connection at once.
-
-        The cover over every connection joins the per-rank sums only up to
-        :data:`COVER_ALL_MAX_CONNECTIONS` connections: beyond, listing them
-        costs more than the bound is worth (a larger capacity only weakens the
-        aggregate bound, never invalidates it).
-        """
-        cap = min(float(self.ingress.sum()), float(self.egress.sum()))
-        if self.topology.connection_count() <= COVER_ALL_MAX_CONNECTIONS:
-            cap = min(cap, cover_capacity(self.topology.connections(), self.res_bw))
-        return cap
-
-    def _sources(self) -> list[int]:
-        if self.n <= ALL_PAIRS_MAX_RANKS:
-            return list(range(self.n))
-        step = max(1, self.n // SAMPLED_SOURCES)
-        return sorted(set(range(0, self.n, step)) | {self.n - 1})
-
-    def distances(self, weight: str, sources: Iterable[int] | None = None, reverse: bool = False) -> dict[int, np.ndarray]:
-        """Shortest-path distances from each source.
-
-        ``weight``: 'hops', or 'message' (a hop costs ``alpha + 2 * overhead``).
-
-        With ``reverse`` the distances are *to* each source. Unreachable = inf.
-        """
-        srcs = self._sources() if sources is None else list(sources)
-        fast = class_distances(self.topology, srcs, weight, reverse)
-        if fast is not None:
-            return fast
-        import networkx as nx
-
-        g = self.topology.graph
-        if reverse:
-            g = g.reverse(copy=False)
-        out = {}
-        for s in srcs:
-            if weight == "hops":
-                d = nx.single_source_shortest_path_length(g, s)
-            else:
-                d = nx.single_source_dijkstra_path_length(g, s, weight=_message_us)
-            arr = np.full(self.n, math.inf)
-            for k, v in d.items():
-                arr[k] = v
-            out[s] = arr
-        return out
-
-
-def message_distances(topology: Topology, sources: Iterable[int], reverse: bool = False) -> dict[int, np.ndarray]:
-    """Per source the least time a chain of messages takes from it to every rank (``reverse``: to it from every
-    rank): each hop ``alpha + 2 * overhead`` of its connection, the latency bound's distance; unreachable: inf."""
-    return _Net(topology).distances("message", sources, reverse)
-
-
-def _message_us(u: int, v: int, edge: dict) -> float:
-    """The least time one hop of a chain of messages costs (see the latency bound)."""
-    return edge["alpha"] + 2.0 * edge["overhead"]
-
-
 # ------------------------------------------------------------ needs per cut
 def cut_needs(kind: str, n: int, k, root_in):
     """Fractions of ``Z`` that must cross into / out of a set of ``k`` ranks.
@@ -504,7 +376,7 @@ def _mask_desc(mask: int, n: int) -> str:
     return f"{{{ranks[0]},{ranks[1]},...,{ranks[-1]}}} ({len(ranks)} ranks)"
 
 
-def _cut_coefficient(kind: str, n: int, root: int, net: _Net) -> tuple[float, str, bool]:
+def _cut_coefficient(kind: str, n: int, root: int, net: BoundNetwork) -> tuple[float, str, bool]:
     """The cut bound (us per byte), its description, and whether it is exact (see the module docstring)."""
     exact = _exact_cut(kind, n, root, net.topology)
     if exact is not None and exact[2]:
@@ -558,7 +430,7 @@ def _rate_cut_desc(rc: RateCut, demand: float, n: int, direction: str, exact: bo
     return f"{word}: {_fmt_frac(frac)}*Z {direction} ranks {_mask_desc(mask, n)} at <= {rc.capacity:g} GB/s"
 
 
-def _searched_cut_coefficient(kind: str, n: int, root: int, net: _Net) -> tuple[float, str]:
+def _searched_cut_coefficient(kind: str, n: int, root: int, net: BoundNetwork) -> tuple[float, str]:
     """The cut bound over a searched family of cuts with cover capacities (valid, not always exact)."""
     best, best_desc = 0.0, "no cut"
     candidates = _structured_cuts(net.topology)
@@ -589,7 +461,7 @@ def _searched_cut_coefficient(kind: str, n: int, root: int, net: _Net) -> tuple[
     return best, best_desc
 
 
-def _vectorised_top_cuts(kind: str, n: int, root: int, net: _Net) -> dict[int, tuple[float, float]]:
+def _vectorised_top_cuts(kind: str, n: int, root: int, net: BoundNetwork) -> dict[int, tuple[float, float]]:
     """Every subset, with a cheap capacity estimate; returns the most binding masks.
 
     The result maps each such mask to its estimated capacities (into, out of).
@@ -643,7 +515,7 @@ def _fmt_frac(x: float) -> str:
     return f"{x:.4g}"
 
 
-def _aggregate_coefficient(kind: str, n: int, root: int, net: _Net) -> tuple[float, str]:
+def _aggregate_coefficient(kind: str, n: int, root: int, net: BoundNetwork) -> tuple[float, str]:
     if kind in ("allgather", "reduce_scatter", "broadcast", "reduce"):
         total = float(n - 1)
     elif kind == "allreduce":
@@ -703,7 +575,7 @@ def _partitions(topology: Topology) -> list[tuple[str, list[list[int]]]]:
     return out
 
 
-def _partition_coefficient(net: _Net, label: str, groups: list[list[int]]) -> tuple[float, str]:
+def _partition_coefficient(net: BoundNetwork, label: str, groups: list[list[int]]) -> tuple[float, str]:
     """The allreduce bound across ``groups``: 2(p-1) Z over the inter-group capacity."""
     group_of = {r: g for g, members in enumerate(groups) for r in members}
     between = [c for c in net.topology.connections() if group_of[c.src] != group_of[c.dst]]
@@ -719,7 +591,7 @@ def _partition_coefficient(net: _Net, label: str, groups: list[list[int]]) -> tu
     return coef, f"aggregate: {_fmt_frac(total)}*Z between {p} groups ({label}) over their capacity {cap:g} GB/s"
 
 
-def _latency(kind: str, n: int, root: int, net: _Net) -> tuple[float, str]:
+def _latency(kind: str, n: int, root: int, net: BoundNetwork) -> tuple[float, str]:
     if kind in ("broadcast", "scatter"):
         dist = {root: net.distances("message", [root])[root]}
     elif kind in ("reduce", "gather"):
@@ -737,8 +609,8 @@ def _latency(kind: str, n: int, root: int, net: _Net) -> tuple[float, str]:
 
 
 @lru_cache(maxsize=8)
-def _net(topology: Topology) -> _Net:
-    return _Net(topology)
+def _net(topology: Topology) -> BoundNetwork:
+    return BoundNetwork(topology)
 
 
 @lru_cache(maxsize=64)
@@ -802,6 +674,5 @@ def clear_cache() -> None:
     translations.cache_clear()
 
 
-__all__ = ["Bound", "lower_bound", "per_collective_bound", "FORMULAS", "cover_capacity", "cut_needs", "clear_cache",
-           "message_distances"]
+__all__ = ["Bound", "lower_bound", "per_collective_bound", "FORMULAS", "cover_capacity", "cut_needs", "clear_cache"]
 # cover_capacity moved to ccsynth.synth.capacity (the flow network needs it below the bounds); re-exported here

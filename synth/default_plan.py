@@ -57,7 +57,7 @@ __all__ = [
     "ONE_SHOT_MAX_RANKS",
     "HALVING_BYTES",
     "DEFAULT_TABLE",
-    "default_chunk_factor",
+    "baseline_chunk_factor",
     "default_entries",
     "default_plan",
     "LazyDefaultPlan",
@@ -87,8 +87,9 @@ DEFAULT_TABLE: dict[str, tuple[tuple[int, int | None, tuple[str, ...]], ...]] = 
 }
 
 
-def default_chunk_factor(name: str, kind: str, n: int) -> int:
-    """Chunk factor the default plan builds baseline ``name`` with.
+def baseline_chunk_factor(name: str, kind: str, n: int) -> int:
+    """Chunk factor the default plan builds baseline ``name`` with (not the synthesizer's pipelining default,
+    :func:`ccsynth.synth.sketch.default_chunk_factor`, which depends on the topology and the size).
 
     Ring and Rabenseifner allreduce cut the buffer into one chunk per rank
     (otherwise the ring would carry the whole buffer at every step).
@@ -109,7 +110,7 @@ def default_entries(kind: str, n: int) -> list[PlanEntry]:
         for name in names:
             if name == "one_shot" and n > ONE_SHOT_MAX_RANKS:
                 continue
-            coll = Collective(kind, n, default_chunk_factor(name, kind, n))
+            coll = Collective(kind, n, baseline_chunk_factor(name, kind, n))
             if name not in applicable_baselines(coll, topo):
                 continue
             key = (name, coll.chunk_factor)

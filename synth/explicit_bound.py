@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from ccsynth.collectives.explicit import ExplicitCollective
 from ccsynth.errors import TopologyError
-from ccsynth.synth.bounds import Bound, message_distances
+from ccsynth.synth.bound_network import message_distances
+from ccsynth.synth.bounds import Bound
 from ccsynth.synth.capacity import cover_capacity
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
 

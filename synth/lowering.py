@@ -68,6 +68,7 @@ from ccsynth.synth.contiguity import Waves
 from ccsynth.synth.paths import Edge
 from ccsynth.synth.routing import map_edge
 from ccsynth.synth.sketch import Sketch
+from ccsynth.topologies.model import Topology
 
 __all__ = ["lower_allgather", "lower_reduce_scatter", "lower_allreduce", "lower_allreduce_gather", "lower_alltoall"]
 
@@ -228,7 +229,7 @@ def _emit_forward(b: ScheduleBuilder, waves: Waves, c: int, chain: _Chain, *, bu
         chain.push(edge, sends)
 
 
-def lower_allgather(waves: Waves, collective: Collective, topology, sk: Sketch, window: int = 1) -> Schedule:
+def lower_allgather(waves: Waves, collective: Collective, topology: Topology, sk: Sketch, window: int = 1) -> Schedule:
     """Allgather schedule: own pieces copied to the output, relays receive into the output directly."""
     n, c = collective.n_ranks, collective.chunk_factor
     b = ScheduleBuilder(collective, "ccsynth-allgather", topology=topology.name)
@@ -238,7 +239,7 @@ def lower_allgather(waves: Waves, collective: Collective, topology, sk: Sketch, 
     return b.build(**_meta([waves], sk, window))
 
 
-def lower_allreduce_gather(waves: Waves, collective: Collective, topology, sk: Sketch, window: int = 1) -> Schedule:
+def lower_allreduce_gather(waves: Waves, collective: Collective, topology: Topology, sk: Sketch, window: int = 1) -> Schedule:
     """Allreduce as an allgather of whole buffers followed by local reductions (latency-bound sizes).
 
     Piece ``(s, j)`` is input chunk ``j`` of rank ``s``; every other rank
@@ -305,7 +306,7 @@ def _emit_reverse(b: ScheduleBuilder, actual: list[_Actual], c: int, acc: dict[t
         chain.push((u, v), sends)
 
 
-def lower_reduce_scatter(waves: Waves, collective: Collective, topology, sk: Sketch, window: int = 1) -> Schedule:
+def lower_reduce_scatter(waves: Waves, collective: Collective, topology: Topology, sk: Sketch, window: int = 1) -> Schedule:
     """Reduce-scatter: the allgather on the reversed topology, run backwards with reductions.
 
     Piece ``(s, j)``: rank ``s`` owns output ``j``; every rank contributes its
@@ -332,7 +333,7 @@ def lower_reduce_scatter(waves: Waves, collective: Collective, topology, sk: Ske
     return b.build(**_meta([waves], sk, window))
 
 
-def lower_allreduce(rs_waves: Waves, ag_waves: Waves, collective: Collective, topology, sk: Sketch,
+def lower_allreduce(rs_waves: Waves, ag_waves: Waves, collective: Collective, topology: Topology, sk: Sketch,
                     window: int = 1) -> Schedule:
     """Allreduce = reduce-scatter then allgather over ``n * c`` chunks, partial sums in the output."""
     n, C = collective.n_ranks, collective.chunk_factor
@@ -352,7 +353,7 @@ def lower_allreduce(rs_waves: Waves, ag_waves: Waves, collective: Collective, to
 
 
 # ----------------------------------------------------------------------------- alltoall
-def lower_alltoall(waves: Waves, collective: Collective, topology, sk: Sketch, window: int = 1) -> Schedule:
+def lower_alltoall(waves: Waves, collective: Collective, topology: Topology, sk: Sketch, window: int = 1) -> Schedule:
     """Alltoall: piece ``(s, d, j)`` leaves ``i[d*c+j]`` of ``s`` and lands in ``o[s*c+j]`` of ``d``."""
     n, c = collective.n_ranks, collective.chunk_factor
     b = ScheduleBuilder(collective, "ccsynth-alltoall", topology=topology.name)

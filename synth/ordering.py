@@ -25,7 +25,7 @@ The scheduler runs a greedy event simulation in the alpha-beta model:
 
 **Symmetry.** With a symmetry group ``G`` the schedule is made symmetric:
 only representative moves are simulated (those of the representative
-sources, see :class:`~ccsynth.synth.sketch.SymmetryGroup`); every
+sources, see :class:`~ccsynth.synth.sketch_symmetry.SymmetryGroup`); every
 connection belongs to one orbit of connections, and the order on
 ``g(e)`` is the image under ``g`` of the order on the orbit's
 representative ``e``. The work and the later contiguity MILP shrink by
@@ -50,6 +50,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ccsynth.errors import InfeasibleError
+from ccsynth.synth.paths import edge_connection
 from ccsynth.synth.routing import Edge, Routing, map_edge
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
 
@@ -128,11 +129,11 @@ def fair_share_bandwidth(routing: Routing) -> dict[Edge, float]:
                 edge_load[e] = edge_load.get(e, 0.0) + k
     res_load: dict[str, float] = {}
     for e, l in edge_load.items():
-        for r in topo.connection(*e).resources:
+        for r in edge_connection(topo, e).resources:
             res_load[r] = res_load.get(r, 0.0) + l
     out = {}
     for e, l in edge_load.items():
-        c = topo.connection(*e)
+        c = edge_connection(topo, e)
         bw = c.bw
         for r in c.resources:
             bw = min(bw, res_bw[r] * l / res_load[r])
@@ -149,99 +150,174 @@ def order_moves(routing: Routing, *, overlap_alpha: bool = False) -> TransferPla
     when two sends per connection are in flight, see the lowering's wave
     window); otherwise each piece occupies its connection for
     ``alpha + bytes / bandwidth``.
+
+    Stages (one method of :class:`_ListScheduler` each): 1. the
+    representative chunks and their streams (:meth:`~_ListScheduler.streams`);
+    2. every piece at its origin (:meth:`~_ListScheduler.place_origins`);
+    3. each link's load, what urgency reads (:meth:`~_ListScheduler.loads`);
+    4. the list schedule: the earliest next move of every link from a heap
+    (:meth:`~_ListScheduler.run`, :meth:`~_ListScheduler.best_on`,
+    :meth:`~_ListScheduler.commit`); 5. the plan, once every routed move is
+    placed (:meth:`~_ListScheduler.plan`).
     """
-    lt = routing.lt
-    topo = lt.topology
-    group = lt.group
-    n = lt.n
-    kind = routing.kind
-    c = routing.chunk_factor
-    b = routing.chunk_bytes
-    eff = fair_share_bandwidth(routing)
-    enforce = bool(lt.inter is not None and lt.inter.enforce_ordering)
+    sched = _ListScheduler(routing, overlap_alpha)
+    sched.streams()
+    sched.place_origins()
+    sched.loads()
+    sched.run()
+    return sched.plan()
 
-    # the representative chunks and their quotas per edge (in the representative's frame)
-    if kind == "allgather":
+
+@dataclass(frozen=True)
+class _Representatives:
+    """The representative chunks (keys) of a routing: each one's chunk id, pieces and origin rank."""
+
+    keys: list[tuple]
+    comm_of: dict[tuple, int]
+    pieces_of: dict[tuple, tuple[int, ...]]
+    origin_of: dict[tuple, int]
+
+
+def _representatives(routing: Routing) -> _Representatives:
+    """Stage 1a: the chunks whose moves are simulated (in the representative's frame, see the module docstring)."""
+    group, n = routing.lt.group, routing.lt.n
+    if routing.kind == "allgather":
         reps = [(rho, k) for rho in group.representatives for k in range(len(routing.classes))]
-        comm_of = {key: key[0] for key in reps}
-        pieces_of = {key: routing.classes[key[1]] for key in reps}
-        origin_of = {key: key[0] for key in reps}
-    else:
-        reps = [key for key in routing.flows if group.rep_of[key[0]] == key[0]]
-        comm_of = {key: key[0] * n + key[1] for key in reps}
-        pieces_of = {key: tuple(range(c)) for key in reps}
-        origin_of = {key: key[0] for key in reps}
-    # edge orbit representative of every edge used, and the element mapping the representative onto it
-    orbit_of: dict[Edge, tuple[Edge, int]] = {}
+        return _Representatives(reps, {key: key[0] for key in reps}, {key: routing.classes[key[1]] for key in reps},
+                                {key: key[0] for key in reps})
+    reps = [key for key in routing.flows if group.rep_of[key[0]] == key[0]]
+    return _Representatives(reps, {key: key[0] * n + key[1] for key in reps},
+                            {key: tuple(range(routing.chunk_factor)) for key in reps}, {key: key[0] for key in reps})
 
-    def canonical(e: Edge) -> tuple[Edge, int]:
+
+class _ListScheduler:
+    """The state of one run of :func:`order_moves` (its stages are the methods, in order).
+
+    A *stream* is (chunk key, edge) with a quota of pieces left to cross; the
+    streams on the edges of one orbit share that orbit's representative
+    *link*, which sends one piece at a time.
+    """
+
+    def __init__(self, routing: Routing, overlap_alpha: bool):
+        lt = routing.lt
+        self.routing = routing
+        self.lt = lt
+        self.topo = lt.topology
+        self.group = lt.group
+        self.kind = routing.kind
+        self.b = routing.chunk_bytes
+        self.overlap_alpha = overlap_alpha
+        self.eff = fair_share_bandwidth(routing)
+        self.enforce = bool(lt.inter is not None and lt.inter.enforce_ordering)
+        self.reps = _representatives(routing)
+        # edge orbit representative of every edge used, and the element mapping the representative onto it
+        self.orbit_of: dict[Edge, tuple[Edge, int]] = {}
+        # streams: (key, edge) -> remaining quota; grouped by canonical link
+        self.quota: dict[tuple, int] = {}
+        self.streams_on: dict[Edge, list[tuple]] = {}
+        self.out_streams: dict[tuple, list[Edge]] = {}  # (key, u) -> edges with quota out of u
+        # state, in each representative chunk's own frame
+        self.arrival: dict[tuple, float] = {}   # (key, j, x) -> time the piece is at x
+        self.holder_move: dict[tuple, int] = {}  # (key, j, x) -> move id that delivered it (-1 at origin)
+        self.incoming: set[tuple] = set()        # (key, j, x) that have arrived or are on their way
+        self.left: set[tuple] = set()            # alltoall: (key, j, x) already forwarded from x
+        # per stream, the pieces present at its sender as a heap of (arrival, j); stale entries are skipped lazily
+        self.avail: dict[tuple, list[tuple[float, int]]] = {}
+        self.free_at: dict[Edge, float] = {}
+        self.moves: list[Move] = []
+        self.seq: dict[Edge, list[tuple[int, int]]] = {}
+        self.load_time: dict[Edge, float] = {}
+        self.alpha: dict[Edge, float] = {}
+        self.heap: list = []
+        self.current: dict[Edge, tuple] = {}  # the one live heap entry of each link; others are outdated copies
+        self.done = 0
+
+    def canonical(self, e: Edge) -> tuple[Edge, int]:
         """(orbit representative of e, index of the element mapping e onto it)."""
-        got = orbit_of.get(e)
+        got = self.orbit_of.get(e)
         if got is None:
-            got = min((map_edge(g, e), gi) for gi, g in enumerate(group.elements))
-            orbit_of[e] = got
+            got = min((map_edge(g, e), gi) for gi, g in enumerate(self.group.elements))
+            self.orbit_of[e] = got
         return got
 
-    # streams: (key, edge) -> remaining quota; grouped by canonical link
-    quota: dict[tuple, int] = {}
-    streams_on: dict[Edge, list[tuple]] = {}
-    out_streams: dict[tuple, list[Edge]] = {}  # (key, u) -> edges with quota out of u
-    for key in reps:
-        for e, q in sorted(routing.flows[key].items()):
-            if q <= 0:
-                continue
-            quota[(key, e)] = q
-            rep_e, hi = canonical(e)
-            streams_on.setdefault(rep_e, []).append((key, e, hi))
-            out_streams.setdefault((key, e[0]), []).append(e)
+    # ------------------------------------------------------------------ stages 1-3: the setting
+    def streams(self) -> None:
+        """Stage 1b: every stream with quota, on its link."""
+        for key in self.reps.keys:
+            for e, q in sorted(self.routing.flows[key].items()):
+                if q <= 0:
+                    continue
+                self.quota[(key, e)] = q
+                rep_e, hi = self.canonical(e)
+                self.streams_on.setdefault(rep_e, []).append((key, e, hi))
+                self.out_streams.setdefault((key, e[0]), []).append(e)
+        self.avail = {(key, e): [] for (key, e) in self.quota}
 
-    # state, in each representative chunk's own frame
-    arrival: dict[tuple, float] = {}   # (key, j, x) -> time the piece is at x
-    holder_move: dict[tuple, int] = {}  # (key, j, x) -> move id that delivered it (-1 at origin)
-    incoming: set[tuple] = set()        # (key, j, x) that have arrived or are on their way
-    left: set[tuple] = set()            # alltoall: (key, j, x) already forwarded from x
-    # per stream, the pieces present at its sender as a heap of (arrival, j); stale entries are skipped lazily
-    avail: dict[tuple, list[tuple[float, int]]] = {(key, e): [] for (key, e) in quota}
+    def arrive(self, key, j: int, x: int, t: float) -> None:
+        """Piece ``j`` of chunk ``key`` is at ``x`` from time ``t``: it may leave on every stream out of ``x``."""
+        self.arrival[(key, j, x)] = t
+        for e in self.out_streams.get((key, x), ()):
+            heapq.heappush(self.avail[(key, e)], (t, j))
 
-    def arrive(key, j, x, t) -> None:
-        arrival[(key, j, x)] = t
-        for e in out_streams.get((key, x), ()):
-            heapq.heappush(avail[(key, e)], (t, j))
+    def place_origins(self) -> None:
+        """Stage 2: every piece at its origin at time 0; every link free."""
+        origin_of = self.reps.origin_of
+        for key in self.reps.keys:
+            for j in self.reps.pieces_of[key]:
+                self.arrive(key, j, origin_of[key], 0.0)
+                self.holder_move[(key, j, origin_of[key])] = -1
+                self.incoming.add((key, j, origin_of[key]))
+        self.free_at = dict.fromkeys(self.streams_on, 0.0)
+        self.seq = {e: [] for e in self.streams_on}
 
-    for key in reps:
-        for j in pieces_of[key]:
-            arrive(key, j, origin_of[key], 0.0)
-            holder_move[(key, j, origin_of[key])] = -1
-            incoming.add((key, j, origin_of[key]))
-    free_at: dict[Edge, float] = dict.fromkeys(streams_on, 0.0)
-    moves: list[Move] = []
-    seq: dict[Edge, list[tuple[int, int]]] = {e: [] for e in streams_on}
+    def loads(self) -> None:
+        """Stage 3: each link's total busy time (how urgently its sender needs pieces), and its fixed cost per
+        move: latency plus the per-message overhead on both ends (``Connection.message_us``)."""
+        topo, eff, b = self.topo, self.eff, self.b
+        busy = {e: edge_connection(topo, e).message_us + b / (eff[e] * BYTES_PER_US_PER_GBPS) for e in eff}
+        for key in self.reps.keys:
+            for e, q in self.routing.flows[key].items():
+                if q > 0:
+                    rep_e, _ = self.canonical(e)
+                    self.load_time[rep_e] = self.load_time.get(rep_e, 0.0) + q * busy[e]
+        self.alpha = {e: edge_connection(topo, e).message_us for e in self.streams_on}
 
-    def dest_of(key) -> int | None:
-        return key[1] if kind == "alltoall" else None
+    # ------------------------------------------------------------------ stage 4: the list schedule
+    def urgency(self, key, j: int, v: int) -> float:
+        """How urgently rank ``v`` needs a piece: the busiest connection it still has to feed with that chunk."""
+        if self.kind == "alltoall" and v == key[1]:
+            return 0.0
+        best = 0.0
+        for e in self.out_streams.get((key, v), ()):
+            if self.quota[(key, e)] > 0:
+                rep_e, _ = self.canonical(e)
+                best = max(best, self.load_time[rep_e] - self.free_at[rep_e] + 0.0)
+        return round(best, 9)
 
-    def best_on(rep_e: Edge):
-        """The next move on canonical link rep_e: (start, prio, key, e, hi, j) or None."""
+    def best_on(self, rep_e: Edge):
+        """The next move on canonical link rep_e: (candidate, key, e, hi, j) or None."""
+        kind, quota, avail = self.kind, self.quota, self.avail
         best = None
         found = []
-        for key, e, hi in streams_on[rep_e]:
+        for key, e, hi in self.streams_on[rep_e]:
             if quota[(key, e)] <= 0:
                 continue
             u, v = e
-            if kind == "alltoall" and u == dest_of(key):
+            if kind == "alltoall" and u == key[1]:
                 continue
             h = avail[(key, e)]
             while h:
                 t, j = h[0]
-                stale = (key, j, v) in incoming if kind == "allgather" else (key, j, u) in left
+                stale = (key, j, v) in self.incoming if kind == "allgather" else (key, j, u) in self.left
                 if not stale:
                     break
                 heapq.heappop(h)
             if not h:
                 continue
             t, j = h[0]
-            own = 0 if (enforce and lt.is_cross(u, v) and origin_of[key] == u) else 1
-            st = max(t, free_at[rep_e] - alpha[rep_e]) if overlap_alpha else max(t, free_at[rep_e])
+            own = 0 if (self.enforce and self.lt.is_cross(u, v) and self.reps.origin_of[key] == u) else 1
+            free = self.free_at[rep_e]
+            st = max(t, free - self.alpha[rep_e]) if self.overlap_alpha else max(t, free)
             found.append(((st, own), key, e, hi, t, j))
         if not found:
             return None
@@ -250,98 +326,87 @@ def order_moves(routing: Routing, *, overlap_alpha: bool = False) -> TransferPla
         for first, key, e, hi, t, j in found:
             if first != head:
                 continue
-            cand = (first[0], first[1], -urgency(key, j, e[1]), t, j, comm_of[key], e)
+            cand = (first[0], first[1], -self.urgency(key, j, e[1]), t, j, self.reps.comm_of[key], e)
             if best is None or cand < best[0]:
                 best = (cand, key, e, hi, j)
         return best
 
-    # how urgently rank v needs a piece: the busiest connection it still has to feed with that chunk
-    busy = {e: topo.connection(*e).message_us + b / (eff[e] * BYTES_PER_US_PER_GBPS) for e in eff}
-    load_time: dict[Edge, float] = {}
-    for key in reps:
-        for e, q in routing.flows[key].items():
-            if q > 0:
-                rep_e, _ = canonical(e)
-                load_time[rep_e] = load_time.get(rep_e, 0.0) + q * busy[e]
+    def push(self, link: Edge, cand) -> None:
+        self.current[link] = cand
+        heapq.heappush(self.heap, (cand, link))
 
-    def urgency(key, j, v) -> float:
-        if kind == "alltoall" and v == key[1]:
-            return 0.0
-        best = 0.0
-        for e in out_streams.get((key, v), ()):
-            if quota[(key, e)] > 0:
-                rep_e, _ = canonical(e)
-                best = max(best, load_time[rep_e] - free_at[rep_e] + 0.0)
-        return round(best, 9)
-
-    # a move's fixed cost: latency plus the per-message overhead on both ends (Connection.message_us)
-    alpha = {e: topo.connection(*e).message_us for e in streams_on}
-    heap: list = []
-    current: dict[Edge, tuple] = {}  # the one live heap entry of each link; others are outdated copies
-
-    def push(link: Edge, cand) -> None:
-        current[link] = cand
-        heapq.heappush(heap, (cand, link))
-
-    for rep_e in sorted(streams_on):
-        got = best_on(rep_e)
-        if got is not None:
-            push(rep_e, got[0])
-    total = sum(quota.values())
-    done = 0
-    # links whose candidates may change when a piece arrives at / is claimed for rank x (per chunk key)
-    links_from: dict[tuple, list[Edge]] = {}
-    for rep_e, lst in streams_on.items():
-        for key, e, _hi in lst:
-            links_from.setdefault((key, e[0]), []).append(rep_e)
-    while heap:
-        cand, rep_e = heapq.heappop(heap)
-        if current.get(rep_e) != cand:
-            continue  # outdated copy
-        got = best_on(rep_e)
-        if got is None:
+    def run(self) -> None:
+        """Stage 4: place moves, earliest candidate first, until no link has one."""
+        for rep_e in sorted(self.streams_on):
+            got = self.best_on(rep_e)
+            if got is not None:
+                self.push(rep_e, got[0])
+        # links whose candidates may change when a piece arrives at / is claimed for rank x (per chunk key)
+        links_from: dict[tuple, list[Edge]] = {}
+        for rep_e, lst in self.streams_on.items():
+            for key, e, _hi in lst:
+                links_from.setdefault((key, e[0]), []).append(rep_e)
+        heap, current = self.heap, self.current
+        while heap:
+            cand, rep_e = heapq.heappop(heap)
+            if current.get(rep_e) != cand:
+                continue  # outdated copy
+            got = self.best_on(rep_e)
+            if got is None:
+                del current[rep_e]
+                continue
+            if got[0] != cand:
+                self.push(rep_e, got[0])
+                continue
             del current[rep_e]
-            continue
-        if got[0] != cand:
-            push(rep_e, got[0])
-            continue
-        del current[rep_e]
+            key, v = got[1], got[2][1]
+            self.commit(rep_e, got)
+            # links that may now start earlier: this one, and those leaving v with this chunk (entries of
+            # links that lost a candidate are stale-early and are re-checked when popped)
+            touched = {rep_e}
+            touched.update(links_from.get((key, v), ()))
+            for t_e in sorted(touched):
+                nxt = self.best_on(t_e)
+                if nxt is not None and current.get(t_e) != nxt[0]:
+                    self.push(t_e, nxt[0])
+
+    def commit(self, rep_e: Edge, got) -> None:
+        """Place the move ``got`` (from :meth:`best_on`) on link ``rep_e``: its times, and the piece at ``v``."""
         cand, key, e, hi, j = got
         u, v = e
         start = cand[0]
-        data = b / (eff[e] * BYTES_PER_US_PER_GBPS)
-        if overlap_alpha:
-            t_ready = arrival[(key, j, u)]
-            data_start = max(t_ready + alpha[rep_e], free_at[rep_e])
-            start = data_start - alpha[rep_e]
+        alpha = self.alpha[rep_e]
+        data = self.b / (self.eff[e] * BYTES_PER_US_PER_GBPS)
+        if self.overlap_alpha:
+            t_ready = self.arrival[(key, j, u)]
+            data_start = max(t_ready + alpha, self.free_at[rep_e])
+            start = data_start - alpha
             end = data_start + data
         else:
-            end = start + alpha[rep_e] + data
-        mid = len(moves)
-        moves.append(Move(mid, comm_of[key], j, u, v, holder_move[(key, j, u)], start, end, arrival[(key, j, u)]))
-        seq[rep_e].append((mid, hi))
-        quota[(key, e)] -= 1
-        free_at[rep_e] = end
-        incoming.add((key, j, v))
-        if kind == "alltoall":
-            left.add((key, j, u))
-        arrive(key, j, v, end)
-        holder_move[(key, j, v)] = mid
-        done += 1
-        # links that may now start earlier: this one, and those leaving v with this chunk (entries of
-        # links that lost a candidate are stale-early and are re-checked when popped)
-        touched = {rep_e}
-        touched.update(links_from.get((key, v), ()))
-        for t_e in sorted(touched):
-            nxt = best_on(t_e)
-            if nxt is not None and current.get(t_e) != nxt[0]:
-                push(t_e, nxt[0])
-    if done != total:
-        raise InfeasibleError(f"ordering: {total - done} of {total} routed piece moves could not be scheduled "
-                              f"(the routing is not a set of trees/paths)")
-    makespan = max((m.end for m in moves), default=0.0)
-    plan = TransferPlan(kind, routing, moves, seq, eff, makespan, {"overlap_alpha": overlap_alpha})
-    log.info("ordering: %d representative moves on %d connection orbits, estimated %.3f us",
-             len(moves), len(seq), makespan)
-    return plan
+            end = start + alpha + data
+        mid = len(self.moves)
+        self.moves.append(Move(mid, self.reps.comm_of[key], j, u, v, self.holder_move[(key, j, u)], start, end,
+                               self.arrival[(key, j, u)]))
+        self.seq[rep_e].append((mid, hi))
+        self.quota[(key, e)] -= 1
+        self.free_at[rep_e] = end
+        self.incoming.add((key, j, v))
+        if self.kind == "alltoall":
+            self.left.add((key, j, u))
+        self.arrive(key, j, v, end)
+        self.holder_move[(key, j, v)] = mid
+        self.done += 1
 
+    # ------------------------------------------------------------------ stage 5
+    def plan(self) -> TransferPlan:
+        """Stage 5: the plan, once every routed piece move has been placed."""
+        total = self.done + sum(self.quota.values())
+        if self.done != total:
+            raise InfeasibleError(f"ordering: {total - self.done} of {total} routed piece moves could not be "
+                                  f"scheduled (the routing is not a set of trees/paths)")
+        makespan = max((m.end for m in self.moves), default=0.0)
+        plan = TransferPlan(self.kind, self.routing, self.moves, self.seq, self.eff, makespan,
+                            {"overlap_alpha": self.overlap_alpha})
+        log.info("ordering: %d representative moves on %d connection orbits, estimated %.3f us",
+                 len(self.moves), len(self.seq), makespan)
+        return plan

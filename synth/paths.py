@@ -45,13 +45,23 @@ from collections.abc import Callable
 
 import networkx as nx
 
-from ccsynth.synth.sketch import LogicalTopology
+from ccsynth.errors import TopologyError
+from ccsynth.synth.sketch_model import LogicalTopology
+from ccsynth.topologies.model import Connection, Topology
 
-__all__ = ["Edge", "EdgeFilter", "HOP_SHARE", "LatencyPaths", "latency_weights"]
+__all__ = ["Edge", "EdgeFilter", "HOP_SHARE", "LatencyPaths", "latency_weights", "edge_connection"]
 
 Edge = tuple[int, int]
 #: may chunk data cross connection ``(u, v)``?
 EdgeFilter = Callable[[int, int], bool]
+
+
+def edge_connection(topology: Topology, e: Edge) -> Connection:
+    """The connection of edge ``e`` of ``topology`` (every routed edge has one; a missing one is a typed error)."""
+    conn = topology.connection(*e)
+    if conn is None:
+        raise TopologyError(f"topology {topology.name!r} has no connection {e[0]}->{e[1]}")
+    return conn
 
 #: per-hop term of the weights, as a share of the smallest positive alpha (1.0 us when every alpha is 0)
 HOP_SHARE = 1e-3

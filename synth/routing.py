@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 import pulp
 
 from ccsynth.errors import InfeasibleError
-from ccsynth.synth.paths import Edge, LatencyPaths
-from ccsynth.synth.sketch import LogicalTopology
+from ccsynth.synth.paths import Edge, LatencyPaths, edge_connection
+from ccsynth.synth.sketch_model import LogicalTopology
 from ccsynth.synth.solver import SolveResult, SolverOptions, solve, value
 from ccsynth.tolerance import EVENT_REL, REL, is_close, is_greater
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS
@@ -128,7 +128,7 @@ def candidate_edges(lt: LogicalTopology, src: int, j: int, detours: int,
 
     ``detours=0``: the edges on latency-shortest paths from ``src`` (a DAG).
     The sketch's relay rules admit the edges
-    (:meth:`~ccsynth.synth.sketch.LogicalTopology.relay_edge_ok`: data every
+    (:meth:`~ccsynth.synth.sketch_model.LogicalTopology.relay_edge_ok`: data every
     rank needs enters another node once and spreads there).
     ``detours=1``: every edge that does not lead back towards ``src``
     (``dist(u) <= dist(v)``), including edges between ranks at the same
@@ -211,60 +211,88 @@ def route_allgather(
     ``chunk_bytes`` is the size of one piece (message size / (n * c)).
     Returns a :class:`Routing` with flows for every source (images of the
     representatives' flows under the symmetry group).
-    """
-    options = options or SolverOptions()
-    detours = lt.sketch.detours if detours is None else detours
-    topo = lt.topology
-    n = lt.n
-    group = lt.group
-    classes = lt.chunk_classes(chunk_factor)
-    paths = LatencyPaths(lt)
-    conn = {(c.src, c.dst): c for c in topo.connections()}
-    res_bw = topo.resource_bw
-    orbit_rep = resource_orbits(lt)
-    rep_res = sorted(set(orbit_rep.values()))
 
+    Stages, one function each: 1. a candidate DAG and integer flow variables
+    per representative chunk class (:func:`_candidates`); 2. every rank
+    receives each class in full (:func:`_receive_in_full`); 3. edges inside
+    a layer oriented acyclically (:func:`_orient_layers`); 4. the bandwidth
+    relaxation, one row per orbit of resources (:func:`_bandwidth_rows`);
+    5. the objective: ``T``, tie-breakers and policies
+    (:func:`_objective`); 6. solve, expand to every source by symmetry and
+    check (:func:`_routing_of`).
+    """
+    detours = lt.sketch.detours if detours is None else detours
+    m = _candidates(lt, lt.chunk_classes(chunk_factor), detours)
+    _receive_in_full(m)
+    _orient_layers(m)
+    load_terms = _bandwidth_rows(m, chunk_bytes)
+    m.prob += _objective(m, load_terms, chunk_bytes)
+    result = solve(m.prob, options or SolverOptions(), "routing", time_limit=time_limit)
+    return _routing_of(m, chunk_factor, chunk_bytes, result, detours)
+
+
+@dataclass
+class _AllgatherModel:
+    """The allgather routing MILP as the stages of :func:`route_allgather` build it, per representative
+    chunk class ``(rho, k)``: its candidate edges, their order, slack and layers, and the flow variables."""
+
+    lt: LogicalTopology
+    classes: list[tuple[int, ...]]
+    prob: pulp.LpProblem
+    T: pulp.LpVariable
+    y: dict[tuple[int, int, Edge], pulp.LpVariable] = field(default_factory=dict)
+    rep_edges: dict[tuple[int, int], list[Edge]] = field(default_factory=dict)
+    rep_order: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    rep_slack: dict[tuple[int, int], dict[Edge, float]] = field(default_factory=dict)
+    rep_layer: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
+    n_extra: int = 0  # variables other than y and T (orientations, potentials)
+
+
+def _candidates(lt: LogicalTopology, classes: list[tuple[int, ...]], detours: int) -> _AllgatherModel:
+    """Stage 1: the candidate DAG of every representative chunk class and a flow variable per edge."""
+    n = lt.n
+    paths = LatencyPaths(lt)
     prob = pulp.LpProblem("routing_allgather", pulp.LpMinimize)
-    T = prob.add_variable("T", lowBound=0)
-    y: dict[tuple[int, int, Edge], pulp.LpVariable] = {}
-    rep_edges: dict[tuple[int, int], list[Edge]] = {}
-    rep_order: dict[tuple[int, int], list[int]] = {}
-    rep_slack: dict[tuple[int, int], dict[Edge, float]] = {}
-    rep_layer: dict[tuple[int, int], dict[int, int]] = {}
-    n_vars_full = 0
-    for rho in group.representatives:
+    m = _AllgatherModel(lt, classes, prob, prob.add_variable("T", lowBound=0))
+    for rho in lt.group.representatives:
         for k, cls in enumerate(classes):
             dag = candidate_edges(lt, rho, cls[0], detours, paths)
             if len(dag.order) < n:
                 missing = min(set(range(n)) - set(dag.order))
                 raise InfeasibleError(f"routing: chunk {cls[0]} of rank {rho} cannot reach rank {missing}")
-            edges = dag.edges
-            rep_edges[(rho, k)] = edges
-            rep_order[(rho, k)] = dag.order
-            rep_slack[(rho, k)] = dag.slack
-            rep_layer[(rho, k)] = dag.layer
-            for e in edges:
-                y[(rho, k, e)] = prob.add_variable(f"y_{rho}_{k}_{e[0]}_{e[1]}", lowBound=0, upBound=len(cls), cat="Integer")
-            n_vars_full += len(edges) * group.order
-    # every rank receives each class in full, once
-    for (rho, k), edges in rep_edges.items():
-        size = len(classes[k])
+            m.rep_edges[(rho, k)] = dag.edges
+            m.rep_order[(rho, k)] = dag.order
+            m.rep_slack[(rho, k)] = dag.slack
+            m.rep_layer[(rho, k)] = dag.layer
+            for e in dag.edges:
+                m.y[(rho, k, e)] = prob.add_variable(f"y_{rho}_{k}_{e[0]}_{e[1]}", lowBound=0, upBound=len(cls),
+                                                     cat="Integer")
+    return m
+
+
+def _receive_in_full(m: _AllgatherModel) -> None:
+    """Stage 2: every rank receives each class in full, once."""
+    for (rho, k), edges in m.rep_edges.items():
+        size = len(m.classes[k])
         into: dict[int, list[Edge]] = {}
         for e in edges:
             into.setdefault(e[1], []).append(e)
-        for v in range(n):
+        for v in range(m.lt.n):
             if v == rho:
                 continue
-            prob += (pulp.lpSum(y[(rho, k, e)] for e in into.get(v, ())) == size, f"in_{rho}_{k}_{v}")
-    # edges inside a layer: orient each pair one way, acyclically (potentials)
-    n_extra = 0
-    for (rho, k), edges in rep_edges.items():
-        layer = rep_layer[(rho, k)]
+            m.prob += (pulp.lpSum(m.y[(rho, k, e)] for e in into.get(v, ())) == size, f"in_{rho}_{k}_{v}")
+
+
+def _orient_layers(m: _AllgatherModel) -> None:
+    """Stage 3: edges inside a layer: orient each pair one way, acyclically (potentials)."""
+    prob, y = m.prob, m.y
+    for (rho, k), edges in m.rep_edges.items():
+        layer = m.rep_layer[(rho, k)]
         eset = set(edges)
         pairs = sorted({(min(u, v), max(u, v)) for (u, v) in edges if layer[u] == layer[v]})
         if not pairs:
             continue
-        size = len(classes[k])
+        size = len(m.classes[k])
         members: dict[int, list[int]] = {}
         for x, l in layer.items():
             members.setdefault(l, []).append(x)
@@ -275,22 +303,29 @@ def route_allgather(
                     pot[x] = prob.add_variable(f"p_{rho}_{k}_{x}", lowBound=0, upBound=len(members[layer[x]]) - 1)
             o = prob.add_variable(f"o_{rho}_{k}_{a}_{b}", cat="Binary")
             L = len(members[layer[a]])
-            n_extra += 1
+            m.n_extra += 1
             if (a, b) in eset:
                 prob += (y[(rho, k, (a, b))] <= size * o, f"orient_{rho}_{k}_{a}_{b}")
             if (b, a) in eset:
                 prob += (y[(rho, k, (b, a))] <= size * (1 - o), f"orient_{rho}_{k}_{b}_{a}")
             prob += (pot[b] >= pot[a] + 1 - L * (1 - o), f"order_{rho}_{k}_{a}_{b}")
             prob += (pot[a] >= pot[b] + 1 - L * o, f"order_{rho}_{k}_{b}_{a}")
-        n_extra += len(pot)
-    # bandwidth relaxation, one row per orbit of bandwidth constraints
+        m.n_extra += len(pot)
+
+
+def _bandwidth_rows(m: _AllgatherModel, chunk_bytes: float) -> dict[str, dict[tuple, float]]:
+    """Stage 4: the bandwidth relaxation, one row per orbit of bandwidth constraints (``load <= T``); returns
+    each orbit representative resource's terms (us per piece of each flow variable)."""
+    lt = m.lt
+    topo = lt.topology
+    conn = {(c.src, c.dst): c for c in topo.connections()}
+    res_bw = topo.resource_bw
+    orbit_rep = resource_orbits(lt)
+    rep_res = sorted(set(orbit_rep.values()))
     load_terms: dict[str, dict[tuple, float]] = {r: {} for r in rep_res}
-    orbit_size: dict[str, int] = {}
-    for rep in orbit_rep.values():
-        orbit_size[rep] = orbit_size.get(rep, 0) + 1
-    for (rho, k), edges in rep_edges.items():
+    for (rho, k), edges in m.rep_edges.items():
         for e in edges:
-            for g in group.elements:
+            for g in lt.group.elements:
                 ge = map_edge(g, e)
                 for r in conn[ge].resources:
                     if orbit_rep[r] == r:
@@ -300,39 +335,49 @@ def route_allgather(
         terms = load_terms[r]
         if not terms:
             continue
-        prob += (pulp.lpSum(coef * y[key] for key, coef in sorted(terms.items())) <= T, f"bw_{_safe(r)}")
-    # tie-breakers and policies
-    lb = _load_lower_bound(load_terms, classes)
+        m.prob += (pulp.lpSum(coef * m.y[key] for key, coef in sorted(terms.items())) <= m.T, f"bw_{_safe(r)}")
+    return load_terms
+
+
+def _objective(m: _AllgatherModel, load_terms: dict[str, dict[tuple, float]], chunk_bytes: float):
+    """Stage 5: ``T``, plus tie-breakers (each piece's time on its link and its path's slack) and the sketch's
+    policies, each a small share of ``T``'s estimate."""
+    topo = m.lt.topology
+    lb = _load_lower_bound(load_terms, m.classes)
     sec_terms = []
     sec_ub = 0.0
-    for (rho, k), edges in rep_edges.items():
+    for (rho, k), edges in m.rep_edges.items():
         for e in edges:
-            c = conn[e]
-            cost = chunk_bytes / (c.bw * BYTES_PER_US_PER_GBPS) + rep_slack[(rho, k)][e]
-            sec_terms.append((cost, y[(rho, k, e)]))
-            sec_ub += cost * len(classes[k])
-    objective = T
+            c = edge_connection(topo, e)
+            cost = chunk_bytes / (c.bw * BYTES_PER_US_PER_GBPS) + m.rep_slack[(rho, k)][e]
+            sec_terms.append((cost, m.y[(rho, k, e)]))
+            sec_ub += cost * len(m.classes[k])
+    objective = m.T
     if sec_terms and sec_ub > 0:
         eps = TIE_BREAK_SHARE * max(lb, REL) / sec_ub  # T's estimate, at least a time told from zero
         objective = objective + pulp.lpSum(eps * c * v for c, v in sec_terms)
-    objective = objective + _policy_terms(prob, lt, y, rep_edges, classes, lb)
-    prob += objective
-    result = solve(prob, options, "routing", time_limit=time_limit)
-    yval = {key: int(round(value(v))) for key, v in y.items()}
-    flows, edges_all, order_all = _expand(lt, classes, rep_edges, rep_order, yval)
+    return objective + _policy_terms(m.prob, m.lt, m.y, m.rep_edges, m.classes, lb)
+
+
+def _routing_of(m: _AllgatherModel, chunk_factor: int, chunk_bytes: float, result: SolveResult,
+                detours: int) -> Routing:
+    """Stage 6: the solved flows for every source (by symmetry), checked."""
+    lt = m.lt
+    yval = {key: int(round(value(v))) for key, v in m.y.items()}
+    flows, edges_all, order_all = _expand(lt, m.classes, m.rep_edges, m.rep_order, yval)
     routing = Routing(
         kind="allgather",
         lt=lt,
         chunk_factor=chunk_factor,
         chunk_bytes=chunk_bytes,
-        classes=classes,
+        classes=m.classes,
         flows=flows,
         edges=edges_all,
         order=order_all,
-        t_bw_us=value(T),
-        n_vars=len(y) + n_extra + 1,
-        n_vars_full=(len(y) + n_extra) * group.order + 1,
-        n_constraints=prob.numConstraints(),
+        t_bw_us=value(m.T),
+        n_vars=len(m.y) + m.n_extra + 1,
+        n_vars_full=(len(m.y) + m.n_extra) * lt.group.order + 1,
+        n_constraints=m.prob.numConstraints(),
         solve=result,
         meta={"detours": detours},
     )
@@ -364,7 +409,7 @@ def _policy_terms(prob, lt: LogicalTopology, y, rep_edges, classes, scale: float
         used: dict[Edge, list] = {}
         for (rho, k), edges in rep_edges.items():
             for e in edges:
-                c = topo.connection(*e)
+                c = edge_connection(topo, e)
                 if c.via in sw_policy and sw_policy[c.via] != "none":
                     for g in group.elements:
                         ge = map_edge(g, e)
@@ -372,7 +417,7 @@ def _policy_terms(prob, lt: LogicalTopology, y, rep_edges, classes, scale: float
                         used.setdefault(rep, []).append((rho, k, e))
         n_conn = max(1, len(used))
         for rep, keys in sorted(used.items()):
-            via = topo.connection(*rep).via
+            via = edge_connection(topo, rep).via
             z = prob.add_variable(f"z_{rep[0]}_{rep[1]}", cat="Binary")
             for key in sorted(set(keys)):
                 size = len(classes[key[1]])
@@ -389,13 +434,13 @@ def _policy_terms(prob, lt: LogicalTopology, y, rep_edges, classes, scale: float
         if conn_loads:
             U = prob.add_variable("U_links", lowBound=0)
             for e, ys in sorted(conn_loads.items()):
-                bw = topo.connection(*e).bw
+                bw = edge_connection(topo, e).bw
                 expr = pulp.lpSum(ys) * (1.0 / bw)
                 if lt.sketch.intranode == "minmax":
                     prob += (expr <= U, f"umax_{e[0]}_{e[1]}")
                 else:
                     prob += (expr >= U, f"umin_{e[0]}_{e[1]}")
-            slowest = max(EVENT_REL, max(1.0 / topo.connection(*e).bw for e in conn_loads))  # us per byte, never 0
+            slowest = max(EVENT_REL, max(1.0 / edge_connection(topo, e).bw for e in conn_loads))  # us per byte, never 0
             unit = scale / slowest / max(1, len(classes[0]))
             sign = 1.0 if lt.sketch.intranode == "minmax" else -1.0
             terms.append(sign * POLICY_SHARE * unit * U / max(1, lt.n))

@@ -103,7 +103,7 @@ def test_unchecked_builds_are_the_verified_schedules():
 @pytest.mark.parametrize("topo_name", ["dgx1", "ndv2x2", "dgx_a100x2", "ring:5"])
 @pytest.mark.parametrize("kind", ["allgather", "reduce_scatter"])
 def test_the_ring_familys_bytes_without_building_equal_the_built_schedules(topo_name, kind):
-    from ccsynth.synth.baseline_search import RING_FAMILY, ring_volume_us
+    from ccsynth.synth.baseline_estimates import RING_FAMILY, ring_volume_us
 
     topo = get_topology(topo_name)
     size = 3 << 20
@@ -124,7 +124,7 @@ def test_a_larger_factor_never_sends_fewer_messages_on_an_engine(topo_name):
     MESSAGES_PER_CHUNK send exactly twice the messages on every engine at twice the factor."""
     from collections import Counter
 
-    from ccsynth.synth.baseline_search import MESSAGES_PER_CHUNK
+    from ccsynth.synth.baseline_estimates import MESSAGES_PER_CHUNK
 
     topo = get_topology(topo_name)
     for kind in ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce", "alltoall", "gather", "scatter"):
@@ -177,7 +177,7 @@ def test_the_walk_pruned_by_bounds_picks_what_simulating_every_factor_picks(topo
 
 @pytest.mark.parametrize("topo_name", ["dgx1", "ndv2x2", "ring:5"])
 def test_the_ring_familys_message_count_without_building_equals_the_built_schedules(topo_name):
-    from ccsynth.synth.baseline_search import RING_FAMILY, ring_sends
+    from ccsynth.synth.baseline_estimates import RING_FAMILY, ring_sends
 
     topo = get_topology(topo_name)
     for kind in ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce"):
@@ -292,7 +292,7 @@ def test_the_ring_familys_stream_bound_without_building_is_below_its_pipeline_bo
     """What lets multi_ring's 1-million-op first factor on 256 ranks be left out unbuilt: never above the built
     schedule's pipeline bound (so never above its simulated time), the same at every factor of its ladder,
     and its engine overheads those of the built schedule."""
-    from ccsynth.synth.baseline_search import RING_FAMILY, ring_stream
+    from ccsynth.synth.baseline_estimates import RING_FAMILY, ring_stream
     from ccsynth.synth.pipeline_bound import pipeline_bound
 
     topo = get_topology(topo_name)
@@ -322,12 +322,12 @@ def _counting_workers(monkeypatch, max_ops: int) -> list[int]:
 
     started: list[int] = []
 
-    class Counted(bs._InWorker):
+    class Counted(bs.InWorker):
         def __init__(self, fn):
             started.append(1)
             super().__init__(fn)
 
-    monkeypatch.setattr(bs, "_InWorker", Counted)
+    monkeypatch.setattr(bs, "InWorker", Counted)
     monkeypatch.setattr(bs, "MAX_OPS", max_ops)
     return started
 
@@ -402,9 +402,9 @@ def test_no_worker_process_in_a_multi_rank_mpi_job():
     """A rank of an MPI job of several ranks synthesizes in one process (a forked child of an MPI rank may break
     its library); a process that initialized MPI alone (the CLI: a singleton) keeps its worker."""
     code = ("import os, mpi4py.MPI as MPI\n"
-            "from ccsynth.synth.baseline_search import _worker_possible\n"
+            "from ccsynth.synth.search_worker import worker_possible\n"
             "two_cpus = len(os.sched_getaffinity(0)) > 1\n"
-            "assert _worker_possible() == (two_cpus and MPI.COMM_WORLD.Get_size() == 1)\n")
+            "assert worker_possible() == (two_cpus and MPI.COMM_WORLD.Get_size() == 1)\n")
     alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert alone.returncode == 0, alone.stderr
     launcher = find_mpiexec()
@@ -420,7 +420,7 @@ def test_no_worker_process_in_a_multi_rank_mpi_job():
 def test_directs_bytes_without_building_equal_the_built_schedules(topo_name, kind):
     """Where every pair has a connection, direct's bytes per resource without building it are the built
     schedule's; where it relays (no connection), nothing is claimed."""
-    from ccsynth.synth.baseline_search import direct_volume_us
+    from ccsynth.synth.baseline_estimates import direct_volume_us
 
     topo = get_topology(topo_name)
     size = 3 << 20

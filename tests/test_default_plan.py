@@ -16,7 +16,7 @@ from ccsynth.synth.default_plan import (
     ONE_SHOT_MAX_RANKS,
     SMALL_BYTES,
     LazyDefaultPlan,
-    default_chunk_factor,
+    baseline_chunk_factor,
     default_plan,
 )
 
@@ -38,7 +38,7 @@ def test_default_plan_follows_the_table_on_four_ranks():
     assert _rows(plan, "alltoall", 4) == [(0, None, "direct")]
     # ring and Rabenseifner allreduce carry one chunk per rank
     big = plan.entry_for("allreduce", 4, 1 << 20)
-    assert big.schedule.collective.chunk_factor == default_chunk_factor("recursive_halving", "allreduce", 4) == 4
+    assert big.schedule.collective.chunk_factor == baseline_chunk_factor("recursive_halving", "allreduce", 4) == 4
 
 
 def test_names_that_do_not_apply_give_way_to_the_next():

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from ccsynth.synth.bounds import _message_us
+from ccsynth.synth.bound_network import message_hop_us as _message_us
 from ccsynth.synth.distances import class_distances, classes_disjoint
-from ccsynth.synth.trees import symmetry
+from ccsynth.synth.flows import symmetry
 from ccsynth.topologies import catalog
 
 from tests.test_exact_bounds import exact_topology

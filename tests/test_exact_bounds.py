@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from ccsynth.collectives.spec import Collective
 from ccsynth.synth.bounds import lower_bound
 from ccsynth.synth.cut_enumeration import brute_force_cut, lp_capacity_into
-from ccsynth.synth.trees.network import flow_network
-from ccsynth.synth.trees.symmetry import is_automorphism, translations
+from ccsynth.synth.flows.network import flow_network
+from ccsynth.synth.flows.symmetry import is_automorphism, translations
 from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
 

@@ -598,7 +598,7 @@ def _sharing_rates(classes, caps):
     """The simulator's two sharings on the same case: the heap (per component) and the vectorised one."""
     import numpy as np
 
-    from ccsynth.synth.simulate import _component, _maxmin, _maxmin_all
+    from ccsynth.synth.simulator.sharing import component, maxmin, maxmin_all
 
     res_active = [set() for _ in caps]
     res_weight = [0] * len(caps)
@@ -608,14 +608,14 @@ def _sharing_rates(classes, caps):
             res_weight[r] += 1
     heap: dict[int, float] = {}
     for r in range(len(caps)):
-        found = _component([r], res_active, list(classes), len(classes))
+        found = component([r], res_active, list(classes), len(classes))
         assert found is not None
-        heap.update(_maxmin(found[1], res_active, res_weight, [1] * len(classes), list(classes), caps))
+        heap.update(maxmin(found[1], res_active, res_weight, [1] * len(classes), list(classes), caps))
     width = max(len(rs) for rs in classes)
     pad = np.full((len(classes), width), len(caps), dtype=np.int64)
     for c, rs in enumerate(classes):
         pad[c, : len(rs)] = rs
-    vec = _maxmin_all(pad, np.array([*caps, float("inf")]))
+    vec = maxmin_all(pad, np.array([*caps, float("inf")]))
     return heap, vec
 
 
@@ -637,17 +637,17 @@ def test_vectorised_sharing_freezes_several_levels_per_round():
     # two independent bottlenecks and a chain: 0 (cap 1, two classes) limits class 1, which leaves room on 1
     import numpy as np
 
-    from ccsynth.synth.simulate import _maxmin_all
+    from ccsynth.synth.simulator.sharing import maxmin_all
 
-    rates = _maxmin_all(np.array([[0, 3], [0, 1], [1, 3], [2, 3]]), np.array([1.0, 3.0, 10.0, np.inf]))
+    rates = maxmin_all(np.array([[0, 3], [0, 1], [1, 3], [2, 3]]), np.array([1.0, 3.0, 10.0, np.inf]))
     assert rates.tolist() == pytest.approx([0.5, 0.5, 2.5, 10.0])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_case())
 def test_the_vectorised_sharing_matches_the_reference_model(case):
-    """Every reshare through _maxmin_all (as for a large component): the same times as the reference."""
-    import ccsynth.synth.simulate as sim
+    """Every reshare through maxmin_all (as for a large component): the same times as the reference."""
+    import ccsynth.synth.simulator.sharing as sim
 
     schedule, topo, size, local_bw = case
     old = sim.SMALL_COMPONENT
@@ -661,7 +661,7 @@ def test_the_vectorised_sharing_matches_the_reference_model(case):
 
 def test_large_components_take_the_vectorised_sharing_with_the_same_times():
     # a 16-rank direct alltoall on one switch: every stream in one component, above SMALL_COMPONENT
-    import ccsynth.synth.simulate as sim
+    import ccsynth.synth.simulator.sharing as sim
 
     n = 16
     t = Topology("sw", n, switches=(Switch("sw", tuple(range(n)), 50.0, 1.0),),

@@ -21,8 +21,8 @@ from ccsynth.synth.bounds import lower_bound
 from ccsynth.synth.simulate import simulate
 from ccsynth.synth.synthesize import SynthReport, synthesize
 from ccsynth.synth.trees.arborescence import min_arborescence, tree_cost
-from ccsynth.synth.trees.maxflow import MaxFlow
-from ccsynth.synth.trees.network import flow_network
+from ccsynth.synth.flows.maxflow import MaxFlow
+from ccsynth.synth.flows.network import flow_network
 from ccsynth.synth.trees.packing import pack_allreduce, pack_trees
 from ccsynth.synth.trees.lowering import lower_out_trees
 from ccsynth.synth.trees.search import best_tree_schedule, lower, packing_for, stagger_for
@@ -30,12 +30,13 @@ from ccsynth.topologies import catalog
 from ccsynth.topologies.model import Link, SharedPort, Switch, Topology
 from test_exact_bounds import exact_topology, two_clusters
 
-MODULES = ["network", "maxflow", "symmetry", "throughput", "arborescence", "packing", "lowering", "search"]
+MODULES = ["flows.network", "flows.maxflow", "flows.symmetry", "flows.throughput", "trees.arborescence", "trees.packing",
+           "trees.lowering", "trees.search"]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_doctests(name):
-    result = doctest.testmod(importlib.import_module(f"ccsynth.synth.trees.{name}"))
+    result = doctest.testmod(importlib.import_module(f"ccsynth.synth.{name}"))
     assert result.failed == 0 and result.attempted > 0
 
 

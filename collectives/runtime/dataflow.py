@@ -49,7 +49,12 @@ __all__ = ["run_dataflow"]
 
 def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, failures: RunFailures,
                  ch: Channel) -> None:
-    """Run every slice node of ``lay`` on the views of ``bnd``, as call ``ch.seq`` of channel ``ch``."""
+    """Run every slice node of ``lay`` on the views of ``bnd``, as call ``ch.seq`` of channel ``ch``.
+
+    Stages: 1. post the early receives (:func:`_post_early_receives`); until every node is done, 2. run the
+    ready nodes, 3. wait and finish the nodes of completed requests (both inline: they run once per node, where
+    a call would cost more than the rest), 4. retire completed requests (:func:`_retire`).
+    """
     red = kernels.reduce
     fred = kernels.fused
     copy = kernels.copy
@@ -74,16 +79,7 @@ def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, fai
     dirty = False
     if device:
         sync()  # kernels the caller queued on the buffers must finish before MPI touches them
-    # index 0: the control line (a notice that another rank's call failed); node -1
-    inflight = bnd.inflight
-    active = inflight.active
-    anodes = inflight.nodes
-    active[:] = [ch.ctrl]
-    anodes[:] = [-1]
-    for v in lay.pre:
-        d, peer, tag = msgs[v]
-        active.append(irecv(comm, d, peer, base + tag))
-        anodes.append(v)
+    active, anodes = _post_early_receives(lay, bnd, mpi, ch)
     live = len(active) - 1  # requests in flight; completed ones become NULL until compacted
     ready = deque(lay.ready0)
     pop = ready.popleft
@@ -166,17 +162,38 @@ def run_dataflow(lay: Layout, bnd: Binding, kernels: Kernels, mpi: MpiCalls, fai
                 if c == 0:
                     push(x)
         live -= len(done)
-        if not live:
-            del active[1:]
-            del anodes[1:]
-        else:
-            for i in done:
-                if i:
-                    active[i] = NULL  # MPI skips null requests; compact only now and then
-            dead = len(active) - 1 - live
-            if dead > 16 and dead > live:
-                keep = [j for j, q in enumerate(active) if j == 0 or q is not NULL]
-                active[:] = [active[j] for j in keep]
-                anodes[:] = [anodes[j] for j in keep]
+        _retire(active, anodes, done, live, NULL)
     if dirty:
         sync()
+
+
+def _post_early_receives(lay: Layout, bnd: Binding, mpi: MpiCalls, ch: Channel) -> tuple[list, list[int]]:
+    """Stage 1: the requests in flight (index 0: the control line, a notice that another rank's call failed,
+    node -1) and the receives posted before anything runs (``lay.pre``); returns (requests, their nodes)."""
+    inflight = bnd.inflight
+    active = inflight.active
+    anodes = inflight.nodes
+    active[:] = [ch.ctrl]
+    anodes[:] = [-1]
+    for v in lay.pre:
+        d, peer, tag = bnd.msgs[v]
+        active.append(mpi.irecv(ch.comm, d, peer, ch.base + tag))
+        anodes.append(v)
+    return active, anodes
+
+
+def _retire(active: list, anodes: list[int], done, live: int, null) -> None:
+    """Stage 4: the requests ``done`` have completed, ``live`` are still in flight: clear them all when none is,
+    else mark them null (MPI skips null requests) and compact only once they outnumber the live ones."""
+    if not live:
+        del active[1:]
+        del anodes[1:]
+        return
+    for i in done:
+        if i:
+            active[i] = null
+    dead = len(active) - 1 - live
+    if dead > 16 and dead > live:
+        keep = [j for j, q in enumerate(active) if j == 0 or q is not null]
+        active[:] = [active[j] for j in keep]
+        anodes[:] = [anodes[j] for j in keep]

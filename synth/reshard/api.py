@@ -46,6 +46,7 @@ from ccsynth.synth.reshard.mesh import DeviceMesh
 from ccsynth.synth.reshard.planner import plan_reshard
 from ccsynth.synth.reshard.program import rank_program
 from ccsynth.synth.reshard.task import ReshardTask, parse_dtype
+from ccsynth.topologies.model import Topology
 from ccsynth.synth.solver import SolverOptions
 
 __all__ = ["reshard", "layout_of", "clear_cache", "MAX_CACHED_PLANS"]
@@ -78,11 +79,11 @@ def clear_cache() -> None:
     reshard_calls.release()
 
 
-def _key(task: ReshardTask, comm, planner: str, topology) -> tuple:
+def _key(task: ReshardTask, comm, planner: str, topology: Topology | None) -> tuple:
     return task, planner, getattr(topology, "name", None), comm.Get_size(), comm.Get_rank()
 
 
-def _plan(task: ReshardTask, comm, planner: str, topology, options) -> tuple[ReshardProgram, int]:
+def _plan(task: ReshardTask, comm, planner: str, topology: Topology | None, options) -> tuple[ReshardProgram, int]:
     key = _key(task, comm, planner, topology)
 
     def make() -> tuple[str | None, str | None]:
@@ -117,7 +118,8 @@ def _array(obj, what: str, *, writable: bool = False):
     return arr
 
 
-def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str = "broadcast", topology=None,
+def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str = "broadcast",
+            topology: Topology | None = None,
             options: SolverOptions | None = None, out=None, staging: str = "auto"):
     """Reshard a tensor over ``comm``: returns this rank's shard of ``dst`` (None off the destination mesh).
 

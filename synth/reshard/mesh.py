@@ -23,6 +23,7 @@ from typing import Any
 
 from ccsynth.errors import LayoutError
 from ccsynth.limits import check as check_limit
+from ccsynth.topologies.model import Topology
 
 __all__ = ["DEFAULT_AXIS_NAMES", "DeviceMesh", "parse_mesh_shape", "parse_rank_list"]
 
@@ -103,7 +104,7 @@ class DeviceMesh:
         object.__setattr__(self, "axis_names", names)
 
     @classmethod
-    def on_topology(cls, shape, ranks, topology, axis_names=()) -> DeviceMesh:
+    def on_topology(cls, shape, ranks, topology: Topology, axis_names=()) -> DeviceMesh:
         """The mesh on ``ranks`` of ``topology``, hosts from its nodes."""
         ranks = parse_rank_list(ranks)
         for r in ranks:

@@ -77,7 +77,7 @@ from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError
 from ccsynth.synth.solver import silence_highs_banner
 from ccsynth.synth.trees.packing import PackedTree
-from ccsynth.synth.trees.symmetry import translations
+from ccsynth.synth.flows.symmetry import translations
 from ccsynth.topologies.model import Topology
 
 __all__ = ["NAME", "WINDOW", "STAGGER", "TAIL_SPLIT", "apportion", "lower_out_trees", "lower_in_trees", "lower_allreduce"]

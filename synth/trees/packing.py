@@ -20,10 +20,10 @@ an improving column into a minimum-cost arborescence per root, an arc
 ``a -> b`` costing the sum of ``u`` over its connection's resources
 (:mod:`~ccsynth.synth.trees.arborescence`); a tree cheaper than the root's
 convexity dual enters the LP. Stop when none is cheaper, or when ``tau``
-meets the exact bound (:mod:`~ccsynth.synth.trees.throughput`) -- a
+meets the exact bound (:mod:`~ccsynth.synth.flows.throughput`) -- a
 certificate of optimality -- or after :data:`MAX_ITERATIONS`.
 
-**Symmetry.** With a translation group ``G`` (:mod:`~ccsynth.synth.trees.symmetry`)
+**Symmetry.** With a translation group ``G`` (:mod:`~ccsynth.synth.flows.symmetry`)
 the LP is invariant, so it has a ``G``-invariant optimum: trees are found
 for one root per orbit (a representative), every other root uses their
 images. The rows become orbits ``O`` of resources: a tree of a
@@ -67,9 +67,9 @@ import numpy as np
 from ccsynth.errors import InfeasibleError
 from ccsynth.synth.solver import silence_highs_banner  # the CLI's --json output stays clean
 from ccsynth.synth.trees.arborescence import min_arborescence, tree_cost
-from ccsynth.synth.trees.network import flow_network
-from ccsynth.synth.trees.symmetry import Translations, translations
-from ccsynth.synth.trees.throughput import allgather_rate, rooted_rate
+from ccsynth.synth.flows.network import flow_network
+from ccsynth.synth.flows.symmetry import Translations, translations
+from ccsynth.synth.flows.throughput import allgather_rate, rooted_rate
 from ccsynth.topologies.model import Topology
 
 __all__ = ["MAX_ITERATIONS", "OPTIMAL_REL", "PackedTree", "Packing", "pack_trees", "pack_allreduce"]

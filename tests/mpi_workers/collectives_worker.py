@@ -38,7 +38,7 @@ from ccsynth.collectives.spec import Collective  # noqa: E402
 from ccsynth.communicator import Communicator  # noqa: E402  (the public one: its default plan is the built-in)
 from ccsynth.errors import BufferMismatchError, CCSynthError, OpError, PlanError, ScheduleError  # noqa: E402
 from ccsynth.synth.baselines import applicable_baselines, make_baseline  # noqa: E402
-from ccsynth.synth.default_plan import default_chunk_factor  # noqa: E402
+from ccsynth.synth.default_plan import baseline_chunk_factor  # noqa: E402
 from ccsynth.topologies import fully_connected  # noqa: E402
 
 import schedules as hand  # noqa: E402
@@ -351,7 +351,7 @@ def case_baselines() -> None:
     topo = fully_connected(N)
     for kind in KINDS:
         for name in applicable_baselines(Collective(kind, N), topo):
-            for cf in sorted({1, default_chunk_factor(name, kind, N), 2}):
+            for cf in sorted({1, baseline_chunk_factor(name, kind, N), 2}):
                 coll = Collective(kind, N, cf)
                 if name not in applicable_baselines(coll, topo):
                     continue

@@ -1,6 +1,6 @@
 """Maximum flow and minimum cut (Dinic's algorithm) on a fixed arc list, in plain Python.
 
-The throughput search (:mod:`ccsynth.synth.trees.throughput`) runs one max
+The throughput search (:mod:`ccsynth.synth.flows.throughput`) runs one max
 flow per sink on the same network, changing only a few capacities (the
 super source's arcs) between runs, and asks for the min cut when the flow
 falls short. So the graph is prepared once (:class:`MaxFlow`: arcs ``2i``

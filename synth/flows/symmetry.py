@@ -7,7 +7,7 @@ bandwidth, it maps every flow, cut and tree packing onto another of the same
 value. Two consequences the tree packing uses:
 
 * the max flow into two ranks of one orbit is the same, so the throughput
-  test needs one sink per orbit (:mod:`~ccsynth.synth.trees.throughput`);
+  test needs one sink per orbit (:mod:`~ccsynth.synth.flows.throughput`);
 * the packing LP is invariant, so it has an optimal solution invariant
   under the group (average any optimum over the group): trees need to be
   found for one root per orbit only, the others are their images

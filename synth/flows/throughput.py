@@ -1,7 +1,7 @@
 """Optimal throughputs by max flow: the exact cut bounds, each with the cut that attains it.
 
 Notation: ``V`` the ranks (ForestColl's compute nodes), the flow network of
-:mod:`~ccsynth.synth.trees.network`, ``B-(S)`` the least capacity of a
+:mod:`~ccsynth.synth.flows.network`, ``B-(S)`` the least capacity of a
 network cut with the ranks of ``S`` on the sink side and the other ranks on
 the source side (auxiliary nodes placed freely) -- the LP capacity of the
 connections crossing into ``S`` when the network is exact.
@@ -21,7 +21,7 @@ with ``S`` the complement of ``X`` that is ``>= n lam`` iff ``B-(S) >= lam
 certified for smaller ``lam``, since ``B-(S) - lam |V \\ S|`` only grows as
 ``lam`` falls) or its min cut ``S`` has a smaller ratio, which becomes
 ``lam``, and ``t`` is tested again. Each test stops as soon as the flow
-reaches ``n lam``. With a symmetry group (:mod:`~ccsynth.synth.trees.symmetry`)
+reaches ``n lam``. With a symmetry group (:mod:`~ccsynth.synth.flows.symmetry`)
 one sink per orbit suffices: an automorphism fixing ``s`` maps max flows
 to max flows.
 
@@ -41,7 +41,7 @@ half suffices (every pair maps onto a pair ``(r0, t)``).
 
 Example:
     >>> from ccsynth.topologies.catalog import ring
-    >>> from ccsynth.synth.trees.network import flow_network
+    >>> from ccsynth.synth.flows.network import flow_network
     >>> rc = allgather_rate(flow_network(ring(4, bw=10.0)))
     >>> round(rc.rate, 9), rc.outside          # B-(S) = 20 GB/s for one rank, 3 shards enter it
     (6.666666667, 3)
@@ -54,9 +54,9 @@ import math
 from dataclasses import dataclass
 from collections.abc import Iterable
 
-from ccsynth.synth.trees.maxflow import MaxFlow
-from ccsynth.synth.trees.network import FlowNetwork
-from ccsynth.synth.trees.symmetry import Translations
+from ccsynth.synth.flows.maxflow import MaxFlow
+from ccsynth.synth.flows.network import FlowNetwork
+from ccsynth.synth.flows.symmetry import Translations
 from ccsynth.tolerance import EVENT_REL
 
 __all__ = ["RateCut", "allgather_rate", "rooted_rate", "gather_rate", "min_pair_cut"]
