@@ -46,6 +46,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ccsynth.collectives.schedule import Schedule
@@ -60,6 +61,8 @@ __all__ = ["LimitViolation", "Fit", "violations", "steps_per_threadblock", "fit_
 
 #: Rounds of "build the layouts, cut the streams of the threadblocks still too long" per merge factor.
 REFINE_ROUNDS = 4
+#: Each op's simulated start in a schedule, or None (:func:`.timed.start_times` at a topology and size).
+Timer = Callable[[Schedule], Sequence[float] | None]
 #: Channels a schedule is spread over before transfers are merged instead. Every channel costs the
 #: runtime a connection (with its buffers) per peer and more threadblocks (SMs), while merging
 #: consecutive pieces costs little: the runtime pipelines a step's chunks in slices anyway.
@@ -105,6 +108,25 @@ class Fit:
     layouts: tuple[Layout, ...]
     merge_factor: int  # 1: nothing merged
     channels: int
+    packed: bool = False  # streams paired two by two into shared threadblocks
+    original_ops: int = 0  # ops of the schedule before it was fitted
+    original_channels: int = 1
+
+    def note(self, limits: MscclLimits) -> str | None:
+        """One line saying what was changed to fit ``limits`` (None: nothing)."""
+        what = []
+        if self.merge_factor > 1 and len(self.schedule.ops) < self.original_ops:
+            what.append(f"merged runs of up to {self.merge_factor} consecutive transfers "
+                        f"({self.original_ops} -> {len(self.schedule.ops)} ops)")
+        if self.channels > self.original_channels:
+            what.append(f"spread long streams over {self.channels} channels (from {self.original_channels})")
+        if self.packed:
+            what.append("paired streams two by two into shared threadblocks")
+        if not what:
+            return None
+        return (f"fitted to {limits.name} (at most {limits.max_steps} steps per threadblock, {limits.max_tbs} "
+                f"threadblocks per gpu, {limits.max_channels} channels, {limits.max_elements} XML elements per gpu): "
+                + "; ".join(what))
 
 
 def steps_per_threadblock(layout: Layout) -> list[list[int]]:
@@ -154,7 +176,7 @@ def _buffer_violations(schedule: Schedule, limits: MscclLimits) -> list[LimitVio
     return out
 
 
-def fit_candidates(schedule: Schedule, limits: MscclLimits) -> list[Fit]:
+def fit_candidates(schedule: Schedule, limits: MscclLimits, *, timer: Timer | None = None) -> list[Fit]:
     """The ways worth comparing to fit ``schedule`` within ``limits``, fewest channels first.
 
     One :class:`Fit` when the schedule fits as it is; else the fit that
@@ -162,20 +184,23 @@ def fit_candidates(schedule: Schedule, limits: MscclLimits) -> list[Fit]:
     runtime buffers per peer and threadblocks), and, when it differs, the
     one that spreads over up to :data:`CHANNEL_BUDGET` channels before it
     merges (a finer pipeline). The exporter writes the faster in
-    simulation. Raises as :func:`fit_layouts` does.
+    simulation. ``timer``: each op's simulated start in a schedule (as
+    :func:`.timed.start_times`), for the timed layout of every schedule
+    tried. Raises as :func:`fit_layouts` does.
     """
     ladder = _MergeLadder(schedule)
-    few = _fit(schedule, limits, channels_used(schedule), ladder)
+    few = _fit(schedule, limits, channels_used(schedule), ladder, timer)
     if few.schedule is schedule:
         return [few]
     out = [few]
-    wide = _fit(schedule, limits, CHANNEL_BUDGET, ladder)
+    wide = _fit(schedule, limits, CHANNEL_BUDGET, ladder, timer)
     if (wide.merge_factor, wide.channels, len(wide.schedule.ops)) != (few.merge_factor, few.channels, len(few.schedule.ops)):
         out.append(wide)
     return out
 
 
-def fit_layouts(schedule: Schedule, limits: MscclLimits, *, channel_budget: int = CHANNEL_BUDGET) -> Fit:
+def fit_layouts(schedule: Schedule, limits: MscclLimits, *, channel_budget: int = CHANNEL_BUDGET,
+                timer: Timer | None = None) -> Fit:
     """``schedule`` transformed to fit ``limits``, with its layouts that fit (best guess first).
 
     See the module doc for the stages. Streams are spread over at most
@@ -186,10 +211,11 @@ def fit_layouts(schedule: Schedule, limits: MscclLimits, *, channel_budget: int 
     when nothing fits, or :class:`~ccsynth.errors.ScheduleError` when no
     layout is free of deadlock.
     """
-    return _fit(schedule, limits, channel_budget, _MergeLadder(schedule))
+    return _fit(schedule, limits, channel_budget, _MergeLadder(schedule), timer)
 
 
-def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _MergeLadder) -> Fit:
+def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _MergeLadder,
+         timer: Timer | None = None) -> Fit:
     """:func:`fit_layouts`, taking its merged schedules from ``ladder`` (shared by the candidates)."""
     static = _buffer_violations(schedule, limits)
     if static:
@@ -204,7 +230,7 @@ def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _
             if nchan > limits.max_channels:
                 last = [LimitViolation("channels", -1, "", nchan, limits.max_channels, limits.name)]
                 break  # merge more
-            found = layouts(spread, pack=pack)
+            found = layouts(spread, pack=pack, times=timer(spread) if timer is not None else None)
             checked = [(lay, violations(spread, lay, limits)) for lay in found]
             fitting = tuple(lay for lay, v in checked if not v)
             if fitting:
@@ -214,7 +240,7 @@ def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _
                         "channel(s) (%d -> %d ops)%s", schedule.name, limits.name, f, nchan, len(schedule.ops),
                         len(spread.ops), ", streams packed two by two into threadblocks" if pack else "",
                     )
-                return Fit(spread, fitting, f, nchan)
+                return Fit(spread, fitting, f, nchan, pack, len(schedule.ops), channels_used(schedule))
             last = checked[-1][1]
             if not pack and any(v.limit == "threadblocks" for v in last):
                 pack = True  # pair streams into shared threadblocks (kept for every later attempt)
