@@ -70,7 +70,7 @@ from ccsynth.topologies.protocols import with_protocol
 
 log = logging.getLogger(__name__)
 
-__all__ = ["schedule_to_msccl_xml", "lower_schedule", "Lowering", "plan_to_msccl_xmls"]
+__all__ = ["schedule_to_msccl_xml", "lower_schedule", "Lowering", "plan_to_msccl_xmls", "row_size"]
 
 
 def schedule_to_msccl_xml(
@@ -339,24 +339,56 @@ def _check_in_place(xml: str, original: Schedule) -> None:
 
 
 # ------------------------------------------------------------------ plans
-def plan_to_msccl_xmls(plan, **kwargs) -> list[tuple[str, str]]:
+def plan_to_msccl_xmls(plan, *, proto: str | None = None, **kwargs) -> list[tuple[str, str]]:
     """One MSCCL XML per entry of a plan (per-size algorithm table).
 
     ``plan`` needs only ``entries``, each with ``kind``, ``n_ranks``,
     ``algorithm``, ``min_bytes``, ``max_bytes`` (None: no upper end) and
     ``schedule``. Returns ``(file name, xml)`` pairs. A plan row covers
     ``[min_bytes, max_bytes)``; MSCCL's ``maxBytes`` is inclusive, so it is
-    written as ``max_bytes - 1`` (no upper end stays unbounded). ``kwargs``
-    go to :func:`schedule_to_msccl_xml`.
+    written as ``max_bytes - 1`` (no upper end stays unbounded), and the
+    runtime picks the file by size. ``proto``: None or ``"auto"`` chooses
+    each row's protocol -- the fastest in the model at the row's
+    representative size (:func:`row_size`) -- where a topology is known
+    (the ``topology`` keyword, else the schedule's), else Simple; a
+    protocol name writes every row with it. ``kwargs`` go to
+    :func:`schedule_to_msccl_xml`.
     """
     out = []
     for e in plan.entries:
         mx = None if e.max_bytes is None else e.max_bytes - 1
-        xml = schedule_to_msccl_xml(e.schedule, min_bytes=e.min_bytes, max_bytes=mx, **kwargs)
+        auto = proto in (None, "auto") and _topology_for(e.schedule, kwargs.get("topology")) is not None
+        if auto:
+            xml = _fastest_protocol(e.schedule, e.min_bytes, mx, kwargs).xml
+        else:
+            xml = schedule_to_msccl_xml(e.schedule, proto=proto, min_bytes=e.min_bytes, max_bytes=mx, **kwargs)
         hi = "inf" if e.max_bytes is None else str(e.max_bytes)
         fname = f"{e.kind}_{e.n_ranks}_{_safe(e.algorithm)}_{e.min_bytes}-{hi}.xml"
         out.append((fname, xml))
     return out
+
+
+def row_size(min_bytes: int, max_bytes: int | None) -> float:
+    """The size a plan row ``[min_bytes, max_bytes)`` is judged at: the geometric middle of the row
+    (an open row: of ``[min_bytes, 16 * min_bytes]``; sizes below 1 byte count as 1)."""
+    lo = max(min_bytes, 1)
+    hi = max(max_bytes - 1, lo) if max_bytes is not None else 16 * lo
+    return math.sqrt(lo * hi)
+
+
+def _fastest_protocol(schedule: Schedule, min_bytes: int, max_bytes: int | None, kwargs: dict) -> Lowering:
+    """The plan row's schedule written with each protocol at the row's size; the fastest in the model."""
+    size = row_size(min_bytes, None if max_bytes is None else max_bytes + 1)
+    best: Lowering | None = None
+    for p in PROTOCOLS:
+        low = lower_schedule(schedule, proto=p, min_bytes=min_bytes, max_bytes=max_bytes, size_bytes=size, **kwargs)
+        if best is None or (low.time_us is not None and best.time_us is not None and is_greater(best.time_us, low.time_us)):
+            best = low
+    if best is None:  # not reached: PROTOCOLS is not empty
+        raise ScheduleError(f"no MSCCL protocol to write {schedule.name!r} with")
+    log.debug("plan row [%d, %s] of %r: %s (%s us at %d bytes)", min_bytes, max_bytes, schedule.name, best.proto,
+              best.time_us, size)
+    return best
 
 
 def _safe(s: str) -> str:

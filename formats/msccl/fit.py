@@ -251,18 +251,17 @@ def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _
 
 
 def _refusal(schedule: Schedule, limits: MscclLimits, last: list[LimitViolation]) -> str:
-    """Why ``schedule`` does not fit: what its own layout needs, and what the last attempt still needed."""
-    own = violations(schedule, layouts(schedule)[-1], limits)
-    worst = own[0] if own else (last[0] if last else None)
-    text = (
-        f"schedule {schedule.name!r} does not fit the MSCCL runtime even after merging consecutive transfers and "
-        f"spreading streams over up to {limits.max_channels} channels: {worst.message if worst else 'no layout fits'}"
-    )
-    if last and last[0] != worst:
-        v = last[0]
-        need = (f"{v.count} {v.limit} ({v.runtime} accepts at most {v.allowed})" if v.gpu < 0 else v.message)
-        text += f"; the last attempt still needed {need}"
-    return text
+    """One sentence: the limit that the last (most merged) attempt still broke, where, and by how much."""
+    if not last:
+        own = violations(schedule, layouts(schedule)[-1], limits)
+        last = own
+    if not last:  # not reached: a schedule that fits as it is has a layout that fits
+        return f"schedule {schedule.name!r} cannot be laid out within {limits.name}'s limits"
+    v = last[0]
+    at = f"{v.where} of gpu {v.gpu}" if v.where and v.gpu >= 0 else (f"gpu {v.gpu}" if v.gpu >= 0 else "the file")
+    return (f"schedule {schedule.name!r} does not fit {limits.name} even with consecutive transfers merged and "
+            f"streams spread over up to {limits.max_channels} channels: {at} needs {v.count} {v.limit}, "
+            f"at most {v.allowed} allowed ({_SOURCES[v.limit]}).")
 
 
 class _MergeLadder:
