@@ -230,9 +230,15 @@ def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _
             if nchan > limits.max_channels:
                 last = [LimitViolation("channels", -1, "", nchan, limits.max_channels, limits.name)]
                 break  # merge more
-            found = layouts(spread, pack=pack, times=timer(spread) if timer is not None else None)
+            times = timer(spread) if timer is not None else None
+            # the timed layout runs as the schedule does: the layouts by level only where it does not fit
+            found = layouts(spread, pack=pack, times=times, by_level=times is None)
             checked = [(lay, violations(spread, lay, limits)) for lay in found]
             fitting = tuple(lay for lay, v in checked if not v)
+            if not fitting and times is not None:
+                found = layouts(spread, pack=pack)
+                checked = [(lay, violations(spread, lay, limits)) for lay in found]
+                fitting = tuple(lay for lay, v in checked if not v)
             if fitting:
                 if spread is not schedule or pack:
                     log.info(

@@ -116,7 +116,8 @@ class _Fusion:
         return {(rank, c, q): p for (rank, c, p), q in self.pair_of.items()}
 
 
-def layouts(s: Schedule, *, pack: bool = False, times: Sequence[float] | None = None) -> list[Layout]:
+def layouts(s: Schedule, *, pack: bool = False, times: Sequence[float] | None = None,
+            by_level: bool = True) -> list[Layout]:
     """The threadblock layouts worth comparing (see module doc), best guess first.
 
     Returns the timed layout (with ``times``, each op's simulated start:
@@ -126,8 +127,9 @@ def layouts(s: Schedule, *, pack: bool = False, times: Sequence[float] | None = 
     fusions, same step order), so that XML -> schedule -> XML gives the
     same file. ``pack``: pair the streams left alone into shared
     threadblocks (about half the threadblocks, each stream serialized with
-    its partner). Raises :class:`ScheduleError` if every layout would
-    deadlock.
+    its partner). ``by_level=False``: the timed layout alone, where there
+    is one (the layouts by level are built only when it is missing). Raises
+    :class:`ScheduleError` if every layout would deadlock.
     """
     info = s.meta.get("msccl")
     if not isinstance(info, dict):
@@ -142,16 +144,18 @@ def layouts(s: Schedule, *, pack: bool = False, times: Sequence[float] | None = 
         timed = _try_assign(s, fuse="none", order="timed", pack=pack, times=times)
         if timed is not None:
             out.append(timed)
-    by_level: list[Layout] = []
+            if not by_level:
+                return out
+    levelled: list[Layout] = []
     for fuse in ("auto", "none"):
         for order in ("buffered", "rendezvous"):
             layout = _try_assign(s, fuse=fuse, order=order, pack=pack)
             if layout is not None:
-                by_level.append(layout)
+                levelled.append(layout)
                 break
-        if by_level and by_level[0].fused == 0:
+        if levelled and levelled[0].fused == 0:
             break  # nothing to fuse: the plain layout is the same
-    out += by_level
+    out += levelled
     if not out:
         raise ScheduleError(f"schedule {s.name!r} cannot be laid out as MSCCL threadblocks without a deadlock")
     return out
@@ -374,7 +378,7 @@ def _place(s: Schedule, steps: list[Step], step_of: dict[int, int], order: str,
     if order == "timed":
         if times is None:
             raise ScheduleError("the timed threadblock order needs the ops' simulated start times")
-        timed = topological_order(node_preds, key=lambda x: (times[x], x))
+        timed = _priority_order(node_preds, key=lambda x: (times[x], x))
         if timed is None:
             return False
         node_pos = [0] * len(ops)
@@ -496,7 +500,23 @@ def _step_order(s: Schedule, steps: list[Step], step_of: dict[int, int], tb_pred
                 j = step_of[d]
                 if j != i:
                     preds[i].add(j)
-    return topological_order(preds, key=lambda i: steps[i].pos)
+    return _priority_order(preds, key=lambda i: steps[i].pos)
+
+
+def _priority_order(preds: list[set[int]], key) -> list[int] | None:
+    """``topological_order(preds, key=key)``: among the ready nodes, the smallest ``key`` first.
+
+    Where the nodes sorted by ``key`` already follow every edge (the timed
+    layout: the order they ran in) that sort is the answer, found in
+    ``n log n`` without building a graph; else the priority order proper.
+    """
+    order = sorted(range(len(preds)), key=key)
+    at = [0] * len(preds)
+    for i, x in enumerate(order):
+        at[x] = i
+    if all(at[p] < at[x] for x in range(len(preds)) for p in preds[x]):
+        return order
+    return topological_order(preds, key=key)
 
 
 # ---------------------------------------------------------- 6. dependencies
