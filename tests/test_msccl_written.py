@@ -118,10 +118,12 @@ def test_refused_only_when_nothing_fits_with_one_clean_message():
     with pytest.raises(ExportLimitError) as e:
         write_msccl(s, topology=get_topology("ring:2"), size_bytes=MIB, limits=tight)
     msg = str(e.value)
-    assert re.fullmatch(r"schedule 'strided40' does not fit a tiny runtime even with consecutive transfers merged "
-                        r"and streams spread over up to 2 channels: .* needs \d+ \w[\w ]*, at most \d+ allowed "
-                        r"\([^()]*\)\.", msg), msg
-    assert msg.count("needs") == 1 and msg.count("does not fit") == 1
+    # what the schedule needs as it is, then what the most merged and spread attempt still needed
+    assert re.fullmatch(r"schedule 'strided40' does not fit a tiny runtime: threadblock \d+ of gpu 0 needs 80 steps, "
+                        r"at most 4 allowed \(MSCCL_MAX_NUM_STEPS[^()]*\), and with consecutive transfers merged and "
+                        r"streams spread over up to 2 channels the file needs \d+ channels, at most 2 allowed "
+                        r"\(MAXCHANNELS[^()]*\)\.", msg), msg
+    assert msg.count("does not fit") == 1 and msg.count("MSCCL_MAX_NUM_STEPS") == 1
     # the same schedule fits a runtime with room: no refusal
     assert write_msccl(s, topology=get_topology("ring:2"), size_bytes=MIB).notes
 
@@ -182,3 +184,17 @@ def test_plan_rows_get_their_own_protocol():
     assert (first.get("minBytes"), first.get("maxBytes")) == ("0", str(MIB - 1))
     with pytest.raises(ScheduleError, match="unknown MSCCL protocol"):
         write_msccl(s, topology=topo, size_bytes=1, proto="Fast")
+
+
+def test_spread_blocks_keep_the_stream_order():
+    from ccsynth.collectives.transforms import split_streams
+
+    s = strided_pair(150)
+    free = split_streams(s, {(0, 1, 0): 3})
+    kept = split_streams(s, {(0, 1, 0): 3}, keep_order=True)
+    sends = [op for op in kept.ops if op.kind == "send" and op.rank == 0]
+    starts = [i for i in range(1, len(sends)) if sends[i].channel != sends[i - 1].channel]
+    assert len(starts) == 2
+    for i in starts:  # the first send of a block waits for the last of the block before it
+        assert sends[i - 1].id in sends[i].deps and sends[i - 1].id not in free.ops[sends[i].id].deps
+    verify(kept)

@@ -225,7 +225,7 @@ def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _
     for f, merged in _candidates(ladder, limits, max(channel_budget, channels_used(schedule))):
         parts, local_parts = _initial_parts(merged, limits.max_steps)
         for _ in range(REFINE_ROUNDS):
-            spread = split_streams(merged, parts, local_parts)
+            spread = split_streams(merged, parts, local_parts, keep_order=True)
             nchan = channels_used(spread)
             if nchan > limits.max_channels:
                 last = [LimitViolation("channels", -1, "", nchan, limits.max_channels, limits.name)]
@@ -257,17 +257,22 @@ def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _
 
 
 def _refusal(schedule: Schedule, limits: MscclLimits, last: list[LimitViolation]) -> str:
-    """One sentence: the limit that the last (most merged) attempt still broke, where, and by how much."""
-    if not last:
-        own = violations(schedule, layouts(schedule)[-1], limits)
-        last = own
-    if not last:  # not reached: a schedule that fits as it is has a layout that fits
-        return f"schedule {schedule.name!r} cannot be laid out within {limits.name}'s limits"
-    v = last[0]
+    """One sentence: the limit the schedule breaks as it is, and the one the last (most merged) attempt still broke."""
+    own = violations(schedule, layouts(schedule)[-1], limits)
+    first = own[0] if own else (last[0] if last else None)
+    if first is None:  # not reached: a schedule that fits as it is has a layout that fits
+        return f"schedule {schedule.name!r} cannot be laid out within {limits.name}'s limits."
+    text = f"schedule {schedule.name!r} does not fit {limits.name}: {_need(first)}"
+    if last and (last[0].limit, last[0].gpu, last[0].where) != (first.limit, first.gpu, first.where):
+        text += (f", and with consecutive transfers merged and streams spread over up to {limits.max_channels} "
+                 f"channels {_need(last[0])}")
+    return text + "."
+
+
+def _need(v: LimitViolation) -> str:
+    """``"threadblock 3 of gpu 0 needs 80 steps, at most 64 allowed (source)"``."""
     at = f"{v.where} of gpu {v.gpu}" if v.where and v.gpu >= 0 else (f"gpu {v.gpu}" if v.gpu >= 0 else "the file")
-    return (f"schedule {schedule.name!r} does not fit {limits.name} even with consecutive transfers merged and "
-            f"streams spread over up to {limits.max_channels} channels: {at} needs {v.count} {v.limit}, "
-            f"at most {v.allowed} allowed ({_SOURCES[v.limit]}).")
+    return f"{at} needs {v.count} {v.limit}, at most {v.allowed} allowed ({_SOURCES[v.limit]})"
 
 
 class _MergeLadder:

@@ -203,7 +203,9 @@ def _given_fusions(s: Schedule, chan: list[int]) -> _Fusion:
     names those receives in ``meta["msccl"]["fused_recvs"]``, where given)."""
     ops = s.ops
     info = s.meta.get("msccl")
-    named = info.get("fused_recvs") if isinstance(info, dict) else None
+    if not isinstance(info, dict):
+        info = {}
+    named = info.get("fused_recvs")
     # ids of the ops as read: a transform that renumbered them (in place: fewer copies) leaves the guess
     fused = set(named) if isinstance(named, list) and info.get("n_ops") == len(ops) else None
     send_of: dict[int, int] = {}
