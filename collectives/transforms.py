@@ -44,6 +44,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from collections.abc import Callable, Iterable
 
 from ccsynth.collectives.schedule import Chunks, Op, Schedule, in_place_storage
@@ -375,6 +376,8 @@ def split_streams(
     schedule: Schedule,
     parts: dict[tuple[int, int, int], int],
     local_parts: dict[tuple[int, int], int] | None = None,
+    *,
+    keep_order: bool = False,
 ) -> Schedule:
     """Spread the messages of streams (and local ops) over more channels.
 
@@ -388,6 +391,11 @@ def split_streams(
     Consecutive blocks (rather than every k-th message) keep a pipeline's
     order: a later block mostly carries what arrives later anyway, instead
     of taking bandwidth from the messages the next hop waits for.
+    ``keep_order``: the first send of every block after the first also
+    waits for the last send of the block before it, so the blocks of a
+    stream still take the link one after another, as the one stream did
+    (without it, a later block that is ready early shares the link with the
+    earlier one and slows the messages the next hop waits for).
     """
     local_parts = local_parts or {}
     for key, k in (*parts.items(), *local_parts.items()):
@@ -415,7 +423,17 @@ def split_streams(
             channel[x] = c
             if key[0] == "s":
                 channel[matches[x]] = c
-    new_ops = tuple(replace(op, channel=channel[op.id]) if channel[op.id] != op.channel else op for op in ops)
+    # first send of a block -> last send of the block before it
+    extra: dict[int, int] = {
+        b: a
+        for key, ids in members.items() if keep_order and key[0] == "s"
+        for a, b in pairwise(ids) if channel[a] != channel[b]
+    }
+    new_ops = tuple(
+        replace(op, channel=channel[op.id], deps=tuple(sorted({*op.deps, extra[op.id]})) if op.id in extra else op.deps)
+        if channel[op.id] != op.channel or op.id in extra else op
+        for op in ops
+    )
     return replace(schedule, ops=new_ops, meta=dict(schedule.meta))
 
 

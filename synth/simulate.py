@@ -239,6 +239,7 @@ from ccsynth.synth.simulator.tasks import Task, TaskGraph
 from ccsynth.synth.trace import Recorder, Trace
 from ccsynth.tolerance import is_greater
 from ccsynth.topologies.model import BYTES_PER_US_PER_GBPS, Topology
+from ccsynth.topologies.protocols import meta_protocol, with_protocol
 
 log = logging.getLogger(__name__)
 
@@ -371,12 +372,16 @@ def simulate(
     see :mod:`ccsynth.synth.trace`); the time does not change.
     ``footprint_bytes``: the call's footprint per rank where the topology
     has a ``footprint_curve`` (None: its own working set, see the module
-    docstring). The result's lower bound is computed only when read.
+    docstring). A schedule read from MSCCL XML whose ``proto`` is LL or LL128
+    (``meta["msccl"]["proto"]``) is priced with that protocol
+    (:func:`~ccsynth.topologies.protocols.with_protocol`).
+    The result's lower bound is computed only when read.
 
     Raises :class:`ScheduleError` if the rank counts differ, a send has no
     connection (the message names the op), a send/recv is unmatched, or the
     schedule deadlocks; :class:`~ccsynth.errors.SizeError` for a bad size.
     """
+    topology = with_protocol(topology, meta_protocol(schedule.meta))  # a file's LL/LL128 (Simple: as it is)
     return _result(Prepared(schedule, topology), topology, size_bytes, local_bw, trace, footprint_bytes)
 
 
@@ -399,6 +404,7 @@ def simulate_sizes(
     schedule: Schedule, topology: Topology, sizes: Iterable[float], *, local_bw: float | None = None
 ) -> list[SimResult]:
     """:func:`simulate` at each of ``sizes`` (the schedule is prepared once)."""
+    topology = with_protocol(topology, meta_protocol(schedule.meta))
     p = Prepared(schedule, topology)
     return [_result(p, topology, s, local_bw) for s in sizes]
 

@@ -111,7 +111,7 @@ def test_a_schedule_that_cannot_fit_is_refused():
     with pytest.raises(ExportLimitError) as e:
         schedule_to_msccl_xml(s, limits=tight)
     assert isinstance(e.value, ScheduleError)
-    assert re.search(r"threadblock \d+ of gpu \d+ needs \d+ steps; a tiny runtime accepts at most 4 "
+    assert re.search(r"does not fit a tiny runtime: threadblock \d+ of gpu \d+ needs \d+ steps, at most 4 allowed "
                      r"\(MSCCL_MAX_NUM_STEPS", str(e.value)), str(e.value)
     # offsets are 16-bit in the runtimes: no transform shortens a buffer
     n, c = 9, 4096

@@ -24,8 +24,14 @@ bound the offsets of each gpu. The package, one concern per module:
   limits (streams spread over channels, transfers merged), or refused;
 * :mod:`.threadblocks` -- the threadblock layout of a schedule (fusions,
   step order, dependencies and ``nop`` steps) and its XML text;
+* :mod:`.timed` -- the order in which a schedule's ops start in
+  simulation, which the threadblocks keep;
 * :mod:`.export` -- schedule (or plan) -> XML: options, the IR transforms
   the runtimes need, the faster layout, the in-place check;
+* :mod:`.written` -- one candidate written for one size, as a synthesizer
+  judges it: :func:`write_msccl` returns the file, the file read back and
+  verified, its simulated time with its protocol (``proto="auto"``: the
+  fastest), and a note per fallback taken to fit the runtime;
 * :mod:`.reader` -- XML -> schedule, in numbered stages with errors that
   name gpu, threadblock and step.
 
@@ -50,10 +56,13 @@ from ccsynth.formats.msccl.export import plan_to_msccl_xmls, schedule_to_msccl_x
 from ccsynth.formats.msccl.limits import EXECUTOR_LIMITS, MAX_COUNT, MSCCL_LIMITS, UNBOUNDED, MscclLimits
 from ccsynth.formats.msccl.reader import describe_xml, schedule_from_msccl_xml
 from ccsynth.formats.msccl.schema import COLL_NAMES, PROTOCOLS, STEP_TYPES
+from ccsynth.formats.msccl.written import WrittenXml, write_msccl
 
 __all__ = [
     "schedule_to_msccl_xml",
     "plan_to_msccl_xmls",
+    "write_msccl",
+    "WrittenXml",
     "schedule_from_msccl_xml",
     "describe_xml",
     "COLL_NAMES",

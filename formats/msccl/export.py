@@ -41,8 +41,10 @@ gives the same file for files this package wrote.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+from dataclasses import dataclass
 
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.transforms import (
@@ -54,19 +56,21 @@ from ccsynth.collectives.transforms import (
 )
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import CCSynthError, ScheduleError
-from ccsynth.formats.msccl.fit import fit_candidates
+from ccsynth.formats.msccl.fit import Fit, fit_candidates
 from ccsynth.formats.msccl.limits import EXECUTOR_LIMITS, MAX_COUNT, MAX_PEERS_PER_CHANNEL, UNBOUNDED, MscclLimits
 from ccsynth.limits import check as check_limit
 from ccsynth.formats.msccl.reader import schedule_from_msccl_xml
 from ccsynth.formats.msccl.schema import COLL_NAMES, COLL_READ, PROTOCOLS
 from ccsynth.formats.msccl.threadblocks import layout_xml
+from ccsynth.formats.msccl.timed import start_times
 from ccsynth.synth.simulate import simulate_sizes
 from ccsynth.tolerance import is_greater
 from ccsynth.topologies import get_topology
+from ccsynth.topologies.protocols import with_protocol
 
 log = logging.getLogger(__name__)
 
-__all__ = ["schedule_to_msccl_xml", "plan_to_msccl_xmls"]
+__all__ = ["schedule_to_msccl_xml", "lower_schedule", "Lowering", "plan_to_msccl_xmls", "row_size"]
 
 
 def schedule_to_msccl_xml(
@@ -81,6 +85,7 @@ def schedule_to_msccl_xml(
     coll: str | None = None,
     topology=None,
     limits: MscclLimits | None = None,
+    size_bytes: float | None = None,
 ) -> str:
     """The MSCCL XML of a (verified) ``schedule``.
 
@@ -97,9 +102,12 @@ def schedule_to_msccl_xml(
     ``coll`` overrides the collective's name (``reduce_scatter`` for the
     older runtime). ``topology`` (a :class:`Topology`, or a catalog name or
     ccsynth topology file; default: the one the schedule names, if it
-    loads): where fusing steps would serialize streams, the fused and the
-    plain layout are simulated on it (as MSCCL runs them) and the faster one
-    is written. ``limits``: the runtime the file is for (default
+    loads): the schedule is simulated on it to lay every threadblock's steps
+    out in the order they ran (:mod:`.timed`), and the layouts that fit are
+    simulated (as MSCCL runs them, read back from their XML) and the fastest
+    is written. ``size_bytes``: the message size to lay out and compare at
+    (default: 1 KiB, 1 MiB and 64 MiB where they fall in ``[min_bytes,
+    max_bytes]``, the middle one for the order). ``limits``: the runtime the file is for (default
     :data:`~.limits.EXECUTOR_LIMITS`, msccl-executor-nccl's default build;
     ``EXECUTOR_LIMITS.with_max_steps(256)`` for a build with more steps);
     raises :class:`~ccsynth.errors.ExportLimitError` if the schedule cannot
@@ -109,6 +117,44 @@ def schedule_to_msccl_xml(
     ``schedule_to_msccl_xml(schedule_from_msccl_xml(xml)) == xml`` for a
     file written here.
     """
+    return lower_schedule(
+        schedule, proto=proto, nchannels=nchannels, min_bytes=min_bytes, max_bytes=max_bytes, inplace=inplace,
+        name=name, coll=coll, topology=topology, limits=limits, size_bytes=size_bytes,
+    ).xml
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """What :func:`lower_schedule` wrote: the file, the fit it lays out, and the read-back time if simulated."""
+
+    xml: str
+    fit: Fit
+    limits: MscclLimits
+    proto: str
+    back: Schedule | None = None  # the file read back, where it was read back (compared on a topology)
+    time_us: float | None = None  # ``back`` simulated at the size it was laid out for
+
+    @property
+    def note(self) -> str | None:
+        """One line on what was changed to fit the runtime (None: nothing)."""
+        return self.fit.note(self.limits)
+
+
+def lower_schedule(
+    schedule: Schedule,
+    *,
+    proto: str | None = None,
+    nchannels: int | None = None,
+    min_bytes: int | None = None,
+    max_bytes: int | None = None,
+    inplace: bool = False,
+    name: str | None = None,
+    coll: str | None = None,
+    topology=None,
+    limits: MscclLimits | None = None,
+    size_bytes: float | None = None,
+) -> Lowering:
+    """:func:`schedule_to_msccl_xml` with what it decided (see there for the arguments)."""
     if not schedule.collective.uniform:
         raise ScheduleError(f"{schedule.name!r} is of {schedule.collective.describe()}, whose chunks differ in size; "
                             "MSCCL XML has equal chunks only (keep resharding plans as ccsynth JSON)")
@@ -118,7 +164,12 @@ def schedule_to_msccl_xml(
     limits = limits if limits is not None else EXECUTOR_LIMITS
     if not isinstance(limits, MscclLimits):
         raise ScheduleError(f"limits must be MscclLimits, got {limits!r}")
-    fits = fit_candidates(sched, limits)
+    topo = _topology_for(schedule, topology)
+    sizes = _sizes(min_bytes, max_bytes, size_bytes)
+    timer = None
+    if topo is not None:
+        timer = functools.partial(start_times, topology=with_protocol(topo, proto), size_bytes=sizes[len(sizes) // 2])
+    fits = fit_candidates(sched, limits, timer=timer)
     entries = [(fit, layout) for fit in fits for layout in fit.layouts]
     texts = [
         layout_xml(
@@ -133,11 +184,9 @@ def schedule_to_msccl_xml(
         )
         for fit, layout in entries
     ]
-    k = 0
-    if len(texts) > 1:
-        topo = _topology_for(schedule, topology)
-        if topo is not None:
-            k = _fastest(texts, topo, min_bytes, max_bytes)
+    k, back, time_us = 0, None, None
+    if topo is not None and (len(texts) > 1 or size_bytes is not None):
+        k, back, time_us = _fastest(texts, topo, sizes)
     xml = texts[k]
     fitted = entries[k][0].schedule
     if fitted is not sched and not inplace:  # in place: the file is read back and verified below
@@ -147,7 +196,7 @@ def schedule_to_msccl_xml(
             raise ScheduleError(f"schedule {schedule.name!r} is no longer correct once fitted to the MSCCL limits: {e}") from None
     if inplace:
         _check_in_place(xml, schedule)
-    return xml
+    return Lowering(xml, entries[k][0], limits, proto, back, time_us)
 
 
 #: The fields of ``meta["msccl"]`` the exporter reads, and the types they must have (a schedule
@@ -246,30 +295,38 @@ def _topology_for(schedule: Schedule, topology):
     return topo if topo.n_ranks == schedule.n_ranks else None
 
 
-def _fastest(texts: list[str], topology, min_bytes: int, max_bytes: int | None) -> int:
-    """The index of the file whose schedule (as MSCCL runs it) simulates fastest on ``topology``.
-
-    Sizes: 1 KiB, 1 MiB and 64 MiB where they fall in ``[min_bytes,
-    max_bytes]``, else the middle of that range; times are compared as the
-    sum over sizes of each one's time relative to the best.
-    """
+def _sizes(min_bytes: int, max_bytes: int | None, size_bytes: float | None) -> list[float]:
+    """The sizes to compare layouts at: ``size_bytes``, else 1 KiB, 1 MiB and 64 MiB where they
+    fall in ``[min_bytes, max_bytes]``, else the middle of that range."""
+    if size_bytes is not None:
+        return [size_bytes]
     hi = max_bytes if max_bytes is not None else UNBOUNDED
-    sizes = [z for z in (1 << 10, 1 << 20, 1 << 26) if min_bytes <= z <= hi]
-    if not sizes:
-        sizes = [max(1, int(math.sqrt(max(min_bytes, 1) * min(hi, 1 << 40))))]
-    times = []
+    sizes: list[float] = [z for z in (1 << 10, 1 << 20, 1 << 26) if min_bytes <= z <= hi]
+    return sizes or [max(1, int(math.sqrt(max(min_bytes, 1) * min(hi, 1 << 40))))]
+
+
+def _fastest(texts: list[str], topology, sizes: list[float]) -> tuple[int, Schedule | None, float | None]:
+    """The file whose schedule (as MSCCL runs it, read back) simulates fastest on ``topology``.
+
+    Returns its index, its schedule read back and its time at ``sizes[0]``
+    (index 0 and None where nothing can be compared). Over several sizes,
+    times are compared as the sum over sizes of each one's time relative to
+    the best.
+    """
+    times, backs = [], []
     for text in texts:
         try:
             sched = schedule_from_msccl_xml(text)  # beyond ccsynth's reading limits (ccsynth.limits): no comparison
             times.append([r.time_us for r in simulate_sizes(sched, topology, sizes)])
+            backs.append(sched)
         except ScheduleError as e:  # e.g. a link the topology lacks: nothing to compare
             log.debug("not comparing MSCCL layouts: %s", e)
-            return 0
+            return 0, None, None
     best = [min(t[j] for t in times) or 1.0 for j in range(len(sizes))]
     score = [sum(t[j] / best[j] for j in range(len(sizes))) for t in times]
     k = min(range(len(texts)), key=lambda i: (is_greater(score[i], min(score)), i))
-    log.debug("MSCCL layouts (fused first) score %s on %s at %s: chose %d", score, topology.name, sizes, k)
-    return k
+    log.debug("MSCCL layouts (timed, fused, plain) score %s on %s at %s: chose %d", score, topology.name, sizes, k)
+    return k, backs[k], times[k][0]
 
 
 # ---------------------------------------------------------- 4. in place
@@ -282,24 +339,56 @@ def _check_in_place(xml: str, original: Schedule) -> None:
 
 
 # ------------------------------------------------------------------ plans
-def plan_to_msccl_xmls(plan, **kwargs) -> list[tuple[str, str]]:
+def plan_to_msccl_xmls(plan, *, proto: str | None = None, **kwargs) -> list[tuple[str, str]]:
     """One MSCCL XML per entry of a plan (per-size algorithm table).
 
     ``plan`` needs only ``entries``, each with ``kind``, ``n_ranks``,
     ``algorithm``, ``min_bytes``, ``max_bytes`` (None: no upper end) and
     ``schedule``. Returns ``(file name, xml)`` pairs. A plan row covers
     ``[min_bytes, max_bytes)``; MSCCL's ``maxBytes`` is inclusive, so it is
-    written as ``max_bytes - 1`` (no upper end stays unbounded). ``kwargs``
-    go to :func:`schedule_to_msccl_xml`.
+    written as ``max_bytes - 1`` (no upper end stays unbounded), and the
+    runtime picks the file by size. ``proto``: None or ``"auto"`` chooses
+    each row's protocol -- the fastest in the model at the row's
+    representative size (:func:`row_size`) -- where a topology is known
+    (the ``topology`` keyword, else the schedule's), else Simple; a
+    protocol name writes every row with it. ``kwargs`` go to
+    :func:`schedule_to_msccl_xml`.
     """
     out = []
     for e in plan.entries:
         mx = None if e.max_bytes is None else e.max_bytes - 1
-        xml = schedule_to_msccl_xml(e.schedule, min_bytes=e.min_bytes, max_bytes=mx, **kwargs)
+        auto = proto in (None, "auto") and _topology_for(e.schedule, kwargs.get("topology")) is not None
+        if auto:
+            xml = _fastest_protocol(e.schedule, e.min_bytes, mx, kwargs).xml
+        else:
+            xml = schedule_to_msccl_xml(e.schedule, proto=proto, min_bytes=e.min_bytes, max_bytes=mx, **kwargs)
         hi = "inf" if e.max_bytes is None else str(e.max_bytes)
         fname = f"{e.kind}_{e.n_ranks}_{_safe(e.algorithm)}_{e.min_bytes}-{hi}.xml"
         out.append((fname, xml))
     return out
+
+
+def row_size(min_bytes: int, max_bytes: int | None) -> float:
+    """The size a plan row ``[min_bytes, max_bytes)`` is judged at: the geometric middle of the row
+    (an open row: of ``[min_bytes, 16 * min_bytes]``; sizes below 1 byte count as 1)."""
+    lo = max(min_bytes, 1)
+    hi = max(max_bytes - 1, lo) if max_bytes is not None else 16 * lo
+    return math.sqrt(lo * hi)
+
+
+def _fastest_protocol(schedule: Schedule, min_bytes: int, max_bytes: int | None, kwargs: dict) -> Lowering:
+    """The plan row's schedule written with each protocol at the row's size; the fastest in the model."""
+    size = row_size(min_bytes, None if max_bytes is None else max_bytes + 1)
+    best: Lowering | None = None
+    for p in PROTOCOLS:
+        low = lower_schedule(schedule, proto=p, min_bytes=min_bytes, max_bytes=max_bytes, size_bytes=size, **kwargs)
+        if best is None or (low.time_us is not None and best.time_us is not None and is_greater(best.time_us, low.time_us)):
+            best = low
+    if best is None:  # not reached: PROTOCOLS is not empty
+        raise ScheduleError(f"no MSCCL protocol to write {schedule.name!r} with")
+    log.debug("plan row [%d, %s] of %r: %s (%s us at %d bytes)", min_bytes, max_bytes, schedule.name, best.proto,
+              best.time_us, size)
+    return best
 
 
 def _safe(s: str) -> str:

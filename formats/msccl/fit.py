@@ -46,6 +46,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ccsynth.collectives.schedule import Schedule
@@ -60,6 +61,8 @@ __all__ = ["LimitViolation", "Fit", "violations", "steps_per_threadblock", "fit_
 
 #: Rounds of "build the layouts, cut the streams of the threadblocks still too long" per merge factor.
 REFINE_ROUNDS = 4
+#: Each op's simulated start in a schedule, or None (:func:`.timed.start_times` at a topology and size).
+Timer = Callable[[Schedule], Sequence[float] | None]
 #: Channels a schedule is spread over before transfers are merged instead. Every channel costs the
 #: runtime a connection (with its buffers) per peer and more threadblocks (SMs), while merging
 #: consecutive pieces costs little: the runtime pipelines a step's chunks in slices anyway.
@@ -105,6 +108,25 @@ class Fit:
     layouts: tuple[Layout, ...]
     merge_factor: int  # 1: nothing merged
     channels: int
+    packed: bool = False  # streams paired two by two into shared threadblocks
+    original_ops: int = 0  # ops of the schedule before it was fitted
+    original_channels: int = 1
+
+    def note(self, limits: MscclLimits) -> str | None:
+        """One line saying what was changed to fit ``limits`` (None: nothing)."""
+        what = []
+        if self.merge_factor > 1 and len(self.schedule.ops) < self.original_ops:
+            what.append(f"merged runs of up to {self.merge_factor} consecutive transfers "
+                        f"({self.original_ops} -> {len(self.schedule.ops)} ops)")
+        if self.channels > self.original_channels:
+            what.append(f"spread long streams over {self.channels} channels (from {self.original_channels})")
+        if self.packed:
+            what.append("paired streams two by two into shared threadblocks")
+        if not what:
+            return None
+        return (f"fitted to {limits.name} (at most {limits.max_steps} steps per threadblock, {limits.max_tbs} "
+                f"threadblocks per gpu, {limits.max_channels} channels, {limits.max_elements} XML elements per gpu): "
+                + "; ".join(what))
 
 
 def steps_per_threadblock(layout: Layout) -> list[list[int]]:
@@ -154,7 +176,7 @@ def _buffer_violations(schedule: Schedule, limits: MscclLimits) -> list[LimitVio
     return out
 
 
-def fit_candidates(schedule: Schedule, limits: MscclLimits) -> list[Fit]:
+def fit_candidates(schedule: Schedule, limits: MscclLimits, *, timer: Timer | None = None) -> list[Fit]:
     """The ways worth comparing to fit ``schedule`` within ``limits``, fewest channels first.
 
     One :class:`Fit` when the schedule fits as it is; else the fit that
@@ -162,20 +184,23 @@ def fit_candidates(schedule: Schedule, limits: MscclLimits) -> list[Fit]:
     runtime buffers per peer and threadblocks), and, when it differs, the
     one that spreads over up to :data:`CHANNEL_BUDGET` channels before it
     merges (a finer pipeline). The exporter writes the faster in
-    simulation. Raises as :func:`fit_layouts` does.
+    simulation. ``timer``: each op's simulated start in a schedule (as
+    :func:`.timed.start_times`), for the timed layout of every schedule
+    tried. Raises as :func:`fit_layouts` does.
     """
     ladder = _MergeLadder(schedule)
-    few = _fit(schedule, limits, channels_used(schedule), ladder)
+    few = _fit(schedule, limits, channels_used(schedule), ladder, timer)
     if few.schedule is schedule:
         return [few]
     out = [few]
-    wide = _fit(schedule, limits, CHANNEL_BUDGET, ladder)
+    wide = _fit(schedule, limits, CHANNEL_BUDGET, ladder, timer)
     if (wide.merge_factor, wide.channels, len(wide.schedule.ops)) != (few.merge_factor, few.channels, len(few.schedule.ops)):
         out.append(wide)
     return out
 
 
-def fit_layouts(schedule: Schedule, limits: MscclLimits, *, channel_budget: int = CHANNEL_BUDGET) -> Fit:
+def fit_layouts(schedule: Schedule, limits: MscclLimits, *, channel_budget: int = CHANNEL_BUDGET,
+                timer: Timer | None = None) -> Fit:
     """``schedule`` transformed to fit ``limits``, with its layouts that fit (best guess first).
 
     See the module doc for the stages. Streams are spread over at most
@@ -186,10 +211,11 @@ def fit_layouts(schedule: Schedule, limits: MscclLimits, *, channel_budget: int 
     when nothing fits, or :class:`~ccsynth.errors.ScheduleError` when no
     layout is free of deadlock.
     """
-    return _fit(schedule, limits, channel_budget, _MergeLadder(schedule))
+    return _fit(schedule, limits, channel_budget, _MergeLadder(schedule), timer)
 
 
-def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _MergeLadder) -> Fit:
+def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _MergeLadder,
+         timer: Timer | None = None) -> Fit:
     """:func:`fit_layouts`, taking its merged schedules from ``ladder`` (shared by the candidates)."""
     static = _buffer_violations(schedule, limits)
     if static:
@@ -199,14 +225,20 @@ def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _
     for f, merged in _candidates(ladder, limits, max(channel_budget, channels_used(schedule))):
         parts, local_parts = _initial_parts(merged, limits.max_steps)
         for _ in range(REFINE_ROUNDS):
-            spread = split_streams(merged, parts, local_parts)
+            spread = split_streams(merged, parts, local_parts, keep_order=True)
             nchan = channels_used(spread)
             if nchan > limits.max_channels:
                 last = [LimitViolation("channels", -1, "", nchan, limits.max_channels, limits.name)]
                 break  # merge more
-            found = layouts(spread, pack=pack)
+            times = timer(spread) if timer is not None else None
+            # the timed layout runs as the schedule does: the layouts by level only where it does not fit
+            found = layouts(spread, pack=pack, times=times, by_level=times is None)
             checked = [(lay, violations(spread, lay, limits)) for lay in found]
             fitting = tuple(lay for lay, v in checked if not v)
+            if not fitting and times is not None:
+                found = layouts(spread, pack=pack)
+                checked = [(lay, violations(spread, lay, limits)) for lay in found]
+                fitting = tuple(lay for lay, v in checked if not v)
             if fitting:
                 if spread is not schedule or pack:
                     log.info(
@@ -214,7 +246,7 @@ def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _
                         "channel(s) (%d -> %d ops)%s", schedule.name, limits.name, f, nchan, len(schedule.ops),
                         len(spread.ops), ", streams packed two by two into threadblocks" if pack else "",
                     )
-                return Fit(spread, fitting, f, nchan)
+                return Fit(spread, fitting, f, nchan, pack, len(schedule.ops), channels_used(schedule))
             last = checked[-1][1]
             if not pack and any(v.limit == "threadblocks" for v in last):
                 pack = True  # pair streams into shared threadblocks (kept for every later attempt)
@@ -225,18 +257,22 @@ def _fit(schedule: Schedule, limits: MscclLimits, channel_budget: int, ladder: _
 
 
 def _refusal(schedule: Schedule, limits: MscclLimits, last: list[LimitViolation]) -> str:
-    """Why ``schedule`` does not fit: what its own layout needs, and what the last attempt still needed."""
+    """One sentence: the limit the schedule breaks as it is, and the one the last (most merged) attempt still broke."""
     own = violations(schedule, layouts(schedule)[-1], limits)
-    worst = own[0] if own else (last[0] if last else None)
-    text = (
-        f"schedule {schedule.name!r} does not fit the MSCCL runtime even after merging consecutive transfers and "
-        f"spreading streams over up to {limits.max_channels} channels: {worst.message if worst else 'no layout fits'}"
-    )
-    if last and last[0] != worst:
-        v = last[0]
-        need = (f"{v.count} {v.limit} ({v.runtime} accepts at most {v.allowed})" if v.gpu < 0 else v.message)
-        text += f"; the last attempt still needed {need}"
-    return text
+    first = own[0] if own else (last[0] if last else None)
+    if first is None:  # not reached: a schedule that fits as it is has a layout that fits
+        return f"schedule {schedule.name!r} cannot be laid out within {limits.name}'s limits."
+    text = f"schedule {schedule.name!r} does not fit {limits.name}: {_need(first)}"
+    if last and (last[0].limit, last[0].gpu, last[0].where) != (first.limit, first.gpu, first.where):
+        text += (f", and with consecutive transfers merged and streams spread over up to {limits.max_channels} "
+                 f"channels {_need(last[0])}")
+    return text + "."
+
+
+def _need(v: LimitViolation) -> str:
+    """``"threadblock 3 of gpu 0 needs 80 steps, at most 64 allowed (source)"``."""
+    at = f"{v.where} of gpu {v.gpu}" if v.where and v.gpu >= 0 else (f"gpu {v.gpu}" if v.gpu >= 0 else "the file")
+    return f"{at} needs {v.count} {v.limit}, at most {v.allowed} allowed ({_SOURCES[v.limit]})"
 
 
 class _MergeLadder:

@@ -33,7 +33,9 @@ the element (``step k of <tb id=t> of <gpu id=g>``) and attribute:
    (in the file's order) that touch the same chunks, one of them writing;
 8. *schedule* -- ops numbered in file order (gpu, channel, threadblock,
    step), the file's attributes kept in ``meta["msccl"]`` so that the
-   exporter writes the same file back.
+   exporter writes the same file back (with ``proto``, which the simulator
+   prices, and ``fused_recvs``: the receive of every ``rcs``/``rrcs``
+   step, fused again on export).
 
 In-place files (``inplace="1"``) become the out-of-place schedule that runs
 on separate buffers (``Schedule.in_place`` stays False): the input is first
@@ -534,6 +536,7 @@ class _OpBuilder:
         self.step_ops: dict[StepKey, list[int]] = {}  # per step: its ops in order
         self.prologue: dict[int, int] = {}  # gpu -> the op that fills what the file expects of the input
         self._orders: dict[int, list[StepKey]] = {}
+        self.fused: list[int] = []  # the receive of every rcs/rrcs step (fused with the send after it)
 
     def add(self, rank: int, chan: int, key: tuple, **fields) -> int:
         self.drafts.append(_Draft(rank, chan, key, **fields))
@@ -570,6 +573,7 @@ class _OpBuilder:
         elif ty in ("r", "rcs"):
             ids.append(add(gid, t.chan, base + (0,), kind="recv", dst=dst, peer=t.recv))
             if ty == "rcs":
+                self.fused.append(ids[-1])
                 ids.append(add(gid, t.chan, base + (1,), kind="send", src=dst, peer=t.send))
         elif ty in ("rrc", "rrcs"):
             if src != dst:
@@ -578,6 +582,7 @@ class _OpBuilder:
                 ids.append(add(gid, t.chan, base + (0,), kind="copy", src=src, dst=dst))
             ids.append(add(gid, t.chan, base + (1,), kind="recv", dst=dst, peer=t.recv, reduce=True))
             if ty == "rrcs":
+                self.fused.append(ids[-1])
                 ids.append(add(gid, t.chan, base + (2,), kind="send", src=dst, peer=t.send))
         elif ty == "rrs":
             tmp = Chunks("s", self.temp_next[gid], x.cnt)
@@ -733,6 +738,8 @@ class _OpBuilder:
                 "minBytes": algo.min_bytes,
                 "maxBytes": None if algo.max_bytes in (None, 0, UNBOUNDED) else algo.max_bytes,
                 "input_shadow": self.buffers.shadow,
+                "fused_recvs": sorted(new_id[i] for i in self.fused),
+                "n_ops": len(ops),  # the ops fused_recvs numbers (a transform that renumbers changes it)
             },
         }
         try:

@@ -21,11 +21,15 @@ each op and in which order; it is built in stages by :func:`layouts`:
 2. *steps* -- every op (or fused pair) becomes a :class:`Step` of the
    threadblock keyed by ``(send peer, receive peer, channel)`` of its rank;
    local copies and reductions go to a local threadblock per channel;
-3. *places* -- steps of every threadblock follow a topological order of the
-   ops (by dependency level) in which a receive follows its send
-   ("buffered"), else one in which a matched send and receive are one event
-   ("rendezvous"); a schedule read from MSCCL XML keeps its file's order
-   ("given");
+3. *places* -- steps of every threadblock follow the order in which the
+   ops started when the schedule was simulated ("timed",
+   :mod:`.timed`: given the times, this layout comes first, without
+   fusions, one stream per threadblock -- what MSCCLang does with a
+   threadblock per send peer, receive peer and channel -- so that the file
+   runs as the schedule did), or a topological order of the ops (by
+   dependency level) in which a receive follows its send ("buffered"), else
+   one in which a matched send and receive are one event ("rendezvous"); a
+   schedule read from MSCCL XML keeps its file's order ("given");
 4. *streams* -- both ends of a stream are put in the same order;
 5. *deadlock* -- the layout is kept only if threadblock order, dependencies
    and send-before-receive together are acyclic, i.e. nothing deadlocks
@@ -47,6 +51,7 @@ from __future__ import annotations
 import logging
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -111,15 +116,20 @@ class _Fusion:
         return {(rank, c, q): p for (rank, c, p), q in self.pair_of.items()}
 
 
-def layouts(s: Schedule, *, pack: bool = False) -> list[Layout]:
+def layouts(s: Schedule, *, pack: bool = False, times: Sequence[float] | None = None,
+            by_level: bool = True) -> list[Layout]:
     """The threadblock layouts worth comparing (see module doc), best guess first.
 
-    Returns the fused layout and the plain one (when they differ); a
-    schedule read from MSCCL XML gets back its own layout (same fusions,
-    same step order), so that XML -> schedule -> XML gives the same file.
-    ``pack``: pair the streams left alone into shared threadblocks (about
-    half the threadblocks, each stream serialized with its partner).
-    Raises :class:`ScheduleError` if every layout would deadlock.
+    Returns the timed layout (with ``times``, each op's simulated start:
+    :func:`.timed.start_times`; one stream per threadblock, in the order
+    the ops ran), then the fused layout and the plain one (when they
+    differ); a schedule read from MSCCL XML gets back its own layout (same
+    fusions, same step order), so that XML -> schedule -> XML gives the
+    same file. ``pack``: pair the streams left alone into shared
+    threadblocks (about half the threadblocks, each stream serialized with
+    its partner). ``by_level=False``: the timed layout alone, where there
+    is one (the layouts by level are built only when it is missing). Raises
+    :class:`ScheduleError` if every layout would deadlock.
     """
     info = s.meta.get("msccl")
     if not isinstance(info, dict):
@@ -130,27 +140,36 @@ def layouts(s: Schedule, *, pack: bool = False) -> list[Layout]:
             if layout is not None:
                 return [layout]
     out = []
+    if times is not None:
+        timed = _try_assign(s, fuse="none", order="timed", pack=pack, times=times)
+        if timed is not None:
+            out.append(timed)
+            if not by_level:
+                return out
+    levelled: list[Layout] = []
     for fuse in ("auto", "none"):
         for order in ("buffered", "rendezvous"):
             layout = _try_assign(s, fuse=fuse, order=order, pack=pack)
             if layout is not None:
-                out.append(layout)
+                levelled.append(layout)
                 break
-        if out and out[0].fused == 0:
+        if levelled and levelled[0].fused == 0:
             break  # nothing to fuse: the plain layout is the same
+    out += levelled
     if not out:
         raise ScheduleError(f"schedule {s.name!r} cannot be laid out as MSCCL threadblocks without a deadlock")
     return out
 
 
-def _try_assign(s: Schedule, *, fuse: str, order: str, pack: bool = False) -> Layout | None:
+def _try_assign(s: Schedule, *, fuse: str, order: str, pack: bool = False,
+                times: Sequence[float] | None = None) -> Layout | None:
     """The layout with fusions ``fuse`` (given/auto/none) and step order ``order``, or None if it deadlocks."""
     chan = _channels(s)
     fusion = _fusions(s, fuse, chan)  # 1
     if pack:
         fusion = _packed(s, fusion, chan)
     steps, step_of = _steps(s, fusion, chan)  # 2
-    if not _place(s, steps, step_of, order):  # 3
+    if not _place(s, steps, step_of, order, times):  # 3
         return None
     if not _align_streams(s, steps, step_of, chan):  # 4
         return None
@@ -180,12 +199,21 @@ def _fusions(s: Schedule, fuse: str, chan: list[int]) -> _Fusion:
 
 def _given_fusions(s: Schedule, chan: list[int]) -> _Fusion:
     """A schedule read from MSCCL XML: a fused step became a receive and the
-    send of the same chunks right after it (consecutive ids)."""
+    send of the same chunks right after it (consecutive ids; the reader
+    names those receives in ``meta["msccl"]["fused_recvs"]``, where given)."""
     ops = s.ops
+    info = s.meta.get("msccl")
+    if not isinstance(info, dict):
+        info = {}
+    named = info.get("fused_recvs")
+    # ids of the ops as read: a transform that renumbered them (in place: fewer copies) leaves the guess
+    fused = set(named) if isinstance(named, list) and info.get("n_ops") == len(ops) else None
     send_of: dict[int, int] = {}
     pair_of: dict[tuple[int, int, int], int] = {}
     for op in ops[1:]:
         r = ops[op.id - 1]
+        if fused is not None and r.id not in fused:
+            continue
         if (
             op.kind == "send" and r.kind == "recv" and r.rank == op.rank and r.dst == op.src
             and chan[r.id] == chan[op.id] and set(op.deps) <= {r.id}
@@ -320,17 +348,20 @@ def _steps(s: Schedule, fusion: _Fusion, chan: list[int]) -> tuple[list[Step], d
 
 
 # --------------------------------------------------------------- 3. places
-def _place(s: Schedule, steps: list[Step], step_of: dict[int, int], order: str) -> bool:
+def _place(s: Schedule, steps: list[Step], step_of: dict[int, int], order: str,
+           times: Sequence[float] | None = None) -> bool:
     """Set every step's ``pos``: by op id (``given``), or by a global order of
     the ops in which (``rendezvous``) a send and its recv are one node, or
-    (``buffered``) the recv follows the send. False if that order has a cycle."""
+    (``buffered``) the recv follows the send, or (``timed``) the order in
+    which the ops started in a simulation of ``s`` (``times``, a send and
+    its recv one node). False if that order has a cycle."""
     if order == "given":
         for st in steps:
             st.pos = (st.ops[0],)
         return True
     ops = s.ops
     matches = s.matches
-    merge = order == "rendezvous"
+    merge = order in ("rendezvous", "timed")
     node_of = list(range(len(ops)))
     if merge:
         for op in ops:
@@ -346,6 +377,18 @@ def _place(s: Schedule, steps: list[Step], step_of: dict[int, int], order: str) 
             a = node_of[d]
             if a != b:
                 node_preds[b].add(a)
+    if order == "timed":
+        if times is None:
+            raise ScheduleError("the timed threadblock order needs the ops' simulated start times")
+        timed = _priority_order(node_preds, key=lambda x: (times[x], x))
+        if timed is None:
+            return False
+        node_pos = [0] * len(ops)
+        for i, x in enumerate(timed):
+            node_pos[x] = i
+        for st in steps:
+            st.pos = (node_pos[node_of[st.ops[0]]],)
+        return True
     first = topological_order(node_preds)
     if first is None:
         return False
@@ -459,7 +502,23 @@ def _step_order(s: Schedule, steps: list[Step], step_of: dict[int, int], tb_pred
                 j = step_of[d]
                 if j != i:
                     preds[i].add(j)
-    return topological_order(preds, key=lambda i: steps[i].pos)
+    return _priority_order(preds, key=lambda i: steps[i].pos)
+
+
+def _priority_order(preds: list[set[int]], key) -> list[int] | None:
+    """``topological_order(preds, key=key)``: among the ready nodes, the smallest ``key`` first.
+
+    Where the nodes sorted by ``key`` already follow every edge (the timed
+    layout: the order they ran in) that sort is the answer, found in
+    ``n log n`` without building a graph; else the priority order proper.
+    """
+    order = sorted(range(len(preds)), key=key)
+    at = [0] * len(preds)
+    for i, x in enumerate(order):
+        at[x] = i
+    if all(at[p] < at[x] for x in range(len(preds)) for p in preds[x]):
+        return order
+    return topological_order(preds, key=key)
 
 
 # ---------------------------------------------------------- 6. dependencies
