@@ -282,7 +282,7 @@ def _same_algorithm(plan_algo: str, default_algo: str) -> bool:
     """Whether the plan's row names the default plan's algorithm (``ring(c=2)`` against ``ring``).
 
     The chunk factor is not compared: the default plan's is the one the plan
-    tables build it at (:func:`ccsynth.synth.default_plan.default_chunk_factor`).
+    tables build it at (:func:`ccsynth.synth.default_plan.baseline_chunk_factor`).
     """
     return plan_algo.split("(")[0] == default_algo.split("(")[0] and "@" not in plan_algo
 

@@ -66,7 +66,7 @@ what collectives will see:
      machine a 256 KiB message that forwards what was just received took
      4-5x as long as an independent one (175 against 60 us for two rounds),
      and windows alone made every multi-step algorithm 1.5-3.5x slower than
-     predicted from 128 KiB up (bench/RESULTS.md, issue 10, session 4);
+     predicted from 128 KiB up (docs/results.md, issue 10, session 4);
   4. chains of two rounds of growing messages (1 KiB to 32 KiB): where a hop
      costs more than its bytes explain is the MPI library's switch from
      eager sends to a rendezvous (MPICH's shared memory: near 8 KiB), and
@@ -93,7 +93,7 @@ what collectives will see:
      MiB up: there the 2-rank ring and Rabenseifner allreduces (they
      forward) ran 0.5-0.94x recursive doubling (which does not), where the
      probes' 2.5-5x predicted them 2-4x too slow; below 1 MiB they ran
-     0.9-2.9x it (bench/RESULTS.md, issue 10, h38-model);
+     0.9-2.9x it (docs/results.md, issue 10, h38-model);
   7. *footprint probes*, fitted before the message curve: windows of
      :data:`FOOTPRINT_MESSAGE` messages (first pattern only), timed on their
      own buffers alone and, each call after an untimed pass over an eviction
@@ -114,7 +114,7 @@ what collectives will see:
      last-level cache no longer holds; on the project's 2-core machine a
      window of 2 x 256 KiB took 60 us at footprints up to 5.5 MiB, 126 us at
      17.5 MiB and 185 us at 65 MiB (32 MiB L3), and run D's rows measured
-     2.1-3x their prediction from 1 MiB up (bench/RESULTS.md, h29-cache).
+     2.1-3x their prediction from 1 MiB up (docs/results.md, h29-cache).
      Why two sizes: the extra is not all per byte. At the same footprints
      2 x 1 MiB windows paid 2.3-2.7x the extra of 2 x 256 KiB ones, not 4x
      (h29-cache), and on a later machine 2 x 256 KiB windows 1.5-2.4x the
@@ -127,7 +127,7 @@ what collectives will see:
      between them to the interpolation, which put 3.7x on the 28 MiB
      footprint of the 4 MiB bandwidth windows; the message curve gave that
      back (0.22), and the benchmark's 4-16 MiB allreduces, at 98-392 MiB,
-     were predicted 1.8-2.5x too fast (bench/RESULTS.md, h49-probes).
+     were predicted 1.8-2.5x too fast (docs/results.md, h49-probes).
 
 **Rounds and the communicator** (:func:`round_probes`, :func:`fit_round_cost`,
 :func:`measure_communicator`). Two figures the probes above cannot see,
@@ -139,7 +139,7 @@ both measured on 8 B messages after everything else is fitted:
   ranks than cores a round of ``k`` peers completes only once all of them
   have been scheduled: on the project's 2-core machine with 4 ranks a round
   with three peers measured 2-2.5x one with one peer, beyond what its
-  messages' overheads explain (bench/RESULTS.md, issue 10, h30-peers). Per
+  messages' overheads explain (docs/results.md, issue 10, h30-peers). Per
   ``k``, the slope of the measured time over ``R`` against the slope the
   simulator predicts with the fitted topology gives the extra per round:
   ``Topology.round_cost`` (:mod:`ccsynth.topologies.rounds`). The slope, not
@@ -166,7 +166,7 @@ What the probes miss is common to every schedule at a size: on the
 project's 2-core machine with 4 ranks every algorithm's rows from 8 B to
 256 KiB ran 1.2-1.8x their prediction alike, and one run's factors from
 these two algorithms, applied to another run's predictions, brought 30 of
-30 size bands from 64 KiB within 25% (bench/RESULTS.md, issue 10, session
+30 size bands from 64 KiB within 25% (docs/results.md, issue 10, session
 11). ``--no-reference`` leaves them out (no run curve).
 
 **Cold caches.** The bandwidth and forward probes start every timed call
@@ -181,7 +181,7 @@ buffers, 64 KiB-1 MiB messages moved 2-3x faster than they do inside the
 benchmark (the message curve of run C came out at 0.1-0.3 there).
 Evicting the last level too made the probes slower than the benchmark's
 calls from 8 KiB to 256 KiB (whose data stays there): the median error
-of run C's rows doubled there (bench/RESULTS.md).
+of run C's rows doubled there (docs/results.md).
 
 The topology says ``async_progress: false``: MPICH (without a progress
 thread) moves a large message's bytes only while the ranks are inside MPI,
@@ -203,7 +203,7 @@ their prediction while the allgathers of the same bytes met theirs: the
 model let each slice's reduction run beside the next slice's bytes. Refitted
 on the raw probes of runs G, H and I with it, the 2-rank cells from 64 KiB
 went from 21 to 24 of 36 and that band from 82% and 59% to 11% and 8%
-(bench/RESULTS.md, issue 10, session 10). With more ranks than cores it is
+(docs/results.md, issue 10, session 10). With more ranks than cores it is
 left out: the 4-rank cells fell from 17 to 9 of 36 with it (ranks that
 share a core are not one engine each).
 

@@ -72,7 +72,7 @@ Model
   phase of its own starts (one starts only when both engines are idle),
   so a rank's reductions and its messages' bytes take turns on its core.
   (Letting the copying rank start its own sends meanwhile fitted the
-  measured runs worse: bench/RESULTS.md, issue 10, session 10.)
+  measured runs worse: docs/results.md, issue 10, session 10.)
   Default True: data flows whatever the engines do, as before.
 * **Streams: one transfer at a time per connection and channel.** The data
   phases of the transfers from ``a`` to ``b`` on one channel (``Op.channel``)

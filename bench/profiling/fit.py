@@ -246,7 +246,7 @@ def fit_protocol(predictor: Predictor, ladder: Sequence[Sample], fits: dict[Patt
 
 
 #: the range a curve factor is searched in (and a local factor clamped to): caches against memory make 3-4x
-#: (bench/RESULTS.md); a fit beyond 10x either way is a load spike, not the machine
+#: (docs/results.md); a fit beyond 10x either way is a load spike, not the machine
 CURVE_RANGE = (0.1, 10.0)
 
 

@@ -46,7 +46,7 @@ __all__ = [
 class EvictionBuffer:
     """One buffer for every eviction pass of a profile, grown to the largest pass asked for and written once: a
     fresh 512 MiB buffer per probe cost more than its passes (the first touch of 512 MiB took 0.1-3 s on the
-    project's VM, against 50 ms for a pass over it; bench/RESULTS.md, h49-probes)."""
+    project's VM, against 50 ms for a pass over it; docs/results.md, h49-probes)."""
 
     def __init__(self) -> None:
         self._buf = np.zeros(0, np.uint8)

@@ -73,7 +73,7 @@ CURVE_MIN_BYTES = 4 << 10
 #: of one size of ``d log(time) / d log(factor)``): a factor fitted on a share ``s`` moves by ``e / s`` for a timing
 #: error ``e``, so the protocol ladder's chains of 4-16 KiB messages on 4 ranks (shares 0.07-0.17) put 0.13 or 1.2 on
 #: call sizes of 64-128 KiB from 5-10% of noise, and the 4-rank allreduces of 64 KiB, whose own messages are
-#: mostly bytes, were predicted 2.5x too fast (bench/RESULTS.md, h51-mid); below the first point the curve is flat
+#: mostly bytes, were predicted 2.5x too fast (docs/results.md, h51-mid); below the first point the curve is flat
 CURVE_MIN_SHARE = 0.25
 #: buffer sizes of the local-kernel ladder (the local curve); KERNEL_BYTES is its last point
 LOCAL_LADDER = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
@@ -89,7 +89,7 @@ FOOTPRINT_MESSAGE = 256 << 10
 FOOTPRINT_SMALL = 64 << 10
 #: the footprints per rank the footprint probes are timed at, beside their own buffers alone (an eviction pass makes
 #: up the rest): a factor of 2 apart, from about the L2 to most of what ``ccsynth bench --interleave`` touches up to
-#: 16 MiB (0.6-392 MiB per rank in run F), whatever the last-level cache the system reports (bench/RESULTS.md,
+#: 16 MiB (0.6-392 MiB per rank in run F), whatever the last-level cache the system reports (docs/results.md,
 #: h49-probes); not 512 MiB: its passes alone would double the eviction passes' bytes (``--footprints 2M:512M``)
 FOOTPRINTS = tuple(m << 20 for m in (2, 4, 8, 16, 32, 64, 128, 256))
 QUICK_FOOTPRINTS = (8 << 20, 64 << 20)
@@ -97,7 +97,7 @@ QUICK_FOOTPRINTS = (8 << 20, 64 << 20)
 FOOTPRINT_FLAT = 0.05
 #: timed iterations of a footprint probe over all passes (a ratio of two probes is fitted: more than a window's;
 #: 48 with six footprints, 18 with the ladder's nine: at 48 its eviction passes made the 2-rank profile 2.2x as long,
-#: bench/RESULTS.md, h49-probes)
+#: docs/results.md, h49-probes)
 FOOTPRINT_ITERS = 18
 QUICK_ITERS_SMALL, QUICK_ITERS_LARGE = 15, 3
 
