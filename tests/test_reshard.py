@@ -167,6 +167,31 @@ def test_simulate_and_verify_cli_read_reshard_plans(tmp_path):
     assert r["size_bytes"] == 64 * 64 * 16 * 4 and math.isclose(r["time_us"], d["time_us"])
 
 
+def test_reshard_cli_reports_the_verifiers_result_and_refuses_a_broken_plan(monkeypatch, capsys):
+    """``"verified"`` in ``ccsynth reshard --json`` is the verifier's answer: a broken plan exits 2, no figures."""
+    import dataclasses
+
+    from ccsynth.cli import main
+    from ccsynth.synth.reshard import planner
+
+    argv = ["reshard", "--shape", "8x8", "--src-mesh", "2", "--src-spec", "S0,R", "--dst-mesh", "2", "--dst-spec",
+            "R,S0", "--topology", "ring:2", "--planner", "naive", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["verified"] is True
+    good = planner.plan_reshard
+
+    def broken(*a, **k):  # a received piece added to what the chunk held before: nothing did
+        s = good(*a, **k)
+        recv = next(op for op in s.ops if op.kind == "recv")
+        ops = tuple(dataclasses.replace(op, reduce=True) if op is recv else op for op in s.ops)
+        return Schedule(s.name, s.collective, ops, s.scratch_chunks, s.topology, s.meta)
+
+    monkeypatch.setattr(planner, "plan_reshard", broken)
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "error:" in err and "uninitialised" in err, (out, err)
+
+
 @pytest.mark.parametrize("args,text", [
     (["--src-spec", "S0,S0,R"], "twice"),
     (["--src-spec", "S0,R"], "dimension"),
