@@ -48,10 +48,14 @@ from ccsynth.topologies.io import topology_to_dict
 
 # ------------------------------------------------------------------ the rule
 COVERAGE: dict[str, int] = {}
+#: the inputs each test counted (by pytest node id), for test_coverage_report's floors
+_BY_TEST: dict[str, int] = {}
 
 
 def _count(kind: str, n: int = 1) -> None:
     COVERAGE[kind] = COVERAGE.get(kind, 0) + n
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    _BY_TEST[test] = _BY_TEST.get(test, 0) + n
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -592,7 +596,10 @@ test_hypothesis_taccl_sketch = _hypothesis_case("sketch", "tk.json")
 test_hypothesis_taccl_topology = _hypothesis_case("taccl", "taccl.json")
 
 
-@_settings(150)
+_TRUNCATED = _settings(150)
+
+
+@_TRUNCATED
 @given(data=st.data())
 def test_hypothesis_truncated_files(files, tmp_path_factory, capsys, data):
     """Every format cut short at any byte: a one-line error (or a still-valid file)."""
@@ -632,7 +639,10 @@ def test_every_xml_attribute_flipped(files, tmp_path, capsys, values):
             check_ok_or_bad(["verify", f], capsys, "flipped XML attributes")
 
 
-@_settings(150)
+_XML = _settings(150)
+
+
+@_XML
 @given(data=st.data())
 def test_hypothesis_xml(files, tmp_path_factory, capsys, data):
     """Random XML surgery: attributes replaced, elements dropped or duplicated."""
@@ -675,9 +685,21 @@ def test_each_limit_error_names_the_limit_value_and_input(files, tmp_path, capsy
     check_bad(["topo", "show", _write(tmp_path, "t.json", t)], capsys, "limits", "MAX_RANKS", "4097")
 
 
-def test_coverage_report(capsys):
-    """Prints how many inputs this module ran (after the others, in file order)."""
+#: the fewest inputs a hypothesis test counts: one per example
+_EXAMPLE_FLOORS = {"test_hypothesis_truncated_files": _TRUNCATED.max_examples, "test_hypothesis_xml": _XML.max_examples}
+
+
+def test_coverage_report(request, capsys):
+    """Every test of this module that ran before this one (all of them, in file order) checked inputs, a hypothesis
+    test at least one per example; prints how many of each kind."""
+    items = request.session.items
+    ran = [item for item in items[:items.index(request.node)] if item.module is request.module]
+    for item in ran:
+        floor = _EXAMPLE_FLOORS.get(item.originalname, _HYP.max_examples if item.originalname.startswith(
+            "test_hypothesis_") else 1)
+        assert _BY_TEST.get(item.nodeid, 0) >= floor, f"{item.nodeid} checked {_BY_TEST.get(item.nodeid, 0)} inputs"
     total = sum(COVERAGE.values())
+    assert total == sum(_BY_TEST.values()) and (total > 0) == bool(ran)
     with capsys.disabled():
         print(f"\nbad-input coverage: {total} inputs: " + ", ".join(f"{k} {v}" for k, v in sorted(COVERAGE.items())),
               file=sys.stderr)
