@@ -563,12 +563,13 @@ def _mutation(draw, doc):
 _EXAMPLES = int(os.environ.get("CCSYNTH_FUZZ_EXAMPLES", "0"))
 
 
-def _settings(n: int):
-    return settings(max_examples=_EXAMPLES or n, deadline=None, suppress_health_check=list(HealthCheck),
-                    derandomize=not _EXAMPLES)
+def _settings():
+    """The hypothesis profile's example count (tests/conftest.py), or CCSYNTH_FUZZ_EXAMPLES."""
+    return settings(max_examples=_EXAMPLES or settings.default.max_examples, deadline=None,
+                    suppress_health_check=list(HealthCheck), derandomize=not _EXAMPLES)
 
 
-_HYP = _settings(120)
+_HYP = _settings()
 
 
 def _hypothesis_case(kind: str, name: str):
@@ -596,10 +597,7 @@ test_hypothesis_taccl_sketch = _hypothesis_case("sketch", "tk.json")
 test_hypothesis_taccl_topology = _hypothesis_case("taccl", "taccl.json")
 
 
-_TRUNCATED = _settings(150)
-
-
-@_TRUNCATED
+@_HYP
 @given(data=st.data())
 def test_hypothesis_truncated_files(files, tmp_path_factory, capsys, data):
     """Every format cut short at any byte: a one-line error (or a still-valid file)."""
@@ -639,10 +637,7 @@ def test_every_xml_attribute_flipped(files, tmp_path, capsys, values):
             check_ok_or_bad(["verify", f], capsys, "flipped XML attributes")
 
 
-_XML = _settings(150)
-
-
-@_XML
+@_HYP
 @given(data=st.data())
 def test_hypothesis_xml(files, tmp_path_factory, capsys, data):
     """Random XML surgery: attributes replaced, elements dropped or duplicated."""
@@ -685,18 +680,13 @@ def test_each_limit_error_names_the_limit_value_and_input(files, tmp_path, capsy
     check_bad(["topo", "show", _write(tmp_path, "t.json", t)], capsys, "limits", "MAX_RANKS", "4097")
 
 
-#: the fewest inputs a hypothesis test counts: one per example
-_EXAMPLE_FLOORS = {"test_hypothesis_truncated_files": _TRUNCATED.max_examples, "test_hypothesis_xml": _XML.max_examples}
-
-
 def test_coverage_report(request, capsys):
     """Every test of this module that ran before this one (all of them, in file order) checked inputs, a hypothesis
     test at least one per example; prints how many of each kind."""
     items = request.session.items
     ran = [item for item in items[:items.index(request.node)] if item.module is request.module]
     for item in ran:
-        floor = _EXAMPLE_FLOORS.get(item.originalname, _HYP.max_examples if item.originalname.startswith(
-            "test_hypothesis_") else 1)
+        floor = _HYP.max_examples if item.originalname.startswith("test_hypothesis_") else 1  # 1 per example
         assert _BY_TEST.get(item.nodeid, 0) >= floor, f"{item.nodeid} checked {_BY_TEST.get(item.nodeid, 0)} inputs"
     total = sum(COVERAGE.values())
     assert total == sum(_BY_TEST.values()) and (total > 0) == bool(ran)

@@ -95,7 +95,7 @@ def random_case(draw, busy_start: bool = False):
     return b.build(), topo, size
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])  # examples: the hypothesis profile (tests/conftest.py)
 @given(random_case())
 def test_the_bound_never_exceeds_the_simulated_time(case):
     schedule, topo, size = case
@@ -106,7 +106,7 @@ def test_the_bound_never_exceeds_the_simulated_time(case):
         assert _at_most(part + b.call_us, got)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])  # examples: the hypothesis profile (tests/conftest.py)
 @given(random_case(busy_start=True))
 def test_the_bound_never_exceeds_the_simulated_time_with_streams_busy_from_the_start(case):
     """Streams and engines with many transfers at time 0 and forwarded ones behind them (the work of time 0)."""

@@ -607,7 +607,7 @@ def mutated_schedules(draw):
     return kind, deps, mutated
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(suppress_health_check=[HealthCheck.filter_too_much])  # examples: the profile (tests/conftest.py)
 @given(mutated_schedules())
 def test_mutations_are_caught(case):
     _kind, _deps, sched = case
