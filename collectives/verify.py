@@ -45,11 +45,14 @@ Example:
     >>> _ = b.transfer(0, 1, ("i", 0), ("o", 0))
     >>> _ = b.transfer(1, 0, ("i", 0), ("o", 1))
     >>> verify(b.build())
-    VerifyReport(n_ops=6, n_transfers=2, n_bytes_moved_chunks=2, max_depth=2, ranks=2, ok=True)
+    VerifyReport(n_ops=6, n_transfers=2, n_bytes_moved_chunks=2, max_depth=2, ranks=2, error=None)
     >>> bad = ScheduleBuilder(Collective("allgather", 2), "half")
     >>> _ = bad.copy(0, ("i", 0), ("o", 0))
     >>> is_valid(bad.build())
     False
+    >>> report = verify(bad.build(), raise_on_error=False)
+    >>> report.ok, report.error
+    (False, 'rank 0 output o[1] is uninitialised (no op writes it) but allgather needs (1,0)')
 """
 
 from __future__ import annotations
@@ -79,8 +82,12 @@ _MAX_CYCLE_OPS = 6
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """What :func:`verify` proved, with a few size figures of the schedule.
+    """What :func:`verify` found, with a few size figures of the schedule.
 
+    ``ok`` is true when every stage passed; otherwise ``error`` holds the
+    first problem (the message :func:`verify` raises as
+    :class:`~ccsynth.errors.ScheduleError` by default) and ``max_depth`` is
+    0 if the dependency order was not reached.
     ``n_bytes_moved_chunks`` is the sum of the chunk counts of all sends
     (multiply by the chunk size in bytes for bytes on the wire);
     ``max_depth`` is the number of ops on the longest dependency chain
@@ -92,25 +99,42 @@ class VerifyReport:
     n_bytes_moved_chunks: int
     max_depth: int
     ranks: int
-    ok: bool = True
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True if the schedule implements its collective (and fits the topology it was checked on)."""
+        return self.error is None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "ok": self.ok}
 
 
-def verify(schedule: Schedule, topology: Topology | None = None) -> VerifyReport:
+def verify(schedule: Schedule, topology: Topology | None = None, *, raise_on_error: bool = True) -> VerifyReport:
     """Prove that ``schedule`` implements ``schedule.collective``.
 
     With ``topology``, also check that it has the collective's rank count and
     that every send uses one of its connections. Raises
     :class:`~ccsynth.errors.ScheduleError` naming the rank, chunk and op at
-    fault; returns a :class:`VerifyReport` otherwise.
+    fault (with ``raise_on_error=False``, returns a report whose ``ok`` is
+    false and whose ``error`` is that message); returns a
+    :class:`VerifyReport` with ``ok`` true otherwise.
     """
-    with gc_paused():  # millions of acyclic table entries (see ccsynth.collectives.gc_pause)
-        return _verify(schedule, topology)
+    try:
+        with gc_paused():  # millions of acyclic table entries (see ccsynth.collectives.gc_pause)
+            max_depth = _prove(schedule, topology)
+    except ScheduleError as e:
+        if raise_on_error:
+            raise
+        log.debug("schedule %r is invalid: %s", schedule.name, e)
+        return _report(schedule, 0, str(e))
+    report = _report(schedule, max_depth, None)
+    log.debug("verified %r (%s): %s", schedule.name, schedule.collective.describe(), report)
+    return report
 
 
-def _verify(schedule: Schedule, topology: Topology | None) -> VerifyReport:
+def _prove(schedule: Schedule, topology: Topology | None) -> int:
+    """Stages 1 to 6 (raising at the first problem); returns the longest dependency chain."""
     matches = schedule.matches  # raises on unmatched sends/recvs and count mismatches
     if topology is not None:
         _check_topology(schedule, topology)
@@ -120,30 +144,18 @@ def _verify(schedule: Schedule, topology: Topology | None) -> VerifyReport:
     _check_races(schedule, order, preds, n_succs, ranges)
     final, last_writer = _execute(schedule, order, matches, ranges)
     _check_postcondition(schedule, final, last_writer)
-    n_transfers = moved = 0
-    for op in schedule.ops:
-        if op.kind == "send":
-            n_transfers += 1
-            moved += op.count
-    report = VerifyReport(
-        n_ops=len(schedule.ops),
-        n_transfers=n_transfers,
-        n_bytes_moved_chunks=moved,
-        max_depth=max_depth,
-        ranks=schedule.n_ranks,
-    )
-    log.debug("verified %r (%s): %s", schedule.name, schedule.collective.describe(), report)
-    return report
+    return max_depth
+
+
+def _report(schedule: Schedule, max_depth: int, error: str | None) -> VerifyReport:
+    sends = [op for op in schedule.ops if op.kind == "send"]
+    return VerifyReport(n_ops=len(schedule.ops), n_transfers=len(sends), n_bytes_moved_chunks=sum(op.count for op in sends),
+                        max_depth=max_depth, ranks=schedule.n_ranks, error=error)
 
 
 def is_valid(schedule: Schedule, topology: Topology | None = None) -> bool:
     """True if :func:`verify` accepts ``schedule`` (on ``topology``)."""
-    try:
-        verify(schedule, topology)
-    except ScheduleError as e:
-        log.debug("schedule %r is invalid: %s", schedule.name, e)
-        return False
-    return True
+    return verify(schedule, topology, raise_on_error=False).ok
 
 
 # --------------------------------------------------------------- 2. links

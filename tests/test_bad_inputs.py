@@ -48,10 +48,14 @@ from ccsynth.topologies.io import topology_to_dict
 
 # ------------------------------------------------------------------ the rule
 COVERAGE: dict[str, int] = {}
+#: the inputs each test counted (by pytest node id), for test_coverage_report's floors
+_BY_TEST: dict[str, int] = {}
 
 
 def _count(kind: str, n: int = 1) -> None:
     COVERAGE[kind] = COVERAGE.get(kind, 0) + n
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    _BY_TEST[test] = _BY_TEST.get(test, 0) + n
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -559,12 +563,13 @@ def _mutation(draw, doc):
 _EXAMPLES = int(os.environ.get("CCSYNTH_FUZZ_EXAMPLES", "0"))
 
 
-def _settings(n: int):
-    return settings(max_examples=_EXAMPLES or n, deadline=None, suppress_health_check=list(HealthCheck),
-                    derandomize=not _EXAMPLES)
+def _settings():
+    """The hypothesis profile's example count (tests/conftest.py), or CCSYNTH_FUZZ_EXAMPLES."""
+    return settings(max_examples=_EXAMPLES or settings.default.max_examples, deadline=None,
+                    suppress_health_check=list(HealthCheck), derandomize=not _EXAMPLES)
 
 
-_HYP = _settings(120)
+_HYP = _settings()
 
 
 def _hypothesis_case(kind: str, name: str):
@@ -592,7 +597,7 @@ test_hypothesis_taccl_sketch = _hypothesis_case("sketch", "tk.json")
 test_hypothesis_taccl_topology = _hypothesis_case("taccl", "taccl.json")
 
 
-@_settings(150)
+@_HYP
 @given(data=st.data())
 def test_hypothesis_truncated_files(files, tmp_path_factory, capsys, data):
     """Every format cut short at any byte: a one-line error (or a still-valid file)."""
@@ -632,7 +637,7 @@ def test_every_xml_attribute_flipped(files, tmp_path, capsys, values):
             check_ok_or_bad(["verify", f], capsys, "flipped XML attributes")
 
 
-@_settings(150)
+@_HYP
 @given(data=st.data())
 def test_hypothesis_xml(files, tmp_path_factory, capsys, data):
     """Random XML surgery: attributes replaced, elements dropped or duplicated."""
@@ -675,9 +680,16 @@ def test_each_limit_error_names_the_limit_value_and_input(files, tmp_path, capsy
     check_bad(["topo", "show", _write(tmp_path, "t.json", t)], capsys, "limits", "MAX_RANKS", "4097")
 
 
-def test_coverage_report(capsys):
-    """Prints how many inputs this module ran (after the others, in file order)."""
+def test_coverage_report(request, capsys):
+    """Every test of this module that ran before this one (all of them, in file order) checked inputs, a hypothesis
+    test at least one per example; prints how many of each kind."""
+    items = request.session.items
+    ran = [item for item in items[:items.index(request.node)] if item.module is request.module]
+    for item in ran:
+        floor = _HYP.max_examples if item.originalname.startswith("test_hypothesis_") else 1  # 1 per example
+        assert _BY_TEST.get(item.nodeid, 0) >= floor, f"{item.nodeid} checked {_BY_TEST.get(item.nodeid, 0)} inputs"
     total = sum(COVERAGE.values())
+    assert total == sum(_BY_TEST.values()) and (total > 0) == bool(ran)
     with capsys.disabled():
         print(f"\nbad-input coverage: {total} inputs: " + ", ".join(f"{k} {v}" for k, v in sorted(COVERAGE.items())),
               file=sys.stderr)

@@ -38,6 +38,7 @@ from ccsynth.synth.simulate import simulate
 from ccsynth.topologies import get_topology
 from ccsynth.topologies.catalog import dgx1, fully_connected, ring, torus
 from ccsynth.topologies.model import Link, Switch, Topology
+from toys import assert_verified
 
 NAMES = ("ring", "multi_ring", "recursive_doubling", "recursive_halving", "direct", "one_shot", "binomial_tree",
          "hierarchical")
@@ -60,8 +61,8 @@ def build_all(topo: Topology, c: int, kinds=KINDS) -> int:
             coll = Collective(kind, topo.n_ranks, c, root)
             for name in applicable_baselines(coll, topo):
                 s = make_baseline(name, coll, topo)
-                rep = verify(s, topo)
-                assert rep.ok and s.name == name and s.topology == topo.name
+                assert_verified(s, topo)
+                assert s.name == name and s.topology == topo.name
                 assert s.meta["algorithm"] == name and s.collective == coll
                 built += 1
     return built

@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.executor import CompiledSchedule
@@ -23,8 +24,6 @@ from ccsynth.errors import BufferMismatchError, CCSynthError, PeerError, Schedul
 from toys import FakeComm
 
 from mpi_workers import schedules as hand
-
-MPI = pytest.importorskip("mpi4py.MPI")
 
 
 # ------------------------------------------------------------------- tags

@@ -15,6 +15,17 @@ def run_cli(*args, cwd=None):
     return p.returncode, p.stdout, p.stderr
 
 
+def run_main(args, capsys):
+    """``main(args)`` in-process (argparse's SystemExit included): exit status, stdout, stderr."""
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def assert_user_error(code, out, err, *words):
     assert code == 2, (code, out, err)
     assert "Traceback" not in err
@@ -85,14 +96,16 @@ def test_ring_allreduce_on_dgx1_reaches_its_bound_at_1g(tmp_path, capsys):
         (["simulate", "ring.json", "-t", "ring:4"], ["4", "8"]),
     ],
 )
-def test_bad_input_exits_2_with_one_clear_line(tmp_path, args, words):
+def test_bad_input_exits_2_with_one_clear_line(tmp_path, monkeypatch, capsys, args, words):
+    """In-process (test_argparse_errors_exit_2 runs the real program's streams and status)."""
     (tmp_path / "bad.json").write_text("{oops")
     (tmp_path / "v2.json").write_text(json.dumps({"format": "ccsynth.schedule", "version": 2, "ops": []}))
     (tmp_path / "neg.json").write_text(json.dumps({
         "format": "ccsynth.topology", "version": 1, "name": "neg", "n_ranks": 2,
         "links": [{"src": 0, "dst": 1, "alpha_us": 1.0, "bw_GBps": -5.0}]}))
     assert main(["baseline", "ring", "-t", "dgx1", "-c", "allgather", "-o", str(tmp_path / "ring.json")]) == 0
-    code, out, err = run_cli(*args, cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(args, capsys)
     assert_user_error(code, out, err, *words)
     assert len(err.strip().splitlines()) <= 2  # the usage line at most, then the error
 

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,6 @@ from ccsynth.errors import BufferMismatchError, ScheduleError
 from ccsynth.kernels import OpError
 from toys import FakeComm
 
-MPI = pytest.importorskip("mpi4py.MPI")
 
 _spec = importlib.util.spec_from_file_location(
     "hand_schedules", os.path.join(os.path.dirname(__file__), "mpi_workers", "schedules.py")

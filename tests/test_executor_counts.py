@@ -20,8 +20,6 @@ from hypothesis import strategies as st
 from ccsynth.collectives.executor import K_RECV, K_RRED, K_SEND, CompiledSchedule
 from toys import FakeComm as _FakeComm
 
-pytest.importorskip("mpi4py.MPI")
-
 _spec = importlib.util.spec_from_file_location(
     "hand_schedules_counts", os.path.join(os.path.dirname(__file__), "mpi_workers", "schedules.py")
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,7 +81,6 @@ def test_recv_reduce_copy_fused(np_backend, op, dtype):
 
 
 def test_mpi_ops_and_avg_map_to_kernels(np_backend):
-    MPI = pytest.importorskip("mpi4py.MPI")
     a, b = operands("float64")
     for mop, name in ((MPI.SUM, "sum"), (MPI.PROD, "prod"), (MPI.MIN, "min"), (MPI.MAX, "max")):
         assert canonical_op(mop) == name

@@ -158,7 +158,7 @@ def test_synthesized_dgx1_64m_fits(kind):
     _check_synthesized("dgx1", kind, 1 << 26)
 
 
-# CI's slow step: the benchmark's machines that synthesize in seconds; `python -m ccsynth.bench.bench_synth`
+# slow, not run by CI (docs/testing.md): the benchmark's quick machines; `python -m ccsynth.bench.bench_synth`
 # exports every case of every machine (its "MSCCL XML" column: ok, or refused with the limit named)
 BENCH_TOPOLOGIES = ("dgx1",)
 BENCH_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "alltoall")

@@ -7,6 +7,7 @@ import json
 from itertools import pairwise
 
 import pytest
+from mpi4py import MPI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -372,15 +373,14 @@ def test_cli_4096_ranks_prints_the_model(capsys):
 
 
 def test_communicator_bad_input_before_communicating():
-    mpi = pytest.importorskip("mpi4py.MPI")
     import ccsynth
 
     with pytest.raises(TopologyError, match="has 8 ranks but the communicator has 1"):
-        ccsynth.Communicator(mpi.COMM_SELF, topology="hierarchical:2x2x2@200,100,50", scheduler="themis")
+        ccsynth.Communicator(MPI.COMM_SELF, topology="hierarchical:2x2x2@200,100,50", scheduler="themis")
     with pytest.raises(CollectiveError, match="unknown multi-dimension scheduler"):
-        ccsynth.Communicator(mpi.COMM_SELF, topology="hierarchical:2x2x2@200,100,50", scheduler="nope")
+        ccsynth.Communicator(MPI.COMM_SELF, topology="hierarchical:2x2x2@200,100,50", scheduler="nope")
     with pytest.raises(CCSynthError):
-        ccsynth.Communicator(mpi.COMM_SELF, scheduler="themis")
+        ccsynth.Communicator(MPI.COMM_SELF, scheduler="themis")
 
 
 # ------------------------------------------------------------------ issue 12 follow-up: Themis's margin, the LP's rounding, profiled costs

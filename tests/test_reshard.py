@@ -167,6 +167,31 @@ def test_simulate_and_verify_cli_read_reshard_plans(tmp_path):
     assert r["size_bytes"] == 64 * 64 * 16 * 4 and math.isclose(r["time_us"], d["time_us"])
 
 
+def test_reshard_cli_reports_the_verifiers_result_and_refuses_a_broken_plan(monkeypatch, capsys):
+    """``"verified"`` in ``ccsynth reshard --json`` is the verifier's answer: a broken plan exits 2, no figures."""
+    import dataclasses
+
+    from ccsynth.cli import main
+    from ccsynth.synth.reshard import planner
+
+    argv = ["reshard", "--shape", "8x8", "--src-mesh", "2", "--src-spec", "S0,R", "--dst-mesh", "2", "--dst-spec",
+            "R,S0", "--topology", "ring:2", "--planner", "naive", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["verified"] is True
+    good = planner.plan_reshard
+
+    def broken(*a, **k):  # a received piece added to what the chunk held before: nothing did
+        s = good(*a, **k)
+        recv = next(op for op in s.ops if op.kind == "recv")
+        ops = tuple(dataclasses.replace(op, reduce=True) if op is recv else op for op in s.ops)
+        return Schedule(s.name, s.collective, ops, s.scratch_chunks, s.topology, s.meta)
+
+    monkeypatch.setattr(planner, "plan_reshard", broken)
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "error:" in err and "uninitialised" in err, (out, err)
+
+
 @pytest.mark.parametrize("args,text", [
     (["--src-spec", "S0,S0,R"], "twice"),
     (["--src-spec", "S0,R"], "dimension"),
@@ -175,13 +200,20 @@ def test_simulate_and_verify_cli_read_reshard_plans(tmp_path):
     (["--src-ranks", "0-4"], "rank list has 5"),
     (["--planner", "fast"], "invalid choice"),
 ])
-def test_cli_bad_input_exits_2_with_one_line(args, text):
+def test_cli_bad_input_exits_2_with_one_line(args, text, capsys):
     base = {"--shape": "64x64x16", "--src-mesh": "2x2", "--src-spec": "S0,R,R", "--dst-mesh": "2x2",
             "--dst-spec": "R,S1,R", "--topology": "dgx_a100x2"}
     base.update(zip(args[::2], args[1::2]))
     argv = [x for kv in base.items() for x in kv]
-    p = subprocess.run([sys.executable, "-m", "ccsynth", "reshard", *argv], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and text in p.stderr and "Traceback" not in p.stderr, p.stderr
+    from ccsynth.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(["reshard", *argv])
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and text in err and "Traceback" not in err, err
 
 
 # ------------------------------------------------- round trips (hypothesis)

@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 from ccsynth.collectives.builder import ScheduleBuilder
 from ccsynth.collectives.executor import CompiledSchedule
@@ -31,8 +32,6 @@ from ccsynth.kernels import get_backend
 from toys import FakeComm
 
 from mpi_workers import schedules as hand
-
-MPI = pytest.importorskip("mpi4py.MPI")
 
 
 def local_schedule(c: int = 4):

@@ -619,7 +619,7 @@ def _sharing_rates(classes, caps):
     return heap, vec
 
 
-@settings(max_examples=300, deadline=None)
+@settings()  # examples: the hypothesis profile (tests/conftest.py)
 @given(sharing_case())
 def test_both_sharings_equal_plain_water_filling(case):
     classes, caps = case

@@ -20,6 +20,7 @@ from ccsynth.collectives.spec import Collective
 from ccsynth.collectives.verify import VerifyReport, is_valid, verify
 from ccsynth.errors import ScheduleError
 from ccsynth.topologies.model import Link, Switch, Topology
+from toys import assert_verified
 
 
 # ------------------------------------------------------------ hand-built schedules
@@ -230,8 +231,8 @@ def full(n: int) -> Topology:
 @pytest.mark.parametrize("c", [1, 2, 3])
 def test_hand_built_schedules_verify(name, n, c):
     sched = family(name, n, c)
-    report = verify(sched)
-    assert report.ok and report.ranks == n and report.n_ops == len(sched.ops)
+    report = assert_verified(sched)
+    assert report.ranks == n and report.n_ops == len(sched.ops)
     sends = [op for op in sched.ops if op.kind == "send"]
     assert report.n_transfers == len(sends)
     assert report.n_bytes_moved_chunks == sum(op.count for op in sends)
@@ -250,7 +251,7 @@ def test_rooted_collectives_verify_for_every_root(root):
     n, c = 3, 2
     for sched in (broadcast_chain(n, c, root), reduce_chain(n, c, root), gather_direct(n, c, root),
                   scatter_direct(n, c, root), scatter_via_scratch(n, root)):
-        assert verify(sched).ok
+        assert_verified(sched)
 
 
 def test_single_rank_needs_its_local_copy():
@@ -269,7 +270,8 @@ def test_report_figures_for_a_pairwise_allgather():
     b.transfer(0, 1, ("i", 0, 2), ("o", 0, 2))
     b.transfer(1, 0, ("i", 0, 2), ("o", 2, 2))
     report = verify(b.build())
-    assert report == VerifyReport(n_ops=6, n_transfers=2, n_bytes_moved_chunks=4, max_depth=2, ranks=2, ok=True)
+    assert report == VerifyReport(n_ops=6, n_transfers=2, n_bytes_moved_chunks=4, max_depth=2, ranks=2)
+    assert report.ok and report.error is None and report.to_dict()["ok"] is True
     assert report.to_dict()["max_depth"] == 2
 
 
@@ -281,8 +283,28 @@ def test_max_depth_counts_the_longest_chain_across_ranks():
 
 
 def test_ring_schedules_fit_a_one_way_ring_topology():
-    assert verify(allgather_ring(5, 2), one_way_ring(5)).ok
-    assert verify(allreduce_ring(4, 3), one_way_ring(4)).ok
+    assert_verified(allgather_ring(5, 2), one_way_ring(5))
+    assert_verified(allreduce_ring(4, 3), one_way_ring(4))
+
+
+def test_a_broken_schedule_fails_the_assertions_a_correct_one_passes():
+    """What the tests' ``assert_verified`` and ``verify(...).ok`` rest on: a wrong schedule is not ok."""
+    good = allreduce_ring(4, 1)
+    assert verify(good).ok and assert_verified(good, one_way_ring(4)).ok
+    recv = next(op for op in good.ops if op.kind == "recv" and op.reduce)
+    broken = replace_op(good, recv.id, reduce=False)  # overwrites instead of reducing: a contribution is lost
+    with pytest.raises(ScheduleError) as raised:
+        verify(broken)
+    report = verify(broken, raise_on_error=False)
+    assert not report.ok and report.error == str(raised.value) and "allreduce needs" in report.error
+    assert (report.n_ops, report.ranks, report.max_depth) == (len(broken.ops), 4, 0)
+    assert report.to_dict()["ok"] is False and not is_valid(broken)
+    with pytest.raises(AssertionError, match="allreduce needs"):
+        assert_verified(broken)
+    # checked on a topology of another size, a correct schedule is not ok either
+    assert not verify(good, full(3), raise_on_error=False).ok
+    with pytest.raises(AssertionError, match="has 3 ranks"):
+        assert_verified(good, full(3))
 
 
 def test_order_through_another_rank_is_not_a_race():
@@ -300,7 +322,7 @@ def test_order_through_another_rank_is_not_a_race():
         Op(5, 0, "recv", dst=Chunks("o", 0), peer=1),  # no dep on op 2, nor op 0
     )
     sched = Schedule("cross-rank-order", Collective("allreduce", 2), ops)
-    assert verify(sched).ok
+    assert_verified(sched)
 
 
 # ------------------------------------------------------------ mutations, with the right words
@@ -442,7 +464,7 @@ def test_race_two_writes():
     b.transfer(0, 1, ("o", 0), ("o", 0))
     b.transfer(1, 0, ("o", 1), ("o", 1))
     sched = b.build()
-    assert verify(sched).ok
+    assert_verified(sched)
     recv = next(op for op in sched.ops if op.kind == "recv" and op.rank == 1)
     mutated = replace_op(sched, recv.id, deps=())
     with pytest.raises(ScheduleError, match=r"race on rank 1, chunk o\[0\]: op 2 .* writes it and op \d+ .* writes it.*either order"):
@@ -465,7 +487,7 @@ def _transitive_allgather(send_deps: tuple[int, ...]) -> Schedule:
 
 
 def test_accesses_ordered_only_through_another_op_are_no_race():
-    assert verify(_transitive_allgather(send_deps=(1,))).ok
+    assert_verified(_transitive_allgather(send_deps=(1,)))
 
 
 def test_accesses_that_no_path_orders_are_a_race_among_many_that_one_does():
@@ -482,7 +504,7 @@ def test_accesses_that_no_path_orders_are_a_race_among_many_that_one_does():
     for k, op_id in enumerate(chained):
         ok = replace_op(ok, op_id, deps=(chained[k - 1] if k else first,))
     ok = replace_op(ok, send, deps=(chained[-1],))
-    assert verify(ok).ok
+    assert_verified(ok)
     broken = replace_op(ok, chained[n // 2], deps=())
     with pytest.raises(ScheduleError, match=rf"race on rank 0, chunk o\[0\]: op {first} .* writes it and op "
                                             rf"{send} .* reads it"):
@@ -585,7 +607,7 @@ def mutated_schedules(draw):
     return kind, deps, mutated
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(suppress_health_check=[HealthCheck.filter_too_much])  # examples: the profile (tests/conftest.py)
 @given(mutated_schedules())
 def test_mutations_are_caught(case):
     _kind, _deps, sched = case

@@ -1,6 +1,15 @@
 """Small shared test fixtures (importable from tests: pyproject sets pytest's pythonpath to tests/)."""
 
+from ccsynth.collectives.schedule import Schedule
+from ccsynth.collectives.verify import VerifyReport, verify
 from ccsynth.topologies.model import Link, SharedPort, Topology
+
+
+def assert_verified(schedule: Schedule, topology: Topology | None = None) -> VerifyReport:
+    """The verifier's report on ``schedule``; the assertion fails, with the verifier's finding, if it is wrong."""
+    report = verify(schedule, topology, raise_on_error=False)
+    assert report.ok, f"{schedule.name!r}: {report.error}"
+    return report
 
 
 def toy_two_nodes(nic_bw: float = 10.0) -> Topology:

@@ -88,7 +88,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     sched = plan_reshard(task, topo, planner=args.planner, options=opts, split=args.split)
     seconds = time.perf_counter() - t0
-    verify(sched, topo)
+    report = verify(sched, topo)  # raises (exit 2) naming the fault: a plan is never written unverified
     res = simulate(sched, topo, task.nbytes)
     if args.output is not None:
         save_schedule(sched, args.output)
@@ -104,7 +104,7 @@ def run(args) -> int:
         "bound": res.bound_which,
         "planning_s": seconds,
         "n_ops": len(sched.ops),
-        "verified": True,
+        "verified": report.ok,
         "output": args.output,
         "output_format": "json" if args.output else None,
     })

@@ -31,8 +31,9 @@ def run(args) -> int:
     check_writes_cover_outputs(sched)
     report = verify(sched, topo)
     if args.json:
-        d = {"file": args.file, "name": sched.name, "collective": sched.collective.to_dict(), "ok": True}
-        d.update({k: v for k, v in renamed(report.to_dict()).items() if k not in d})
+        d = {"file": args.file, "name": sched.name, "collective": sched.collective.to_dict(), "ok": report.ok}
+        # "error" is always null here: a schedule that fails raises before (exit 2, the fault on stderr)
+        d.update({k: v for k, v in renamed(report.to_dict()).items() if k not in d and k != "error"})
         if topo is not None:
             d["topology"] = topo.name
         print_json(json_doc("verify", d))

@@ -1,0 +1,17 @@
+"""Hypothesis profiles for the property tests (docs/testing.md).
+
+``ci``, loaded by default, is the short run of ``pytest -q``: the property tests that leave their example count
+to the profile run 50 examples each (tests whose examples are costly state a smaller count themselves).
+``thorough`` runs 300 each, as the suite did before the profile: ``pytest --hypothesis-profile=thorough``.
+Neither has a deadline: a loaded machine is no failure.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+
+__all__: list[str] = []
+
+settings.register_profile("ci", max_examples=50, deadline=None)
+settings.register_profile("thorough", max_examples=300, deadline=None)
+settings.load_profile("ci")  # --hypothesis-profile=NAME, read after this file, loads another
