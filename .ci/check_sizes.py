@@ -7,10 +7,8 @@ data and virtual environments are not package modules), counts a module's lines 
 ``def``, decorators included, to its last line; a method or a nested function is a function too), and prints
 one line per offender: ``path: 812 lines (over 800)`` or ``path::Class.method: 131 lines (over 120)``.
 
-``.ci/size_allowlist.txt`` names the offenders tolerated for now, one ``path`` or ``path::function`` per line
-(``#`` starts a comment). It is temporary: the modules being split are listed until they are merged, and the
-file is emptied then. An entry that no longer offends is reported as stale (so the list only shrinks).
-Exits 1 on any offender not listed or any stale entry, else 0. Standard library only (``ast``).
+There are no exceptions: a module or function over its limit is split along its concepts (issue 28), not
+listed. Exits 1 on any offender, else 0. Standard library only (``ast``).
 """
 
 from __future__ import annotations
@@ -27,12 +25,10 @@ try:
 except ImportError:  # Python 3.10: package_dirs falls back to the folders with an __init__.py
     tomllib = None  # type: ignore[assignment]
 
-__all__ = ["MAX_MODULE_LINES", "MAX_FUNCTION_LINES", "Offender", "package_dirs", "offenders", "read_allowlist",
-           "main"]
+__all__ = ["MAX_MODULE_LINES", "MAX_FUNCTION_LINES", "Offender", "package_dirs", "offenders", "main"]
 
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 120
-ALLOWLIST = Path(".ci/size_allowlist.txt")
 # Inside the package folders but no package module: recorded runs and their scripts, build output.
 _SKIP_PARTS = {"data", "build", ".venv", "__pycache__"}
 
@@ -106,34 +102,19 @@ def offenders(root: Path, max_module: int = MAX_MODULE_LINES, max_function: int 
     return out
 
 
-def read_allowlist(path: Path) -> set[str]:
-    """The entries of an allowlist file (none if it does not exist)."""
-    if not path.is_file():
-        return set()
-    entries = (line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines())
-    return {e for e in entries if e}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", type=Path, default=Path(__file__).resolve().parent.parent,
                         help="the repository root (default: this script's)")
-    parser.add_argument("--allowlist", type=Path, help=f"tolerated offenders (default ROOT/{ALLOWLIST})")
     args = parser.parse_args(argv)
-    allowed = read_allowlist(args.allowlist or args.root / ALLOWLIST)
     found = offenders(args.root)
-    new = [o for o in found if o.key not in allowed]
-    stale = sorted(allowed - {o.key for o in found})
-    for o in new:
+    for o in found:
         print(f"too long: {o.describe()}")
-    for key in stale:
-        print(f"stale allowlist entry (no longer too long, or gone): {key}")
-    if new or stale:
-        print(f"check_sizes: {len(new)} offender(s), {len(stale)} stale entry(ies); limits: a module "
-              f"{MAX_MODULE_LINES} lines, a function {MAX_FUNCTION_LINES}", file=sys.stderr)
+    if found:
+        print(f"check_sizes: {len(found)} offender(s); limits: a module {MAX_MODULE_LINES} lines, a function "
+              f"{MAX_FUNCTION_LINES}", file=sys.stderr)
         return 1
-    print(f"check_sizes: no module over {MAX_MODULE_LINES} lines, no function over {MAX_FUNCTION_LINES}"
-          + (f", but for the {len(found)} on the allowlist" if found else ""))
+    print(f"check_sizes: no module over {MAX_MODULE_LINES} lines, no function over {MAX_FUNCTION_LINES}")
     return 0
 
 

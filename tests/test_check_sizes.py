@@ -47,22 +47,17 @@ def test_every_module_and_function_over_its_limit_and_nothing_else(tmp_path):
                    ("sub/funcs.py::outer", 125), ("sub/funcs.py::outer.inner", 122)]
 
 
-def test_main_prints_each_offender_and_fails_until_each_is_allowed(tmp_path, capsys):
+def test_main_prints_each_offender_and_fails_and_passes_once_they_are_split(tmp_path, capsys):
     root = _tree(tmp_path)
     assert check_sizes.main([str(root)]) == 1
     out = capsys.readouterr().out
     assert "too long: pkg/big.py: 801 lines (over 800)" in out
     assert "too long: sub/funcs.py::C.method: 121 lines (over 120)" in out
     assert len([line for line in out.splitlines() if line.startswith("too long: ")]) == 5
-    allow = root / ".ci" / "size_allowlist.txt"
-    allow.parent.mkdir()
-    allow.write_text("# today's offenders\npkg/big.py\nsub/funcs.py::too_long  # being split\n"
-                     "sub/funcs.py::C.method\nsub/funcs.py::outer\nsub/funcs.py::outer.inner\n")
-    assert check_sizes.main([str(root)]) == 0
-    # a listed module that shrinks leaves a stale entry: the check fails until it is deleted
     (root / "pkg" / "big.py").write_text("a = 1\n")
-    assert check_sizes.main([str(root)]) == 1
-    assert "stale allowlist entry (no longer too long, or gone): pkg/big.py" in capsys.readouterr().out
+    (root / "sub" / "funcs.py").write_text(_function("short", 10))
+    assert check_sizes.main([str(root)]) == 0
+    assert "no module over 800 lines" in capsys.readouterr().out
 
 
 def test_without_a_package_dir_table_the_folders_with_an_init_are_the_package(tmp_path):
