@@ -238,7 +238,7 @@ def test_targeted_file_cases(files, tmp_path, capsys):
     y = ["synth", "-t", "ring:4", "-c", "allgather", "--sketch"]
     for name, doc, words in [
         ("cf", dict(k, chunk_factor=10**9), ("MAX_CHUNK_FACTOR",)),
-        ("cf_synth", dict(k, chunk_factor=100), ("MAX_SYNTH_CHUNK_FACTOR",)),
+        ("cf_synth", dict(k, chunk_factor=2000), ("MAX_SYNTH_CHUNK_FACTOR",)),
         ("nnodes", dict(k, nnodes=10**9), ("MAX_RANKS",)),
         ("sym", dict(k, symmetry=[[0, 10**9]]), ("MAX_RANKS",)),
         ("switches", dict(k, switches=5), ("switches must be a list",)),
