@@ -98,7 +98,7 @@ SUPPORTED = ("allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast"
 #: default message size when the caller gives none (bytes)
 DEFAULT_SIZE = 1 << 20
 #: candidates within this fraction of the best (in the IR) are judged as written, besides each strategy's best
-SHORTLIST_WITHIN = 0.10
+SHORTLIST_WITHIN = 0.25
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,9 @@ class _Simulated:
     plans: tuple[TransferPlan, ...]
     schedule: Schedule
     lowering: str
+    #: its fastest lowering with one wave in flight per connection (window 1), when that is not the fastest:
+    #: the order an MSCCL threadblock keeps anyway, so the form most likely to keep its speed as written
+    in_order: tuple[float, Schedule, str] | None = None
 
 
 class MilpStrategy:
@@ -166,6 +169,8 @@ class MilpStrategy:
                                       r.progress, r.report)
         out = [SynthCandidate(self.name, f"{x.candidate.describe()} ({x.lowering})", x.schedule, x.time_us)
                for x in results]
+        out += [SynthCandidate(self.name, f"{x.candidate.describe()} ({x.in_order[2]})", x.in_order[1],
+                               x.in_order[0]) for x in results if x.in_order is not None]
         if r.contiguity:
             refined = refine_contiguity(r.topology, r.collective, results[0], r.options, r.size_bytes, r.progress)
             if refined is not None:
@@ -204,7 +209,7 @@ def plan_candidates(topology: Topology, collective: Collective, candidates: list
             continue
         variants = _wave_variants(plans)
         est = min(v.estimated_us for v in variants)
-        climb[fam] = (est, 0) if is_less(est, best) else (best, misses + 1)
+        climb[fam] = (est, 0) if best == math.inf or is_less(est, best) else (best, misses + 1)
         scored.append(_Scored(est, cand, plans.strict, variants))
         prog("candidate", f"{cand.describe()}: estimated {est:.3f} us")
     if not scored:
@@ -300,18 +305,22 @@ def simulate_candidates(topology: Topology, collective: Collective, scored: list
     for sc in scored:
         cand = sc.candidate
         t, name, window, sched = math.inf, "", 0, None  # the fastest lowering so far
+        in_order: tuple[float, Schedule, str] | None = None  # the fastest with window 1
         for variant in sc.variants:
             for w in variant.windows:
                 s = _lower(topology, collective, cand, variant.parts, w)
                 ts = simulate(s, topology, size_bytes).time_us
                 if sched is None or is_less(ts, t):
                     t, name, window, sched = ts, variant.name, w, s
+                if w == 1 and (in_order is None or is_less(ts, in_order[0])):
+                    in_order = (ts, s, f"{variant.name} waves, window 1")
         if sched is None:  # every candidate comes with at least one wave variant and window
             raise InfeasibleError(f"{cand.describe()} has no lowering to simulate")
         report.candidates.append({"sketch": cand.describe(), "estimated_us": sc.estimated_us, "time_us": t,
                                   "waves": name, "window": window})
         prog("simulated", f"{cand.describe()}: {t:.3f} us at {size_bytes} bytes ({name} waves, window {window})")
-        results.append(_Simulated(t, cand, sc.plans, sched, f"{name} waves, window {window}"))
+        results.append(_Simulated(t, cand, sc.plans, sched, f"{name} waves, window {window}",
+                                  None if in_order is None or in_order[1] is sched else in_order))
     results.sort(key=lambda r: r.time_us)  # stable: ties keep the estimates' order
     return results
 

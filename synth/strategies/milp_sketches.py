@@ -86,7 +86,7 @@ def candidate_sketches(topology: Topology, collective: Collective, size_bytes: i
     if base.internode is not None:
         free = replace(base, internode=None, name=base.name + "+direct")
         free = replace(free, symmetry=find_symmetries(topology, free))
-    out = []
+    out: list[Sketch] = []
     if collective.kind == "alltoall":
         out.extend(replace(free or base, chunk_factor=c, detours=d) for c in factors for d in (0, 1))
         return _dedupe(out)
