@@ -37,7 +37,7 @@ from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError, PlanError
 from ccsynth.formats.files import get_topology, load_sketch
-from ccsynth.formats.written import best_written
+from ccsynth.formats.written import best_written, written_judge
 from ccsynth.synth.sized_plan import synthesize_plan
 from ccsynth.synth.tables import DEFAULT_MARGIN
 from ccsynth.synth.solver import SolverOptions
@@ -92,7 +92,8 @@ def synthesize(
         options = SolverOptions(time_limit=time_limit)
     if sizes is not None:
         values = parse_sizes(sizes) if isinstance(sizes, str) else [parse_size(s) for s in sizes]
-        return synthesize_plan(topo, coll, values, sketch, options, contiguity=contiguity, default_margin=margin)
+        return synthesize_plan(topo, coll, values, sketch, options, contiguity=contiguity, default_margin=margin,
+                               judge=written_judge("json"))
     nbytes = parse_size(size) if size is not None else None
     if nbytes is not None and nbytes <= 0:
         raise PlanError(f"size must be positive, got {size!r}")

@@ -44,6 +44,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ccsynth.collectives.schedule import Schedule
@@ -58,7 +59,8 @@ from ccsynth.synth.synthesize import RankedCandidates
 from ccsynth.tolerance import is_less
 from ccsynth.topologies.model import Topology
 
-__all__ = ["FORMATS", "WrittenFile", "Priced", "WrittenChoice", "write_msccl_file", "written_json", "best_written"]
+__all__ = ["FORMATS", "WrittenFile", "Priced", "WrittenChoice", "write_msccl_file", "written_json", "best_written",
+           "written_judge"]
 
 #: the file formats a schedule is written in
 FORMATS = ("json", "msccl-xml")
@@ -222,3 +224,20 @@ def _price_xml(ranked: RankedCandidates, limits: MscclLimits) -> list[Priced]:
     if first_refusal is not None and not any(p.written is not None for p in priced):
         raise first_refusal
     return priced
+
+
+def written_judge(fmt: str, limits: MscclLimits | None = None,
+                  notes: dict[int, tuple[str, ...]] | None = None) -> Callable[[RankedCandidates], Schedule]:
+    """A ``judge`` for :func:`~ccsynth.synth.sized_plan.synthesize_sized`: each size's candidates judged as
+    written (:func:`best_written`); the plan keeps the schedule as the file holds it (for MSCCL XML: read
+    back), with its written and IR times in ``meta``. ``notes`` (if given) collects each size's fallbacks."""
+
+    def judge(ranked: RankedCandidates) -> Schedule:
+        choice = best_written(ranked, fmt=fmt, limits=limits)
+        size = ranked.request.size_bytes
+        if notes is not None:
+            notes[size] = choice.notes
+        return choice.written.schedule.with_meta(predicted_us=choice.time_us, ir_time_us=choice.ir_time_us,
+                                                 size_bytes=size)
+
+    return judge

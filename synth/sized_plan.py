@@ -132,12 +132,14 @@ def synthesize_plan(
     contiguity: bool = True,
     progress: ProgressFn | None = None,
     default_margin: float | str | None = DEFAULT_MARGIN,
+    judge: Callable[[RankedCandidates], Schedule] | None = None,
 ) -> Plan:
     """A :class:`Plan` for ``collective`` on ``topology``: the fastest schedule per size range of ``sizes``.
 
     The default plan's algorithm stays at a size unless a candidate is predicted faster by more than
-    ``default_margin`` (:func:`~ccsynth.synth.tables.build_plan`; None: the fastest wins).
+    ``default_margin`` (:func:`~ccsynth.synth.tables.build_plan`; None: the fastest wins); ``judge``: see
+    :func:`synthesize_sized`.
     """
     return synthesize_sized(topology, collective, sizes, sketch, options, contiguity=contiguity,
                             stage_progress=(lambda _size: progress) if progress is not None else None,
-                            default_margin=default_margin).plan
+                            default_margin=default_margin, judge=judge).plan

@@ -82,6 +82,7 @@ __all__ = [
     "SUPPORTED",
     "DEFAULT_SIZE",
     "SHORTLIST_WITHIN",
+    "SHORTLIST_MAX",
     "ProgressFn",
     "Stage",
     "SynthReport",
@@ -99,6 +100,8 @@ SUPPORTED = ("allgather", "reduce_scatter", "allreduce", "alltoall", "broadcast"
 DEFAULT_SIZE = 1 << 20
 #: candidates within this fraction of the best (in the IR) are judged as written, besides each strategy's best
 SHORTLIST_WITHIN = 0.25
+#: at most this many candidates are judged as written (each strategy's best first, then the closest others)
+SHORTLIST_MAX = 6
 
 
 @dataclass(frozen=True)
@@ -120,16 +123,20 @@ class RankedCandidates:
     def best_synthesized(self) -> SynthCandidate:
         return next(c for c in self.candidates if c.synthesized)
 
-    def shortlist(self, within: float = SHORTLIST_WITHIN) -> tuple[SynthCandidate, ...]:
-        """The candidates worth judging as written: within ``within`` of the best, and each strategy's best."""
-        limit = self.best.time_us * (1 + within)
-        seen: set[str] = set()
-        out = []
+    def shortlist(self, within: float = SHORTLIST_WITHIN, most: int = SHORTLIST_MAX) -> tuple[SynthCandidate, ...]:
+        """The candidates worth judging as written, in the ranking's order: each strategy's best, and the
+        others within ``within`` of the best while there are fewer than ``most``."""
+        firsts: dict[str, SynthCandidate] = {}
         for c in self.candidates:
-            if c.time_us <= limit or c.strategy not in seen:
-                out.append(c)
-            seen.add(c.strategy)
-        return tuple(out)
+            firsts.setdefault(c.strategy, c)
+        keep = {id(c) for c in firsts.values()}
+        limit = self.best.time_us * (1 + within)
+        for c in self.candidates:
+            if len(keep) >= max(most, len(firsts)):
+                break
+            if c.time_us <= limit:
+                keep.add(id(c))
+        return tuple(c for c in self.candidates if id(c) in keep)
 
     def choose(self, candidate: SynthCandidate, *, reason: str | None = None) -> Schedule:
         """``candidate``'s schedule, verified, with what was chosen recorded in the report and in its ``meta``.

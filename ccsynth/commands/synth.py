@@ -289,17 +289,11 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
     from ccsynth.synth.sized_plan import SizedSchedule, synthesize_sized
     from ccsynth.synth.tables import margin_for
 
-    from ccsynth.formats.written import best_written
+    from ccsynth.formats.written import written_judge
 
     margin = margin_for(topo) if args.margin is None else args.margin
-    limits = _msccl_limits(args) if fmt == "msccl-xml" else None
-    notes: dict[int, tuple[str, ...]] = {}
-
-    def judge(ranked):  # each size's candidates judged as written; the plan keeps the file's schedule
-        choice = best_written(ranked, fmt=fmt, limits=limits)
-        notes[ranked.request.size_bytes] = choice.notes
-        return choice.written.schedule.with_meta(predicted_us=choice.time_us, ir_time_us=choice.ir_time_us,
-                                                 size_bytes=ranked.request.size_bytes)
+    notes: dict[int, tuple[str, ...]] = {}  # each size's fallbacks
+    judge = written_judge(fmt, _msccl_limits(args) if fmt == "msccl-xml" else None, notes)
 
     counter = progress.counter("size", len(set(sizes)))  # the library synthesizes each size once, smallest first
 
