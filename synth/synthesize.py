@@ -126,17 +126,18 @@ class RankedCandidates:
     def shortlist(self, within: float = SHORTLIST_WITHIN, most: int = SHORTLIST_MAX) -> tuple[SynthCandidate, ...]:
         """The candidates worth judging as written, in the ranking's order: each strategy's best, and the
         others within ``within`` of the best while there are fewer than ``most``."""
+        distinct = _distinct(self.candidates)
         firsts: dict[str, SynthCandidate] = {}
-        for c in self.candidates:
+        for c in distinct:
             firsts.setdefault(c.strategy, c)
         keep = {id(c) for c in firsts.values()}
         limit = self.best.time_us * (1 + within)
-        for c in self.candidates:
+        for c in distinct:
             if len(keep) >= max(most, len(firsts)):
                 break
             if c.time_us <= limit:
                 keep.add(id(c))
-        return tuple(c for c in self.candidates if id(c) in keep)
+        return tuple(c for c in distinct if id(c) in keep)
 
     def choose(self, candidate: SynthCandidate, *, reason: str | None = None) -> Schedule:
         """``candidate``'s schedule, verified, with what was chosen recorded in the report and in its ``meta``.
@@ -249,6 +250,15 @@ def synthesize_candidates(
     req.progress("chosen", f"{best.label}: {best.time_us:.3f} us (best of {len(found)} candidate(s); "
                            f"fastest overall: {ranked.best.label}, {ranked.best.time_us:.3f} us)")
     return ranked
+
+
+def _distinct(candidates: Sequence[SynthCandidate]) -> list[SynthCandidate]:
+    """``candidates`` without repeats: two sketches (with and without detours, say) often give the same ops."""
+    out: list[SynthCandidate] = []
+    for c in candidates:
+        if not any(o.time_us == c.time_us and o.schedule.ops == c.schedule.ops for o in out):
+            out.append(c)
+    return out
 
 
 def _rank(found: list[SynthCandidate], preference: dict[str, int]) -> tuple[SynthCandidate, ...]:

@@ -8,8 +8,8 @@ A. :func:`plan_candidates` -- routed (:mod:`~ccsynth.synth.routing`, or
    (:mod:`~ccsynth.synth.ordering`: each piece's latency paid in turn, and
    latencies overlapping the previous piece's data), scored by the list
    schedules' estimates. Each family of sketches climbs its chunk-factor
-   ladder only while its estimate improves: two factors in a row no better
-   than its best end the climb;
+   ladder only while its estimate improves: :data:`CLIMB_PATIENCE` factors
+   in a row no better than its best end the climb;
 B. :func:`simulate_candidates` -- the best :data:`SIMULATED_CANDIDATES` are
    grouped into waves (:mod:`~ccsynth.synth.contiguity`) in every
    :class:`WaveVariant`, lowered in every window
@@ -86,8 +86,9 @@ ROUTING_TIME_LIMIT = 30.0
 SIMULATED_CANDIDATES = 3
 #: how many waves of a connection may be in flight: 1 (strict FIFO), 0 (data dependencies only), 2
 WINDOWS = (1, 0, 2)
-#: chunk factors in a row no better than a family's best estimate that end its climb up the ladder
-CLIMB_PATIENCE = 2
+#: chunk factors in a row no better than a family's best estimate that end its climb up the ladder (each costs an
+#: ordering, and the best three are lowered and simulated: at 64 MiB the finest factors cost the most)
+CLIMB_PATIENCE = 1
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ __all__ = [
 
 #: the smallest piece (bytes of one chunk of one rank's share) the default ladder cuts down to: below it the
 #: per-message costs of every modelled network outweigh what a finer pipeline gains
-MIN_PIECE_BYTES = 64 << 10
+MIN_PIECE_BYTES = 128 << 10
 #: the largest chunk factor of the default ladder (a user's ``--chunks`` may go further, up to
 #: ``MAX_SYNTH_CHUNK_FACTOR``): the ordering and lowering grow with the pieces
 MAX_DEFAULT_CHUNK_FACTOR = 256
