@@ -22,7 +22,7 @@ from ccsynth.synth.strategies.base import SynthCandidate, SynthRequest
 __all__ = ["WRITTEN_MARGIN", "BaselinesStrategy", "STRATEGY"]
 
 #: how much slower than the best synthesized candidate (in the IR) a baseline may be and still be searched
-WRITTEN_MARGIN = 0.10
+WRITTEN_MARGIN = 0.05
 
 
 class BaselinesStrategy:

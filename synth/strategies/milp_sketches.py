@@ -77,11 +77,15 @@ def chunk_factor_ladder(base_factor: int, collective: Collective, size_bytes: in
 def candidate_sketches(topology: Topology, collective: Collective, size_bytes: int) -> list[Sketch]:
     """The default sketches the MILP strategy tries when the caller gives none (see the module docstring).
 
-    Alltoall never uses relays between nodes (each chunk has one destination).
+    Alltoall never uses relays between nodes (each chunk has one destination) and keeps to half, once and
+    twice the default chunk factor.
     """
     base = default_sketch(topology, collective, size_bytes)
     c0 = base.chunk_factor
-    factors = chunk_factor_ladder(c0, collective, size_bytes)
+    # alltoall moves every piece once, point to point: half, the default and twice it, as before (its routing
+    # and lowering grow with the pieces faster than the others')
+    factors = chunk_factor_ladder(c0, collective, size_bytes) if collective.kind != "alltoall" else \
+        sorted({max(1, c0 // 2), c0, 2 * c0})
     free = None
     if base.internode is not None:
         free = replace(base, internode=None, name=base.name + "+direct")
