@@ -34,6 +34,12 @@ Run (prints a Markdown table; ``--json FILE`` also saves the rows)::
     python -m ccsynth.bench.bench_synth --suite trees
     python -m ccsynth.bench.bench_synth --suite trees --topologies dgx_a100x128 --collectives allgather
 
+``--suite export`` (issue 27) judges what ``ccsynth synth`` writes: the
+MSCCL XML and JSON files against the IR schedule and the exact bound
+(:mod:`ccsynth.bench.bench_export`); ``--out DIR`` keeps the files and rows::
+
+    python -m ccsynth.bench.bench_synth --suite export --out /tmp/export
+
 The machine's load average is printed before and after (the 2-core
 development machine is shared), since synthesis time depends on it.
 """
@@ -48,6 +54,7 @@ import sys
 import time
 
 from ccsynth.atomic import write_text
+from ccsynth.bench.bench_export import EXPORT_COLLECTIVES, EXPORT_SIZES, EXPORT_TOPOLOGIES, export_case, export_markdown
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import ExportLimitError
 from ccsynth.formats.msccl.export import schedule_to_msccl_xml
@@ -201,23 +208,59 @@ def tree_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+_SUITES = {  # name: (topologies, collectives, sizes)
+    "milp": (TOPOLOGIES, COLLECTIVES, SIZES),
+    "trees": (TREE_TOPOLOGIES, TREE_COLLECTIVES, TREE_SIZES),
+    "export": (EXPORT_TOPOLOGIES, EXPORT_COLLECTIVES, EXPORT_SIZES),
+}
+
+
+def _parse(argv) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m ccsynth.bench.bench_synth", description=__doc__.split("\n\n")[0])
-    p.add_argument("--suite", choices=("milp", "trees"), default="milp",
-                   help="milp: the issue-3 machines (default); trees: issue 11's large machines")
+    p.add_argument("--suite", choices=tuple(_SUITES), default="milp",
+                   help="milp: the issue-3 machines (default); trees: issue 11's large machines; export: what "
+                        "ccsynth synth writes (issue 27)")
     p.add_argument("--topologies", default=None, help="comma-separated (default: the suite's)")
     p.add_argument("--collectives", default=None, help="comma-separated (default: the suite's)")
-    p.add_argument("--sizes", default=None, help=f"sizes (default {SIZES}; trees suite {TREE_SIZES})")
+    p.add_argument("--sizes", default=None, help=f"sizes (default {SIZES}; trees suite {TREE_SIZES}; "
+                                                 f"export suite {EXPORT_SIZES})")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    p.add_argument("--out", metavar="DIR", help="export suite: keep the written files and the rows (rows.json) here")
     p.add_argument("--no-baselines", action="store_true", help="trees suite: skip the baseline comparison")
     p.add_argument("-v", "--verbose", action="store_true", help="log synthesis progress to stderr")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def _row(args, topo: Topology, kind: str, size: int) -> dict:
+    if args.suite == "trees":
+        return tree_case(topo, kind, size, not args.no_baselines)
+    if args.suite == "export":
+        return export_case(topo, kind, size, out_dir=args.out)
+    return bench_case(topo, kind, size)
+
+
+def _say(args, row: dict) -> None:
+    """One progress line per case on standard error."""
+    head = f"{row['topology']:11s} {row['collective']:14s} {format_size(row['size_bytes']):>4s}"
+    if args.suite == "export":
+        tail = (f"IR {row['ir_us']:11.2f}us XML {row['xml_us'] or float('nan'):11.2f}us "
+                f"gap {row['xml_gap'] or float('nan'):6.3f}" + (" REFUSED" if row["refused"] else ""))
+    else:
+        tail = (f"sim {row['time_us']:11.2f}us base {row['baseline_us'] or float('nan'):11.2f}us "
+                f"speedup {row['speedup'] or float('nan'):5.2f}x gap {row['gap']:6.3f}")
+    print(f"{head} synth {row['synthesis_s']:7.1f}s {tail} load {row['load_1min']:.1f}", file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
-    trees = args.suite == "trees"
-    topologies = args.topologies or ",".join(TREE_TOPOLOGIES if trees else TOPOLOGIES)
-    collectives = args.collectives or ",".join(TREE_COLLECTIVES if trees else COLLECTIVES)
-    sizes = parse_sizes(args.sizes or (TREE_SIZES if trees else SIZES))
+    tops, colls, default_sizes = _SUITES[args.suite]
+    topologies = args.topologies or ",".join(tops)
+    collectives = args.collectives or ",".join(colls)
+    sizes = parse_sizes(args.sizes or default_sizes)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
     load0 = os.getloadavg()
     print(f"# load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} cores", flush=True)
     rows = []
@@ -225,18 +268,17 @@ def main(argv=None) -> int:
         topo = _topology(tname.strip())
         for kind in collectives.split(","):
             for size in sizes:
-                row = (tree_case(topo, kind.strip(), size, not args.no_baselines) if trees
-                       else bench_case(topo, kind.strip(), size))
+                row = _row(args, topo, kind.strip(), size)
                 row["load_1min"] = os.getloadavg()[0]
                 rows.append(row)
-                print(f"{row['topology']:11s} {row['collective']:14s} {format_size(size):>4s} synth {row['synthesis_s']:7.1f}s "
-                      f"sim {row['time_us']:11.2f}us base {row['baseline_us'] or float('nan'):11.2f}us "
-                      f"speedup {row['speedup'] or float('nan'):5.2f}x gap {row['gap']:6.3f} load {row['load_1min']:.1f}",
-                      file=sys.stderr, flush=True)
-                if args.json:
-                    write_text(args.json, json.dumps(rows, indent=1))
+                _say(args, row)
+                for path in filter(None, (args.json, args.out and os.path.join(args.out, "rows.json"))):
+                    write_text(path, json.dumps(rows, indent=1))
     load1 = os.getloadavg()
-    print(tree_markdown(rows) if trees else markdown(rows))
+    table = {"trees": tree_markdown, "export": export_markdown}.get(args.suite, markdown)(rows)
+    print(table)
+    if args.out:
+        write_text(os.path.join(args.out, "table.md"), table + "\n")
     print(f"# load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     return 0
 

@@ -48,9 +48,12 @@ limit                       value          why
                                            a ring allreduce on 1024 ranks has about 4 M)
 ``MAX_CHANNELS``            1024           channels of a schedule (``Op.channel``) and
                                            ``export --channels``; NCCL has at most 64
-``MAX_SYNTH_CHUNK_FACTOR``  64             chunk factor the MILP synthesizer accepts: its
-                                           models grow with chunks x links, and 64 already
-                                           takes hours (ccsynth's default is at most 16)
+``MAX_SYNTH_CHUNK_FACTOR``  1024           chunk factor the synthesizer accepts from a user
+                                           (``--chunks``, a sketch): a safety limit on input,
+                                           not a choice; the routing models do not grow with
+                                           it, the ordering and the schedule do (1024 pieces
+                                           a rank). The default sketches climb to 256 while
+                                           it pays, and the written form decides the trade
 ``MAX_SOLVER_THREADS``      1024           ``synth --threads``: far above any machine's
                                            cores; HiGHS aborts the whole process (no error
                                            to catch) when asked for 100 000
@@ -144,7 +147,7 @@ MAX_SCRATCH_CHUNKS = 1 << 16
 MAX_SCHEDULE_CHUNKS = 1 << 22
 MAX_SCHEDULE_OPS = 1 << 22
 MAX_CHANNELS = 1024
-MAX_SYNTH_CHUNK_FACTOR = 64
+MAX_SYNTH_CHUNK_FACTOR = 1024
 MAX_SOLVER_THREADS = 1024
 MAX_FILE_BYTES = 256 << 20
 MAX_JSON_DEPTH = 32

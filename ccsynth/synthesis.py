@@ -22,7 +22,10 @@ one schedule for 1 MiB. ``sketch``, ``options`` (a
 solver call) and ``contiguity`` are the synthesizer's.
 
 This is the same computation as ``ccsynth synth`` (``--size`` /
-``--sizes``); the command line writes the result to a file, this returns it.
+``--sizes``) with a ccsynth JSON output: the candidates are judged in the
+form they take (:mod:`ccsynth.formats.written`; for the schedule the
+communicator runs, the schedule itself); the command line writes the result
+to a file, this returns it.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError, PlanError
 from ccsynth.formats.files import get_topology, load_sketch
+from ccsynth.formats.written import best_written, written_judge
 from ccsynth.synth.sized_plan import synthesize_plan
 from ccsynth.synth.tables import DEFAULT_MARGIN
 from ccsynth.synth.solver import SolverOptions
-from ccsynth.synth.synthesize import SUPPORTED, synthesize as _synthesize
+from ccsynth.synth.synthesize import SUPPORTED, synthesize_candidates
 from ccsynth.topologies.model import Topology
 from ccsynth.units import parse_size, parse_sizes
 
@@ -88,8 +92,10 @@ def synthesize(
         options = SolverOptions(time_limit=time_limit)
     if sizes is not None:
         values = parse_sizes(sizes) if isinstance(sizes, str) else [parse_size(s) for s in sizes]
-        return synthesize_plan(topo, coll, values, sketch, options, contiguity=contiguity, default_margin=margin)
+        return synthesize_plan(topo, coll, values, sketch, options, contiguity=contiguity, default_margin=margin,
+                               judge=written_judge("json"))
     nbytes = parse_size(size) if size is not None else None
     if nbytes is not None and nbytes <= 0:
         raise PlanError(f"size must be positive, got {size!r}")
-    return _synthesize(topo, coll, sketch, options, nbytes, contiguity=contiguity)
+    ranked = synthesize_candidates(topo, coll, sketch, options, nbytes, contiguity=contiguity)
+    return best_written(ranked, fmt="json").schedule  # what the communicator runs is the schedule itself

@@ -19,6 +19,11 @@ tabulates; its two hooks let a caller show progress without this module
 printing anything: ``stage_progress(size)`` gives the synthesizer's
 progress callback for one size (e.g. with the size as a prefix), and
 ``on_size(result)`` is called as each size finishes (a ``[k/N]`` counter).
+A third, ``judge(ranked)``, picks each size's schedule from the ranked
+candidates (default: the fastest in the IR, verified); the command line
+passes the formats layer's judgement in written form
+(:func:`ccsynth.formats.written.best_written`), which returns the schedule
+as the file holds it, so the plan's predictions are those of the files.
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -42,7 +47,7 @@ from ccsynth.errors import PlanError
 from ccsynth.synth.baseline_search import BaselineChoice, plan_baselines
 from ccsynth.synth.sketch import Sketch
 from ccsynth.synth.solver import SolverOptions
-from ccsynth.synth.synthesize import ProgressFn, synthesize
+from ccsynth.synth.synthesize import ProgressFn, RankedCandidates, synthesize_candidates
 from ccsynth.synth.tables import DEFAULT_MARGIN, build_plan
 from ccsynth.topologies.model import Topology
 from ccsynth.units import format_size
@@ -91,6 +96,7 @@ def synthesize_sized(
     stage_progress: Callable[[int], ProgressFn | None] | None = None,
     on_size: Callable[[SizedSchedule], None] | None = None,
     default_margin: float | str | None = DEFAULT_MARGIN,
+    judge: Callable[[RankedCandidates], Schedule] | None = None,
 ) -> SizedPlan:
     """:func:`synthesize_plan` with its pieces (see the module docstring for the hooks)."""
     values = sorted({int(s) for s in sizes})
@@ -100,9 +106,10 @@ def synthesize_sized(
     synthesized = []
     for size in values:
         t1 = time.perf_counter()
-        s = synthesize(topology, collective, sketch, options, size,
-                       progress=stage_progress(size) if stage_progress is not None else None,
-                       contiguity=contiguity, compare_baselines=False)
+        ranked = synthesize_candidates(topology, collective, sketch, options, size,
+                                       progress=stage_progress(size) if stage_progress is not None else None,
+                                       contiguity=contiguity, compare_baselines=False)
+        s = judge(ranked) if judge is not None else ranked.choose(ranked.best)
         done = SizedSchedule(size, renamed(s, f"ccsynth@{format_size(size)}"), time.perf_counter() - t1)
         synthesized.append(done)
         if on_size is not None:
@@ -125,12 +132,14 @@ def synthesize_plan(
     contiguity: bool = True,
     progress: ProgressFn | None = None,
     default_margin: float | str | None = DEFAULT_MARGIN,
+    judge: Callable[[RankedCandidates], Schedule] | None = None,
 ) -> Plan:
     """A :class:`Plan` for ``collective`` on ``topology``: the fastest schedule per size range of ``sizes``.
 
     The default plan's algorithm stays at a size unless a candidate is predicted faster by more than
-    ``default_margin`` (:func:`~ccsynth.synth.tables.build_plan`; None: the fastest wins).
+    ``default_margin`` (:func:`~ccsynth.synth.tables.build_plan`; None: the fastest wins); ``judge``: see
+    :func:`synthesize_sized`.
     """
     return synthesize_sized(topology, collective, sizes, sketch, options, contiguity=contiguity,
                             stage_progress=(lambda _size: progress) if progress is not None else None,
-                            default_margin=default_margin).plan
+                            default_margin=default_margin, judge=judge).plan

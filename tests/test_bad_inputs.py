@@ -242,7 +242,7 @@ def test_targeted_file_cases(files, tmp_path, capsys):
     y = ["synth", "-t", "ring:4", "-c", "allgather", "--sketch"]
     for name, doc, words in [
         ("cf", dict(k, chunk_factor=10**9), ("MAX_CHUNK_FACTOR",)),
-        ("cf_synth", dict(k, chunk_factor=100), ("MAX_SYNTH_CHUNK_FACTOR",)),
+        ("cf_synth", dict(k, chunk_factor=2000), ("MAX_SYNTH_CHUNK_FACTOR",)),
         ("nnodes", dict(k, nnodes=10**9), ("MAX_RANKS",)),
         ("sym", dict(k, symmetry=[[0, 10**9]]), ("MAX_RANKS",)),
         ("switches", dict(k, switches=5), ("switches must be a list",)),
@@ -306,7 +306,7 @@ def _command_lines(d) -> list[list[str]]:
     y = ["synth", "-t", "ring:4", "-c", "allgather"]
     out += [["synth"], ["synth", "-t", "ring:4"], ["synth", "-c", "allgather"], ["synth", "-t", "nosuch", "-c", "allgather"],
             ["synth", "-t", "ring:4", "-c", "gather"], ["synth", "-t", "ring:4", "-c", "nosuch"],
-            y + ["--chunks", "0"], y + ["--chunks", "65"], y + ["--chunks", "100000"], y + ["--size", "0"],
+            y + ["--chunks", "0"], y + ["--chunks", "1025"], y + ["--chunks", "100000"], y + ["--size", "0"],
             y + ["--size", "-1"], y + ["--size", "1X"], y + ["--size", ""], y + ["--size", "1.5"],
             y + ["--size", "9" * 400], y + ["--sizes", ""], y + ["--sizes", ","], y + ["--sizes", "0:4"],
             y + ["--sizes", "4:1"], y + ["--sizes", "0"], y + ["--sizes", "0,1K"], y + ["--size", "1K", "--sizes", "1K"],

@@ -23,9 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-#: Pages that other branches of the same redesign add (docs/index.md links them already); a name leaves this
-#: set once its page is merged, and from then on it is checked like every other.
-PENDING = {"msccl-xml.md", "written-artifact.md", "multidim-files.md", "testing.md"}
 
 
 def _slug(heading: str) -> str:
@@ -65,7 +62,7 @@ def test_relative_links_resolve(doc):
     for link in _links(doc):
         path, _, fragment = link.partition("#")
         target = (doc.parent / path).resolve() if path else doc
-        if not target.exists() and not (target.parent == ROOT / "docs" and target.name in PENDING):
+        if not target.exists():
             broken.append(f"{link}: no such file")
         elif fragment and target.suffix == ".md" and fragment not in _anchors(target):
             broken.append(f"{link}: no heading '{fragment}' in {target.name}")

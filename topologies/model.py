@@ -175,6 +175,7 @@ Example:
     >>> t = Topology("pair", 2, links=(Link(0, 1, 1.0, 10.0), Link(1, 0, 1.0, 10.0)))
     >>> t.connection(0, 1).time_us(10_000)
     2.0
+
 Where the code lives
 --------------------
 This module holds :class:`Topology` (its fields, the cost figures, the

@@ -123,7 +123,7 @@ class Counter:
 
 _CANDIDATES = re.compile(r"^(\d+) candidate")
 #: synthesis stages shown by default (the others are details: -v, or a heartbeat when a stretch is long)
-SUMMARY_STAGES = ("trees", "contiguity", "verify", "chosen", "baselines")
+SUMMARY_STAGES = ("trees", "contiguity", "verify", "chosen", "baselines", "written")
 
 
 class SynthStages:

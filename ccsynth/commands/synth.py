@@ -178,42 +178,42 @@ def _multidim_scheduler(args, topo, sketch, sizes) -> str | None:
 
 
 def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Progress) -> int:
-    from ccsynth.collectives.schedule import save_schedule
-    from ccsynth.synth.simulate import known_result, simulate
-    from ccsynth.synth.synthesize import SynthReport, synthesize
+    """One size: every strategy's candidates, judged as written (:func:`ccsynth.formats.written.best_written`);
+    the figures printed are the written file's."""
+    from ccsynth.formats.written import best_written
+    from ccsynth.synth.simulate import known_result
+    from ccsynth.synth.synthesize import SynthReport, synthesize_candidates
 
     t0 = time.perf_counter()
     report = SynthReport()
-    sched = synthesize(topo, coll, sketch, opts, size, progress=SynthStages(progress), report=report,
-                       contiguity=not args.no_contiguity)
+    ranked = synthesize_candidates(topo, coll, sketch, opts, size, progress=SynthStages(progress), report=report,
+                                   contiguity=not args.no_contiguity)
+    choice = best_written(ranked, fmt=fmt, limits=_msccl_limits(args) if fmt == "msccl-xml" else None)
     seconds = time.perf_counter() - t0
-    predicted = sched.meta.get("predicted_us")
-    if predicted is not None and sched.meta.get("size_bytes") == size:
-        res = known_result(sched, topo, size, predicted)  # simulated by the synthesizer already
-    else:
-        res = simulate(sched, topo, size)
-    timed = [b for b in report.baselines if b.get("time_us") is not None]
+    sched = choice.schedule
+    res = known_result(choice.written.schedule, topo, size, choice.time_us)  # simulated as written already
+    written_us = {p.candidate.label: p.time_us for p in choice.priced if p.written is not None}
+    timed = [dict(b, written_us=written_us.get(_baseline_label(b))) for b in report.baselines
+             if b.get("time_us") is not None]
     base = timed[0] if timed else None
     # baselines proven slower by a bound, not simulated (ccsynth.synth.baseline_search.baselines_against)
     outrun = [b for b in report.baselines if b.get("time_us") is None]
-    # the speedup of what is written over the best baseline (1.0 when the baseline itself is written)
-    speedup = None if base is None else base["time_us"] / res.time_us
+    # the speedup of what is written over the best baseline (as written where it was priced so)
+    base_us = None if base is None else (base["written_us"] or base["time_us"])
+    speedup = None if base_us is None else base_us / res.time_us
     at_least = min((b["at_least_us"] for b in outrun), default=None)
     speedup_at_least = None if base is not None or at_least is None else at_least / res.time_us
     wrote = None
     if args.output is not None:
-        if fmt == "msccl-xml":
-            from ccsynth.formats.msccl import schedule_to_msccl_xml
-
-            write_text(args.output, schedule_to_msccl_xml(sched, topology=topo, limits=_msccl_limits(args)))
-        else:
-            save_schedule(sched, args.output)
+        write_text(args.output, choice.text)
         wrote = args.output
     figures = {
         "topology": topo.name,
         "collective": sched.collective.to_dict(),
         "size_bytes": size,
         "time_us": res.time_us,
+        "ir_time_us": choice.ir_time_us,
+        "written_format": fmt,
         "algbw_GBps": res.algbw,
         "busbw_GBps": res.busbw,
         "lower_bound_us": res.lower_bound_us,
@@ -222,33 +222,57 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
         "baseline": base,
         "baselines": report.baselines,
         "chosen": report.chosen,
+        "candidate": choice.candidate.label,
         "synthesized_us": report.synthesized_us,
         "multidim": report.multidim or None,
         "speedup": speedup,
         "speedup_at_least": speedup_at_least,
+        "fallbacks": list(choice.notes),
+        "priced": [p.to_dict() for p in choice.priced],
         "synthesis_s": seconds,
         "solver": opts.to_dict(),
         "sketch": sched.meta.get("sketch"),
-        "n_ops": len(sched.ops),
-        "verified": True,
+        "n_ops": len(choice.written.schedule.ops),
+        "verified": choice.verified,
         "output": wrote,
         "output_format": fmt if wrote else None,
     }
     if args.json:
         print_json(json_doc("synth", figures))
         return 0
+    _print_one(topo, size, fmt, choice, report, res, seconds, base, speedup, outrun, speedup_at_least, wrote)
+    return 0
+
+
+def _baseline_label(b: dict) -> str:
+    """The candidate label of a baseline row of the report (:mod:`ccsynth.synth.strategies.baselines`)."""
+    return f"baseline {b['name']} (chunk factor {b['chunk_factor']})"
+
+
+def _print_one(topo, size, fmt, choice, report, res, seconds, base, speedup, outrun, speedup_at_least, wrote) -> None:
+    sched = choice.schedule
+    form = "MSCCL XML" if fmt == "msccl-xml" else "ccsynth JSON"
     what = {"synthesized": "synthesized", "multidim": f"chose multi-dimension {report.multidim.get('scheduler')} for"
             }.get(report.chosen, f"chose baseline {sched.name} for")
     print(f"{what} {sched.collective.kind} on {topo.name} ({topo.n_ranks} ranks), {human(size)}: "
-          f"{len(sched.ops)} ops, verified, in {seconds:.1f} s")
-    print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s   busbw {res.busbw:.2f} GB/s")
+          f"{len(choice.written.schedule.ops)} ops, {'verified' if choice.verified else 'NOT verified'}, "
+          f"in {seconds:.1f} s")
+    print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s   busbw {res.busbw:.2f} GB/s   "
+          f"(the {form} file)")
+    if choice.ir_time_us != res.time_us:
+        print(f"  before writing {choice.ir_time_us:.3f} us   (the schedule as synthesized; written {form}: "
+              f"{res.time_us / choice.ir_time_us:.3f}x)")
     print(f"  lower bound    {res.lower_bound_us:.3f} us   gap {res.gap:.3f}x   ({res.bound_which})")
-    if report.chosen == "baseline" and base is not None:  # chosen among the baselines: there is one
-        print(f"  best baseline  {base['name']} (chunk factor {base['chunk_factor']}) {base['time_us']:.3f} us is "
-              f"faster than the best synthesized schedule ({report.synthesized_us:.3f} us): it is what was written")
-    elif base is not None:
-        print(f"  best baseline  {base['name']} (chunk factor {base['chunk_factor']}) {base['time_us']:.3f} us   "
-              f"speedup {speedup:.2f}x   (every baseline at its best chunk factor; -v lists them)")
+    for note in choice.notes:
+        print(f"  fallback: {note}")
+    if base is not None:
+        as_written = "" if base["written_us"] is None else f" ({base['written_us']:.3f} us as {form})"
+        lead = (f"  best baseline  {base['name']} (chunk factor {base['chunk_factor']}) {base['time_us']:.3f} us"
+                + as_written)
+        if report.chosen == "baseline":
+            print(f"{lead}: it is what was written (the best synthesized schedule: {report.synthesized_us:.3f} us)")
+        else:
+            print(f"{lead}   speedup {speedup:.2f}x   (every baseline at its best chunk factor; -v lists them)")
     if outrun:
         print(f"  {'other baselines' if base is not None else 'every baseline'} proven slower by a bound, not "
               "simulated: " + ", ".join(f"{b['name']} >= {b['at_least_us']:.1f} us" for b in outrun)
@@ -258,8 +282,7 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
         print(f"  multi-dimension best {md['scheduler']} ({md['chunks']} chunks) {md['time_us']:.3f} us in the "
               f"simulator (--scheduler compares the schedulers side by side)")
     if wrote:
-        print(f"wrote {wrote} ({'MSCCL XML' if fmt == 'msccl-xml' else 'ccsynth JSON'})")
-    return 0
+        print(f"wrote {wrote} ({form})")
 
 
 def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progress: Progress) -> int:
@@ -270,7 +293,11 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
     from ccsynth.synth.sized_plan import SizedSchedule, synthesize_sized
     from ccsynth.synth.tables import margin_for
 
+    from ccsynth.formats.written import written_judge
+
     margin = margin_for(topo) if args.margin is None else args.margin
+    notes: dict[int, tuple[str, ...]] = {}  # each size's fallbacks
+    judge = written_judge(fmt, _msccl_limits(args) if fmt == "msccl-xml" else None, notes)
 
     counter = progress.counter("size", len(set(sizes)))  # the library synthesizes each size once, smallest first
 
@@ -281,7 +308,7 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
     sized = synthesize_sized(topo, coll, sizes, sketch, opts, contiguity=not args.no_contiguity,
                              stage_progress=lambda size: SynthStages(progress, summaries=False,
                                                                      prefix=f"{human(size)} "),
-                             on_size=size_done, default_margin=margin)
+                             on_size=size_done, default_margin=margin, judge=judge)
     plan, seconds = sized.plan, sized.synthesis_s
     rows = []
     out_rows = []
@@ -316,10 +343,14 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
         print_json(json_doc("synth.sizes", {
             "topology": topo.name, "collective": coll.kind, "sizes": out_rows, "synthesis_s": seconds,
             "plan": [{"min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "algorithm": e.algorithm} for e in plan.entries],
-            "default_margin": margin, "output": wrote, "output_format": fmt if wrote else None}))
+            "default_margin": margin, "output": wrote, "output_format": fmt if wrote else None,
+            "fallbacks": {str(k): list(v) for k, v in sorted(notes.items())}}))
         return 0
     print(f"# {coll.kind} on {topo.name} ({topo.n_ranks} ranks): synthesized for {len(sized.synthesized)} sizes in {seconds:.1f} s")
     print_table(["size", "synth (us)", "busbw (GB/s)", "gap", "best baseline (us)", "speedup", "plan picks"], rows)
+    for size, lines in sorted(notes.items()):
+        for note in lines:
+            print(f"# {human(size)} fallback: {note}")
     print(f"# the plan keeps the default plan's algorithm at a size unless another is predicted faster by more "
           f"than {100 * margin:g}% (--margin)")
     if wrote:

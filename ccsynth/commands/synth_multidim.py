@@ -69,10 +69,12 @@ class Written:
     model_us: float  # the written schedule in the dimension-level model
     limit: str | None = None  # one line where a limit made it another schedule than the chosen one
     n_ops: int | None = None  # the IR forms' ops
+    notes: tuple[str, ...] = ()  # MSCCL XML: the fallbacks the exporter took to fit the runtime, one line each
 
     def to_dict(self) -> dict:
         return {"form": self.form, "chunks": self.md.n_chunks, "time_us": self.time_us, "priced_by": self.priced_by,
-                "limit": self.limit, "n_ops": self.n_ops, "model_us": self.model_us}
+                "limit": self.limit, "n_ops": self.n_ops, "model_us": self.model_us,
+                "fallbacks": list(self.notes)}
 
 
 def fixed_order_verdict(name: str, chosen_us: float, fixed_us: float) -> str | None:
@@ -134,7 +136,7 @@ def _ir(args, topo, md, fmt: str, size: int, opts) -> Written:
     ``md`` itself); JSON is written only where ``md`` itself becomes an IR (:func:`_written`)."""
     from ccsynth.collectives.verify import verify
     from ccsynth.errors import ExportLimitError
-    from ccsynth.formats.msccl import schedule_from_msccl_xml, schedule_to_msccl_xml
+    from ccsynth.formats.msccl import write_msccl
     from ccsynth.synth.simulate import simulate
     from ccsynth.synth.multidim.lowering import to_schedule
 
@@ -148,20 +150,19 @@ def _ir(args, topo, md, fmt: str, size: int, opts) -> Written:
             return Written(fmt, cand, res.time_us, PRICED_BY_SIMULATOR, sched.to_json() + "\n", cand.makespan_us,
                            n_ops=len(sched.ops))
         try:
-            text = schedule_to_msccl_xml(sched.with_meta(verified=True), topology=topo, limits=_msccl_limits(args))
+            w = write_msccl(sched.with_meta(verified=True), topology=topo, size_bytes=size, limits=_msccl_limits(args))
         except ExportLimitError as e:
             refused = e
             continue
-        written = schedule_from_msccl_xml(text)
-        verify(written, topo)
-        res = simulate(written, topo, size)
+        text = w.xml
         limit = None
         if cand is not md:
             why = "the MSCCL runtime's limits" if refused is not None else "the Schedule IR's size"
             limit = (f"limited: MSCCL XML takes {md.scheduler} at {cand.n_chunks} chunks within {why}: the figure is "
                      f"that schedule's; at its own {md.n_chunks} chunks it is {md.makespan_us:.3f} us in the model "
                      f"(-o FILE.json writes that as a phase plan)")
-        return Written(fmt, cand, res.time_us, PRICED_BY_SIMULATOR, text, cand.makespan_us, limit, len(sched.ops))
+        return Written(fmt, cand, w.time_us, PRICED_BY_SIMULATOR, text, cand.makespan_us, limit, len(sched.ops),
+                       notes=w.notes)
     raise CCSynthError(f"no chunk count of {md.scheduler} fits MSCCL XML: {refused}")
 
 
@@ -277,6 +278,8 @@ def _print(args, topo, net, kind, size, bound, rows, chosen, written: Written, v
           + (f"; {written.time_us / lp:.3f}x the LP's bound" if lp else ""))
     if written.limit:
         print(written.limit)
+    for note in written.notes:
+        print(f"fallback: {note}")
     if verdict:
         print(verdict)
     if args.output is not None:
