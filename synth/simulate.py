@@ -331,12 +331,23 @@ def collective_bound(collective: Collective, topology: Topology, size_bytes: flo
     return lower_bound(collective, topology, size_bytes)
 
 
+def machine_bound(collective: Collective, priced: Topology, machine: Topology, size_bytes: float) -> Bound:
+    """The bound of a schedule priced with a protocol (``priced``: the machine under
+    :func:`~ccsynth.topologies.protocols.with_protocol`): the smaller of the bound under that protocol and the
+    machine's own (Simple's), so that a file's gap is measured against what any protocol could reach and
+    matches the gap ``ccsynth synth`` prints for it."""
+    if priced is machine:
+        return collective_bound(collective, machine, size_bytes)
+    return min(collective_bound(collective, priced, size_bytes), collective_bound(collective, machine, size_bytes),
+               key=lambda b: b.time_us)
+
+
 def _algbw(size: float, time_us: float) -> float:
     return size / (time_us * BYTES_PER_US_PER_GBPS) if time_us > 0 else (math.inf if size > 0 else 0.0)
 
 
 def _result(p: Prepared, topology: Topology, size_bytes, local_bw, trace: bool = False,
-            footprint_bytes: float | None = None) -> SimResult:
+            footprint_bytes: float | None = None, machine: Topology | None = None) -> SimResult:
     size = check_args(size_bytes, local_bw)
     if local_bw is None:
         local_bw = topology.local_bw
@@ -356,7 +367,7 @@ def _result(p: Prepared, topology: Topology, size_bytes, local_bw, trace: bool =
     algbw = _algbw(size, time_us)
     return SimResult(size_bytes=size_bytes, time_us=time_us, algbw=algbw, busbw=algbw * coll.busbw_factor(),
                      n_ops=p.n_ops, schedule=p.schedule.name, topology=topology.name, busy_us=busy, trace=traced,
-                     bound_of=partial(collective_bound, coll, topology, size))
+                     bound_of=partial(machine_bound, coll, topology, machine or topology, size))
 
 
 def simulate(
@@ -375,14 +386,15 @@ def simulate(
     docstring). A schedule read from MSCCL XML whose ``proto`` is LL or LL128
     (``meta["msccl"]["proto"]``) is priced with that protocol
     (:func:`~ccsynth.topologies.protocols.with_protocol`).
-    The result's lower bound is computed only when read.
+    The result's lower bound is computed only when read (for a protocol, the
+    smaller of its bound and the machine's: :func:`machine_bound`).
 
     Raises :class:`ScheduleError` if the rank counts differ, a send has no
     connection (the message names the op), a send/recv is unmatched, or the
     schedule deadlocks; :class:`~ccsynth.errors.SizeError` for a bad size.
     """
-    topology = with_protocol(topology, meta_protocol(schedule.meta))  # a file's LL/LL128 (Simple: as it is)
-    return _result(Prepared(schedule, topology), topology, size_bytes, local_bw, trace, footprint_bytes)
+    priced = with_protocol(topology, meta_protocol(schedule.meta))  # a file's LL/LL128 (Simple: as it is)
+    return _result(Prepared(schedule, priced), priced, size_bytes, local_bw, trace, footprint_bytes, topology)
 
 
 def known_result(schedule: Schedule, topology: Topology, size_bytes: float, time_us: float) -> SimResult:
@@ -404,9 +416,9 @@ def simulate_sizes(
     schedule: Schedule, topology: Topology, sizes: Iterable[float], *, local_bw: float | None = None
 ) -> list[SimResult]:
     """:func:`simulate` at each of ``sizes`` (the schedule is prepared once)."""
-    topology = with_protocol(topology, meta_protocol(schedule.meta))
-    p = Prepared(schedule, topology)
-    return [_result(p, topology, s, local_bw) for s in sizes]
+    priced = with_protocol(topology, meta_protocol(schedule.meta))
+    p = Prepared(schedule, priced)
+    return [_result(p, priced, s, local_bw, machine=topology) for s in sizes]
 
 
 def static_bound(schedule: Schedule, topology: Topology, size_bytes: float) -> StaticBound:
@@ -449,7 +461,7 @@ def simulate_graph(graph: TaskGraph, topology: Topology, *, local_bw: float | No
 
 __all__ = [
     "ByteFactors", "ReceiveRounds", "SimResult", "StaticBound", "Task", "TaskGraph", "byte_factors", "call_cost",
-    "collective_bound", "input_bytes_per_rank", "known_result", "run_factor",
+    "collective_bound", "machine_bound", "input_bytes_per_rank", "known_result", "run_factor",
     "receive_rounds", "simulate", "simulate_below", "simulate_sizes", "simulate_graph", "static_bound",
     "working_set_bytes",
 ]

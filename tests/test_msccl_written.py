@@ -31,6 +31,7 @@ from ccsynth.formats.files import load_schedule
 from ccsynth.formats.msccl import MscclLimits, WrittenXml, plan_to_msccl_xmls, schedule_from_msccl_xml, write_msccl
 from ccsynth.formats.msccl.export import lower_schedule
 from ccsynth.synth.baselines import make_baseline
+from ccsynth.synth.bounds import lower_bound
 from ccsynth.synth.simulate import simulate
 from ccsynth.topologies import get_topology
 from ccsynth.topologies.model import Link, Topology
@@ -171,6 +172,19 @@ def test_simulating_an_ll_file_gives_what_write_msccl_reported(tmp_path, capsys)
     assert main(["simulate", str(path), "-t", "ring:4", "-s", "4096", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["results"][0]["time_us"] == w.time_us
+
+
+def test_a_protocol_files_bound_is_the_smaller_of_its_own_and_the_machines():
+    """An LL file's gap is measured against what any protocol could reach: never above the machine's own bound
+    (what ``ccsynth synth`` prints), and equal to it where Simple's bound is the smaller."""
+    t = get_topology("ring:4")
+    s = make_baseline("ring", Collective("allgather", 4), t)
+    back = schedule_from_msccl_xml(write_msccl(s, topology=t, size_bytes=4096, proto="LL").xml)
+    for size in (64, 4096, 64 * MIB):
+        res, plain = simulate(back, t, size), simulate(s, t, size)
+        ll_bound = lower_bound(s.collective, with_protocol(t, "LL"), size).time_us
+        assert res.lower_bound_us == min(plain.lower_bound_us, ll_bound)
+    assert simulate(back, t, 64 * MIB).lower_bound_us == simulate(s, t, 64 * MIB).lower_bound_us  # LL: half the bw
 
 
 def test_plan_rows_get_their_own_protocol():
