@@ -38,8 +38,10 @@ Example:
     >>> t = get_topology("ring:4")
     >>> ranked = synthesize_candidates(t, Collective("allgather", 4), size_bytes=1 << 16)
     >>> got = best_written(ranked, fmt="msccl-xml")
-    >>> got.text.startswith("<algo"), got.time_us >= got.ir_time_us > 0, got.verified
+    >>> got.text.startswith("<algo"), got.ir_time_us > 0, got.verified
     (True, True, True)
+    >>> got.proto, got.time_us < got.ir_time_us  # LL's latency beats the IR's Simple pricing at 64 KiB
+    ('LL', True)
 """
 
 from __future__ import annotations
@@ -124,6 +126,11 @@ class WrittenChoice:
     @property
     def verified(self) -> bool:
         return bool(self.schedule.meta.get("verified")) and self.written.verified
+
+    @property
+    def proto(self) -> str | None:
+        """The MSCCL protocol the file runs (None for ccsynth JSON)."""
+        return self.written.proto
 
 
 # ------------------------------------------------------------------ the adapter to the MSCCL lowering

@@ -407,9 +407,10 @@ def known_result(schedule: Schedule, topology: Topology, size_bytes: float, time
     size = check_args(size_bytes, None)
     coll = schedule.collective
     algbw = _algbw(size, time_us)
+    priced = with_protocol(topology, meta_protocol(schedule.meta))
     return SimResult(size_bytes=size_bytes, time_us=time_us, algbw=algbw, busbw=algbw * coll.busbw_factor(),
-                     n_ops=len(schedule.ops), schedule=schedule.name, topology=topology.name,
-                     bound_of=partial(collective_bound, coll, topology, size))
+                     n_ops=len(schedule.ops), schedule=schedule.name, topology=priced.name,
+                     bound_of=partial(machine_bound, coll, priced, topology, size))
 
 
 def simulate_sizes(

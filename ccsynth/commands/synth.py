@@ -214,6 +214,7 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
         "time_us": res.time_us,
         "ir_time_us": choice.ir_time_us,
         "written_format": fmt,
+        "proto": choice.proto,
         "algbw_GBps": res.algbw,
         "busbw_GBps": res.busbw,
         "lower_bound_us": res.lower_bound_us,
@@ -258,7 +259,7 @@ def _print_one(topo, size, fmt, choice, report, res, seconds, base, speedup, out
           f"{len(choice.written.schedule.ops)} ops, {'verified' if choice.verified else 'NOT verified'}, "
           f"in {seconds:.1f} s")
     print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s   busbw {res.busbw:.2f} GB/s   "
-          f"(the {form} file)")
+          f"(the {form} file" + (f", protocol {choice.proto})" if choice.proto else ")"))
     if choice.ir_time_us != res.time_us:
         print(f"  before writing {choice.ir_time_us:.3f} us   (the schedule as synthesized; written {form}: "
               f"{res.time_us / choice.ir_time_us:.3f}x)")
