@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -151,7 +152,10 @@ class Calls:
         self.scratch = PrivateBuffers(channel)
         self.vschedules = VScheduleCache()  # the explicit schedules of v-calls, by counts signature
         self.ops = OpNames()
-        self.nonblocking = NonBlocking(comm, f"ccsynth-progress-{self.rank}", init=self._use_device)
+        # a function of the device alone, not a bound method: the thread must not keep this object alive (a
+        # reference cycle would outlive the communicator until a garbage collection, at another moment on each rank)
+        self.nonblocking = NonBlocking(comm, f"ccsynth-progress-{self.rank}",
+                                       init=partial(_use_device, self.options.device))
         self.phases = None if phases is None else PhasedCalls(
             phases, comm, channel, self.mpi, slice_bytes=options.slice_bytes, timeout=options.timeout,
             threads=phase_threads, cache_bytes=cache_bytes)
@@ -350,11 +354,6 @@ class Calls:
                                "CUDA-aware: %s, from %s; staging=%r)", aw.aware, aw.source, self.staging.mode)
         return stage
 
-    def _use_device(self) -> None:
-        """The progress thread works on the communicator's device (CuPy's current device is per thread)."""
-        if self.options.device is not None:
-            sys.modules["cupy"].cuda.Device(self.options.device).use()
-
     # ------------------------------------------------------------ the end
     def drain(self) -> None:
         """Wait until every non-blocking call started so far has completed."""
@@ -372,3 +371,9 @@ class Calls:
         self.stager.clear()
         self.channel.memory.clear()
         self.channel.close(free=True)
+
+
+def _use_device(device: int | None) -> None:
+    """The progress thread works on the communicator's device (CuPy's current device is per thread)."""
+    if device is not None:
+        sys.modules["cupy"].cuda.Device(device).use()

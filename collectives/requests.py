@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 
 __all__ = ["Request", "ProgressThread", "NonBlocking", "waitall", "completed"]
@@ -158,9 +159,13 @@ class ProgressThread:
         if last is not None:
             last._done.wait()
 
+    def stop(self) -> None:
+        """Stop the thread after the calls queued so far, without waiting for it."""
+        self._queue.put(None)
+
     def close(self) -> None:
         self.drain()
-        self._queue.put(None)
+        self.stop()
         self._thread.join()
 
     def _loop(self) -> None:
@@ -177,6 +182,9 @@ class ProgressThread:
                 req._finish(e)
             else:
                 req._finish()
+            # let go of the call while waiting for the next: it holds the communicator, which must be freed when
+            # its user drops it (its channel, threads and buffers with it), not when this thread takes another
+            del item, fn, req
 
 
 class NonBlocking:
@@ -199,6 +207,9 @@ class NonBlocking:
         if self.thread is None:
             self._dup = self.comm.Dup()
             self.thread = ProgressThread(self._name, init=self._init)
+            # dropped without close() (a communicator its user let go of without Free()): the idle thread ends
+            # once its queued calls are done, instead of waiting for work until the process exits
+            weakref.finalize(self, self.thread.stop)
         return self.thread
 
     def submit(self, fn: Callable[[], None], what: str = "") -> Request:

@@ -148,3 +148,25 @@ def test_auto_device_picks_by_local_rank_when_cupy_is_in_use(monkeypatch, caplog
         assert "rank 0 uses GPU 1 (OMPI_COMM_WORLD_LOCAL_RANK=3 modulo 2 devices)" in caplog.text
     finally:
         c.Free()
+
+
+def test_a_dropped_communicator_is_freed_at_once_without_the_garbage_collector():
+    """No reference cycle keeps a communicator (or its calls and channel) alive after its last reference goes:
+    with cycles, which channels are still open at exit would depend on when each rank's garbage collector last
+    ran, and the exit barriers would pair up wrongly (each then waits out its timeout)."""
+    import weakref
+
+    gc.disable()
+    try:
+        c = ccsynth.Communicator(MPI.COMM_WORLD)
+        out = np.zeros(4)
+        c.Allreduce(np.ones(4), out)
+        c.Iallreduce(np.ones(4), out).Wait()  # the progress thread too
+        refs = [weakref.ref(c), weakref.ref(c._calls)]
+        thread = c._calls.nonblocking.thread._thread
+        del c
+        assert [r() for r in refs] == [None, None]
+        thread.join(timeout=10)  # its progress thread ends too, instead of idling until the process exits
+        assert not thread.is_alive()
+    finally:
+        gc.enable()

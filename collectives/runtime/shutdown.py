@@ -11,7 +11,10 @@ open, in the order they were built (the same on every rank), it reaps the
 sends that failed calls left behind, meets the other ranks in a barrier on
 the channel's control communicator (an ``Ibarrier``, given up after
 :data:`EXIT_BARRIER_S` seconds so that a peer stuck elsewhere cannot hang
-the exit) and withdraws the control line's posted receive (MPI must not
+the exit) and withdraws the control line's posted receive. It runs the
+garbage collector first: a channel dropped inside a reference cycle would
+otherwise still be open on one rank and gone on another, and the barriers
+would pair up wrongly (MPI must not
 find an active request at finalization). ``Communicator.Free()`` closes one
 communicator's channel without the barrier but frees its communicators,
 after taking in whatever is left on them (:func:`~.channel.flush`).
@@ -20,6 +23,7 @@ after taking in whatever is left on them (:func:`~.channel.flush`).
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import weakref
 
@@ -51,6 +55,10 @@ def registered() -> list:
 
 
 def close_all(barrier_s: float = EXIT_BARRIER_S) -> None:
+    # Which channels are still alive must be the same on every rank, or the barriers pair up wrongly and each
+    # waits out its timeout. A channel dropped inside a reference cycle lives until the garbage collector runs,
+    # which happens at different moments on different ranks: collect first, so only reachable channels remain.
+    gc.collect()
     for ch in registered():
         try:
             ch.close(barrier_s=barrier_s)
