@@ -15,12 +15,13 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from ccsynth.bench.bench_export import export_case, export_markdown
 from ccsynth.cli import main
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError, ExportLimitError
 from ccsynth.formats import written as written_mod
 from ccsynth.formats.files import load_schedule
-from ccsynth.formats.msccl import write_msccl
+from ccsynth.formats.msccl import schedule_from_msccl_xml, write_msccl
 from ccsynth.formats.written import WrittenFile, best_written
 from ccsynth.synth.baselines import make_baseline
 from ccsynth.synth.simulate import simulate
@@ -205,3 +206,13 @@ def test_chunks_above_64_are_accepted_and_bad_ones_refused(capsys, tmp_path):
     assert d["collective"]["chunk_factor"] >= 128 or d["chosen"] != "synthesized"
     assert main(["synth", "-t", "ring:4", "-c", "allgather", "--chunks", "100000"]) == 2
     assert "MAX_SYNTH_CHUNK_FACTOR" in capsys.readouterr().err
+
+
+def test_export_suite_row_is_the_written_file_and_its_gap_is_the_one_simulate_prints(tmp_path):
+    row = export_case(get_topology("ring:4"), "allgather", 1 << 16, out_dir=str(tmp_path))
+    assert row["printed_is_file"] is True and row["refused"] is None
+    back = simulate(schedule_from_msccl_xml((tmp_path / "ring:4_allgather_64K.xml").read_text()),
+                    get_topology("ring:4"), 1 << 16)
+    assert row["xml_us"] == back.time_us
+    assert row["xml_gap"] == pytest.approx(back.time_us / back.lower_bound_us)
+    assert f"| {row['proto']} |" in export_markdown([row])
