@@ -66,11 +66,17 @@ __all__ = [
     "check_root",
     "check_op_dtype",
     "OpNames",
+    "mpi_op_of",
     "backend_for",
 ]
 
 # the MPI op of each of ccsynth's op names, for the MPI library's own collective ("avg": a sum, then a division)
 _MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "avg": MPI.SUM}
+
+
+def mpi_op_of(opname: str):
+    """The MPI op that the MPI library's own collective runs for ccsynth's op ``opname`` (``avg``: a sum)."""
+    return _MPI_OPS[opname]
 
 
 class PassToMPI(Exception):

@@ -50,7 +50,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ccsynth.collectives.agreement import agree_on_call, agree_on_setup, call_signature
-from ccsynth.collectives.buffer_specs import OpNames, backend_for, front, is_in_place
+from ccsynth.collectives.buffer_specs import OpNames, backend_for, front, is_in_place, mpi_op_of
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
 from ccsynth.collectives.fallback import MPIFallback
 from ccsynth.collectives.phased_calls import PhasedCalls
@@ -60,8 +60,9 @@ from ccsynth.collectives.requests import NonBlocking, Request, completed
 from ccsynth.collectives.runtime.channel import Channel
 from ccsynth.collectives.runtime.memory import cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
-from ccsynth.collectives.schedule import Schedule
-from ccsynth.collectives.schedule_cache import CallArgs, ScheduleCache
+from ccsynth.collectives.fast_path import CallArgs, mpi_replay
+from ccsynth.collectives.plan import MPI_ALGORITHM
+from ccsynth.collectives.schedule_cache import MPI_PICK, ScheduleCache
 from ccsynth.collectives.staging import DeviceStaging, Stager, is_device_spec, run_on_host, wait_stream
 from ccsynth.collectives.vschedule import VScheduleCache
 from ccsynth.errors import CCSynthError, PlanError, ScheduleError
@@ -127,6 +128,8 @@ class Calls:
         # private: never mixes with the program's messages; numbers the calls; the control line
         channel = Channel.build(comm, MPI, private=True, cache_bytes=cache_bytes_from_env(cache_bytes))
         fingerprint = plan_fingerprint(resolved if resolved is not default_plan else None)
+        if getattr(default_plan, "mpi", None) is False:  # CCSYNTH_DEFAULT_MPI=0 on this rank: another default plan
+            fingerprint += " (default plan without MPI's collective)"
         try:
             agree_on_setup(channel.comm, slice_bytes, static_max_bytes, fingerprint, plan_error)
         except CCSynthError:
@@ -159,7 +162,7 @@ class Calls:
         self.phases = None if phases is None else PhasedCalls(
             phases, comm, channel, self.mpi, slice_bytes=options.slice_bytes, timeout=options.timeout,
             threads=phase_threads, cache_bytes=cache_bytes)
-        self.last_algorithm = ""  # what ran the last call: a schedule name or "mpi"
+        self.last_algorithm = ""  # what ran the last call: a schedule name or MPI_ALGORITHM
         self.current: CallArgs | None = None  # the call in progress (its buffers held while it runs, never after)
         self._agreed = 0  # debug: the call whose signature the ranks agreed on
 
@@ -177,10 +180,23 @@ class Calls:
 
     # ------------------------------------------------------------ entry
     def blocking(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream) -> None:
-        """One blocking call: number it, take array-likes as arrays, replay or run ``impl``; errors reach every rank."""
-        self.nonblocking.wait_turn()
+        """One blocking call: number it, replay it if it repeats a call (the fast path), else take array-likes
+        as arrays and run ``impl``; errors reach every rank."""
+        nonblocking = self.nonblocking
+        if nonblocking.thread is not None:
+            nonblocking.wait_turn()
         self.channel.open_call()
         try:
+            if stream is None and not self.debug:
+                hit = self.cache.fast.lookup(kind, sendbuf, recvbuf, op, root)
+                if hit is not None:  # the same call on the same arrays (mod:`~ccsynth.collectives.fast_path`)
+                    try:
+                        hit.run()
+                    except BaseException:
+                        self.cache.fast.forget()
+                        raise
+                    self.last_algorithm = hit.name
+                    return
             if sendbuf is not None and type(sendbuf) is not np.ndarray:
                 sendbuf = front(sendbuf, kind == "broadcast" and self.rank != root)
             if recvbuf is not None and type(recvbuf) is not np.ndarray:
@@ -192,11 +208,7 @@ class Calls:
                 run_on_host(self.stager, kind, lambda s, r, o, ro: impl(self, s, r, o, ro), sendbuf, recvbuf, op,
                             root, in_place=is_in_place(sendbuf), at_root=self.rank == root)
                 return
-            name = None if self.debug else self.cache.replay(kind, sendbuf, recvbuf, op, root)
-            if name is None:
-                impl(self, sendbuf, recvbuf, op, root)
-            else:
-                self.last_algorithm = name
+            impl(self, sendbuf, recvbuf, op, root)
         except BaseException as e:
             self.failed(e, kind)
             raise
@@ -252,6 +264,9 @@ class Calls:
                 self.last_algorithm = name
                 return
         schedule, reason = self._choose(kind, nbytes, dtype, opname)
+        if schedule is MPI_PICK:
+            self._run_mpi(kind, opname, like, recvarr, fallback)
+            return
         if schedule is not None:
             backend = self.backend_for(like)
             cs = self.cache.compiled_for(schedule, backend, root)
@@ -267,20 +282,42 @@ class Calls:
         fallback()
         self.last_algorithm = "mpi"
 
-    def _choose(self, kind: str, nbytes: int, dtype, opname) -> tuple[Schedule | None, str]:
-        """The plan's schedule for the call, or None and why not."""
+    def _choose(self, kind: str, nbytes: int, dtype, opname) -> tuple[Any, str]:
+        """The plan's schedule for the call, :data:`MPI_PICK` (the plan names MPI's collective), or None and why not."""
         if opname is None:
             return None, "op has no ccsynth kernel"
         if kind in _REDUCING and dtype not in _KERNEL_DTYPES:
             return None, f"dtype {np.dtype(dtype).name} has no ccsynth kernel"
-        schedule = self.cache.schedule_for(kind, nbytes)
+        schedule = self.cache.choice(kind, nbytes)
         if schedule is None:
             return None, "no schedule in the plan covers this size"
+        if schedule is MPI_PICK:
+            return schedule, ""
         if schedule.n_ranks != self.size:
             raise ScheduleError(
                 f"the plan gave schedule {schedule.name!r} for {schedule.n_ranks} ranks to a {self.size}-rank communicator"
             )
         return schedule, ""
+
+    def _run_mpi(self, kind: str, opname, like, recvarr, fallback: Callable[[], None]) -> None:
+        """The plan's choice is the MPI library's own collective: run it, and keep it as the call's replay."""
+        device = is_device_array(like)
+        if device:
+            get_backend("cupy").synchronize()
+        fallback()
+        self.last_algorithm = MPI_ALGORITHM
+        call = self.current
+        if self.debug or device or call is None or call.kind != kind:
+            return
+        after = None
+        if opname == "avg" and recvarr is not None:  # the MPI library's sum, then the division
+            be, out, n = self.backend_for(recvarr), get_backend("numpy").alias(recvarr), self.size
+            after = partial(be.divide, out, n)
+        # bound methods of parts that do not hold this object: the replay must not make a reference cycle
+        run = mpi_replay(call, mpi_op_of(opname), get_backend("numpy").alias, self.nonblocking.mpi_comm,
+                         self.fallback.wait, after)
+        if run is not None:
+            self.cache.remember(call, run, MPI_ALGORITHM)
 
     def _run_schedule(self, cs: CompiledSchedule, backend: Backend, name: str, kind: str, m: int, opname, like,
                       sendarr, recvarr, copy_of) -> None:
@@ -311,7 +348,7 @@ class Calls:
         self.last_algorithm = name
         call = self.current
         if not self.debug and call is not None and call.kind == kind:
-            self.cache.remember(call, replay, name)
+            self.cache.remember(call, replay, name, exclusive=pre is not None)
 
     def plain(self, name: str, reason: str, start: Callable) -> None:
         """A call ccsynth cannot parse (``reason``): the MPI library's own, ``start()`` its non-blocking form."""
@@ -321,6 +358,13 @@ class Calls:
         self.fallback.tell((name, reason), "%s: %s; using the MPI library's own %s", name, reason, name)
         self.fallback.run(name, start)
         self.last_algorithm = "mpi"
+
+    def mpi_pick(self, name: str, start: Callable) -> None:
+        """The plan names the MPI library's own collective for this call: run it (no notice: it is a choice)."""
+        if self.debug:
+            self.agree(f"{name.lower()} (call {self.channel.seq}) run by the MPI library, the plan's choice")
+        self.fallback.run(name, start)
+        self.last_algorithm = MPI_ALGORITHM
 
     def mpi_collective(self, name: str, start: Callable) -> None:
         """The MPI library's own collective, waited for with the control line watched (:meth:`MPIFallback.run`)."""
@@ -362,7 +406,7 @@ class Calls:
     def free(self) -> None:
         """Stop the progress thread (after its calls), release the programs, buffers and the private channel."""
         self.nonblocking.close()
-        self.cache.last = None
+        self.cache.fast.forget()
         if self.phases is not None:
             self.phases.free()
         self.cache.free()

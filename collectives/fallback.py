@@ -75,7 +75,10 @@ class MPIFallback:
 
     def run(self, name: str, start: Callable) -> None:
         """The MPI library's own collective: ``start()`` begins its non-blocking form; wait, watching the control line."""
-        req = start()
+        self.wait(name, start())
+
+    def wait(self, name: str, req) -> None:
+        """Wait for ``req``, the MPI library's collective ``name`` started, watching the control line."""
         if self.size < 2:
             req.Wait()
             return

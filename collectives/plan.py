@@ -3,7 +3,10 @@
 A :class:`Plan` is a list of :class:`PlanEntry` rows. Each row covers one
 collective kind on one rank count over a half-open byte range
 ``[min_bytes, max_bytes)`` (``max_bytes=None`` means no upper end) and carries
-a complete, verified :class:`~ccsynth.collectives.schedule.Schedule`. Sizes
+a complete, verified :class:`~ccsynth.collectives.schedule.Schedule` -- or names the MPI library's own
+collective (algorithm :data:`MPI_ALGORITHM`, ``"mpi"``, and no schedule): MPI's collective is an
+algorithm like any other, chosen where it is the fastest (the default plan at small sizes, a
+synthesized plan priced on a profile's reference runs of MPI, ``ccsynth tune`` measuring it). Sizes
 are nccl-tests message sizes (the larger per-rank buffer, see
 :class:`~ccsynth.collectives.spec.Collective`).
 
@@ -19,7 +22,9 @@ JSON (``format: ccsynth.plan``, ``version: 1``)::
     {"format": "ccsynth.plan", "version": 1, "topology": "ndv2x2",
      "entries": [{"kind": "allreduce", "n_ranks": 16, "min_bytes": 0,
                   "max_bytes": 65536, "algorithm": "ring",
-                  "predicted_us": 12.5, "schedule": {...}}]}
+                  "predicted_us": 12.5, "schedule": {...}},
+                 {"kind": "allreduce", "n_ranks": 16, "min_bytes": 65536,
+                  "max_bytes": null, "algorithm": "mpi"}]}
 
 Example:
     >>> from ccsynth.collectives.spec import Collective
@@ -48,21 +53,26 @@ from ccsynth.collectives.verify import verify as verify_schedule  # load_plan ha
 from ccsynth.errors import CCSynthError, PlanError
 from ccsynth.reading import check_depth, parse_json, read_text
 
-__all__ = ["FORMAT", "VERSION", "PlanEntry", "Plan", "save_plan", "load_plan"]
+__all__ = ["FORMAT", "VERSION", "MPI_ALGORITHM", "PlanEntry", "Plan", "save_plan", "load_plan"]
 
 FORMAT = "ccsynth.plan"
 VERSION = 1
+#: the algorithm of a plan entry that runs the MPI library's own collective (it has no schedule)
+MPI_ALGORITHM = "mpi"
 
 
 @dataclass(frozen=True)
 class PlanEntry:
-    """One row: use ``schedule`` for ``kind`` on ``n_ranks`` when min_bytes <= size < max_bytes."""
+    """One row: use ``schedule`` for ``kind`` on ``n_ranks`` when min_bytes <= size < max_bytes.
+
+    ``schedule=None`` with algorithm :data:`MPI_ALGORITHM`: the MPI library's own collective runs there.
+    """
 
     kind: str
     n_ranks: int
     min_bytes: int
     max_bytes: int | None
-    schedule: Schedule
+    schedule: Schedule | None
     algorithm: str = ""
     predicted_us: float | None = None
 
@@ -73,6 +83,13 @@ class PlanEntry:
             raise PlanError(str(e)) from None
         if self.min_bytes < 0 or (self.max_bytes is not None and self.max_bytes <= self.min_bytes):
             raise PlanError(f"plan entry for {self.kind} has an empty byte range [{self.min_bytes}, {self.max_bytes})")
+        if self.schedule is None or self.algorithm == MPI_ALGORITHM:
+            if self.schedule is not None or self.algorithm not in ("", MPI_ALGORITHM):
+                raise PlanError(f"plan entry for {self.kind} on {self.n_ranks} ranks: algorithm "
+                                f"{self.algorithm or MPI_ALGORITHM!r} needs {'no' if self.schedule else 'a'} schedule "
+                                f"(only {MPI_ALGORITHM!r}, the MPI library's own collective, has none)")
+            object.__setattr__(self, "algorithm", MPI_ALGORITHM)
+            return
         c = self.schedule.collective
         if c.kind != self.kind or c.n_ranks != self.n_ranks:
             raise PlanError(
@@ -81,6 +98,11 @@ class PlanEntry:
             )
         if not self.algorithm:
             object.__setattr__(self, "algorithm", self.schedule.name)
+
+    @property
+    def is_mpi(self) -> bool:
+        """Whether this row runs the MPI library's own collective."""
+        return self.schedule is None
 
     def covers(self, nbytes: int) -> bool:
         return self.min_bytes <= nbytes and (self.max_bytes is None or nbytes < self.max_bytes)
@@ -95,7 +117,8 @@ class PlanEntry:
         }
         if self.predicted_us is not None:
             d["predicted_us"] = self.predicted_us
-        d["schedule"] = self.schedule.to_dict()
+        if self.schedule is not None:
+            d["schedule"] = self.schedule.to_dict()
         return d
 
     @classmethod
@@ -118,7 +141,7 @@ class PlanEntry:
                 n_ranks=_int(d["n_ranks"], f"plan {where}: n_ranks"),
                 min_bytes=_int(d["min_bytes"], f"plan {where}: min_bytes"),
                 max_bytes=None if mx is None else _int(mx, f"plan {where}: max_bytes"),
-                schedule=Schedule.from_dict(d["schedule"]),
+                schedule=None if algorithm == MPI_ALGORITHM else Schedule.from_dict(d["schedule"]),
                 algorithm=algorithm,
                 predicted_us=predicted,
             )
@@ -157,7 +180,7 @@ class Plan:
             prev = e
 
     def select(self, kind: str, n_ranks: int, nbytes: int) -> Schedule | None:
-        """The schedule for this call, or None if no entry covers it."""
+        """The schedule for this call, or None if no entry covers it or the entry is MPI's (``entry_for`` tells)."""
         entry = self.entry_for(kind, n_ranks, nbytes)
         return entry.schedule if entry is not None else None
 
@@ -215,6 +238,7 @@ def load_plan(path: str | os.PathLike, *, verify: bool = True) -> Plan:
     plan = Plan.from_dict(parse_json(read_text(p, "plan", PlanError), repr(p), PlanError))
     if verify:
         for e in plan.entries:
-            check_writes_cover_outputs(e.schedule)
-            verify_schedule(e.schedule)
+            if e.schedule is not None:
+                check_writes_cover_outputs(e.schedule)
+                verify_schedule(e.schedule)
     return plan

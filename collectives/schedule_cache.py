@@ -11,15 +11,14 @@ Three caches, one per question a call asks:
    schedule is re-rooted by renaming its ranks:
    ``roles[q] = (q + root - schedule_root) mod n``). The schedule is kept
    with its program so that its ``id`` stays unique.
-3. **The last call** (:class:`Replay`): a training or benchmark loop passes
-   the same arrays again and again; then parsing the buffer specs,
-   checking them and choosing a schedule would give the same answer, so
-   :meth:`ScheduleCache.replay` repeats only the run. The arrays must be
-   the very same objects with the same dtype, shape and strides
-   (:func:`spec_signature`); a list spec, a new object per call, is never
-   replayed. The replay must not keep the caller's arrays alive: it holds
-   weak references to them, and the run it repeats holds views that own
-   no memory.
+3. **The calls made before** (:class:`~ccsynth.collectives.fast_path.FastPath`,
+   :meth:`ScheduleCache.replay`): a call repeated on the same arrays repeats
+   only its run (:mod:`~ccsynth.collectives.fast_path`).
+
+The plan may name the MPI library's own collective for a size range
+(algorithm ``"mpi"``): :meth:`ScheduleCache.choice` then answers
+:data:`MPI_PICK`, and the call runs MPI's collective as a choice, not as a
+fallback.
 
 A new plan (``comm.plan = ...``) empties the first and the third
 (:attr:`ScheduleCache.lookup`); the programs stay until ``Free``.
@@ -27,77 +26,29 @@ A new plan (``comm.plan = ...``) empties the first and the third
 
 from __future__ import annotations
 
-import sys
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from ccsynth.collectives.executor import CompiledSchedule
+from ccsynth.collectives.fast_path import CallArgs, FastPath
 from ccsynth.collectives.runtime.channel import Channel
 from ccsynth.collectives.schedule import Schedule
-from ccsynth.kernels.base import Backend, is_device_array
+from ccsynth.kernels.base import Backend
 
-__all__ = ["MAX_SELECTED", "CallArgs", "Replay", "spec_signature", "ScheduleCache"]
+__all__ = ["MAX_SELECTED", "MPI_PICK", "CallArgs", "ScheduleCache"]
 
 #: (collective, size) choices a communicator keeps (many distinct sizes: the table starts over)
 MAX_SELECTED = 4096
 
-# what spec_signature returns for a spec that is never replayed
-_UNCACHED = object()
+
+class _MPIPick:
+    """What :meth:`ScheduleCache.choice` answers where the plan names the MPI library's own collective."""
+
+    def __repr__(self) -> str:
+        return "MPI_PICK"
 
 
-@dataclass(frozen=True)
-class CallArgs:
-    """The arguments of the call in progress, as the caller passed them (held while it runs, never after)."""
-
-    kind: str
-    sendbuf: Any
-    recvbuf: Any
-    op: Any
-    root: int
-
-
-@dataclass(frozen=True)
-class Replay:
-    """How the last scheduled call ran, and what a call must match to run the same way."""
-
-    kind: str
-    sendbuf: Callable[[], Any]  # a weak reference (or a callable returning None / MPI.IN_PLACE)
-    recvbuf: Callable[[], Any]
-    op: Any
-    root: int
-    send_sig: Any
-    recv_sig: Any
-    run: Callable[[], None]
-    name: str  # the schedule's name: last_algorithm after a replay
-
-
-def spec_signature(spec):
-    """What must stay the same for a buffer spec to be replayed.
-
-    Arrays: dtype, shape and strides (the same object keeps its memory);
-    None and ``MPI.IN_PLACE``: themselves; anything else (a list spec, a new
-    object per call): never replayed.
-    """
-    if type(spec) is np.ndarray or is_device_array(spec):
-        return (spec.dtype, spec.shape, spec.strides)
-    if spec is None:
-        return None
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and spec is mpi.IN_PLACE:
-        return None
-    return _UNCACHED
-
-
-def _weak(obj):
-    """A callable returning ``obj``: a weak reference where possible (arrays), else ``obj`` itself (None, IN_PLACE)."""
-    try:
-        return weakref.ref(obj)
-    except TypeError:
-        return lambda: obj
+#: the plan's choice is the MPI library's own collective (a plan entry of algorithm ``"mpi"``)
+MPI_PICK = _MPIPick()
 
 
 class ScheduleCache:
@@ -116,9 +67,9 @@ class ScheduleCache:
         self.slice_bytes = slice_bytes
         self.static_max_bytes = static_max_bytes
         self.timeout = timeout
-        self.selected: dict[tuple[str, int], Schedule | None] = {}
+        self.selected: dict[tuple[str, int], Schedule | _MPIPick | None] = {}
         self.compiled: dict[tuple, tuple[Schedule, CompiledSchedule]] = {}
-        self.last: Replay | None = None
+        self.fast = FastPath()
 
     @property
     def lookup(self):
@@ -129,10 +80,16 @@ class ScheduleCache:
     def lookup(self, lookup) -> None:
         self._lookup = lookup
         self.selected.clear()
-        self.last = None
+        self.fast.forget()
 
     def schedule_for(self, kind: str, nbytes: int) -> Schedule | None:
-        """The plan's schedule for ``kind`` at ``nbytes`` on this communicator's ranks (None: none covers it)."""
+        """The plan's schedule for ``kind`` at ``nbytes`` on this communicator's ranks (None: none covers it, or
+        the plan names the MPI library's own collective there)."""
+        got = self.choice(kind, nbytes)
+        return None if got is MPI_PICK else got  # type: ignore[return-value]
+
+    def choice(self, kind: str, nbytes: int) -> Schedule | _MPIPick | None:
+        """The plan's choice for ``kind`` at ``nbytes``: a schedule, :data:`MPI_PICK`, or None (nothing covers it)."""
         key = (kind, nbytes)
         try:
             return self.selected[key]
@@ -141,9 +98,10 @@ class ScheduleCache:
         if len(self.selected) > MAX_SELECTED:
             self.selected.clear()
         entry_for = getattr(self._lookup, "entry_for", None)
+        sched: Schedule | _MPIPick | None
         if entry_for is not None:
             entry = entry_for(kind, self.size, nbytes)
-            sched = entry.schedule if entry is not None else None
+            sched = None if entry is None else MPI_PICK if entry.schedule is None else entry.schedule
         else:
             sched = self._lookup.select(kind, self.size, nbytes)
         self.selected[key] = sched
@@ -164,38 +122,24 @@ class ScheduleCache:
         return cs
 
     def replay(self, kind: str, sendbuf, recvbuf, op, root: int) -> str | None:
-        """Run this call the way the last one ran if it is the same call on the same arrays: its algorithm, else None."""
-        hit = self.last
+        """Run this call the way it ran before if it is a repeat on the same arrays: its algorithm, else None."""
+        hit = self.fast.lookup(kind, sendbuf, recvbuf, op, root)
         if hit is None:
             return None
-        if (
-            hit.kind == kind
-            and hit.sendbuf() is sendbuf
-            and hit.recvbuf() is recvbuf
-            and hit.op is op
-            and hit.root == root
-            and spec_signature(sendbuf) == hit.send_sig
-            and spec_signature(recvbuf) == hit.recv_sig
-        ):
-            try:
-                hit.run()
-            except BaseException:
-                self.last = None
-                raise
-            return hit.name
-        self.last = None
-        return None
+        try:
+            hit.run()
+        except BaseException:
+            self.fast.forget()
+            raise
+        return hit.name
 
-    def remember(self, call: CallArgs, run: Callable[[], None], name: str) -> None:
-        """Keep ``run`` as the replay of ``call`` where its buffer specs can be replayed."""
-        sig_s, sig_r = spec_signature(call.sendbuf), spec_signature(call.recvbuf)
-        if sig_s is not _UNCACHED and sig_r is not _UNCACHED:
-            self.last = Replay(call.kind, _weak(call.sendbuf), _weak(call.recvbuf), call.op, call.root, sig_s, sig_r,
-                               run, name)
+    def remember(self, call: CallArgs, run: Callable[[], None], name: str, *, exclusive: bool = False) -> None:
+        """Keep ``run`` as the replay of ``call`` where its buffer specs can be replayed (see :class:`FastPath`)."""
+        self.fast.remember(call, run, name, exclusive=exclusive)
 
     def free(self) -> None:
         """Release the compiled programs and forget everything."""
-        self.last = None
+        self.fast.forget()
         for _, cs in self.compiled.values():
             cs.free()
         self.compiled.clear()

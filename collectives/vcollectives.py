@@ -33,6 +33,7 @@ from mpi4py import MPI
 from ccsynth.collectives.block_collectives import reduce_scatter_block
 from ccsynth.collectives.buffer_specs import PassToMPI, check_op_dtype, is_in_place, parse, parse_v
 from ccsynth.collectives.calls import Calls
+from ccsynth.collectives.schedule_cache import MPI_PICK
 from ccsynth.collectives.explicit_program import ExplicitProgram
 from ccsynth.collectives.runtime.channel import mark_shared
 from ccsynth.collectives.vcounts import MAX_PADDING, Padding, check_counts, pack
@@ -146,8 +147,11 @@ def _run_v(calls: Calls, kind: str, counts, nbytes: int, send, recv, in_offsets,
     on every rank.
     """
     name = _NAMES[kind]
-    if calls.cache.schedule_for(V_KINDS[kind], max(nbytes, 1)) is None:
+    got = calls.cache.choice(V_KINDS[kind], max(nbytes, 1))
+    if got is None:
         return calls.plain(name, "no schedule in the plan covers this size", fallback)
+    if got is MPI_PICK:
+        return calls.mpi_pick(name, fallback)
     if calls.debug:
         calls.agree(f"{kind} (call {calls.channel.seq}) of {nbytes} bytes, {np.dtype(recv.dtype).name}")
     calls.channel.memory.note_message(nbytes)
