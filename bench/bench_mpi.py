@@ -33,7 +33,7 @@ COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast")
 
 
 def _load() -> str:
-    return "%.1f" % os.getloadavg()[0]
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def run(n: int, coll: str, sizes: str, out: Path, *, python: str, iters: int, plan: str | None,
@@ -66,7 +66,7 @@ def table(docs: dict[tuple[str, int], dict], column: str = "default") -> list[st
         lines.append("| " + " | ".join(cells) + " |")
     worst = [max((v for v in ratios[k].values() if v is not None), default=None) for k in keys]
     lines.append("| **max** | " + " | ".join(f"**{_cell(w)}**" for w in worst) + " |")
-    lines.append("| load | " + " | ".join("%s-%s" % docs[k]["load"] for k in keys) + " |")
+    lines.append("| load | " + " | ".join("{}-{}".format(*docs[k]["load"]) for k in keys) + " |")
     return lines
 
 

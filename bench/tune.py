@@ -29,7 +29,7 @@ import numpy as np
 from ccsynth.bench import omb
 from ccsynth.bench.algos import PlanAlgorithm
 from ccsynth.collectives.mpi_util import mpi_comm
-from ccsynth.collectives.plan import Plan, PlanEntry
+from ccsynth.collectives.plan import MPI_ALGORITHM, Plan, PlanEntry
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import CCSynthError
 from ccsynth.units import format_size
@@ -61,31 +61,32 @@ def _benchmark(kind: str) -> omb.Benchmark:
 
 
 class _OneSchedule(PlanAlgorithm):
-    """ccsynth's communicator with a plan of one row: ``schedule`` at every size."""
+    """ccsynth's communicator with a plan of one row: ``schedule`` (None: the MPI library's own) at every size."""
 
-    def __init__(self, label: str, schedule: Schedule, n: int):
+    def __init__(self, label: str, schedule: Schedule | None, n: int, kind: str):
         super().__init__(label, None)
-        self._plan = Plan((PlanEntry(schedule.collective.kind, n, 0, None, schedule, algorithm=label),))
+        self._plan = Plan((PlanEntry(kind, n, 0, None, schedule, algorithm=label if schedule else MPI_ALGORITHM),))
 
 
 def mpi_timer(comm, *, iters: int = TUNE_ITERS, warmup: int = TUNE_WARMUP, buffer: str = "numpy",
-              dtype: str = "float32", rounds: int = TUNE_ROUNDS) -> Callable[[Schedule, Schedule, int], tuple[float, float]]:
+              dtype: str = "float32", rounds: int = TUNE_ROUNDS
+              ) -> Callable[[Schedule | None, Schedule, int], tuple[float, float]]:
     """A timer for :func:`~ccsynth.synth.tables.tune_plan` on ``comm`` (every rank calls it alike): for both
     schedules (us), the median over ``rounds`` rounds (the order alternating) of the median over the round's
     share of ``iters`` interleaved iterations of the slowest rank. ``comm``: an mpi4py intracommunicator or a
     ``ccsynth.Communicator`` (the one it wraps is timed on)."""
     comm = mpi_comm(comm)
 
-    def timer(candidate: Schedule, default: Schedule, plan_bytes: int) -> tuple[float, float]:
-        kind = candidate.collective.kind
+    def timer(candidate: Schedule | None, default: Schedule, plan_bytes: int) -> tuple[float, float]:
+        kind = default.collective.kind
         ctx = omb.Context(comm, omb.Options(sizes=(), iters=iters, warmup=warmup, buffer=buffer, dtype=dtype))
         size = bench_size(kind, ctx.n, plan_bytes, ctx.itemsize)
         bench = _benchmark(kind)
-        algos = [_OneSchedule("candidate", candidate, ctx.n), _OneSchedule("default", default, ctx.n)]
+        algos = [_OneSchedule("candidate", candidate, ctx.n, kind), _OneSchedule("default", default, ctx.n, kind)]
         for a in algos:
             a.setup(kind, ctx)
         cases = [omb.prepare(bench, ctx, a, size) for a in algos]
-        for name, case in zip((candidate.name, default.name), cases):
+        for name, case in zip((candidate.name if candidate is not None else MPI_ALGORITHM, default.name), cases):
             omb.fresh_run(ctx, case)
             ok = case.check() if case.check is not None else True
             if not all(comm.allgather(bool(ok))):

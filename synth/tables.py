@@ -72,7 +72,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ccsynth.collectives.plan import Plan, PlanEntry
+from ccsynth.collectives.plan import MPI_ALGORITHM, Plan, PlanEntry
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective, canonical_kind
 from ccsynth.errors import CCSynthError, PlanError, ScheduleError
@@ -288,7 +288,7 @@ def pick_winner(times: Sequence[float], ops: Sequence[int], default: int | None 
     return best
 
 
-def _entries(kind: str, n: int, sizes: Sequence[int], scheds: Sequence[Schedule], labels: Sequence[str],
+def _entries(kind: str, n: int, sizes: Sequence[int], scheds: Sequence[Schedule | None], labels: Sequence[str],
              times: Sequence[Sequence[float]]) -> list[PlanEntry]:
     """Plan rows from one winner per size (its schedule, label and simulated times at every size): runs of one
     winner merged, boundaries at geometric midpoints, each row's prediction at the largest size of its range."""
@@ -299,7 +299,9 @@ def _entries(kind: str, n: int, sizes: Sequence[int], scheds: Sequence[Schedule]
             continue
         lo = 0 if start == 0 else _midpoint(sizes[start - 1], sizes[start])
         hi = None if j == len(sizes) else _midpoint(sizes[j - 1], sizes[j])
-        out.append(PlanEntry(kind, n, lo, hi, scheds[start], algorithm=labels[start], predicted_us=times[start][j - 1]))
+        predicted = times[start][j - 1]
+        out.append(PlanEntry(kind, n, lo, hi, scheds[start], algorithm=labels[start],
+                             predicted_us=None if predicted is None or math.isnan(predicted) else predicted))
         start = j
     return out
 
@@ -348,8 +350,8 @@ def keeps_candidate(candidate_us: float, default_us: float, rel: float = TUNE_RE
     return candidate_us < (1.0 - rel) * default_us
 
 
-def tune_plan(plan: Plan, topology: Topology, timer: Callable[[Schedule, Schedule, int], tuple[float, float]], *,
-              rel: float = TUNE_REL) -> tuple[Plan, list[TuneChoice]]:
+def tune_plan(plan: Plan, topology: Topology, timer: Callable[[Schedule | None, Schedule, int], tuple[float, float]],
+              *, rel: float = TUNE_REL, mpi: bool = True) -> tuple[Plan, list[TuneChoice]]:
     """``plan`` with its departures from the default plan confirmed by measurement.
 
     At every size of :func:`departures` ``timer(candidate, default, size)``
@@ -370,7 +372,9 @@ def tune_plan(plan: Plan, topology: Topology, timer: Callable[[Schedule, Schedul
     todo = {(d.kind, d.n_ranks, d.size): d for d in departures(plan)}
     for t in plan.meta.get("tables") or []:
         kind, n, sizes = t["kind"], t["n_ranks"], t["sizes"]
-        by_label = {e.algorithm: e.schedule for e in plan.entries if e.kind == kind and e.n_ranks == n}
+        by_label: dict[str, Schedule | None] = {e.algorithm: e.schedule for e in plan.entries
+                                                if e.kind == kind and e.n_ranks == n}
+        by_label[MPI_ALGORITHM] = None
         defaults = t.get("defaults") or [None] * len(sizes)
         for sched in _default_choices(kind, n, topology, sizes):
             if sched is not None:
@@ -378,9 +382,9 @@ def tune_plan(plan: Plan, topology: Topology, timer: Callable[[Schedule, Schedul
         winners = list(t["winners"])
         for j, size in enumerate(sizes):
             d = todo.get((kind, n, size))
-            if d is None:
+            if d is None or MPI_ALGORITHM in (d.candidate, d.default):
                 continue
-            if d.candidate not in by_label or d.default not in by_label:
+            if by_label.get(d.candidate) is None or by_label.get(d.default) is None:
                 raise PlanError(f"plan has no schedule for {d.candidate!r} or {d.default!r} ({kind} at {size} bytes)")
             cand_us, def_us = timer(by_label[d.candidate], by_label[d.default], size)
             kept = d.candidate if keeps_candidate(cand_us, def_us, rel) else d.default
@@ -388,11 +392,30 @@ def tune_plan(plan: Plan, topology: Topology, timer: Callable[[Schedule, Schedul
             choices.append(TuneChoice(d, cand_us, def_us, kept))
             log.info("%s on %d ranks at %s: %s %.1f us, default's %s %.1f us: keeps %s", kind, n, format_size(size),
                      d.candidate, cand_us, d.default, def_us, kept)
+        if mpi:
+            for j, size in enumerate(sizes):
+                choices.append(_against_mpi(kind, n, size, winners, j, by_label, timer, rel))
         times_by = {c["algorithm"]: c["times_us"] for c in t["candidates"]}
+        times_by.setdefault(MPI_ALGORITHM, [float("nan")] * len(sizes))
         entries += _entries(kind, n, sizes, [by_label[w] for w in winners], winners, [times_by[w] for w in winners])
         tables.append({**t, "winners": winners, "defaults": defaults})
     tuned = [c.to_dict() for c in choices]
     return Plan(tuple(entries), plan.topology, {**plan.meta, "tables": tables, "tuned": tuned}), choices
+
+
+def _against_mpi(kind: str, n: int, size: int, winners: list[str], j: int, by_label, timer, rel: float) -> TuneChoice:
+    """The schedule kept at ``sizes[j]`` measured against the MPI library's collective; ``winners[j]`` becomes
+    ``"mpi"`` unless the schedule is faster by more than ``rel``."""
+    label = winners[j]
+    sched = by_label.get(label)
+    if sched is None:  # already MPI's: measured against the default's schedule would be a departure; keep it
+        return TuneChoice(Departure(kind, n, size, MPI_ALGORITHM, label), math.nan, math.nan, label)
+    mpi_us, sched_us = timer(None, sched, size)
+    kept = label if keeps_candidate(sched_us, mpi_us, rel) else MPI_ALGORITHM
+    winners[j] = kept
+    log.info("%s on %d ranks at %s: MPI's own %.1f us, %s %.1f us: keeps %s", kind, n, format_size(size), mpi_us,
+             label, sched_us, kept)
+    return TuneChoice(Departure(kind, n, size, MPI_ALGORITHM, label), mpi_us, sched_us, kept)
 
 
 def _times(schedule: Schedule, topology: Topology, sizes: Sequence[int], local_bw: float | None) -> list[float]:

@@ -56,7 +56,7 @@ def test_tune_measures_only_the_departures_and_keeps_the_faster(monkeypatch):
         calls.append((candidate.name, default.name, size))
         return measured[size]
 
-    tuned, choices = tune_plan(plan, topo, timer)
+    tuned, choices = tune_plan(plan, topo, timer, mpi=False)
     assert calls == [("fast", "recursive_doubling(c=1)", s) for s in SIZES]
     assert [c.kept for c in choices] == ["fast", "recursive_doubling(c=1)", "recursive_doubling(c=1)"]
     # entries merged again: the candidate below the midpoint of 1K and 4K (2K), the default's algorithm above
@@ -75,8 +75,32 @@ def test_tune_measures_only_the_departures_and_keeps_the_faster(monkeypatch):
 def test_a_plan_that_runs_the_default_everywhere_is_not_measured(monkeypatch):
     plan, topo = _plan(monkeypatch, candidate_us=50.0)  # 50% faster: within the margin, the default stays
     assert departures(plan) == []
-    tuned, choices = tune_plan(plan, topo, lambda *a: pytest.fail("nothing to measure"))
+    tuned, choices = tune_plan(plan, topo, lambda *a: pytest.fail("nothing to measure"), mpi=False)
     assert choices == [] and [e.algorithm for e in tuned.entries] == [e.algorithm for e in plan.entries]
+
+
+def test_tune_measures_mpi_beside_the_kept_schedule_and_keeps_the_faster(monkeypatch):
+    """MPI's own collective (the timer's None) is measured at every size against what the plan keeps there; a
+    schedule stays only where faster than MPI by more than the noise, else the size runs MPI ("mpi" rows)."""
+    plan, topo = _plan(monkeypatch)
+    departure = {1024: (80.0, 100.0), 4096: (80.0, 100.0), 16384: (80.0, 100.0)}  # "fast" kept everywhere
+    against_mpi = {1024: (50.0, 80.0), 4096: (79.0, 80.0), 16384: (100.0, 80.0)}  # MPI faster, a tie, slower
+    calls = []
+
+    def timer(candidate, default, size):
+        calls.append((None if candidate is None else candidate.name, default.name, size))
+        return (against_mpi if candidate is None else departure)[size]
+
+    tuned, choices = tune_plan(plan, topo, timer)
+    assert calls == [("fast", "recursive_doubling(c=1)", s) for s in SIZES] + [(None, "fast", s) for s in SIZES]
+    assert [c.kept for c in choices[3:]] == ["mpi", "mpi", "fast"]
+    assert [(e.algorithm, e.min_bytes, e.max_bytes, e.schedule is None) for e in tuned.entries] == [
+        ("mpi", 0, 8192, True), ("fast", 8192, None, False)]
+    back = Plan.from_dict(json.loads(json.dumps(tuned.to_dict())))  # "mpi" rows round-trip without a schedule
+    assert back.entry_for("allgather", 2, 100).is_mpi and back.select("allgather", 2, 100) is None
+    assert [d.candidate for d in departures(back)] == ["mpi", "mpi", "fast"]
+    again, _ = tune_plan(back, topo, lambda c, d, size: (1.0, 2.0) if c is None else (1.0, 2.0))  # tuned again
+    assert [e.algorithm for e in again.entries] == ["mpi"]
 
 
 def test_a_plan_without_defaults_has_no_departures(monkeypatch):
@@ -107,13 +131,15 @@ def test_tune_under_mpiexec_keeps_one_of_the_two_and_the_plan_runs_right(monkeyp
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     doc = json.loads(run.stdout)
-    assert doc["schema"] == "ccsynth.tune/1" and [c["size_bytes"] for c in doc["choices"]] == SIZES
+    assert doc["schema"] == "ccsynth.tune/1" and [c["size_bytes"] for c in doc["choices"]] == SIZES + SIZES
     for c in doc["choices"]:
         assert c["kept"] in (c["candidate"], c["default"]) and c["candidate_us"] > 0 and c["default_us"] > 0
-        assert (c["kept"] == c["candidate"]) == keeps_candidate(c["candidate_us"], c["default_us"])
+        assert (c["kept"] == c["candidate"]) == (not keeps_candidate(c["default_us"], c["candidate_us"])
+                                                 if c["candidate"] == "mpi" else
+                                                 keeps_candidate(c["candidate_us"], c["default_us"]))
     tuned = load_plan(out)
-    for c in doc["choices"]:
-        assert tuned.entry_for("allgather", 2, c["size_bytes"]).algorithm == c["kept"]
+    for c in doc["choices"][len(SIZES):]:  # measured against MPI last: what the tuned plan runs
+        assert c["candidate"] == "mpi" and tuned.entry_for("allgather", 2, c["size_bytes"]).algorithm == c["kept"]
     # the tuned plan computes the right allgather (checked against the expected result, -c)
     bench = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "ccsynth", "bench", "allgather", "-m",
                             "256:4K", "-c", "-i", "3", "-x", "1", "--algo", f"plan:{out}"],
