@@ -60,7 +60,7 @@ from ccsynth.collectives.requests import NonBlocking, Request, completed
 from ccsynth.collectives.runtime.channel import Channel
 from ccsynth.collectives.runtime.memory import cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
-from ccsynth.collectives.fast_path import CallArgs, mpi_replay
+from ccsynth.collectives.fast_path import CallArgs, mpi_call, mpi_replay
 from ccsynth.collectives.plan import MPI_ALGORITHM
 from ccsynth.collectives.schedule_cache import MPI_PICK, ScheduleCache
 from ccsynth.collectives.staging import DeviceStaging, Stager, is_device_spec, run_on_host, wait_stream
@@ -300,24 +300,38 @@ class Calls:
         return schedule, ""
 
     def _run_mpi(self, kind: str, opname, like, recvarr, fallback: Callable[[], None]) -> None:
-        """The plan's choice is the MPI library's own collective: run it, and keep it as the call's replay."""
+        """The plan's choice is the MPI library's own collective: run it, and keep it as the call's replay.
+
+        It runs as MPI's blocking collective (as fast as the caller's own
+        mpi4py call); with a ``timeout`` or in debug mode as its non-blocking
+        form waited for beside the control line (``fallback()``,
+        :meth:`~ccsynth.collectives.fallback.MPIFallback.run`).
+        """
         device = is_device_array(like)
         if device:
             get_backend("cupy").synchronize()
-        fallback()
-        self.last_algorithm = MPI_ALGORITHM
         call = self.current
-        if self.debug or device or call is None or call.kind != kind:
+        if self.options.timeout is not None or self.debug or call is None or call.kind != kind:
+            fallback()
+            self.last_algorithm = MPI_ALGORITHM
             return
-        after = None
+        after = replay_after = None
         if opname == "avg" and recvarr is not None:  # the MPI library's sum, then the division
-            be, out, n = self.backend_for(recvarr), get_backend("numpy").alias(recvarr), self.size
-            after = partial(be.divide, out, n)
+            be = self.backend_for(recvarr)
+            after = partial(be.divide, recvarr, self.size)
+            replay_after = None if device else partial(be.divide, get_backend("numpy").alias(recvarr), self.size)
         # bound methods of parts that do not hold this object: the replay must not make a reference cycle
-        run = mpi_replay(call, mpi_op_of(opname), get_backend("numpy").alias, self.nonblocking.mpi_comm,
-                         self.fallback.wait, after)
-        if run is not None:
-            self.cache.remember(call, run, MPI_ALGORITHM)
+        mpi_op, comm_of = mpi_op_of(opname), self.nonblocking.mpi_comm
+        run = mpi_call(kind, call.sendbuf, call.recvbuf, mpi_op, call.root, comm_of, after)
+        if run is None:
+            fallback()
+            self.last_algorithm = MPI_ALGORITHM
+            return
+        run()
+        self.last_algorithm = MPI_ALGORITHM
+        replay = None if device else mpi_replay(call, mpi_op, get_backend("numpy").alias, comm_of, replay_after)
+        if replay is not None:
+            self.cache.remember(call, replay, MPI_ALGORITHM)
 
     def _run_schedule(self, cs: CompiledSchedule, backend: Backend, name: str, kind: str, m: int, opname, like,
                       sendarr, recvarr, copy_of) -> None:

@@ -51,7 +51,7 @@ import numpy as np
 
 from ccsynth.kernels.base import is_device_array
 
-__all__ = ["MAX_CALLS", "CallArgs", "Replay", "spec_signature", "call_key", "mpi_replay", "FastPath"]
+__all__ = ["MAX_CALLS", "CallArgs", "Replay", "spec_signature", "call_key", "mpi_call", "mpi_replay", "FastPath"]
 
 #: call sites a communicator keeps (more: the table starts over)
 MAX_CALLS = 64
@@ -119,42 +119,44 @@ def _mpi_buffer(spec, alias):
     return alias(spec) if type(spec) is np.ndarray else spec
 
 
-#: the MPI library's non-blocking collective per kind: ``start(comm, send, recv, op, root)``
-_STARTS: dict[str, Callable] = {
-    "allreduce": lambda c, s, r, op, root: c.Iallreduce(s, r, op),
-    "reduce_scatter": lambda c, s, r, op, root: c.Ireduce_scatter_block(s, r, op),
-    "reduce": lambda c, s, r, op, root: c.Ireduce(s, r, op, root),
-    "allgather": lambda c, s, r, op, root: c.Iallgather(s, r),
-    "alltoall": lambda c, s, r, op, root: c.Ialltoall(s, r),
-    "broadcast": lambda c, s, r, op, root: c.Ibcast(s, root),
+#: the MPI library's own blocking collective per kind: ``call(comm, send, recv, op, root)``
+_CALLS: dict[str, Callable] = {
+    "allreduce": lambda c, s, r, op, root: c.Allreduce(s, r, op),
+    "reduce_scatter": lambda c, s, r, op, root: c.Reduce_scatter_block(s, r, op),
+    "reduce": lambda c, s, r, op, root: c.Reduce(s, r, op, root),
+    "allgather": lambda c, s, r, op, root: c.Allgather(s, r),
+    "alltoall": lambda c, s, r, op, root: c.Alltoall(s, r),
+    "broadcast": lambda c, s, r, op, root: c.Bcast(s, root),
 }
-_NAMES = {"allreduce": "Allreduce", "reduce_scatter": "Reduce_scatter_block", "reduce": "Reduce",
-          "allgather": "Allgather", "alltoall": "Alltoall", "broadcast": "Bcast"}
 
 
-def mpi_replay(call: CallArgs, mpi_op, alias, coll_comm: Callable, wait: Callable[[str, Any], None],
-               after: Callable[[], None] | None = None) -> Callable[[], None] | None:
-    """The run of ``call`` on the MPI library's own collective, on views of its arrays (None: not replayable).
+def mpi_call(kind: str, send, recv, mpi_op, root: int, coll_comm: Callable,
+             after: Callable[[], None] | None = None) -> Callable[[], None] | None:
+    """A run of the MPI library's own blocking collective ``kind`` on these buffers (None: no such collective).
 
     ``coll_comm()`` is where it runs (asked on every run: the progress
-    thread has its own), ``wait(name, request)`` waits for it with the
-    control line watched (:meth:`~ccsynth.collectives.fallback.MPIFallback.wait`),
-    ``after()`` finishes it (``avg``: the division).
+    thread has its own), ``after()`` finishes it (``avg``: the division).
     """
-    start_of = _STARTS.get(call.kind)
-    if start_of is None or not all(type(b) is np.ndarray or spec_signature(b) is None
-                                   for b in (call.sendbuf, call.recvbuf)):
+    call_of = _CALLS.get(kind)
+    if call_of is None:
         return None
-    s, r, root, name = _mpi_buffer(call.sendbuf, alias), _mpi_buffer(call.recvbuf, alias), call.root, _NAMES[call.kind]
-
     if after is None:
         def run() -> None:
-            wait(name, start_of(coll_comm(), s, r, mpi_op, root))
+            call_of(coll_comm(), send, recv, mpi_op, root)
     else:
         def run() -> None:
-            wait(name, start_of(coll_comm(), s, r, mpi_op, root))
+            call_of(coll_comm(), send, recv, mpi_op, root)
             after()
     return run
+
+
+def mpi_replay(call: CallArgs, mpi_op, alias, coll_comm: Callable,
+               after: Callable[[], None] | None = None) -> Callable[[], None] | None:
+    """:func:`mpi_call` of ``call`` on views of its arrays that own nothing (None: not replayable)."""
+    if not all(type(b) is np.ndarray or spec_signature(b) is None for b in (call.sendbuf, call.recvbuf)):
+        return None
+    send, recv = (alias(b) if type(b) is np.ndarray else b for b in (call.sendbuf, call.recvbuf))
+    return mpi_call(call.kind, send, recv, mpi_op, call.root, coll_comm, after)
 
 
 class FastPath:
