@@ -62,6 +62,7 @@ from ccsynth.collectives.runtime.memory import cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
 from ccsynth.collectives.fast_path import CallArgs, mpi_call, mpi_replay
 from ccsynth.collectives.plan import MPI_ALGORITHM
+from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.schedule_cache import MPI_PICK, ScheduleCache
 from ccsynth.collectives.staging import DeviceStaging, Stager, is_device_spec, run_on_host, wait_stream
 from ccsynth.collectives.vschedule import VScheduleCache
@@ -291,7 +292,7 @@ class Calls:
         schedule = self.cache.choice(kind, nbytes)
         if schedule is None:
             return None, "no schedule in the plan covers this size"
-        if schedule is MPI_PICK:
+        if not isinstance(schedule, Schedule):  # MPI_PICK
             return schedule, ""
         if schedule.n_ranks != self.size:
             raise ScheduleError(

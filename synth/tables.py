@@ -172,7 +172,7 @@ def _default_choices(kind: str, n: int, topology: Topology, sizes: Sequence[int]
     for size in sizes:
         entry = next((e for e in default_entries(kind, n) if e.min_bytes <= size and
                       (e.max_bytes is None or size < e.max_bytes)), None)
-        if entry is None:
+        if entry is None or entry.schedule is None:  # no row, or the MPI library's own collective
             out.append(None)
             continue
         coll = entry.schedule.collective
@@ -384,9 +384,10 @@ def tune_plan(plan: Plan, topology: Topology, timer: Callable[[Schedule | None, 
             d = todo.get((kind, n, size))
             if d is None or MPI_ALGORITHM in (d.candidate, d.default):
                 continue
-            if by_label.get(d.candidate) is None or by_label.get(d.default) is None:
+            cand, default = by_label.get(d.candidate), by_label.get(d.default)
+            if cand is None or default is None:
                 raise PlanError(f"plan has no schedule for {d.candidate!r} or {d.default!r} ({kind} at {size} bytes)")
-            cand_us, def_us = timer(by_label[d.candidate], by_label[d.default], size)
+            cand_us, def_us = timer(cand, default, size)
             kept = d.candidate if keeps_candidate(cand_us, def_us, rel) else d.default
             winners[j] = kept
             choices.append(TuneChoice(d, cand_us, def_us, kept))
