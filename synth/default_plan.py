@@ -9,7 +9,7 @@ on one switch looks like):
 ============== ===================================================================
 collective     algorithm by message size (nccl-tests convention)
 ============== ===================================================================
-allreduce      MPI's own below 8 KiB on 2 ranks and below 4 MiB on more
+allreduce      MPI's own below 8 KiB on 2 ranks and below 1 MiB on more
                (:data:`MPI_BELOW`); then recursive doubling below 128 KiB,
                Rabenseifner (recursive halving) above
 allgather      MPI's own (schedules: recursive doubling below 32 KiB, ring above)
@@ -109,7 +109,7 @@ DEFAULT_TABLE: dict[str, tuple[tuple[int, int | None, tuple[str, ...]], ...]] = 
 #: Per kind, below which message size (per rank count; key 0: any other) the default plan runs the MPI library's
 #: own collective: where MPICH measured faster than every schedule of the table (module doc, docs/results.md).
 MPI_BELOW: dict[str, dict[int, int | None]] = {
-    "allreduce": {2: 8 * 1024, 0: 4 * 1024 * 1024},
+    "allreduce": {2: 8 * 1024, 0: 1024 * 1024},
     "allgather": {0: None},  # None: at every size
     "reduce_scatter": {0: None},
     "alltoall": {0: None},
