@@ -1,6 +1,6 @@
 """MPI's own collective as a plan algorithm, and the fast path of repeated calls (issue 29), under mpiexec.
 
-One launch per rank count runs every case of ``tests/mpi_workers/mpi_algorithm_worker.py`` (results compared
+One launch per rank count runs the issue-29 cases of ``tests/mpi_workers/api_worker.py`` (results compared
 with mpi4py's own collective); each case needs a PASS line from every rank. The launch sets
 ``CCSYNTH_DEFAULT_MPI=1``: the default plan as users get it (the rest of the suite keeps the schedules).
 """
@@ -18,7 +18,7 @@ from ccsynth.collectives.mpi_util import find_mpiexec
 
 pytestmark = pytest.mark.mpi
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_workers", "mpi_algorithm_worker.py")
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_workers", "api_worker.py")
 CASES = ("default_plan_picks_mpi_at_small_sizes", "plan_naming_mpi_runs_mpi", "fast_path_is_never_stale")
 LINE = re.compile(r"^CASE (\S+) (PASS|FAIL) rank (\d+)(?:: (.*))?$", re.MULTILINE)
 
