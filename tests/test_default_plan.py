@@ -116,3 +116,34 @@ def test_the_runtime_never_imports_the_synthesizer(module):
             "print(bad); sys.exit(1 if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_default_plan_steps_aside_for_mpi_where_mpi_wins(monkeypatch):
+    """MPI's own collective is a row ("mpi", no schedule) below MPI_BELOW; CCSYNTH_DEFAULT_MPI=0 keeps schedules."""
+    from ccsynth.collectives.plan import MPI_ALGORITHM, PlanEntry
+    from ccsynth.errors import PlanError
+    from ccsynth.formats.msccl.export import plan_to_msccl_xmls
+    from ccsynth.synth.default_plan import MPI_BELOW, LazyDefaultPlan, default_entries
+
+    two = [(e.min_bytes, e.max_bytes, e.algorithm) for e in default_entries("allreduce", 2, mpi=True)]
+    assert two == [(0, MPI_BELOW["allreduce"][2], "mpi"), (8192, 131072, "recursive_doubling"),
+                   (131072, None, "recursive_halving")]
+    four = default_entries("allreduce", 4, mpi=True)
+    assert [(e.min_bytes, e.algorithm) for e in four] == [(0, "mpi"), (MPI_BELOW["allreduce"][0], "recursive_halving")]
+    assert [e.algorithm for e in default_entries("allgather", 4, mpi=True)] == [MPI_ALGORITHM]
+    assert all(e.is_mpi == (e.schedule is None) for e in four)
+    monkeypatch.setenv("CCSYNTH_DEFAULT_MPI", "1")
+    assert LazyDefaultPlan().entry_for("allgather", 3, 1 << 20).is_mpi
+    assert LazyDefaultPlan().select("allgather", 3, 1 << 20) is None  # no schedule: the communicator runs MPI's
+    monkeypatch.setenv("CCSYNTH_DEFAULT_MPI", "0")
+    assert LazyDefaultPlan().select("allgather", 3, 1 << 20).name == "ring"
+    # the plan format: an "mpi" row has no schedule, and only it; it round-trips and exports no MSCCL file
+    ring = default_entries("allgather", 4, mpi=False)[-1].schedule
+    with pytest.raises(PlanError, match="needs no schedule"):
+        PlanEntry("allgather", 4, 0, None, ring, algorithm="mpi")
+    with pytest.raises(PlanError, match="needs a schedule"):
+        PlanEntry("allgather", 4, 0, None, None, algorithm="ring")
+    plan = Plan((PlanEntry("allgather", 4, 0, 1024, None), PlanEntry("allgather", 4, 1024, None, ring)))
+    back = Plan.from_dict(plan.to_dict())
+    assert "schedule" not in plan.to_dict()["entries"][0] and back.entries[0].is_mpi and back == plan
+    assert [f for f, _ in plan_to_msccl_xmls(back)] == [f"allgather_4_{ring.name}_1024-inf.xml"]

@@ -150,9 +150,11 @@ def run(args) -> int:
             raise CCSynthError("--min-bytes/--max-bytes/--name come from the plan's rows; drop them for a plan")
         if os.path.exists(args.output) and not os.path.isdir(args.output):
             raise CCSynthError(f"cannot write MSCCL XML files into {args.output!r}: it is a file, not a directory")
-        for e in obj.entries:
-            check_writes_cover_outputs(e.schedule)
-            verify(e.schedule, topo)
+        rows = [e for e in obj.entries if e.schedule is not None]  # "mpi" rows (MPI's own collective) have no file
+        for e in rows:
+            if e.schedule is not None:
+                check_writes_cover_outputs(e.schedule)
+                verify(e.schedule, topo)
         files = plan_to_msccl_xmls(obj, **xml_opts)
         try:
             os.makedirs(args.output, exist_ok=True)
@@ -161,7 +163,7 @@ def run(args) -> int:
         for fname, text in files:
             _write(os.path.join(args.output, fname), text)
         print(f"wrote {len(files)} MSCCL XML file(s) to {args.output}:")
-        for (fname, _), entry in zip(files, obj.entries):
+        for (fname, _), entry in zip(files, rows):
             hi = "inf" if entry.max_bytes is None else format_size(entry.max_bytes)
             print(f"  {fname}  ({entry.kind} on {entry.n_ranks} ranks, {format_size(entry.min_bytes)}..{hi},"
                   f" {entry.algorithm})")

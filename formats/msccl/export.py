@@ -356,6 +356,8 @@ def plan_to_msccl_xmls(plan, *, proto: str | None = None, **kwargs) -> list[tupl
     """
     out = []
     for e in plan.entries:
+        if e.schedule is None:  # the MPI library's own collective ("mpi" rows): no file, the runtime's own runs there
+            continue
         mx = None if e.max_bytes is None else e.max_bytes - 1
         auto = proto in (None, "auto") and _topology_for(e.schedule, kwargs.get("topology")) is not None
         if auto:
