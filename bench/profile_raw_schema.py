@@ -124,7 +124,7 @@ def check_raw_document(doc: Any, source: str) -> None:
     try:
         _validator()(doc)
     except fastjsonschema.JsonSchemaValueException as e:
-        path = [p for p in (e.path or [])[1:]]
+        path = list((e.path or [])[1:])
         what = _where(doc, path)
         text = e.message.split(" ", 1)[1] if e.message.startswith(e.name or "\0") else e.message
         got = "" if e.rule in ("required", "type") and isinstance(e.value, (dict, list)) else f", got {_short(e.value)}"

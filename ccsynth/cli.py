@@ -27,6 +27,7 @@ import importlib
 import itertools
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -53,6 +54,10 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # A value that starts with a minus and a digit is a value (``--shape -4x64x16``, ``--src-mesh -1x2``,
+        # ``-i -5``), refused by its own check as out of range, not by argparse as "expected one argument" (no
+        # option of ccsynth looks like a negative number; Python 3.13's argparse reads them the same way).
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
         n = next(_parser_ids)
         g = self.add_argument_group("output")
         g.add_argument("-v", "--verbose", action="count", dest=f"{_VERBOSE}{n}", default=argparse.SUPPRESS,
