@@ -25,6 +25,7 @@ ccsynth.errors.CCSynthError: raw profile 'x.json': the file must contain ['cores
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -128,8 +129,9 @@ def check_raw_document(doc: Any, source: str) -> None:
         what = _where(doc, path)
         text = e.message.split(" ", 1)[1] if e.message.startswith(e.name or "\0") else e.message
         got = "" if e.rule in ("required", "type") and isinstance(e.value, (dict, list)) else f", got {_short(e.value)}"
-        raise CCSynthError(f"{source}: {what or 'the file'} {text.replace('must be object', 'must be a JSON object')}"
-                           f"{got}") from None
+        for schema_word, word in (("must be object", "must be a JSON object"), ("must be array", "must be a list")):
+            text = text.replace(schema_word, word)
+        raise CCSynthError(f"{source}: {what or 'the file'} {text}{got}") from None
     bad = _first_not_finite(doc)
     if bad is not None:
         path, value = bad
@@ -195,5 +197,9 @@ def _first_not_finite(doc: Any) -> tuple[list[str], float] | None:
 
 
 def _short(v: Any, width: int = 60) -> str:
-    text = repr(v)
+    """``v`` as JSON writes it (``null``, ``"x"``), cut to ``width`` characters."""
+    try:
+        text = json.dumps(v)
+    except (TypeError, ValueError):
+        text = repr(v)
     return text if len(text) <= width else text[:width - 3] + "..."
