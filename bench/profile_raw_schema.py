@@ -150,6 +150,9 @@ def _check_across(d: Mapping, source: str) -> None:
             if len(p["dest"]) != n or any(r >= n or r == k for k, r in enumerate(p["dest"])):
                 raise CCSynthError(f"{source}: {_where(d, [key, str(i), 'dest'])} must send each rank to another "
                                    f"of ranks 0..{n - 1} or -1 (idle), one entry per rank, got {_short(p['dest'])}")
+            if p.get("peers", 1) > n - 1:  # a round probe's peers are other ranks
+                raise CCSynthError(f"{source}: {_where(d, [key, str(i), 'peers'])} must be at most {n - 1} (the "
+                                   f"other ranks), got {p['peers']}")
             active = sum(1 for r in p["dest"] if r >= 0)
             if active == 0:
                 raise CCSynthError(f"{source}: {_where(d, [key, str(i)])} has no rank that sends")

@@ -90,6 +90,7 @@ RAW_CASES = {
     "version": (_with(("version",), 2), "version 2 not supported"),
     "shape": (_with(("probes", 0, "shape"), "zigzag"), "probes[0]"),
     "cores zero": (_with(("cores",), [0, 2]), "cores[0]"),
+    "more peers than ranks": (_with(("rounds", 0, "peers"), 3), "rounds[0] (1 peer: rounds of 1 x 8 B).peers must be at most 1"),
     "call_us NaN": ("call NaN", "kernels.call_us must be a finite number"),
 }
 
