@@ -224,10 +224,10 @@ def plan_from_file_dict(d: Any, path: str, *, verify: bool = True) -> Plan:
         text = str(e)
         raise PlanError(f"plan {path!r}{text[4:] if text.startswith('plan ') else ': ' + text}") from None
     if verify:
-        for i, e in enumerate(plan.entries):
+        for i, entry in enumerate(plan.entries):
             try:
-                check_writes_cover_outputs(e.schedule)
-                verify_schedule(e.schedule)
+                check_writes_cover_outputs(entry.schedule)
+                verify_schedule(entry.schedule)
             except CCSynthError as err:
-                raise PlanError(f"plan {path!r} entries[{i}] ({e.kind} on {e.n_ranks} ranks): {err}") from None
+                raise PlanError(f"plan {path!r} entries[{i}] ({entry.kind} on {entry.n_ranks} ranks): {err}") from None
     return plan
