@@ -55,7 +55,7 @@ def check_shape(dims: tuple) -> tuple[int, ...]:
             raise LayoutError(f"tensor dimensions must be integers, got {dims!r}")
         if d <= 0:
             raise LayoutError(f"tensor dimension {d} of shape {'x'.join(map(str, dims))} is out of range: every "
-                              "dimension must be at least 1")
+                              "dimension must be positive (at least 1)")
     for d in dims:  # bytes (elements x item size) are checked where the dtype is known: ReshardTask
         check_limit("tensor dimension", d, "MAX_SIZE_BYTES", LayoutError)
     return tuple(dims)

@@ -49,7 +49,7 @@ def parse_mesh_shape(text) -> tuple[int, ...]:
         if isinstance(d, bool) or not isinstance(d, int):
             raise LayoutError(f"mesh axes must be positive integers, got {text!r}")
         if d < 1:
-            raise LayoutError(f"mesh axis {d} of {text!r} is out of range: every axis has at least 1 device")
+            raise LayoutError(f"mesh axis {d} of {text!r} is out of range: every axis must be positive (at least 1 device)")
     # before any rank list is built: a mesh of 100000x100000 would be ten billion of them
     check_limit(f"devices of mesh {'x'.join(map(str, dims))}:", math.prod(dims), "MAX_RANKS", LayoutError)
     return dims
