@@ -40,7 +40,8 @@ from collections.abc import Callable
 from ccsynth.bench.omb import agree
 from ccsynth.collectives.communicator import Communicator
 from ccsynth.collectives.executor import CompiledSchedule, RunStats
-from ccsynth.collectives.plan import Plan, PlanEntry, load_plan
+from ccsynth.collectives.plan import Plan, PlanEntry
+from ccsynth.collectives.plan_sources import as_plan
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CCSynthError
@@ -308,8 +309,8 @@ class PlanAlgorithm(Algorithm):
         if kind is None:
             raise CCSynthError(_MPI_ONLY.format(self.name))
         if self.path is not None:
-            if self._plan is None:
-                self._plan = load_plan(self.path)
+            if self._plan is None:  # whatever Communicator(plan=FILE) takes: a plan or a schedule file
+                self._plan = as_plan(self.path)
             have = self._plan.kinds()
             if not any(k == kind and n == ctx.n for k, n in have):
                 covered = ", ".join(f"{k} on {n} ranks" for k, n in have) or "nothing"

@@ -32,13 +32,16 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from ccsynth.atomic import write_text
+from ccsynth.bench.profile_raw_schema import check_raw_document
 from ccsynth.bench.calibration import CalibrationRow
 from ccsynth.bench.profiling.probes import KernelRates, Pattern, Probe, ProfileOptions, RawProfile
 from ccsynth.errors import CCSynthError
+from ccsynth.reading import parse_json, read_text
 
 __all__ = ["RAW_FORMAT", "RAW_VERSION", "raw_to_dict", "raw_from_dict", "save_raw", "load_raw"]
 
@@ -118,9 +121,20 @@ def save_raw(raw: RawProfile, path: str | Path) -> None:
 
 
 def load_raw(path: str | Path) -> RawProfile:
-    """Read a raw profile :func:`save_raw` wrote."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CCSynthError(f"cannot read raw profile {path}: {e}") from e
+    """Read a raw profile :func:`save_raw` wrote; every field is checked first (:mod:`ccsynth.bench.profile_raw_schema`),
+    so that a damaged file is one :class:`CCSynthError` naming the file and the field."""
+    p = os.fspath(path)
+    source = f"raw profile {p!r}"
+    doc = parse_json(read_text(p, "raw profile", CCSynthError), source, CCSynthError)
+    if isinstance(doc, dict) and doc.get("format") != RAW_FORMAT:
+        raise CCSynthError(f"{source} is not a raw profile (format {_short(doc.get('format'))}, expected {RAW_FORMAT!r})")
+    if isinstance(doc, dict) and doc.get("version") != RAW_VERSION:
+        raise CCSynthError(f"{source}: version {_short(doc.get('version'))} not supported (this ccsynth reads "
+                           f"{RAW_VERSION})")
+    check_raw_document(doc, source)
     return raw_from_dict(doc)
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."

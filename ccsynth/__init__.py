@@ -11,6 +11,29 @@ Public API (see README.md and docs/python.md):
 from __future__ import annotations
 
 import os as _os
+import sys as _sys
+from itertools import pairwise as _pairwise
+
+
+def _interrupted_while_loading(signum, frame):  # noqa: ARG001 - signal handler signature
+    """Ctrl-C before the command line's ``main`` runs (Python imports for seconds on a loaded machine): one line and
+    exit status 130, as later; nothing is being written yet. ``ccsynth.cli.main`` hands Ctrl-C back to Python."""
+    _os.write(2, b"ccsynth: interrupted\n")
+    _os._exit(130)
+
+
+def _run_as_command() -> bool:
+    """Whether this process is the ``ccsynth`` command (the console script, or ``python -m ccsynth``)."""
+    argv = getattr(_sys, "orig_argv", _sys.argv)
+    return _os.path.basename(_sys.argv[0] if _sys.argv else "") == "ccsynth" or any(
+        a == "-m" and b == "ccsynth" for a, b in _pairwise(argv))
+
+
+if _run_as_command():
+    import signal as _signal
+
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        _signal.signal(_signal.SIGINT, _interrupted_while_loading)
 
 # In a source checkout the subpackages live beside this folder (topologies/,
 # collectives/, synth/, ...) and are mapped under ``ccsynth`` at install

@@ -27,6 +27,7 @@ import importlib
 import itertools
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -53,12 +54,32 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # A value that starts with a minus and a digit is a value (``--shape -4x64x16``, ``--src-mesh -1x2``,
+        # ``-i -5``), refused by its own check as out of range, not by argparse as "expected one argument" (no
+        # option of ccsynth looks like a negative number; Python 3.13's argparse reads them the same way).
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
         n = next(_parser_ids)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
         g = self.add_argument_group("output")
         g.add_argument("-v", "--verbose", action="count", dest=f"{_VERBOSE}{n}", default=argparse.SUPPRESS,
                        help="more output: every stage of long work (-vv: debug log)")
         g.add_argument("-q", "--quiet", action="store_true", dest=f"{_QUIET}{n}", default=argparse.SUPPRESS,
                        help="no progress, only errors")
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        # a sub-command's parser returns first: the deepest parser that took part is the one that stays
+        namespace.__dict__.setdefault(_CHOSEN, self)
+        return namespace, extras
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        chosen = namespace.__dict__.pop(_CHOSEN, self)
+        namespace.__dict__.pop(_GIVEN, None)
+        if extras:
+            chosen.error(_unknown_options(self, chosen, extras))
+        return namespace
 
     def error(self, message: str):  # noqa: D401 - argparse API
         if launcher_rank() > 0:
@@ -66,6 +87,59 @@ class _Parser(argparse.ArgumentParser):
             self.exit(2)
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+#: namespace keys of one parse (removed before the namespace is returned): the sub-command's parser that
+#: parsed, and the option string and value each destination got
+_CHOSEN, _GIVEN = "_ccsynth_parser_", "_ccsynth_given_"
+
+
+class _StoreOnce(argparse._StoreAction):
+    """argparse's ``store``, refusing two spellings of one option with different values (``-T float64 --dtype
+    int32``: argparse would keep the last one silently)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault(_GIVEN, {})
+        before = given.get(self.dest)
+        if before is not None and before[0] != option_string and before[1] != values:
+            raise argparse.ArgumentError(self, f"{option_string} {_shown(values)} conflicts with {before[0]} "
+                                               f"{_shown(before[1])} (the same option): give it once")
+        given[self.dest] = (option_string, values)
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _shown(value) -> str:
+    return " ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _unknown_options(top: argparse.ArgumentParser, chosen: argparse.ArgumentParser, extras: list[str]) -> str:
+    """What is wrong with arguments no parser took: an option ``chosen`` (the sub-command) lacks is named with the
+    sub-commands beside it that have it, and the options it takes."""
+    flags = [a.split("=", 1)[0] for a in extras if a.startswith("-") and len(a) > 1]
+    if not flags:
+        return f"unrecognized arguments: {' '.join(extras)}"
+    flag = flags[0]
+    siblings = _siblings(top, chosen)
+    having = sorted({name for name, p in siblings.items() if flag in p._option_string_actions})
+    takes = ["/".join(a.option_strings)
+             for a in chosen._actions if a.option_strings and a.help != argparse.SUPPRESS
+             and not set(a.option_strings) & {"-h", "-v", "-q"}]
+    prefix = " ".join(chosen.prog.split()[1:]) or chosen.prog
+    where = f" (an option of {', '.join(having)})" if having else ""
+    return f"{prefix} has no option {flag}{where}; it takes: {', '.join(takes) or 'no options'}"
+
+
+def _siblings(top: argparse.ArgumentParser, chosen: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parsers of the sub-command list ``chosen`` belongs to, by their full names (``bench allreduce``)."""
+    stack = [top]
+    while stack:
+        p = stack.pop()
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                if chosen in a.choices.values():
+                    return {" ".join(sub.prog.split()[1:]): sub for sub in a.choices.values()}
+                stack.extend(a.choices.values())
+    return {}
 
 
 #: where MPI launchers put a process's rank before MPI starts (MPICH/Hydra, Open MPI, PMIx, MVAPICH, Slurm)
@@ -151,18 +225,22 @@ def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    setup_logging(*verbosity(args))
-    # SIGTERM (kill, a batch system's time limit) unwinds the stack like Ctrl-C does, so that an
-    # interrupted write removes its temporary file and leaves the previous output in place.
-    # Not for MPI runs (bench): one rank unwinding while the others wait in a collective would hang
-    # the job, where the default action lets mpiexec tear it down.
-    previous = _install_sigterm() if args.command not in MPI_COMMANDS else None
+    _take_ctrl_c()
+    previous = None
+    command = ""
     try:
+        parser = build_parser()  # imports every command's module: Ctrl-C here is one line too
+        args = parser.parse_args(argv)
+        command = args.command
+        setup_logging(*verbosity(args))
+        # SIGTERM (kill, a batch system's time limit) unwinds the stack like Ctrl-C does, so that an
+        # interrupted write removes its temporary file and leaves the previous output in place.
+        # Not for MPI runs (bench): one rank unwinding while the others wait in a collective would hang
+        # the job, where the default action lets mpiexec tear it down.
+        previous = _install_sigterm() if command not in MPI_COMMANDS else None
         return int(args.func(args) or 0)
     except CCSynthError as e:
-        print(f"ccsynth {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        print(f"ccsynth {command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ccsynth: interrupted", file=sys.stderr)
@@ -175,6 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _take_ctrl_c() -> None:
+    """From here on Ctrl-C raises KeyboardInterrupt (unwinding writes, see :mod:`ccsynth.atomic`), which ``main``
+    turns into one line: the handler ``import ccsynth`` set for the command's first seconds exits at once."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is getattr(sys.modules.get("ccsynth"), "_interrupted_while_loading", None):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _install_sigterm():

@@ -85,6 +85,11 @@ limit                       value          why
                                            iteration is kept; OMB runs 1000
 ``MAX_BENCH_WINDOW``        65 536         ``bench bw -W``: requests in flight per window
                                            (osu_bw: 64)
+``MAX_PROFILE_PASSES``      100            ``topo profile --passes``: every pass runs every
+                                           probe (3 by default)
+``MAX_PROFILE_TRANSFERS``   1 048 576      transfers of all probes of a raw profile (``topo
+                                           refit``): the fit simulates each probe a few
+                                           hundred times; a 64-rank profile has about 350 000
 ``MIN_BANDWIDTH_GBPS``      1e-6           a link slower than 1 kB/s is a typo (or a
                                            denormal such as 1e-320, whose transfer time is
                                            infinite and reads as a deadlock)
@@ -130,6 +135,8 @@ __all__ = [
     "MAX_SIZE_BYTES",
     "MAX_BENCH_ITERATIONS",
     "MAX_BENCH_WINDOW",
+    "MAX_PROFILE_PASSES",
+    "MAX_PROFILE_TRANSFERS",
     "MIN_BANDWIDTH_GBPS",
     "MAX_LATENCY_US",
     "LIMITS",
@@ -157,6 +164,8 @@ MAX_MESSAGE_BYTES = 1 << 32
 MAX_SIZE_BYTES = 1 << 60
 MAX_BENCH_ITERATIONS = 1_000_000
 MAX_BENCH_WINDOW = 1 << 16
+MAX_PROFILE_PASSES = 100
+MAX_PROFILE_TRANSFERS = 1 << 20
 MIN_BANDWIDTH_GBPS = 1e-6
 MAX_LATENCY_US = 1e9
 

@@ -53,7 +53,7 @@ import os
 from typing import Any
 from collections.abc import Iterable
 
-from ccsynth.collectives.plan import FORMAT as PLAN_FORMAT, Plan, PlanEntry
+from ccsynth.collectives.plan import FORMAT as PLAN_FORMAT, Plan, PlanEntry, plan_from_file_dict
 from ccsynth.collectives.schedule import FORMAT as SCHEDULE_FORMAT, Schedule, check_writes_cover_outputs
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import CCSynthError, PlanError
@@ -121,12 +121,7 @@ def _read(path: str) -> Plan:
     d = parse_json(read_text(path, "plan", PlanError), repr(path), PlanError)
     fmt = d.get("format") if isinstance(d, dict) else None
     if fmt == PLAN_FORMAT:
-        plan = Plan.from_dict(d)
-        for e in plan.entries:
-            if e.schedule is not None:  # None: the MPI library's own collective
-                check_writes_cover_outputs(e.schedule)
-                verify(e.schedule)
-        return plan
+        return plan_from_file_dict(d, path)
     if fmt == SCHEDULE_FORMAT:
         try:
             sched = Schedule.from_dict(d)

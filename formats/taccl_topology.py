@@ -42,8 +42,8 @@ ten times that (alpha 3, beta 7.18 = 23 us/MiB x 32/1024 x 10, remote alpha
 not in the file, so ccsynth reads it from the size the profile is for:
 
 * ``chunk_bytes``: the ``chunk`` option, else the size at the end of
-  ``name`` (``NDv2_32KB`` -> 32 KiB, binary); a name without a size is read
-  as TACCL's unscaled unit, microseconds per 1 MiB (logged);
+  ``name`` (``NDv2_32KB`` -> 32 KiB, binary); a name without a size is an
+  error asking for ``chunk`` (a guess would be off by TACCL's factor);
 * ``time_scale``: the ``scale`` option, else TACCL's factor for that size
   (:data:`TACCL_SCALES`: 1 KiB x100, 32 KiB x10, 1 MiB x1, and x1 for any
   size of 1 MiB or more, whose costs need no factor); a smaller size TACCL
@@ -143,10 +143,10 @@ def _units(name: str, chunk_bytes: int | None, time_scale: float | None, src: st
     if chunk_bytes is None:
         chunk_bytes = chunk_bytes_from_name(name)
         if chunk_bytes is None:
-            log.info("TACCL topology %s: its name %r ends with no size; reading its costs as microseconds per "
-                     "1 MiB chunk (TACCL's unscaled unit); pass ?chunk=SIZE&scale=S otherwise", src, name)
-            chunk_bytes = DEFAULT_CHUNK_BYTES
-            how.append("no size in its name: 1 MiB assumed")
+            # a guess here is off by TACCL's factor: a 1 KB profile read as 1 MB has 100x the latency
+            raise TopologyError(
+                f"TACCL topology {src}: its name {name!r} ends with no size, so the chunk size its costs are for is "
+                f"unknown (TACCL names profiles like NDv2_1MB); give it as ?chunk=SIZE, e.g. {src}?chunk=1M")
         else:
             how.append("size from its name")
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:

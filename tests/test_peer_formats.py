@@ -57,10 +57,12 @@ def test_taccl_scale_rule_and_its_errors(tmp_path):
     assert files.get_topology(f"{path}?scale=10").connection(0, 1).alpha == pytest.approx(0.3)
     # an explicit scale wins over the name's
     assert load_taccl_topology(DATA / "taccl_topo_ndv2_32KB.json", time_scale=1).connection(0, 1).alpha == 3.0
-    # a name without a size: TACCL's unscaled unit, microseconds per MiB, said in the description
-    path.write_text(json.dumps({**doc, "name": "mine"}))
-    t = files.get_topology(str(path))
-    assert t.connection(0, 1).alpha == 3.0 and "1 MiB assumed" in t.description
+    # a name without a size: an error asking for the size (a guess is off by TACCL's factor), which ?chunk= gives
+    path.write_text(json.dumps({**doc, "name": "mycluster"}))
+    with pytest.raises(TopologyError, match=r"'mycluster' ends with no size.*\?chunk=SIZE"):
+        files.get_topology(str(path))
+    assert files.get_topology(f"{path}?chunk=1M").connection(0, 1).alpha == 3.0
+    assert files.get_topology(f"{path}?chunk=1K").connection(0, 1).alpha == pytest.approx(0.03)
 
 
 def test_taccl_node_count_comes_from_the_sketch():

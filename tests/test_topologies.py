@@ -627,15 +627,15 @@ def test_taccl_hub_and_spoke_is_a_switch():
     "doc, kwargs, words",
     [
         ({"gpus_per_node": 8, "alpha": 1, "node_betas_list": [1, 2]}, {}, "missing field 'name'"),
-        ({"name": "x", "gpus_per_node": 0, "alpha": 1, "node_betas_list": [1]}, {}, "gpus_per_node must be a positive"),
-        ({"name": "x", "gpus_per_node": 4, "alpha": 1, "node_betas_list": [1, 2]}, {}, "needs gpus_per_node 8"),
-        ({"name": "x", "gpus_per_node": 4, "alpha": 1, "node_betas_list": [0]}, {}, "node_betas_list[0] must be positive"),
-        ({"name": "x", "gpus_per_node": 4, "alpha": 1, "node_betas_list": [1]}, {"nodes": 2}, "no inter-node profile"),
-        ({"name": "x", "gpus_per_node": 4, "alpha": 1, "node_betas_list": [1]}, {"kind": "mesh"}, "kind must be one of"),
-        ({"name": "x", "gpus_per_node": 2, "alpha": 1, "links": [[0, 1]], "betas": [[0, 1], [1, 0]]}, {}, "2x2 matrix"),
-        ({"name": "x", "gpus_per_node": 2, "alpha": 1, "links": [[1, 1], [1, 0]], "betas": [[1, 1], [1, 0]]}, {},
+        ({"name": "x_1MB", "gpus_per_node": 0, "alpha": 1, "node_betas_list": [1]}, {}, "gpus_per_node must be a positive"),
+        ({"name": "x_1MB", "gpus_per_node": 4, "alpha": 1, "node_betas_list": [1, 2]}, {}, "needs gpus_per_node 8"),
+        ({"name": "x_1MB", "gpus_per_node": 4, "alpha": 1, "node_betas_list": [0]}, {}, "node_betas_list[0] must be positive"),
+        ({"name": "x_1MB", "gpus_per_node": 4, "alpha": 1, "node_betas_list": [1]}, {"nodes": 2}, "no inter-node profile"),
+        ({"name": "x_1MB", "gpus_per_node": 4, "alpha": 1, "node_betas_list": [1]}, {"kind": "mesh"}, "kind must be one of"),
+        ({"name": "x_1MB", "gpus_per_node": 2, "alpha": 1, "links": [[0, 1]], "betas": [[0, 1], [1, 0]]}, {}, "2x2 matrix"),
+        ({"name": "x_1MB", "gpus_per_node": 2, "alpha": 1, "links": [[1, 1], [1, 0]], "betas": [[1, 1], [1, 0]]}, {},
          "self-loop"),
-        ({"name": "x", "gpus_per_node": 2, "alpha": -1, "node_betas_list": [1]}, {}, "alpha must be non-negative"),
+        ({"name": "x_1MB", "gpus_per_node": 2, "alpha": -1, "node_betas_list": [1]}, {}, "alpha must be non-negative"),
     ],
 )
 def test_taccl_errors(doc, kwargs, words, tmp_path):

@@ -10,6 +10,7 @@ one key in every command, with its unit in the name (:data:`KEYS`, the
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from ccsynth.collectives.spec import KINDS, Collective
 from ccsynth.errors import CCSynthError
+from ccsynth.limits import LIMITS
 from ccsynth.units import format_size, parse_size, parse_sizes
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "add_collective_args",
     "add_json_arg",
     "add_size_args",
+    "count_arg",
     "sizes_from",
     "topology_from",
     "collective_from",
@@ -67,6 +70,24 @@ def add_size_args(p, default: str = "1M", default_help: str | None = None) -> No
                    help=f"message size, e.g. 1M (default {default_help or default})")
     g.add_argument("--sizes", default=None, metavar="MIN:MAX", help="a range of sizes in powers of two, e.g. 1K:1G, or a list 1K,1M")
     p.set_defaults(_default_size=default)
+
+
+def count_arg(minimum: int, limit: str | None = None):
+    """argparse type for a count of at least ``minimum`` and at most the limit named ``limit`` (ccsynth.limits)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at least {minimum}")
+        if limit is not None and v > LIMITS[limit]:
+            raise argparse.ArgumentTypeError(f"{v} exceeds {limit} = {LIMITS[limit]}")
+        return v
+
+    parse.__name__ = "count"
+    return parse
 
 
 def sizes_from(args) -> list[int]:

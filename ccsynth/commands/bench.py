@@ -53,10 +53,11 @@ from ccsynth.bench.omb import (
 )
 from ccsynth.bench.predict import Predictor, drift_lines, drift_table, error_lines, error_table, load_predict_topology
 from ccsynth.bench.validate import DTYPES, OPS
+from ccsynth.commands._common import count_arg as _count
 from ccsynth.commands._progress import Progress
 from ccsynth.commands.reshard import register_bench as register_reshard_bench
 from ccsynth.errors import CCSynthError
-from ccsynth.limits import LIMITS, MAX_MESSAGE_BYTES
+from ccsynth.limits import MAX_MESSAGE_BYTES
 from ccsynth.units import format_size, parse_size, parse_sizes
 
 __all__ = ["MAX_MESSAGE", "register", "run"]
@@ -173,24 +174,6 @@ def _root_rank(text: str) -> tuple[int, bool]:
 
 
 _root_rank.__name__ = "root"
-
-
-def _count(minimum: int, limit: str | None = None):
-    """argparse type for a count of at least ``minimum`` and at most the limit named ``limit`` (ccsynth.limits)."""
-
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r} must be at least {minimum}")
-        if limit is not None and v > LIMITS[limit]:
-            raise argparse.ArgumentTypeError(f"{v} exceeds {limit} = {LIMITS[limit]}")
-        return v
-
-    parse.__name__ = "count"
-    return parse
 
 
 def register(sub) -> None:

@@ -11,6 +11,7 @@ ccsynth JSON, which ``ccsynth verify`` and ``ccsynth simulate`` read.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import time
@@ -18,7 +19,7 @@ import time
 from ccsynth.atomic import write_text
 from ccsynth.bench.omb import agree
 from ccsynth.bench.reshard import ALGOS, format_table, run_reshard_bench
-from ccsynth.commands._common import human, json_doc, print_json, topology_from
+from ccsynth.commands._common import count_arg, human, json_doc, print_json, topology_from
 from ccsynth.errors import CCSynthError
 
 __all__ = ["register", "register_bench", "add_reshard_args", "task_from_args", "run", "run_bench"]
@@ -34,15 +35,30 @@ def add_reshard_args(p, *, planner: bool = True) -> None:
     p.add_argument("--dst-spec", required=True, metavar="SPEC", help="destination sharding")
     p.add_argument("--src-ranks", default=None, metavar="LIST", help="ranks of the source mesh, e.g. 0-7")
     p.add_argument("--dst-ranks", default=None, metavar="LIST", help="ranks of the destination mesh, e.g. 8-15")
-    p.add_argument("--split", type=int, default=None, metavar="K",
+    p.add_argument("--split", type=count_arg(1, "MAX_CHUNK_FACTOR"), default=None, metavar="K",
                    help="cut every piece into up to K slabs so forwards pipeline (default: up to 8 slabs of at least 1 MiB for broadcast and milp on a topology, "
                         "1 for naive)")
     p.add_argument("--solver", default="highs", choices=("highs", "cbc", "auto"), help="MILP solver (default highs)")
-    p.add_argument("--time-limit", type=float, default=10.0, metavar="SEC", help="MILP time limit (default 10 s)")
+    p.add_argument("--time-limit", type=_seconds, default=10.0, metavar="SEC", help="MILP time limit (default 10 s)")
     if planner:
         p.add_argument("--planner", default="broadcast", choices=("naive", "broadcast", "milp"),
                        help="naive (point to point from the first replica), broadcast (Alpa's load-balanced "
                             "broadcasts, the default) or milp (optimal senders, greedy warm start)")
+
+
+#: the longest MILP time limit taken (a day): beyond, a typo
+_MAX_TIME_LIMIT_S = 86400.0
+
+
+def _seconds(text: str) -> float:
+    """argparse type of ``--time-limit``: seconds, more than 0 and at most a day."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < v <= _MAX_TIME_LIMIT_S:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range: more than 0 and at most {_MAX_TIME_LIMIT_S:g} s")
+    return v
 
 
 def register(sub) -> None:
@@ -133,8 +149,10 @@ def register_bench(names) -> None:
                    help="topology the planners balance over (default: every rank its own host)")
     p.add_argument("--algo", default="naive,broadcast,milp,mpi", metavar="A[,B...]",
                    help="naive, broadcast, milp (ccsynth.reshard with that planner), mpi (Alltoallv); default all")
-    p.add_argument("-i", "--iterations", type=int, default=20, metavar="N", help="timed iterations (default 20)")
-    p.add_argument("-x", "--warmup", type=int, default=2, metavar="N", help="warm-up iterations (default 2)")
+    p.add_argument("-i", "--iterations", type=count_arg(1, "MAX_BENCH_ITERATIONS"), default=20, metavar="N",
+                   help="timed iterations (default 20)")
+    p.add_argument("-x", "--warmup", type=count_arg(0, "MAX_BENCH_ITERATIONS"), default=2, metavar="N",
+                   help="warm-up iterations (default 2)")
     p.add_argument("-c", "--validation", action="store_true", help="check every destination shard (Pass/Fail)")
     p.add_argument("--buffer", choices=("numpy", "cupy"), default="numpy", help="where shards live (default numpy)")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")

@@ -18,9 +18,10 @@ from ccsynth.atomic import check_writable, write_text
 from ccsynth.bench.omb import agree
 from ccsynth.bench.profile import ProfileOptions, fit_profile, measure_machine
 from ccsynth.collectives.mpi_util import install_abort_handler
-from ccsynth.commands._common import add_json_arg, json_doc, print_json, print_table
+from ccsynth.commands._common import add_json_arg, count_arg, json_doc, print_json, print_table
 from ccsynth.commands._progress import Progress
 from ccsynth.errors import CCSynthError, TopologyError
+from ccsynth.limits import check as check_limit
 from ccsynth.topologies.io import topology_to_json
 from ccsynth.units import format_size, parse_sizes
 
@@ -53,9 +54,9 @@ def register(sub) -> None:
     pp.add_argument("--sizes", metavar="LIST",
                     help="message sizes of the bandwidth probes, a range MIN:MAX or a list (default 64K,256K,1M,4M,16M; "
                          "with --quick 64K,1M)")
-    pp.add_argument("--iters", type=int, metavar="N",
+    pp.add_argument("--iters", type=count_arg(1, "MAX_BENCH_ITERATIONS"), metavar="N",
                     help="timed iterations per probe over all passes (default 120 small, 12 large)")
-    pp.add_argument("--passes", type=int, metavar="N",
+    pp.add_argument("--passes", type=count_arg(1, "MAX_PROFILE_PASSES"), metavar="N",
                     help="passes over all probes, each probe keeping its fastest (default 3; --quick 1)")
     pp.add_argument("--quick", action="store_true", help="fewer probes and iterations: seconds, for tests and a first look")
     pp.add_argument("--warm", action="store_true",
@@ -227,23 +228,22 @@ def _refit(args) -> int:
     return 0
 
 
-def _footprint_list(text: str) -> tuple[int, ...]:
+def _byte_list(flag: str, text: str) -> tuple[int, ...]:
+    """The sizes of ``--sizes`` or ``--footprints``: each 1 byte to MAX_MESSAGE_BYTES (every rank allocates them)."""
     sizes = tuple(sorted(set(parse_sizes(text))))
     if not sizes or sizes[0] < 1:
-        raise CCSynthError(f"--footprints {text!r}: footprints must be at least 1 byte")
+        raise CCSynthError(f"{flag} {text!r}: sizes must be at least 1 byte")
+    check_limit(f"{flag} size", sizes[-1], "MAX_MESSAGE_BYTES")
     return sizes
 
 
+def _footprint_list(text: str) -> tuple[int, ...]:
+    return _byte_list("--footprints", text)
+
+
 def _profile_options(args) -> ProfileOptions:
-    sizes = None
-    if args.sizes:
-        sizes = tuple(sorted(set(parse_sizes(args.sizes))))
-        if not sizes or sizes[0] < 1:
-            raise CCSynthError(f"--sizes {args.sizes!r}: sizes must be at least 1 byte")
-    for flag, value in (("--iters", args.iters), ("--passes", args.passes)):
-        if value is not None and value < 1:
-            raise CCSynthError(f"{flag} must be at least 1, got {value}")
-    footprints = _footprint_list(args.footprints) if args.footprints else None
+    sizes = _byte_list("--sizes", args.sizes) if args.sizes is not None else None
+    footprints = _footprint_list(args.footprints) if args.footprints is not None else None
     return ProfileOptions(sizes=sizes, iters=args.iters, quick=args.quick, passes=args.passes,
                           cold=not getattr(args, "warm", False), footprints=footprints,
                           calibrate=not getattr(args, "no_reference", False))

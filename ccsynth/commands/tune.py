@@ -18,7 +18,7 @@ Example::
 from __future__ import annotations
 
 from ccsynth.atomic import check_writable
-from ccsynth.commands._common import human, json_doc, print_json, print_table, topology_from
+from ccsynth.commands._common import count_arg, human, json_doc, print_json, print_table, topology_from
 from ccsynth.errors import CCSynthError
 
 __all__ = ["register", "run"]
@@ -31,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("-t", "--topology", required=True, metavar="T",
                    help="the topology the plan was made for (the default plan's algorithms are built for it)")
     p.add_argument("-o", "--output", metavar="OUT", default=None, help="write the tuned plan here")
-    p.add_argument("-i", "--iterations", type=int, default=None, metavar="I",
+    p.add_argument("-i", "--iterations", type=count_arg(1, "MAX_BENCH_ITERATIONS"), default=None, metavar="I",
                    help="timed iterations of each schedule per size (default 50)")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
     p.set_defaults(func=run)

@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 from functools import cached_property
@@ -55,8 +54,10 @@ def check_shape(dims: tuple) -> tuple[int, ...]:
         if isinstance(d, bool) or not isinstance(d, int):
             raise LayoutError(f"tensor dimensions must be integers, got {dims!r}")
         if d <= 0:
-            raise LayoutError(f"tensor dimensions must be positive, got {d} in shape {'x'.join(map(str, dims))}")
-    check_limit("tensor elements", math.prod(dims), "MAX_SIZE_BYTES", LayoutError)
+            raise LayoutError(f"tensor dimension {d} of shape {'x'.join(map(str, dims))} is out of range: every "
+                              "dimension must be positive (at least 1)")
+    for d in dims:  # bytes (elements x item size) are checked where the dtype is known: ReshardTask
+        check_limit("tensor dimension", d, "MAX_SIZE_BYTES", LayoutError)
     return tuple(dims)
 
 

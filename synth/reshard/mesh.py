@@ -46,8 +46,12 @@ def parse_mesh_shape(text) -> tuple[int, ...]:
     if not dims or len(dims) > _MAX_MESH_DIMS:
         raise LayoutError(f"a mesh has 1 to {_MAX_MESH_DIMS} axes, got {text!r}")
     for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        if isinstance(d, bool) or not isinstance(d, int):
             raise LayoutError(f"mesh axes must be positive integers, got {text!r}")
+        if d < 1:
+            raise LayoutError(f"mesh axis {d} of {text!r} is out of range: every axis must be positive (at least 1 device)")
+    # before any rank list is built: a mesh of 100000x100000 would be ten billion of them
+    check_limit(f"devices of mesh {'x'.join(map(str, dims))}:", math.prod(dims), "MAX_RANKS", LayoutError)
     return dims
 
 

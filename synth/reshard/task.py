@@ -96,6 +96,8 @@ class ReshardTask:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", parse_dtype(self.dtype).name)
+        check_limit(f"bytes of the {'x'.join(map(str, self.shape))} {self.dtype} tensor", self.nbytes,
+                    "MAX_SIZE_BYTES", LayoutError)
         if isinstance(self.split, bool) or not isinstance(self.split, int) or self.split < 1:
             raise LayoutError(f"split must be a positive integer, got {self.split!r}")
         if self.src.shape != self.shape or self.dst.shape != self.shape:
