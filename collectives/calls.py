@@ -50,6 +50,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ccsynth.collectives.agreement import agree_on_call, agree_on_setup, call_signature
+from ccsynth.collectives.call_guard import CallGuard
 from ccsynth.collectives.buffer_specs import OpNames, backend_for, front, is_in_place
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
 from ccsynth.collectives.fallback import MPIFallback
@@ -64,7 +65,7 @@ from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.schedule_cache import CallArgs, ScheduleCache
 from ccsynth.collectives.staging import DeviceStaging, Stager, is_device_spec, run_on_host, wait_stream
 from ccsynth.collectives.vschedule import VScheduleCache
-from ccsynth.errors import CCSynthError, PlanError, ScheduleError
+from ccsynth.errors import CCSynthError, ConcurrentCallError, PlanError, ScheduleError
 from ccsynth.kernels.base import DTYPES, Backend, get_backend, is_device_array
 from ccsynth.kernels.devices import pick_device
 
@@ -159,6 +160,7 @@ class Calls:
         self.phases = None if phases is None else PhasedCalls(
             phases, comm, channel, self.mpi, slice_bytes=options.slice_bytes, timeout=options.timeout,
             threads=phase_threads, cache_bytes=cache_bytes)
+        self.guard = CallGuard(self.rank, on_poison=channel.poison)  # one thread at a time
         self.last_algorithm = ""  # what ran the last call: a schedule name or "mpi"
         self.current: CallArgs | None = None  # the call in progress (its buffers held while it runs, never after)
         self._agreed = 0  # debug: the call whose signature the ranks agreed on
@@ -177,7 +179,16 @@ class Calls:
 
     # ------------------------------------------------------------ entry
     def blocking(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream) -> None:
-        """One blocking call: number it, take array-likes as arrays, replay or run ``impl``; errors reach every rank."""
+        """One blocking call from the user's thread (one thread at a time: :mod:`~ccsynth.collectives.call_guard`)."""
+        guard = self.guard
+        guard.enter()
+        try:
+            self.call(kind, impl, sendbuf, recvbuf, op, root, stream)
+        finally:
+            guard.leave()
+
+    def call(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream) -> None:
+        """One call: number it, take array-likes as arrays, replay or run ``impl``; errors reach every rank."""
         self.nonblocking.wait_turn()
         self.channel.open_call()
         try:
@@ -197,7 +208,11 @@ class Calls:
                 impl(self, sendbuf, recvbuf, op, root)
             else:
                 self.last_algorithm = name
+            if self.channel.poisoned is not None:  # a second thread came in meanwhile: the pairing is in doubt
+                raise self.channel.poisoned
         except BaseException as e:
+            if isinstance(e, ConcurrentCallError):
+                self.guard.poison(e)
             self.failed(e, kind)
             raise
         finally:
@@ -215,8 +230,21 @@ class Calls:
             except CCSynthError as e:
                 return completed(kind, e)
             return completed(kind)
+        guard = self.guard
+        guard.enter()  # in flight until the progress thread has run it
+
+        def job() -> None:
+            try:
+                self.call(kind, impl, sendbuf, recvbuf, op, root, None)
+            finally:
+                guard.leave()
+
         # the first one is collective: every rank makes its first non-blocking call here
-        return self.nonblocking.submit(lambda: self.blocking(kind, impl, sendbuf, recvbuf, op, root, None), kind)
+        try:
+            return self.nonblocking.submit(job, kind)
+        except BaseException:
+            guard.leave()
+            raise
 
     def failed(self, e: BaseException, kind: str) -> None:
         """This rank's call raised ``e``: in debug mode the ranks still agree, else tell the others."""

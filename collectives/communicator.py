@@ -377,7 +377,11 @@ class Communicator(MPI.Intracomm, CommWrapper):
         """A collective ccsynth does not run: the wrapped comm's, with ``last_algorithm = "mpi"`` and a notice."""
         calls = self._calls
         calls.fallback.tell((name, "not covered"), "%s has no ccsynth schedule; the MPI library runs it", name)
-        result = getattr(self.comm, name)(*args, **kwargs)
+        calls.guard.enter()
+        try:
+            result = getattr(self.comm, name)(*args, **kwargs)
+        finally:
+            calls.guard.leave()
         calls.last_algorithm = "mpi"
         return result
 

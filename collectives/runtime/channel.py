@@ -195,6 +195,7 @@ class Channel:
         self.stranded: list = []  # (unfinished sends, what they read) of failed calls
         self.memory = MemoryBudget(cache_bytes)
         self.closed = False
+        self.poisoned: BaseException | None = None  # two threads called at once (here or on a peer): every call fails
         self._slow = False  # open_call has more to do than count
         self._reap_at = 0
         self._reap_gap = 1
@@ -223,6 +224,8 @@ class Channel:
     def _open_slow(self, seq: int, low: int) -> None:
         if self.closed:
             raise CCSynthError("this communicator has been freed")
+        if self.poisoned is not None:
+            raise self.poisoned
         if low == 0:
             self._renew()
             self.memory.expire(seq - self.tags.window)  # buffers no call of the last generation used
@@ -258,13 +261,31 @@ class Channel:
             self.line.post(Notice(self.seq, self.rank, type(exc).__name__, what, str(exc)))
             self._slow = True
 
+    def poison(self, exc: BaseException) -> None:
+        """Two threads called at once on this rank (:mod:`~ccsynth.collectives.call_guard`): every later call on
+        every rank raises ``exc``; tell the other ranks (a rank waiting in a call wakes up and raises)."""
+        if self.poisoned is not None:
+            return
+        self.poisoned = exc
+        self._slow = True
+        mark_shared(exc)  # told here, once
+        if self.size > 1 and not self.closed:  # to itself too: its own call in flight wakes up and raises
+            self.line.post(Notice(self.seq, self.rank, type(exc).__name__, "a call from a second thread", str(exc)),
+                           to_self=True)
+
     def notice(self, status) -> None:
         """The control line's receive completed in a wait of the call in progress (``status``: its status).
 
-        Raises the failed rank's error if the notice is about this call;
-        otherwise keeps it (a later call) or drops it (an earlier one) and returns.
+        Raises the failed rank's error if the notice is about this call (or
+        closes the communicator, :meth:`poison`); otherwise keeps it (a later
+        call) or drops it (an earlier one) and returns.
         """
         n = self.line.take(status)
+        if n.error == "ConcurrentCallError":
+            if self.poisoned is None:
+                self.poisoned = self.peer_error(n)
+                self._slow = True
+            raise self.poisoned
         if n.seq == self.seq:
             raise self.peer_error(n)
         if n.seq > self.seq:
