@@ -3,7 +3,7 @@
 Run it (it launches ``mpiexec`` itself)::
 
     python -m ccsynth.bench.threads                       # 100 runs, 2 ranks, Iallreduce(...).Wait()
-    python -m ccsynth.bench.threads --mode blocking -n 4 --runs 20
+    python -m ccsynth.bench.threads --mode blocking -n 4 --runs 20 --stagger 0.01
 
 Every run builds a ``ccsynth.Communicator`` on ``MPI.COMM_WORLD`` and starts
 two threads on every rank; each makes ``--calls`` allreduces of its own data
@@ -32,34 +32,40 @@ import numpy as np
 __all__ = ["main"]
 
 
+def _calls(comm, args, t: int, run: int, tally: list[int]) -> None:
+    """Thread ``t``'s allreduces of one run; ``tally``: right, raised, wrong."""
+    from ccsynth.errors import CCSynthError
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    out = np.zeros(args.count)
+    if t and args.stagger:  # thread 1 starts later, by a different time on each rank
+        time.sleep(np.random.default_rng([run, rank]).uniform(0, args.stagger))
+    for i in range(args.calls):
+        x = np.full(args.count, float(rank + 1000 * t + i))
+        want = sum(range(size)) + size * (1000 * t + i)
+        try:
+            if args.mode == "blocking":
+                comm.Allreduce(x, out)
+            else:
+                comm.Iallreduce(x, out).Wait()
+        except CCSynthError:
+            tally[1] += 1
+            continue
+        tally[0 if np.all(out == want) else 2] += 1
+
+
 def _worker(args) -> None:
     from mpi4py import MPI
 
     import ccsynth
-    from ccsynth.errors import CCSynthError
 
     world = MPI.COMM_WORLD
-    rank, size = world.Get_rank(), world.Get_size()
+    rank = world.Get_rank()
     for run in range(args.runs):
         comm = ccsynth.Communicator(world)
         counts = [[0, 0, 0], [0, 0, 0]]  # right, raised, wrong per thread
 
-        def body(t: int) -> None:
-            out = np.zeros(args.count)
-            for i in range(args.calls):
-                x = np.full(args.count, float(rank + 1000 * t + i))
-                want = sum(range(size)) + size * (1000 * t + i)
-                try:
-                    if args.mode == "blocking":
-                        comm.Allreduce(x, out)
-                    else:
-                        comm.Iallreduce(x, out).Wait()
-                except CCSynthError:
-                    counts[t][1] += 1
-                    continue
-                counts[t][0 if np.all(out == want) else 2] += 1
-
-        threads = [threading.Thread(target=body, args=(t,)) for t in (0, 1)]
+        threads = [threading.Thread(target=_calls, args=(comm, args, t, run, counts[t])) for t in (0, 1)]
         for th in threads:
             th.start()
         for th in threads:
@@ -73,7 +79,8 @@ def _worker(args) -> None:
 
 def _launch(args, runs: int) -> tuple[list[dict], str]:
     cmd = ["mpiexec", "-n", str(args.ranks), sys.executable, "-m", "ccsynth.bench.threads", "--worker",
-           "--runs", str(runs), "--calls", str(args.calls), "--mode", args.mode, "--count", str(args.count)]
+           "--runs", str(runs), "--calls", str(args.calls), "--mode", args.mode, "--count", str(args.count),
+           "--stagger", str(args.stagger)]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
         status = "ok" if p.returncode == 0 else "abort"
@@ -92,6 +99,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=50, help="calls per thread and run")
     ap.add_argument("--count", type=int, default=1, help="float64 elements per call")
     ap.add_argument("--mode", choices=("nonblocking", "blocking"), default="nonblocking")
+    ap.add_argument("--stagger", type=float, default=0.0,
+                    help="thread 1 starts up to this many seconds late (a different delay on each rank)")
     ap.add_argument("--per-launch", type=int, default=10, help="runs per mpiexec launch")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a launch may take")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -64,7 +64,7 @@ class CallGuard:
     sees two threads at once (the communicator tells the other ranks).
     """
 
-    __slots__ = ("_lock", "owner", "owner_name", "active", "poisoned", "rank", "on_poison")
+    __slots__ = ("_lock", "active", "on_poison", "owner", "owner_name", "poisoned", "rank")
 
     def __init__(self, rank: int, on_poison=None) -> None:
         self._lock = threading.Lock()

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ccsynth.collectives.agreement import agree_on_call, agree_on_setup, call_signature
+from ccsynth.collectives.agreement import agree_on_args, agree_on_call, agree_on_setup, call_signature
 from ccsynth.collectives.call_guard import CallGuard
 from ccsynth.collectives.buffer_specs import OpNames, backend_for, front, is_in_place
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
@@ -254,6 +254,11 @@ class Calls:
         if self.phases is not None:
             self.phases.failed(e, kind)
         ch.call_failed(e, kind)
+
+    def agree_args(self, what: str, state: int, sig: str, error: BaseException | None, row=None):
+        """Every rank's local checks of this call, agreed first (:func:`~ccsynth.collectives.agreement.agree_on_args`)."""
+        self._agreed = self.channel.seq
+        return agree_on_args(self.channel, what, state, sig, error, row)
 
     def agree(self, sig: str, error: BaseException | None = None) -> None:
         """Debug mode: the ranks agree on this call's signature (:func:`~ccsynth.collectives.agreement.agree_on_call`)."""

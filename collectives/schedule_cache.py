@@ -78,11 +78,13 @@ class Replay:
 def spec_signature(spec):
     """What must stay the same for a buffer spec to be replayed.
 
-    Arrays: dtype, shape and strides (the same object keeps its memory);
+    Arrays: dtype, shape, strides and (NumPy) whether it is writable (the same object keeps its memory);
     None and ``MPI.IN_PLACE``: themselves; anything else (a list spec, a new
     object per call): never replayed.
     """
-    if type(spec) is np.ndarray or is_device_array(spec):
+    if type(spec) is np.ndarray:  # writeable too: a buffer made read-only after a call is parsed (and refused)
+        return (spec.dtype, spec.shape, spec.strides, spec.flags.writeable)
+    if is_device_array(spec):
         return (spec.dtype, spec.shape, spec.strides)
     if spec is None:
         return None
