@@ -41,7 +41,9 @@ from __future__ import annotations
 
 import os
 import sys
-from functools import partial
+import weakref
+import zlib
+from functools import lru_cache, partial
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +52,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ccsynth.collectives.agreement import agree_on_args, agree_on_call, agree_on_setup, call_signature
-from ccsynth.collectives.call_guard import CallGuard
+from ccsynth.collectives.call_guard import CallGuard, thread_tag
 from ccsynth.collectives.buffer_specs import OpNames, backend_for, front, is_in_place
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
 from ccsynth.collectives.fallback import MPIFallback
@@ -61,6 +63,7 @@ from ccsynth.collectives.requests import NonBlocking, Request, completed
 from ccsynth.collectives.runtime.channel import Channel
 from ccsynth.collectives.runtime.memory import cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
+from ccsynth.collectives.runtime.watchdog import Watchdog
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.schedule_cache import CallArgs, ScheduleCache
 from ccsynth.collectives.staging import DeviceStaging, Stager, is_device_spec, run_on_host, wait_stream
@@ -161,6 +164,11 @@ class Calls:
             phases, comm, channel, self.mpi, slice_bytes=options.slice_bytes, timeout=options.timeout,
             threads=phase_threads, cache_bytes=cache_bytes)
         self.guard = CallGuard(self.rank, on_poison=channel.poison)  # one thread at a time
+        # the call's signature in its tags, where a watchdog can turn a mismatch into an error (runtime.watchdog)
+        self.signing = bool(self.size > 1 and channel.tags.hash_bits and MPI.Query_thread() == MPI.THREAD_MULTIPLE)
+        self.watchdog = Watchdog(channel, f"ccsynth-watchdog-{self.rank}") if self.signing else None
+        if self.watchdog is not None:
+            weakref.finalize(self, self.watchdog.stop)
         self.last_algorithm = ""  # what ran the last call: a schedule name or "mpi"
         self.current: CallArgs | None = None  # the call in progress (its buffers held while it runs, never after)
         self._agreed = 0  # debug: the call whose signature the ranks agreed on
@@ -183,14 +191,17 @@ class Calls:
         guard = self.guard
         guard.enter()
         try:
-            self.call(kind, impl, sendbuf, recvbuf, op, root, stream)
+            self.call(kind, impl, sendbuf, recvbuf, op, root, stream, thread_tag())
         finally:
             guard.leave()
 
-    def call(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream) -> None:
-        """One call: number it, take array-likes as arrays, replay or run ``impl``; errors reach every rank."""
+    def call(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream, caller: str) -> None:
+        """One call (from thread ``caller``): number it, take array-likes as arrays, replay or run ``impl``; errors
+        reach every rank."""
         self.nonblocking.wait_turn()
-        self.channel.open_call()
+        ch = self.channel
+        ch.caller = caller
+        ch.open_call()
         try:
             if sendbuf is not None and type(sendbuf) is not np.ndarray:
                 sendbuf = front(sendbuf, kind == "broadcast" and self.rank != root)
@@ -217,6 +228,7 @@ class Calls:
             raise
         finally:
             self.current = None
+            ch.busy = False
 
     def start(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream) -> Request:
         """A non-blocking call: queued on the progress thread (see :mod:`~ccsynth.collectives.requests`)."""
@@ -232,10 +244,11 @@ class Calls:
             return completed(kind)
         guard = self.guard
         guard.enter()  # in flight until the progress thread has run it
+        caller = thread_tag()
 
         def job() -> None:
             try:
-                self.call(kind, impl, sendbuf, recvbuf, op, root, None)
+                self.call(kind, impl, sendbuf, recvbuf, op, root, None, caller)
             finally:
                 guard.leave()
 
@@ -289,7 +302,8 @@ class Calls:
             backend = self.backend_for(like)
             cs = self.cache.compiled_for(schedule, backend, root)
             if cs.supports_call(m, dtype):
-                self._run_schedule(cs, backend, schedule.name, kind, m, opname, like, sendarr, recvarr, copy_of)
+                key = (kind, m, np.dtype(dtype).name, opname, root) if self.signing else None
+                self._run_schedule(cs, backend, schedule.name, kind, m, opname, like, sendarr, recvarr, copy_of, key)
                 return
             reason = f"schedule {schedule.name!r} cannot split {m} elements into its chunks"
         self.fallback.check_allowed(f"no ccsynth schedule for {kind} of {nbytes} bytes on {self.size} ranks ({reason})")
@@ -316,7 +330,7 @@ class Calls:
         return schedule, ""
 
     def _run_schedule(self, cs: CompiledSchedule, backend: Backend, name: str, kind: str, m: int, opname, like,
-                      sendarr, recvarr, copy_of) -> None:
+                      sendarr, recvarr, copy_of, key: tuple | None = None) -> None:
         """Run the compiled schedule, and keep the run as the call's replay (see :mod:`~ccsynth.collectives.schedule_cache`)."""
         pre = None
         # the replay is kept between calls: it must not keep the caller's arrays alive, so it holds views that
@@ -332,8 +346,11 @@ class Calls:
         run, device = cs.execute, backend.is_device
         sync, op_run = backend.synchronize, opname or "sum"
         count = m if (sendarr is None and recvarr is None) else None
+        ch = self.channel
 
         def replay() -> None:
+            if key is not None:
+                sign_call(ch, key)
             if pre is not None:
                 pre()
             if device:
@@ -395,6 +412,8 @@ class Calls:
     def free(self) -> None:
         """Stop the progress thread (after its calls), release the programs, buffers and the private channel."""
         self.nonblocking.close()
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self.cache.last = None
         if self.phases is not None:
             self.phases.free()
@@ -404,6 +423,17 @@ class Calls:
         self.stager.clear()
         self.channel.memory.clear()
         self.channel.close(free=True)
+
+
+def sign_call(ch: Channel, key: tuple) -> None:
+    """Put the call's signature (``key``: collective, count, dtype, op, root; and the calling thread) in its tags."""
+    full = key + (ch.caller,)
+    ch.sign(key[0], _call_hash(full), full)
+
+
+@lru_cache(maxsize=512)
+def _call_hash(full: tuple) -> int:
+    return zlib.crc32(repr(full).encode())
 
 
 def _use_device(device: int | None) -> None:

@@ -101,6 +101,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MAX_SLICE_BITS = 14
+#: the control-line notice by which a stalled rank's watchdog sends its call's signature (:mod:`.watchdog`)
+SIG_CHECK = "SignatureCheck"
+#: slice bits where the tag carries a signature hash (MPI_TAG_UB >= 2**27 - 1)
+SIGNED_SLICE_BITS = 12
 MIN_SEQ_BITS = 4
 #: per call, this many of the highest slice tags are the channel's own (the flush marker)
 RESERVED_TAGS = 16
@@ -123,6 +127,8 @@ class TagSpace:
     @classmethod
     def for_tag_ub(cls, tag_ub: int) -> TagSpace:
         bits = (int(tag_ub) + 1).bit_length() - 1  # every tag below 2**bits is valid
+        if bits >= 27:  # the collective and a 6-bit hash of the call's signature (Channel.sign)
+            return cls(SIGNED_SLICE_BITS, bits - SIGNED_SLICE_BITS - 9, 9)
         sig_bits = 6 if bits >= 24 else 3
         slice_bits = max(6, min(MAX_SLICE_BITS, bits - sig_bits - MIN_SEQ_BITS))
         return cls(slice_bits, max(1, bits - sig_bits - slice_bits), sig_bits)
@@ -140,12 +146,30 @@ class TagSpace:
     def base(self, seq: int) -> int:
         return (seq & (self.window - 1)) << (self.slice_bits + self.sig_bits)
 
+    @property
+    def hash_bits(self) -> int:
+        """Bits of the call's signature hash in the tag (0: none; the root modulo 8 or nothing instead)."""
+        return self.sig_bits - 3 if self.sig_bits > 6 else 0
+
     def signature(self, kind: str, root: int = 0) -> int:
-        """What a compiled schedule of ``kind`` (rooted at ``root``) adds to every tag it uses."""
+        """What a compiled schedule of ``kind`` (rooted at ``root``) adds to every tag it uses.
+
+        With :attr:`hash_bits` the root is not here but in the call's hash (:meth:`call_field`).
+        """
         sig = KIND_CODES.get(kind, 7)
-        if self.sig_bits >= 6:
+        if self.hash_bits:
+            sig <<= self.hash_bits
+        elif self.sig_bits >= 6:
             sig = (sig << 3) | (root & 7)
         return (sig & ((1 << self.sig_bits) - 1)) << self.slice_bits
+
+    def call_field(self, h: int) -> int:
+        """What the call's signature hash ``h`` adds to every tag of the call (see :meth:`Channel.sign`)."""
+        return (h & ((1 << self.hash_bits) - 1)) << self.slice_bits
+
+    def sig_mask(self) -> int:
+        """The signature field of a tag."""
+        return ((1 << self.sig_bits) - 1) << self.slice_bits
 
     def own_tag(self, k: int) -> int:
         """The ``k``-th of the channel's own slice tags."""
@@ -188,6 +212,10 @@ class Channel:
         self._shift = self.tags.slice_bits + self.tags.sig_bits
         self.seq = 0  # the call in progress (or the last one)
         self.base = 0  # its tag base
+        self.busy = False  # a call is in progress (the watchdog looks at stalled calls only)
+        self.expect: int | None = None  # the signature field of this call's tags, where it is signed (sign)
+        self.sig_key: tuple = ()  # what the signature hashed, for the watchdog's message
+        self.caller = ""  # the name of the thread that made the call in progress
         self.generation = 0
         self.line = ControlLine(control_comm, MPI)
         self.ctrl = self.line.request
@@ -216,10 +244,23 @@ class Channel:
         seq = self.seq + 1
         self.seq = seq
         low = seq & self._mask
+        self.expect = None
         if low == 0 or self._slow:
             self._open_slow(seq, low)
         self.base = low << self._shift
+        self.busy = True
         return seq
+
+    def sign(self, kind: str, h: int, key: tuple = ()) -> None:
+        """Carry the call's signature hash ``h`` (of ``key``: its collective, count, dtype, op, root and
+        calling thread) in every tag of the call: a rank making another call sends tags the others never
+        match, and the watchdog (:mod:`.watchdog`) turns that stall into an error on every rank."""
+        tags = self.tags
+        if tags.hash_bits:
+            field = tags.call_field(h)
+            self.base = ((self.seq & self._mask) << self._shift) | field
+            self.expect = tags.signature(kind) | field
+            self.sig_key = key
 
     def _open_slow(self, seq: int, low: int) -> None:
         if self.closed:
@@ -281,6 +322,9 @@ class Channel:
         call) or drops it (an earlier one) and returns.
         """
         n = self.line.take(status)
+        if n.error == SIG_CHECK:
+            self._sig_check(n)
+            return
         if n.error == "ConcurrentCallError":
             if self.poisoned is None:
                 self.poisoned = self.peer_error(n)
@@ -293,6 +337,20 @@ class Channel:
             self._slow = True
         else:
             log.debug("rank %d: ignoring a notice about call %d (now at %d): %s", self.rank, n.seq, self.seq, n)
+
+    def _sig_check(self, n: Notice) -> None:
+        """A stalled peer's signature for call ``n.seq`` (its watchdog sent it, :mod:`.watchdog`): if it is this
+        call and differs from this rank's, raise here and tell every rank."""
+        if n.seq != self.seq or self.expect is None or n.message == str(self.expect):
+            return
+        key = ", ".join(map(str, self.sig_key))
+        msg = (f"rank {n.rank} makes another call than rank {self.rank} (rank {n.rank}: {n.what}; rank {self.rank}: "
+               f"{key}; collective, count per block, dtype, op, root, thread): every rank must make the same call")
+        self.line.post(Notice(n.seq, self.rank, "BufferMismatchError", self.sig_key[0] if self.sig_key else "a call",
+                              msg))
+        e = errors.BufferMismatchError(f"call {n.seq} on this communicator: {msg}")
+        mark_shared(e)
+        raise e
 
     @staticmethod
     def peer_error(n: Notice) -> BaseException:

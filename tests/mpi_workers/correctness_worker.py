@@ -142,6 +142,29 @@ def case_err_readonly_after_first() -> str:
     return _named("err_readonly_after_first", call)
 
 
+# -------------------------------------------------------------------- another call on one rank, without debug mode
+def case_err_allreduce_dtype() -> str:
+    """float32 everywhere, int32 on one rank (the same size): the tags differ; every rank raises."""
+    c = Communicator(WORLD)
+    dt = np.int32 if RANK == BAD else np.float32
+    c.Allreduce(np.ones(8, np.float32), np.zeros(8, np.float32))  # a good call first
+    return _named("err_allreduce_dtype", lambda: c.Allreduce(np.ones(8, dt), np.zeros(8, dt)), rank=-1)
+
+
+def case_err_allreduce_op() -> str:
+    """SUM everywhere, MAX on one rank: every rank raises instead of returning a mix of the two."""
+    c = Communicator(WORLD)
+    op = MPI.MAX if RANK == BAD else MPI.SUM
+    return _named("err_allreduce_op", lambda: c.Allreduce(np.ones(8), np.zeros(8), op=op), rank=-1)
+
+
+def case_err_reduce_root() -> str:
+    """Reduce to root 0 everywhere, root 2 on one rank: no rank returns a wrong result."""
+    c = Communicator(WORLD)
+    root = N - 1 if RANK == BAD else 0
+    return _named("err_reduce_root", lambda: c.Reduce(np.ones(8), np.zeros(8), root=root), rank=-1)
+
+
 # -------------------------------------------------------------------- threads
 def _thread_calls(c, t: int, calls: int, blocking: bool, tally: list[int]) -> None:
     out = np.zeros(3)
