@@ -129,8 +129,8 @@ def main(argv=None) -> int:
             tally["wrong_runs"] += wrong > 0
             tally["clean"] += wrong == 0
         left -= k
-    tally["seconds"] = round(time.monotonic() - t0, 1)
-    print(json.dumps(dict(mode=args.mode, ranks=args.ranks, calls_per_thread=args.calls, **tally)))
+    print(json.dumps(dict(mode=args.mode, ranks=args.ranks, calls_per_thread=args.calls, **tally,
+                          seconds=round(time.monotonic() - t0, 1))))
     return 0 if tally["wrong"] == 0 and tally["hung"] == 0 and tally["aborted"] == 0 else 1
 
 

@@ -93,6 +93,7 @@ class CallGuard:
                     f"communicator refuses every call from now on, on every rank (give each thread its own: "
                     f"comm.Dup(), or order the threads' calls yourself)")
             error = self.poisoned
+            assert error is not None
         if fresh and self.on_poison is not None:
             self.on_poison(error)
         raise error

@@ -302,7 +302,8 @@ class Calls:
             backend = self.backend_for(like)
             cs = self.cache.compiled_for(schedule, backend, root)
             if cs.supports_call(m, dtype):
-                key = (kind, m, np.dtype(dtype).name, opname, root) if self.signing else None
+                # not the count: a different count is found at once by the length of the first message it changes
+                key = (kind, np.dtype(dtype).name, opname, root) if self.signing else None
                 self._run_schedule(cs, backend, schedule.name, kind, m, opname, like, sendarr, recvarr, copy_of, key)
                 return
             reason = f"schedule {schedule.name!r} cannot split {m} elements into its chunks"
@@ -426,7 +427,7 @@ class Calls:
 
 
 def sign_call(ch: Channel, key: tuple) -> None:
-    """Put the call's signature (``key``: collective, count, dtype, op, root; and the calling thread) in its tags."""
+    """Put the call's signature (``key``: collective, dtype, op, root; and the calling thread) in its tags."""
     full = key + (ch.caller,)
     ch.sign(key[0], _call_hash(full), full)
 

@@ -29,6 +29,9 @@ ERRORS = [
     ("err_gatherv_sendcount", 1, "the root (0) counts 1"),
     ("err_scatterv_overflow", 0, "run past its"),
     ("err_readonly_after_first", 1, "read-only"),
+    ("err_allreduce_dtype", -1, "another signature"),
+    ("err_allreduce_op", -1, "another signature"),
+    ("err_reduce_root", -1, "another call"),
 ]
 
 

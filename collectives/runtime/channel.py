@@ -252,8 +252,8 @@ class Channel:
         return seq
 
     def sign(self, kind: str, h: int, key: tuple = ()) -> None:
-        """Carry the call's signature hash ``h`` (of ``key``: its collective, count, dtype, op, root and
-        calling thread) in every tag of the call: a rank making another call sends tags the others never
+        """Carry the call's signature hash ``h`` (of ``key``: its collective, dtype, op, root and calling
+        thread) in every tag of the call: a rank making another call sends tags the others never
         match, and the watchdog (:mod:`.watchdog`) turns that stall into an error on every rank."""
         tags = self.tags
         if tags.hash_bits:
@@ -345,7 +345,7 @@ class Channel:
             return
         key = ", ".join(map(str, self.sig_key))
         msg = (f"rank {n.rank} makes another call than rank {self.rank} (rank {n.rank}: {n.what}; rank {self.rank}: "
-               f"{key}; collective, count per block, dtype, op, root, thread): every rank must make the same call")
+               f"{key}; collective, dtype, op, root, thread): every rank must make the same call")
         self.line.post(Notice(n.seq, self.rank, "BufferMismatchError", self.sig_key[0] if self.sig_key else "a call",
                               msg))
         e = errors.BufferMismatchError(f"call {n.seq} on this communicator: {msg}")

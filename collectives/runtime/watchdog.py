@@ -1,8 +1,9 @@
 """The watchdog: a call whose messages carry another signature than this rank's is an error on every rank.
 
 Every tag of a call run on a ccsynth schedule carries a hash of the call's
-signature -- collective, count, dtype, op, root and the calling thread's
-name (:meth:`.channel.Channel.sign`; 6 bits where ``MPI_TAG_UB`` is at
+signature -- collective, dtype, op, root and the calling thread's name
+(not the count: the length of the first message a different count changes
+shows it at once; :meth:`.channel.Channel.sign`; 6 bits where ``MPI_TAG_UB`` is at
 least ``2**27 - 1``, as in MPICH and Open MPI). A rank that makes another
 call than the others (float32 against int32 of the same size, ``MAX``
 against ``SUM``, another root, thread A's call against thread B's) sends
@@ -104,9 +105,9 @@ def _mismatch(ch, seq: int) -> tuple[int, int] | None:
 
 
 def _tell(ch, seq: int, peer: int, tag: int) -> None:
-    kind, m, dtype, op, root, thread = (ch.sig_key + ("?",) * 6)[:6]
-    msg = (f"rank {peer}'s messages for this call carry another signature than rank {ch.rank}'s ({kind} of {m} "
-           f"element(s) per block of {dtype}, op {op}, root {root}, from thread {thread!r}): the ranks made "
-           f"different calls (collective, count, dtype, op, root or calling thread); every rank must make the same")
+    kind, dtype, op, root, thread = (ch.sig_key + ("?",) * 5)[:5]
+    msg = (f"rank {peer}'s messages for this call carry another signature than rank {ch.rank}'s ({kind} of {dtype}, "
+           f"op {op}, root {root}, from thread {thread!r}): the ranks made different calls (collective, dtype, op, "
+           f"root or calling thread); every rank must make the same")
     log.debug("rank %d: call %d: %s", ch.rank, seq, msg)
     ch.line.post(Notice(seq, ch.rank, "BufferMismatchError", str(kind), msg), to_self=True)

@@ -16,12 +16,12 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
-from mpi4py import MPI  # noqa: E402
+import numpy as np
+from mpi4py import MPI
 
-import collectives_worker as cw  # noqa: E402  (installs the abort handler)
-from ccsynth.communicator import Communicator  # noqa: E402
-from ccsynth.errors import BufferMismatchError, CCSynthError, ConcurrentCallError  # noqa: E402
+import collectives_worker as cw
+from ccsynth.communicator import Communicator
+from ccsynth.errors import BufferMismatchError, CCSynthError, ConcurrentCallError
 
 WORLD, N, RANK = cw.WORLD, cw.N, cw.RANK
 BAD = 1  # the rank with the bad argument
@@ -30,7 +30,7 @@ BAD = 1  # the rank with the bad argument
 def _named(case: str, fn, rank: int = BAD, exc=BufferMismatchError) -> str:
     """``fn`` must raise ``exc`` on every rank, naming ``rank`` (its own error there)."""
     note = cw.expect_error(case, exc, fn)
-    if rank >= 0 and RANK != rank and f"rank {rank}" not in note:
+    if rank >= 0 and rank != RANK and f"rank {rank}" not in note:
         raise AssertionError(f"rank {RANK}: {case}: the error does not name rank {rank}: {note}")
     return note
 
