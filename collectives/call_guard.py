@@ -26,7 +26,7 @@ at a time (:class:`CallGuard`):
 
 Calls from two threads in turn on one rank are still correct only if every
 rank makes them in the same order, as MPI requires; the call's signature
-carries its thread's name (:func:`thread_tag`), so where rank 0 runs thread
+carries its thread's name (:func:`thread_name`), so where rank 0 runs thread
 A's call against rank 1's thread B, the messages do not match and the
 ranks raise :class:`~ccsynth.errors.BufferMismatchError` instead of mixing
 the data (:mod:`~ccsynth.collectives.signature`).
@@ -49,12 +49,20 @@ import threading
 
 from ccsynth.errors import ConcurrentCallError
 
-__all__ = ["CallGuard", "thread_tag"]
+__all__ = ["CallGuard", "thread_tag", "thread_name"]
 
 
-def thread_tag() -> str:
-    """What a call's signature says about its thread: the thread's name (the same on every rank of an SPMD program)."""
-    return threading.current_thread().name
+def thread_tag() -> int:
+    """Who makes a call: the thread's ident (:func:`thread_name` gives the name its signature carries)."""
+    return threading.get_ident()
+
+
+def thread_name(ident: int) -> str:
+    """The name of the live thread ``ident`` (the same on every rank of an SPMD program), else ``"?"``."""
+    for t in threading.enumerate():
+        if t.ident == ident:
+            return t.name
+    return "?"
 
 
 class CallGuard:
@@ -69,7 +77,6 @@ class CallGuard:
     def __init__(self, rank: int, on_poison=None) -> None:
         self._lock = threading.Lock()
         self.owner: int | None = None
-        self.owner_name = ""
         self.active = 0
         self.poisoned: BaseException | None = None
         self.rank = rank
@@ -78,17 +85,24 @@ class CallGuard:
     def enter(self) -> None:
         """A call starts on this thread: raise :class:`ConcurrentCallError` if another thread's call is in flight."""
         me = threading.get_ident()
+        lock = self._lock
+        lock.acquire()
+        if self.poisoned is None and (self.active == 0 or self.owner == me):
+            self.owner = me
+            self.active += 1
+            lock.release()
+            return
+        lock.release()
+        self._refuse(me)
+
+    def _refuse(self, me: int) -> None:
         with self._lock:
-            if self.poisoned is None and (self.active == 0 or self.owner == me):
-                if self.owner != me:
-                    self.owner, self.owner_name = me, threading.current_thread().name
-                self.active += 1
-                return
             fresh = self.poisoned is None
             if fresh:
+                owner = thread_name(self.owner) if self.owner is not None else "?"
                 self.poisoned = ConcurrentCallError(
-                    f"rank {self.rank}: thread {threading.current_thread().name!r} called this Communicator while "
-                    f"a call of thread {self.owner_name!r} was in flight; MPI needs the calls on one communicator "
+                    f"rank {self.rank}: thread {thread_name(me)!r} called this Communicator while a call of "
+                    f"thread {owner!r} was in flight; MPI needs the calls on one communicator "
                     f"in the same order on every rank, which two threads at once cannot promise, so the "
                     f"communicator refuses every call from now on, on every rank (give each thread its own: "
                     f"comm.Dup(), or order the threads' calls yourself)")

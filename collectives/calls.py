@@ -43,7 +43,7 @@ import os
 import sys
 import weakref
 import zlib
-from functools import lru_cache, partial
+from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +52,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ccsynth.collectives.agreement import agree_on_args, agree_on_call, agree_on_setup, call_signature
-from ccsynth.collectives.call_guard import CallGuard, thread_tag
+from ccsynth.collectives.call_guard import CallGuard, thread_name, thread_tag
 from ccsynth.collectives.buffer_specs import OpNames, backend_for, front, is_in_place
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
 from ccsynth.collectives.fallback import MPIFallback
@@ -195,7 +195,7 @@ class Calls:
         finally:
             guard.leave()
 
-    def call(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream, caller: str) -> None:
+    def call(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream, caller: int) -> None:
         """One call (from thread ``caller``): number it, take array-likes as arrays, replay or run ``impl``; errors
         reach every rank."""
         self.nonblocking.wait_turn()
@@ -348,10 +348,11 @@ class Calls:
         sync, op_run = backend.synchronize, opname or "sum"
         count = m if (sendarr is None and recvarr is None) else None
         ch = self.channel
+        sign = Signer(key) if key is not None else None
 
         def replay() -> None:
-            if key is not None:
-                sign_call(ch, key)
+            if sign is not None:
+                sign(ch)
             if pre is not None:
                 pre()
             if device:
@@ -426,15 +427,26 @@ class Calls:
         self.channel.close(free=True)
 
 
-def sign_call(ch: Channel, key: tuple) -> None:
-    """Put the call's signature (``key``: collective, dtype, op, root; and the calling thread) in its tags."""
-    full = key + (ch.caller,)
-    ch.sign(key[0], _call_hash(full), full)
+class Signer:
+    """What one call site puts in its tags (:class:`Channel`'s ``base``, ``expect``, ``sig_key``): ``key``
+    (collective, dtype, op, root) and the calling thread's name, hashed once per calling thread."""
 
+    __slots__ = ("by_caller", "key", "kind")
 
-@lru_cache(maxsize=512)
-def _call_hash(full: tuple) -> int:
-    return zlib.crc32(repr(full).encode())
+    def __init__(self, key: tuple) -> None:
+        self.kind, self.key = key[0], key
+        self.by_caller: dict[int, tuple[int, int, tuple]] = {}
+
+    def __call__(self, ch: Channel) -> None:
+        hit = self.by_caller.get(ch.caller)
+        if hit is None:
+            full = self.key + (thread_name(ch.caller),)
+            tags = ch.tags
+            field = tags.call_field(zlib.crc32(repr(full).encode()))
+            hit = self.by_caller[ch.caller] = (field, tags.signature(self.kind) | field, full)
+        ch.base |= hit[0]
+        ch.expect = hit[1]
+        ch.sig_key = hit[2]
 
 
 def _use_device(device: int | None) -> None:

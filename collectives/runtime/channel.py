@@ -127,7 +127,7 @@ class TagSpace:
     @classmethod
     def for_tag_ub(cls, tag_ub: int) -> TagSpace:
         bits = (int(tag_ub) + 1).bit_length() - 1  # every tag below 2**bits is valid
-        if bits >= 27:  # the collective and a 6-bit hash of the call's signature (Channel.sign)
+        if bits >= 27:  # the collective and a 6-bit hash of the call's signature (calls.Signer)
             return cls(SIGNED_SLICE_BITS, bits - SIGNED_SLICE_BITS - 9, 9)
         sig_bits = 6 if bits >= 24 else 3
         slice_bits = max(6, min(MAX_SLICE_BITS, bits - sig_bits - MIN_SEQ_BITS))
@@ -164,7 +164,7 @@ class TagSpace:
         return (sig & ((1 << self.sig_bits) - 1)) << self.slice_bits
 
     def call_field(self, h: int) -> int:
-        """What the call's signature hash ``h`` adds to every tag of the call (see :meth:`Channel.sign`)."""
+        """What the call's signature hash ``h`` adds to every tag of the call (:class:`ccsynth.collectives.calls.Signer`)."""
         return (h & ((1 << self.hash_bits) - 1)) << self.slice_bits
 
     def sig_mask(self) -> int:
@@ -213,9 +213,11 @@ class Channel:
         self.seq = 0  # the call in progress (or the last one)
         self.base = 0  # its tag base
         self.busy = False  # a call is in progress (the watchdog looks at stalled calls only)
-        self.expect: int | None = None  # the signature field of this call's tags, where it is signed (sign)
+        # the signature field of this call's tags where the call is signed (calls.Signer: a mismatch there is turned
+        # into an error on every rank by the watchdog, runtime.watchdog)
+        self.expect: int | None = None
         self.sig_key: tuple = ()  # what the signature hashed, for the watchdog's message
-        self.caller = ""  # the name of the thread that made the call in progress
+        self.caller = 0  # the ident of the thread that made the call in progress
         self.generation = 0
         self.line = ControlLine(control_comm, MPI)
         self.ctrl = self.line.request
@@ -250,17 +252,6 @@ class Channel:
         self.base = low << self._shift
         self.busy = True
         return seq
-
-    def sign(self, kind: str, h: int, key: tuple = ()) -> None:
-        """Carry the call's signature hash ``h`` (of ``key``: its collective, dtype, op, root and calling
-        thread) in every tag of the call: a rank making another call sends tags the others never
-        match, and the watchdog (:mod:`.watchdog`) turns that stall into an error on every rank."""
-        tags = self.tags
-        if tags.hash_bits:
-            field = tags.call_field(h)
-            self.base = ((self.seq & self._mask) << self._shift) | field
-            self.expect = tags.signature(kind) | field
-            self.sig_key = key
 
     def _open_slow(self, seq: int, low: int) -> None:
         if self.closed:

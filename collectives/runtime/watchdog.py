@@ -3,7 +3,7 @@
 Every tag of a call run on a ccsynth schedule carries a hash of the call's
 signature -- collective, dtype, op, root and the calling thread's name
 (not the count: the length of the first message a different count changes
-shows it at once; :meth:`.channel.Channel.sign`; 6 bits where ``MPI_TAG_UB`` is at
+shows it at once; ``calls.Signer``; 6 bits where ``MPI_TAG_UB`` is at
 least ``2**27 - 1``, as in MPICH and Open MPI). A rank that makes another
 call than the others (float32 against int32 of the same size, ``MAX``
 against ``SUM``, another root, thread A's call against thread B's) sends
