@@ -15,11 +15,15 @@ sent, and received, with the tag::
     tag = ((s mod W) * 2**C + c) * 2**B + t      (t < 2**B: the slice's tag within the call)
 
 where ``t`` is the layout's per-(rank pair, direction) slice number
-(:mod:`.layout`), ``c < 2**C`` the call's *signature* -- the collective
-(allreduce, allgather, ...) and its root modulo 8 -- ``B`` the *slice bits*
-and ``W`` the *window* (:class:`TagSpace`, sized from the communicator's
-``MPI_TAG_UB``: with MPICH's 2**29 - 1, B = 14, C = 6 and W = 512; with the
-minimum MPI guarantees, 32767, B = 8, C = 3 (the collective only) and W = 16). A layout that would need more than
+(:mod:`.layout`), ``c < 2**C`` the call's *signature*, ``B`` the *slice
+bits* and ``W`` the *window* (:class:`TagSpace`, sized from the
+communicator's ``MPI_TAG_UB``). Where ``MPI_TAG_UB >= 2**27 - 1`` (MPICH's
+2**29 - 1: B = 12, C = 9, W = 256) the signature is the collective (3 bits)
+and a 6-bit hash of the call's dtype, op, root and calling thread, set per
+call by the communicator (``calls.Signer``; a mismatch stalls and the
+watchdog makes it an error, :mod:`.watchdog`); from 2**24 - 1 the
+collective and its root modulo 8 (C = 6); with the minimum MPI guarantees,
+32767, the collective only (B = 8, C = 3, W = 16). A layout that would need more than
 ``2**B`` (less a few reserved) slices on one rank pair in one call is
 refused before anything is sent (:class:`~ccsynth.errors.ScheduleError`:
 use larger slices). Every ``W`` calls (when ``s mod W == 0``) every rank
