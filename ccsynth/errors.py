@@ -74,6 +74,10 @@ class PeerError(CCSynthError, RuntimeError):
     """
 
 
+class ConcurrentCallError(CCSynthError, RuntimeError):
+    """Two threads called one Communicator at once: the communicator refuses every call from then on, on every rank."""
+
+
 class CallTimeoutError(PeerError, TimeoutError):
     """A collective call waited longer than its timeout for another rank."""
 
@@ -94,5 +98,6 @@ __all__ = [
     "SizeError",
     "LayoutError",
     "PeerError",
+    "ConcurrentCallError",
     "CallTimeoutError",
 ]

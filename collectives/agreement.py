@@ -27,14 +27,18 @@ Example:
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
+from ccsynth.collectives.buffer_specs import PassToMPI
 from ccsynth.collectives.runtime.channel import Channel, mark_shared
 from ccsynth.errors import BufferMismatchError, CCSynthError, PlanError
 
-__all__ = ["agree_on_setup", "call_signature", "agree_on_call"]
+__all__ = ["agree_on_setup", "call_signature", "agree_on_call", "agree_on_args", "run_checks", "signature_hash", "ARGS_OK",
+           "ARGS_TO_MPI", "ARGS_FAILED"]
 
 
 def _ranges(ranks: list[int]) -> str:
@@ -119,5 +123,83 @@ def agree_on_call(channel: Channel, sig: str, error: BaseException | None = None
     else:
         e = BufferMismatchError(f"ranks disagree on the arguments of call {channel.seq}: {lines} "
                                 f"(rank {channel.rank} calls {sig})")
+    mark_shared(e)
+    raise e
+
+
+#: a rank's state in :func:`agree_on_args`: its checks passed, it hands the call to the MPI library, they failed
+ARGS_OK, ARGS_TO_MPI, ARGS_FAILED = 0, 1, 2
+
+
+def run_checks(check: Callable[[], Any]) -> tuple[int, Any, BaseException | None]:
+    """This rank's local checks of a call: ``(state, what check() returned, its error)`` for :func:`agree_on_args`
+    (:class:`~ccsynth.collectives.buffer_specs.PassToMPI`: the MPI library runs the call)."""
+    try:
+        return ARGS_OK, check(), None
+    except PassToMPI:
+        return ARGS_TO_MPI, None, None
+    except Exception as e:  # noqa: BLE001 - every rank raises it, after the agreement
+        return ARGS_FAILED, None, e
+
+
+def signature_hash(sig: str) -> int:
+    """A call's signature as a non-negative 31-bit number (what the ranks compare)."""
+    return zlib.crc32(sig.encode()) & 0x7FFFFFFF
+
+
+def agree_on_args(channel: Channel, what: str, state: int, sig: str, error: BaseException | None,
+                  row=None):
+    """Every rank's local checks of one call, agreed before anything else is sent: ``True`` if the MPI library
+    must run it (some rank handed it there), else ``False``; raises on every rank if a rank failed its checks
+    or the ranks disagree on the signature ``sig``.
+
+    ``state`` is this rank's :data:`ARGS_OK`, :data:`ARGS_TO_MPI` or
+    :data:`ARGS_FAILED` (then ``error`` is its error); ``row`` (int64, the
+    same length on every rank) rides along: with it the agreement is one
+    allgather and returns ``(to_mpi, rows)``, every rank's row (an
+    ``Alltoallv``'s counts), else one small ``Allreduce``. The error path
+    (some rank failed or disagrees) adds one gather of the ranks' messages.
+    """
+    h = signature_hash(sig) if state == ARGS_OK else 0
+    n = channel.size
+    if row is None:
+        v = np.array([state, h, -h], np.int64)
+        out = np.empty_like(v)
+        if n > 1:
+            channel.comm.Allreduce(v, out, op=MPI.MAX)
+        else:
+            out[:] = v
+        worst, agree, rows = int(out[0]), bool(out[1] == -out[2]), None
+    else:
+        mine = np.concatenate([np.array([state, h], np.int64), np.asarray(row, np.int64)])
+        both = np.empty((n, mine.size), np.int64)
+        if n > 1:
+            channel.comm.Allgather(mine, both)
+        else:
+            both[0] = mine
+        worst = int(both[:, 0].max())
+        ok = both[both[:, 0] == ARGS_OK, 1]
+        agree, rows = bool(ok.size == 0 or (ok == ok[0]).all()), both[:, 2:]
+    if worst == ARGS_FAILED or (worst == ARGS_OK and not agree):
+        _raise_everywhere(channel, what, state, sig, error)
+    to_mpi = worst == ARGS_TO_MPI
+    return to_mpi if row is None else (to_mpi, rows)
+
+
+def _raise_everywhere(channel: Channel, what: str, state: int, sig: str, error: BaseException | None) -> None:
+    """Some rank failed its checks, or the ranks disagree: every rank raises, naming the rank(s) and why."""
+    mine = f"{type(error).__name__}: {error}" if state == ARGS_FAILED else sig
+    everyone = channel.comm.allgather((state, mine)) if channel.size > 1 else [(state, mine)]
+    if error is not None:
+        mark_shared(error)
+        raise error
+    failed = [r for r, (s, _) in enumerate(everyone) if s == ARGS_FAILED]
+    if failed:
+        why = "; ".join(f"rank {r}: {everyone[r][1]}" for r in failed)
+        e = BufferMismatchError(f"{what} (call {channel.seq}) failed on rank{'s' if len(failed) > 1 else ''} "
+                                f"{_ranges(failed)}: {why}")
+    else:
+        lines = "; ".join(f"rank {r}: {d}" for r, (s, d) in enumerate(everyone) if s == ARGS_OK)
+        e = BufferMismatchError(f"the ranks disagree on the arguments of {what} (call {channel.seq}): {lines}")
     mark_shared(e)
     raise e

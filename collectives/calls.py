@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
+import zlib
 from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +51,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ccsynth.collectives.agreement import agree_on_call, agree_on_setup, call_signature
+from ccsynth.collectives.agreement import agree_on_args, agree_on_call, agree_on_setup, call_signature
+from ccsynth.collectives.call_guard import CallGuard, thread_name, thread_tag
 from ccsynth.collectives.buffer_specs import OpNames, backend_for, front, is_in_place, mpi_op_of
 from ccsynth.collectives.executor import CompiledSchedule, timeout_from_env
 from ccsynth.collectives.fallback import MPIFallback
@@ -62,11 +65,12 @@ from ccsynth.collectives.runtime.memory import cache_bytes_from_env
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
 from ccsynth.collectives.fast_path import CallArgs, mpi_call, mpi_replay
 from ccsynth.collectives.plan import MPI_ALGORITHM
+from ccsynth.collectives.runtime.watchdog import Watchdog
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.schedule_cache import MPI_PICK, ScheduleCache
 from ccsynth.collectives.staging import DeviceStaging, Stager, is_device_spec, run_on_host, wait_stream
 from ccsynth.collectives.vschedule import VScheduleCache
-from ccsynth.errors import CCSynthError, PlanError, ScheduleError
+from ccsynth.errors import CCSynthError, ConcurrentCallError, PlanError, ScheduleError
 from ccsynth.kernels.base import DTYPES, Backend, get_backend, is_device_array
 from ccsynth.kernels.devices import pick_device
 
@@ -163,6 +167,12 @@ class Calls:
         self.phases = None if phases is None else PhasedCalls(
             phases, comm, channel, self.mpi, slice_bytes=options.slice_bytes, timeout=options.timeout,
             threads=phase_threads, cache_bytes=cache_bytes)
+        self.guard = CallGuard(self.rank, on_poison=channel.poison)  # one thread at a time
+        # the call's signature in its tags, where a watchdog can turn a mismatch into an error (runtime.watchdog)
+        self.signing = bool(self.size > 1 and channel.tags.hash_bits and MPI.Query_thread() == MPI.THREAD_MULTIPLE)
+        self.watchdog = Watchdog(channel, f"ccsynth-watchdog-{self.rank}") if self.signing else None
+        if self.watchdog is not None:
+            weakref.finalize(self, self.watchdog.stop)
         self.last_algorithm = ""  # what ran the last call: a schedule name or MPI_ALGORITHM
         self.current: CallArgs | None = None  # the call in progress (its buffers held while it runs, never after)
         self._agreed = 0  # debug: the call whose signature the ranks agreed on
@@ -181,12 +191,23 @@ class Calls:
 
     # ------------------------------------------------------------ entry
     def blocking(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream) -> None:
-        """One blocking call: number it, replay it if it repeats a call (the fast path), else take array-likes
-        as arrays and run ``impl``; errors reach every rank."""
+        """One blocking call from the user's thread (one thread at a time: :mod:`~ccsynth.collectives.call_guard`)."""
+        guard = self.guard
+        guard.enter()
+        try:
+            self.call(kind, impl, sendbuf, recvbuf, op, root, stream, thread_tag())
+        finally:
+            guard.leave()
+
+    def call(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream, caller: int) -> None:
+        """One call (from thread ``caller``): number it, replay it if it repeats a call (the fast path), else take
+        array-likes as arrays and run ``impl``; errors reach every rank."""
         nonblocking = self.nonblocking
         if nonblocking.thread is not None:
             nonblocking.wait_turn()
-        self.channel.open_call()
+        ch = self.channel
+        ch.caller = caller
+        ch.open_call()
         try:
             if stream is None and not self.debug:
                 hit = self.cache.fast.lookup(kind, sendbuf, recvbuf, op, root)
@@ -197,6 +218,8 @@ class Calls:
                         self.cache.fast.forget()
                         raise
                     self.last_algorithm = hit.name
+                    if ch.poisoned is not None:  # a second thread came in meanwhile: the pairing is in doubt
+                        raise ch.poisoned
                     return
             if sendbuf is not None and type(sendbuf) is not np.ndarray:
                 sendbuf = front(sendbuf, kind == "broadcast" and self.rank != root)
@@ -210,11 +233,16 @@ class Calls:
                             root, in_place=is_in_place(sendbuf), at_root=self.rank == root)
                 return
             impl(self, sendbuf, recvbuf, op, root)
+            if self.channel.poisoned is not None:  # a second thread came in meanwhile: the pairing is in doubt
+                raise self.channel.poisoned
         except BaseException as e:
+            if isinstance(e, ConcurrentCallError):
+                self.guard.poison(e)
             self.failed(e, kind)
             raise
         finally:
             self.current = None
+            ch.busy = False
 
     def start(self, kind: str, impl: Impl, sendbuf, recvbuf, op, root, stream) -> Request:
         """A non-blocking call: queued on the progress thread (see :mod:`~ccsynth.collectives.requests`)."""
@@ -228,8 +256,22 @@ class Calls:
             except CCSynthError as e:
                 return completed(kind, e)
             return completed(kind)
+        guard = self.guard
+        guard.enter()  # in flight until the progress thread has run it
+        caller = thread_tag()
+
+        def job() -> None:
+            try:
+                self.call(kind, impl, sendbuf, recvbuf, op, root, None, caller)
+            finally:
+                guard.leave()
+
         # the first one is collective: every rank makes its first non-blocking call here
-        return self.nonblocking.submit(lambda: self.blocking(kind, impl, sendbuf, recvbuf, op, root, None), kind)
+        try:
+            return self.nonblocking.submit(job, kind)
+        except BaseException:
+            guard.leave()
+            raise
 
     def failed(self, e: BaseException, kind: str) -> None:
         """This rank's call raised ``e``: in debug mode the ranks still agree, else tell the others."""
@@ -239,6 +281,11 @@ class Calls:
         if self.phases is not None:
             self.phases.failed(e, kind)
         ch.call_failed(e, kind)
+
+    def agree_args(self, what: str, state: int, sig: str, error: BaseException | None, row=None):
+        """Every rank's local checks of this call, agreed first (:func:`~ccsynth.collectives.agreement.agree_on_args`)."""
+        self._agreed = self.channel.seq
+        return agree_on_args(self.channel, what, state, sig, error, row)
 
     def agree(self, sig: str, error: BaseException | None = None) -> None:
         """Debug mode: the ranks agree on this call's signature (:func:`~ccsynth.collectives.agreement.agree_on_call`)."""
@@ -272,7 +319,9 @@ class Calls:
             backend = self.backend_for(like)
             cs = self.cache.compiled_for(schedule, backend, root)
             if cs.supports_call(m, dtype):
-                self._run_schedule(cs, backend, schedule.name, kind, m, opname, like, sendarr, recvarr, copy_of)
+                # not the count: a different count is found at once by the length of the first message it changes
+                key = (kind, np.dtype(dtype).name, opname, root) if self.signing else None
+                self._run_schedule(cs, backend, schedule.name, kind, m, opname, like, sendarr, recvarr, copy_of, key)
                 return
             reason = f"schedule {schedule.name!r} cannot split {m} elements into its chunks"
         self.fallback.check_allowed(f"no ccsynth schedule for {kind} of {nbytes} bytes on {self.size} ranks ({reason})")
@@ -335,7 +384,7 @@ class Calls:
             self.cache.remember(call, replay, MPI_ALGORITHM)
 
     def _run_schedule(self, cs: CompiledSchedule, backend: Backend, name: str, kind: str, m: int, opname, like,
-                      sendarr, recvarr, copy_of) -> None:
+                      sendarr, recvarr, copy_of, key: tuple | None = None) -> None:
         """Run the compiled schedule, and keep the run as the call's replay (see :mod:`~ccsynth.collectives.schedule_cache`)."""
         pre = None
         # the replay is kept between calls: it must not keep the caller's arrays alive, so it holds views that
@@ -351,8 +400,12 @@ class Calls:
         run, device = cs.execute, backend.is_device
         sync, op_run = backend.synchronize, opname or "sum"
         count = m if (sendarr is None and recvarr is None) else None
+        ch = self.channel
+        sign = Signer(key) if key is not None else None
 
         def replay() -> None:
+            if sign is not None:
+                sign(ch)
             if pre is not None:
                 pre()
             if device:
@@ -422,6 +475,8 @@ class Calls:
         """Stop the progress thread (after its calls), release the programs, buffers and the private channel."""
         self.nonblocking.close()
         self.cache.fast.forget()
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.phases is not None:
             self.phases.free()
         self.cache.free()
@@ -430,6 +485,28 @@ class Calls:
         self.stager.clear()
         self.channel.memory.clear()
         self.channel.close(free=True)
+
+
+class Signer:
+    """What one call site puts in its tags (:class:`Channel`'s ``base``, ``expect``, ``sig_key``): ``key``
+    (collective, dtype, op, root) and the calling thread's name, hashed once per calling thread."""
+
+    __slots__ = ("by_caller", "key", "kind")
+
+    def __init__(self, key: tuple) -> None:
+        self.kind, self.key = key[0], key
+        self.by_caller: dict[int, tuple[int, int, tuple]] = {}
+
+    def __call__(self, ch: Channel) -> None:
+        hit = self.by_caller.get(ch.caller)
+        if hit is None:
+            full = self.key + (thread_name(ch.caller),)
+            tags = ch.tags
+            field = tags.call_field(zlib.crc32(repr(full).encode()))
+            hit = self.by_caller[ch.caller] = (field, tags.signature(self.kind) | field, full)
+        ch.base |= hit[0]
+        ch.expect = hit[1]
+        ch.sig_key = hit[2]
 
 
 def _use_device(device: int | None) -> None:

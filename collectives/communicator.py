@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from ccsynth.collectives import block_collectives as blocks, vcollectives as vcalls
+from ccsynth.collectives import block_collectives as blocks, rooted_v, vcollectives as vcalls
 from ccsynth.collectives.calls import Calls
 from ccsynth.collectives.fallback import MPI_ONLY
 from ccsynth.collectives.mpi_util import CommWrapper, comm_to_wrap
@@ -259,6 +259,14 @@ class Communicator(MPI.Intracomm, CommWrapper):
         """Rank ``r`` gets block ``r`` (``recvcounts[r]`` elements) of the reduction of everyone's sendbuf."""
         self._calls.blocking("reduce_scatterv", vcalls.reduce_scatterv, sendbuf, recvbuf, (recvcounts, op), 0, stream)
 
+    def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """The MPI library's ``Gatherv``, after every rank's arguments are checked (:mod:`~ccsynth.collectives.rooted_v`)."""
+        self._calls.blocking("gatherv", rooted_v.gatherv, sendbuf, recvbuf, None, root, None)
+
+    def Scatterv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """The MPI library's ``Scatterv``, after every rank's arguments are checked (:mod:`~ccsynth.collectives.rooted_v`)."""
+        self._calls.blocking("scatterv", rooted_v.scatterv, sendbuf, recvbuf, None, root, None)
+
     # ------------------------------------------------------------ non-blocking (ccsynth Requests)
     def Iallreduce(self, sendbuf, recvbuf, op=None, *, stream=None) -> Request:  # type: ignore[override]
         """Non-blocking :meth:`Allreduce`: returns a :class:`~ccsynth.collectives.requests.Request`."""
@@ -377,7 +385,11 @@ class Communicator(MPI.Intracomm, CommWrapper):
         """A collective ccsynth does not run: the wrapped comm's, with ``last_algorithm = "mpi"`` and a notice."""
         calls = self._calls
         calls.fallback.tell((name, "not covered"), "%s has no ccsynth schedule; the MPI library runs it", name)
-        result = getattr(self.comm, name)(*args, **kwargs)
+        calls.guard.enter()
+        try:
+            result = getattr(self.comm, name)(*args, **kwargs)
+        finally:
+            calls.guard.leave()
         calls.last_algorithm = "mpi"
         return result
 

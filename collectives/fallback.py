@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 #: collectives of mpi4py's Comm that ccsynth never schedules: they go to the wrapped comm, visibly
 MPI_ONLY = frozenset((
-    "Gather", "Gatherv", "Scatter", "Scatterv", "Scan", "Exscan", "Alltoallw", "Reduce_scatter_init",
+    "Gather", "Scatter", "Scan", "Exscan", "Alltoallw", "Reduce_scatter_init",
     "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iscan", "Iexscan", "Ialltoallw",
     "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv", "Neighbor_alltoallw",
 ))

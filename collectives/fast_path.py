@@ -88,12 +88,13 @@ class Replay:
 def spec_signature(spec):
     """What must stay the same for a buffer spec to be replayed.
 
-    Arrays: dtype, shape and strides (the same object keeps its memory);
+    Arrays: dtype, shape, strides and (NumPy) whether it is writable (the same object keeps its memory; a
+    buffer made read-only after a call is parsed again, and refused);
     None and ``MPI.IN_PLACE``: themselves; anything else (a list spec, a new
     object per call): never replayed.
     """
     if type(spec) is np.ndarray:
-        return (spec.dtype, spec.shape, spec.strides)
+        return (spec.dtype, spec.shape, spec.strides, spec.flags.writeable)
     if spec is None:
         return None
     mpi = sys.modules.get("mpi4py.MPI")

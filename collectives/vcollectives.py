@@ -25,18 +25,20 @@ specs in mpi4py's forms (``[buf, counts]``, ``[buf, (counts, displs)]``,
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 
 import numpy as np
 from mpi4py import MPI
 
+from ccsynth.collectives.agreement import run_checks
 from ccsynth.collectives.block_collectives import reduce_scatter_block
 from ccsynth.collectives.buffer_specs import PassToMPI, check_op_dtype, is_in_place, parse, parse_v
 from ccsynth.collectives.calls import Calls
 from ccsynth.collectives.schedule_cache import MPI_PICK
 from ccsynth.collectives.explicit_program import ExplicitProgram
 from ccsynth.collectives.runtime.channel import mark_shared
-from ccsynth.collectives.vcounts import MAX_PADDING, Padding, check_counts, pack
+from ccsynth.collectives.vcounts import MAX_PADDING, Padding, check_counts, displacements, pack
 from ccsynth.collectives.vschedule import V_KINDS
 from ccsynth.errors import BufferMismatchError
 
@@ -46,23 +48,36 @@ _ZERO_OFFSET = np.zeros(1, np.int64)  # an Allgatherv's one input chunk starts a
 _NAMES = {"alltoallv": "Alltoallv", "allgatherv": "Allgatherv"}
 
 
+def _counts_text(counts) -> str:
+    """Counts as a signature shows them: the list, or a hash of a long one."""
+    c = np.asarray(counts, np.int64)
+    return str(c.tolist()) if c.size <= 16 else f"#{zlib.crc32(c.tobytes()):08x} ({c.size} counts, {int(c.sum())} in all)"
+
+
 def alltoallv(calls: Calls, sendbuf, recvbuf, op, root) -> None:
     """Block ``q`` of recvbuf (``recvcounts[q]`` elements at ``recvdispls[q]``) = rank ``q``'s block for this rank."""
     n = calls.size
-    try:
+
+    def check():
         if is_in_place(sendbuf):
             raise PassToMPI("MPI.IN_PLACE")
         r = parse_v(recvbuf, "recvbuf", n, writable=True)
         s = parse_v(sendbuf, "sendbuf", n)
-    except PassToMPI as f:
-        return calls.plain("Alltoallv", str(f), lambda: calls.coll_comm().Ialltoallv(sendbuf, recvbuf))
-    if s.array.dtype != r.array.dtype:
-        raise BufferMismatchError(f"sendbuf has dtype {s.array.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
-    # every rank's send and receive counts: the schedule needs the send counts of all, and with the receive
-    # counts every rank finds a mismatch itself (see the module doc)
-    both = np.empty((n, 2 * n), np.int64)
-    mine = np.concatenate([s.counts, r.counts])
-    calls.mpi_collective("Alltoallv", lambda: calls.coll_comm().Iallgather(mine, both))
+        if s.array.dtype != r.array.dtype:
+            raise BufferMismatchError(f"sendbuf has dtype {s.array.dtype.name} but recvbuf has dtype "
+                                      f"{r.array.dtype.name}")
+        return s, r
+
+    state, sr, err = run_checks(check)
+    # every rank's send and receive counts with its checks' outcome (one small allgather): the schedule needs the
+    # send counts of all, and with the receive counts every rank finds a mismatch itself (see the module doc)
+    mine = np.concatenate([sr[0].counts, sr[1].counts]) if sr is not None else np.zeros(2 * n, np.int64)
+    sig = f"Alltoallv of {sr[1].array.dtype.name}" if sr is not None else ""
+    to_mpi, both = calls.agree_args("Alltoallv", state, sig, err, mine)
+    if to_mpi:
+        return calls.plain("Alltoallv", "a rank's buffers go to the MPI library",
+                           lambda: calls.coll_comm().Ialltoallv(sendbuf, recvbuf))
+    s, r = sr
     rows, expects = both[:, :n], both[:, n:]
     if not np.array_equal(rows.T, expects):
         q, p = (int(x) for x in np.argwhere(expects != rows.T)[0])
@@ -79,19 +94,27 @@ def alltoallv(calls: Calls, sendbuf, recvbuf, op, root) -> None:
 def allgatherv(calls: Calls, sendbuf, recvbuf, op, root) -> None:
     """recvbuf block ``q`` (``counts[q]`` elements at ``displs[q]``) = rank ``q``'s sendbuf."""
     me = calls.rank
-    try:
+
+    def check():
         r = parse_v(recvbuf, "recvbuf", calls.size, writable=True)
         if is_in_place(sendbuf):
             mine = r.array[int(r.displs[me]):int(r.displs[me] + r.counts[me])]
         else:
             mine = parse(sendbuf, "sendbuf", 1).array
-    except PassToMPI as f:
-        return calls.plain("Allgatherv", str(f), lambda: calls.coll_comm().Iallgatherv(sendbuf, recvbuf))
-    if mine.dtype != r.array.dtype:
-        raise BufferMismatchError(f"sendbuf has dtype {mine.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
-    if mine.size != r.counts[me]:
-        raise BufferMismatchError(f"sendbuf has {mine.size} element(s) but recvbuf's counts give rank {me} "
-                                  f"{int(r.counts[me])}")
+        if mine.dtype != r.array.dtype:
+            raise BufferMismatchError(f"sendbuf has dtype {mine.dtype.name} but recvbuf has dtype "
+                                      f"{r.array.dtype.name}")
+        if mine.size != r.counts[me]:
+            raise BufferMismatchError(f"sendbuf has {mine.size} element(s) but recvbuf's counts give rank {me} "
+                                      f"{int(r.counts[me])}")
+        return r, mine
+
+    state, rm, err = run_checks(check)
+    sig = f"Allgatherv of {rm[0].array.dtype.name}, counts {_counts_text(rm[0].counts)}" if rm is not None else ""
+    if calls.agree_args("Allgatherv", state, sig, err):
+        return calls.plain("Allgatherv", "a rank's buffers go to the MPI library",
+                           lambda: calls.coll_comm().Iallgatherv(sendbuf, recvbuf))
+    r, mine = rm
     _run_v(calls, "allgatherv", r.counts, r.total * r.array.dtype.itemsize, mine, r.array, _ZERO_OFFSET,
            r.displs, lambda: calls.coll_comm().Iallgatherv(sendbuf, recvbuf))
 
@@ -102,29 +125,47 @@ def reduce_scatterv(calls: Calls, sendbuf, recvbuf, counts_op, root) -> None:
     recvcounts, op = counts_op
     op = MPI.SUM if op is None else op
     in_place = is_in_place(sendbuf)
-    try:
+
+    def check():
         opname, mpi_op = calls.ops.resolve(op)
         r = parse(recvbuf, "recvbuf", 1, writable=True)
-        if recvcounts is None:  # as mpi4py: every rank's receive count
-            recvcounts = np.empty(n, np.int64)
-            mine = np.array([r.count], np.int64)
-            calls.mpi_collective("Reduce_scatter", lambda: calls.coll_comm().Iallgather(mine, recvcounts))
-        c, d = check_counts("recvcounts", recvcounts, None, n, 1 << 62)
-        total = int(c.sum())
-        s = r.array[:total] if in_place else parse(sendbuf, "sendbuf", 1).array
-    except PassToMPI as f:
-        return calls.plain("Reduce_scatter", str(f),
+        c = None if recvcounts is None else check_counts("recvcounts", recvcounts, None, n, 1 << 62)[0]
+        s = r.array if in_place else parse(sendbuf, "sendbuf", 1).array
+        if not in_place and s.dtype != r.array.dtype:
+            raise BufferMismatchError(f"sendbuf has dtype {s.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
+        check_op_dtype(opname, s.dtype)
+        if c is not None:
+            _check_rs_sizes(c, s.size, r.count, me, in_place)
+        return opname, mpi_op, r, c, s
+
+    state, got, err = run_checks(check)
+    # with recvcounts None (as mpi4py: every rank's receive count) the ranks' counts and sizes ride along
+    row = [got[2].count, got[4].size] if got is not None else [0, 0]
+    sig = f"Reduce_scatter of {got[4].dtype.name}, op {got[0]}" if got is not None else ""
+    if got is not None and got[3] is not None:
+        sig += f", recvcounts {_counts_text(got[3])}"
+    to_mpi, rows = calls.agree_args("Reduce_scatter", state, sig, err, row if recvcounts is None else [])
+    if to_mpi:
+        return calls.plain("Reduce_scatter", "a rank's buffers go to the MPI library",
                            lambda: calls.coll_comm().Ireduce_scatter(sendbuf, recvbuf, recvcounts, op))
-    if s.size != total:
-        raise BufferMismatchError(f"sendbuf has {s.size} element(s); recvcounts {c.tolist()} add up to {total}")
-    if not in_place and s.dtype != r.array.dtype:
-        raise BufferMismatchError(f"sendbuf has dtype {s.dtype.name} but recvbuf has dtype {r.array.dtype.name}")
-    if r.count < c[me]:
-        raise BufferMismatchError(f"recvbuf has {r.count} element(s); recvcounts gives rank {me} {int(c[me])}")
-    check_op_dtype(opname, s.dtype)
+    opname, mpi_op, r, c, s = got
+    if c is None:
+        c = np.ascontiguousarray(rows[:, 0])
+        bad = [q for q in range(n) if _rs_size_error(c, int(rows[q, 1]), int(rows[q, 0]), q, in_place)]
+        if bad:
+            e = BufferMismatchError(f"Reduce_scatter (call {calls.channel.seq}) on rank {bad[0]}: "
+                                    f"{_rs_size_error(c, int(rows[bad[0], 1]), int(rows[bad[0], 0]), bad[0], in_place)}")
+            mark_shared(e)  # every rank finds it in the same rows
+            raise e
+        recv_counts = c
+    else:
+        recv_counts = recvcounts
+    total = int(c.sum())
+    s = s[:total]
+    d = displacements(c)
     out = r.array[:int(c[me])]
     pad = _padding(calls, int(c.max(initial=0)), total, s.dtype,
-                   lambda: calls.coll_comm().Ireduce_scatter(sendbuf, recvbuf, recvcounts, mpi_op))
+                   lambda: calls.coll_comm().Ireduce_scatter(sendbuf, recvbuf, recv_counts, mpi_op))
     if pad is None:
         calls.finish_avg(opname, out)
         return
@@ -136,6 +177,22 @@ def reduce_scatterv(calls: Calls, sendbuf, recvbuf, counts_op, root) -> None:
     pack(sp, s, c, d, pad.block, zero=True)
     reduce_scatter_block(calls, sp, rp, op, 0)
     out[...] = rp[:out.size]
+
+
+def _rs_size_error(c, send_size: int, recv_count: int, q: int, in_place: bool) -> str:
+    """Why rank ``q``'s buffers do not fit the recvcounts ``c`` of a Reduce_scatter ("" if they do)."""
+    total = int(c.sum())
+    if (send_size < total) if in_place else (send_size != total):
+        return f"sendbuf has {send_size} element(s); recvcounts {_counts_text(c)} add up to {total}"
+    if recv_count < c[q]:
+        return f"recvbuf has {recv_count} element(s); recvcounts gives rank {q} {int(c[q])}"
+    return ""
+
+
+def _check_rs_sizes(c, send_size: int, recv_count: int, q: int, in_place: bool) -> None:
+    why = _rs_size_error(c, send_size, recv_count, q, in_place)
+    if why:
+        raise BufferMismatchError(why)
 
 
 def _run_v(calls: Calls, kind: str, counts, nbytes: int, send, recv, in_offsets, out_offsets,

@@ -28,7 +28,7 @@ from mpi_workers import schedules as hand
 
 # ------------------------------------------------------------------- tags
 @pytest.mark.parametrize("tag_ub,slice_bits,sig_bits,seq_bits",
-                         [(2**29 - 1, 14, 6, 9), (32767, 8, 3, 4), (2**31 - 1, 14, 6, 11)])
+                         [(2**29 - 1, 12, 9, 8), (32767, 8, 3, 4), (2**31 - 1, 12, 9, 10)])
 def test_the_tag_splits_into_call_number_signature_and_slice(tag_ub, slice_bits, sig_bits, seq_bits):
     t = TagSpace.for_tag_ub(tag_ub)
     assert (t.slice_bits, t.sig_bits, t.seq_bits) == (slice_bits, sig_bits, seq_bits)

@@ -49,7 +49,7 @@ def _text(data) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
-def launch(k: int, *cases: str, tmp_path=None, timeout: int = TIMEOUT) -> Launch:
+def launch(k: int, *cases: str, tmp_path=None, timeout: int = TIMEOUT, worker: str = WORKER) -> Launch:
     """``mpiexec -n k worker cases...``; a hang is a result (``returncode`` None), not an exception."""
     if MPIEXEC is None:
         pytest.skip("mpiexec not found")
@@ -57,7 +57,7 @@ def launch(k: int, *cases: str, tmp_path=None, timeout: int = TIMEOUT) -> Launch
     env.pop("CCSYNTH_DEBUG", None)
     if tmp_path is not None:
         env["CCSYNTH_TMP"] = str(tmp_path)
-    cmd = [MPIEXEC, "-n", str(k), sys.executable, WORKER, *cases]
+    cmd = [MPIEXEC, "-n", str(k), sys.executable, worker, *cases]
     t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -127,8 +127,9 @@ def _verdicts(k: int, run: Launch) -> tuple[list[Verdict], bool]:
 class Batches:
     """One launch per (test, rank count) for all its selected cases; a failed case's followers run again."""
 
-    def __init__(self, session, tmp_path_factory):
+    def __init__(self, session, tmp_path_factory, worker: str = WORKER):
         self.session = session
+        self.worker = worker
         self.tmp = tmp_path_factory
         self.results: dict[tuple[str, int, str], Verdict] = {}
 
@@ -148,7 +149,7 @@ class Batches:
             if case not in todo:
                 todo.append(case)
             while todo:
-                run = launch(k, *todo, tmp_path=self.tmp.mktemp(f"{test}-{k}"), timeout=timeout)
+                run = launch(k, *todo, tmp_path=self.tmp.mktemp(f"{test}-{k}"), timeout=timeout, worker=self.worker)
                 verdicts, hung = _verdicts(k, run)
                 for v in verdicts:
                     self.results[(test, k, v.case)] = v

@@ -15,11 +15,15 @@ sent, and received, with the tag::
     tag = ((s mod W) * 2**C + c) * 2**B + t      (t < 2**B: the slice's tag within the call)
 
 where ``t`` is the layout's per-(rank pair, direction) slice number
-(:mod:`.layout`), ``c < 2**C`` the call's *signature* -- the collective
-(allreduce, allgather, ...) and its root modulo 8 -- ``B`` the *slice bits*
-and ``W`` the *window* (:class:`TagSpace`, sized from the communicator's
-``MPI_TAG_UB``: with MPICH's 2**29 - 1, B = 14, C = 6 and W = 512; with the
-minimum MPI guarantees, 32767, B = 8, C = 3 (the collective only) and W = 16). A layout that would need more than
+(:mod:`.layout`), ``c < 2**C`` the call's *signature*, ``B`` the *slice
+bits* and ``W`` the *window* (:class:`TagSpace`, sized from the
+communicator's ``MPI_TAG_UB``). Where ``MPI_TAG_UB >= 2**27 - 1`` (MPICH's
+2**29 - 1: B = 12, C = 9, W = 256) the signature is the collective (3 bits)
+and a 6-bit hash of the call's dtype, op, root and calling thread, set per
+call by the communicator (``calls.Signer``; a mismatch stalls and the
+watchdog makes it an error, :mod:`.watchdog`); from 2**24 - 1 the
+collective and its root modulo 8 (C = 6); with the minimum MPI guarantees,
+32767, the collective only (B = 8, C = 3, W = 16). A layout that would need more than
 ``2**B`` (less a few reserved) slices on one rank pair in one call is
 refused before anything is sent (:class:`~ccsynth.errors.ScheduleError`:
 use larger slices). Every ``W`` calls (when ``s mod W == 0``) every rank
@@ -101,6 +105,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MAX_SLICE_BITS = 14
+#: the control-line notice by which a stalled rank's watchdog sends its call's signature (:mod:`.watchdog`)
+SIG_CHECK = "SignatureCheck"
+#: slice bits where the tag carries a signature hash (MPI_TAG_UB >= 2**27 - 1)
+SIGNED_SLICE_BITS = 12
 MIN_SEQ_BITS = 4
 #: per call, this many of the highest slice tags are the channel's own (the flush marker)
 RESERVED_TAGS = 16
@@ -123,6 +131,8 @@ class TagSpace:
     @classmethod
     def for_tag_ub(cls, tag_ub: int) -> TagSpace:
         bits = (int(tag_ub) + 1).bit_length() - 1  # every tag below 2**bits is valid
+        if bits >= 27:  # the collective and a 6-bit hash of the call's signature (calls.Signer)
+            return cls(SIGNED_SLICE_BITS, bits - SIGNED_SLICE_BITS - 9, 9)
         sig_bits = 6 if bits >= 24 else 3
         slice_bits = max(6, min(MAX_SLICE_BITS, bits - sig_bits - MIN_SEQ_BITS))
         return cls(slice_bits, max(1, bits - sig_bits - slice_bits), sig_bits)
@@ -140,12 +150,30 @@ class TagSpace:
     def base(self, seq: int) -> int:
         return (seq & (self.window - 1)) << (self.slice_bits + self.sig_bits)
 
+    @property
+    def hash_bits(self) -> int:
+        """Bits of the call's signature hash in the tag (0: none; the root modulo 8 or nothing instead)."""
+        return self.sig_bits - 3 if self.sig_bits > 6 else 0
+
     def signature(self, kind: str, root: int = 0) -> int:
-        """What a compiled schedule of ``kind`` (rooted at ``root``) adds to every tag it uses."""
+        """What a compiled schedule of ``kind`` (rooted at ``root``) adds to every tag it uses.
+
+        With :attr:`hash_bits` the root is not here but in the call's hash (:meth:`call_field`).
+        """
         sig = KIND_CODES.get(kind, 7)
-        if self.sig_bits >= 6:
+        if self.hash_bits:
+            sig <<= self.hash_bits
+        elif self.sig_bits >= 6:
             sig = (sig << 3) | (root & 7)
         return (sig & ((1 << self.sig_bits) - 1)) << self.slice_bits
+
+    def call_field(self, h: int) -> int:
+        """What the call's signature hash ``h`` adds to every tag of the call (:class:`ccsynth.collectives.calls.Signer`)."""
+        return (h & ((1 << self.hash_bits) - 1)) << self.slice_bits
+
+    def sig_mask(self) -> int:
+        """The signature field of a tag."""
+        return ((1 << self.sig_bits) - 1) << self.slice_bits
 
     def own_tag(self, k: int) -> int:
         """The ``k``-th of the channel's own slice tags."""
@@ -188,6 +216,12 @@ class Channel:
         self._shift = self.tags.slice_bits + self.tags.sig_bits
         self.seq = 0  # the call in progress (or the last one)
         self.base = 0  # its tag base
+        self.busy = False  # a call is in progress (the watchdog looks at stalled calls only)
+        # the signature field of this call's tags where the call is signed (calls.Signer: a mismatch there is turned
+        # into an error on every rank by the watchdog, runtime.watchdog)
+        self.expect: int | None = None
+        self.sig_key: tuple = ()  # what the signature hashed, for the watchdog's message
+        self.caller = 0  # the ident of the thread that made the call in progress
         self.generation = 0
         self.line = ControlLine(control_comm, MPI)
         self.ctrl = self.line.request
@@ -195,6 +229,7 @@ class Channel:
         self.stranded: list = []  # (unfinished sends, what they read) of failed calls
         self.memory = MemoryBudget(cache_bytes)
         self.closed = False
+        self.poisoned: BaseException | None = None  # two threads called at once (here or on a peer): every call fails
         self._slow = False  # open_call has more to do than count
         self._reap_at = 0
         self._reap_gap = 1
@@ -215,14 +250,18 @@ class Channel:
         seq = self.seq + 1
         self.seq = seq
         low = seq & self._mask
+        self.expect = None
         if low == 0 or self._slow:
             self._open_slow(seq, low)
         self.base = low << self._shift
+        self.busy = True
         return seq
 
     def _open_slow(self, seq: int, low: int) -> None:
         if self.closed:
             raise CCSynthError("this communicator has been freed")
+        if self.poisoned is not None:
+            raise self.poisoned
         if low == 0:
             self._renew()
             self.memory.expire(seq - self.tags.window)  # buffers no call of the last generation used
@@ -258,13 +297,34 @@ class Channel:
             self.line.post(Notice(self.seq, self.rank, type(exc).__name__, what, str(exc)))
             self._slow = True
 
+    def poison(self, exc: BaseException) -> None:
+        """Two threads called at once on this rank (:mod:`~ccsynth.collectives.call_guard`): every later call on
+        every rank raises ``exc``; tell the other ranks (a rank waiting in a call wakes up and raises)."""
+        if self.poisoned is not None:
+            return
+        self.poisoned = exc
+        self._slow = True
+        mark_shared(exc)  # told here, once
+        if self.size > 1 and not self.closed:  # to itself too: its own call in flight wakes up and raises
+            self.line.post(Notice(self.seq, self.rank, type(exc).__name__, "a call from a second thread", str(exc)),
+                           to_self=True)
+
     def notice(self, status) -> None:
         """The control line's receive completed in a wait of the call in progress (``status``: its status).
 
-        Raises the failed rank's error if the notice is about this call;
-        otherwise keeps it (a later call) or drops it (an earlier one) and returns.
+        Raises the failed rank's error if the notice is about this call (or
+        closes the communicator, :meth:`poison`); otherwise keeps it (a later
+        call) or drops it (an earlier one) and returns.
         """
         n = self.line.take(status)
+        if n.error == SIG_CHECK:
+            self._sig_check(n)
+            return
+        if n.error == "ConcurrentCallError":
+            if self.poisoned is None:
+                self.poisoned = self.peer_error(n)
+                self._slow = True
+            raise self.poisoned
         if n.seq == self.seq:
             raise self.peer_error(n)
         if n.seq > self.seq:
@@ -272,6 +332,20 @@ class Channel:
             self._slow = True
         else:
             log.debug("rank %d: ignoring a notice about call %d (now at %d): %s", self.rank, n.seq, self.seq, n)
+
+    def _sig_check(self, n: Notice) -> None:
+        """A stalled peer's signature for call ``n.seq`` (its watchdog sent it, :mod:`.watchdog`): if it is this
+        call and differs from this rank's, raise here and tell every rank."""
+        if n.seq != self.seq or self.expect is None or n.message == str(self.expect):
+            return
+        key = ", ".join(map(str, self.sig_key))
+        msg = (f"rank {n.rank} makes another call than rank {self.rank} (rank {n.rank}: {n.what}; rank {self.rank}: "
+               f"{key}; collective, dtype, op, root, thread): every rank must make the same call")
+        self.line.post(Notice(n.seq, self.rank, "BufferMismatchError", self.sig_key[0] if self.sig_key else "a call",
+                              msg))
+        e = errors.BufferMismatchError(f"call {n.seq} on this communicator: {msg}")
+        mark_shared(e)
+        raise e
 
     @staticmethod
     def peer_error(n: Notice) -> BaseException:

@@ -86,11 +86,11 @@ class ControlLine:
         self.outbox: list = []  # (request, payload) of notices this rank sent that may be in flight
         self.agreements: list[Agreement] = []
 
-    def post(self, notice: Notice) -> None:
-        """Send ``notice`` to every other rank (non-blocking; never waits for them)."""
+    def post(self, notice: Notice, *, to_self: bool = False) -> None:
+        """Send ``notice`` to every other rank (``to_self``: and to this one; non-blocking, never waits for them)."""
         payload = notice.encode()
         for peer in range(self.size):
-            if peer != self.rank:
+            if peer != self.rank or to_self:
                 self.outbox.append((self.comm.Isend(payload, peer, _TAG), payload))
 
     def take(self, status) -> Notice:
