@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ccsynth.collectives.reshard_program import ReshardProgram
+from ccsynth.collectives.reshard_program import ShardProgram
 from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
 from ccsynth.collectives.staging import STAGING_MODES, Stager, decide
 from ccsynth.errors import LayoutError, PeerError
@@ -86,7 +86,7 @@ def must_stage(staging: str, arrays: Iterable) -> bool:
     return decide(staging, _awareness[0], "ccsynth.reshard")
 
 
-def run(comm, prog: ReshardProgram, stride: int, local_shard, out, *, stage: bool):
+def run(comm, prog: ShardProgram, stride: int, local_shard, out, *, stage: bool):
     """Run ``prog`` on this communicator's duplicate as its next resharding call (host stand-ins if ``stage``)."""
     key = comm.py2f()
     ch = _channels.get(key)

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from ccsynth.collectives import reshard_calls
 from ccsynth.collectives.arraylike import as_array
 from ccsynth.collectives.mpi_util import mpi_comm
-from ccsynth.collectives.reshard_program import ReshardProgram
+from ccsynth.collectives.reshard_program import ShardProgram
 from ccsynth.collectives.schedule import schedule_from_json
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import BufferMismatchError, CCSynthError, LayoutError
@@ -49,7 +49,7 @@ from ccsynth.synth.reshard.task import ReshardTask, parse_dtype
 from ccsynth.topologies.model import Topology
 from ccsynth.synth.solver import SolverOptions
 
-__all__ = ["reshard", "layout_of", "clear_cache", "MAX_CACHED_PLANS"]
+__all__ = ["reshard", "layout_of", "clear_cache", "last_plan", "MAX_CACHED_PLANS"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 MAX_CACHED_PLANS = 32
 
 _plans: OrderedDict = OrderedDict()
+_last: list[dict] = [{}]
 
 
 def layout_of(value, shape=None) -> TensorLayout:
@@ -83,7 +84,14 @@ def _key(task: ReshardTask, comm, planner: str, topology: Topology | None) -> tu
     return task, planner, getattr(topology, "name", None), comm.Get_size(), comm.Get_rank()
 
 
-def _plan(task: ReshardTask, comm, planner: str, topology: Topology | None, options) -> tuple[ReshardProgram, int]:
+def last_plan() -> dict:
+    """What this process's last :func:`reshard` call ran: ``planner`` (the plan kind; ``auto`` names the one it
+    chose), ``executor`` (``alltoallv`` or ``dataflow``), ``requested``, and on a topology ``predicted_us`` (the
+    executor model's prediction of one call) and, for ``auto``, ``candidates_us``; empty before any call."""
+    return dict(_last[0])
+
+
+def _plan(task: ReshardTask, comm, planner: str, topology: Topology | None, options) -> tuple[ShardProgram, int, dict]:
     key = _key(task, comm, planner, topology)
 
     def make() -> tuple[str | None, str | None]:
@@ -101,10 +109,12 @@ def _plan(task: ReshardTask, comm, planner: str, topology: Topology | None, opti
         if op.kind == "send":
             pairs[(op.rank, op.peer)] = pairs.get((op.rank, op.peer), 0) + 1
     stride = max(pairs.values(), default=0) + 1
-    _plans[key] = (prog, stride)
+    info = {"requested": planner, "planner": sched.meta.get("planner", planner), "executor": prog.executor,
+            **{k: sched.meta[k] for k in ("predicted_us", "candidates_us") if k in sched.meta}}
+    _plans[key] = (prog, stride, info)
     while len(_plans) > MAX_CACHED_PLANS:
         _plans.popitem(last=False)
-    return prog, stride
+    return prog, stride, info
 
 
 def _array(obj, what: str, *, writable: bool = False):
@@ -118,7 +128,7 @@ def _array(obj, what: str, *, writable: bool = False):
     return arr
 
 
-def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str = "broadcast",
+def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str = "auto",
             topology: Topology | None = None,
             options: SolverOptions | None = None, out=None, staging: str = "auto"):
     """Reshard a tensor over ``comm``: returns this rank's shard of ``dst`` (None off the destination mesh).
@@ -127,9 +137,11 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
     pairs with ``shape=`` (a mesh is a :class:`~.mesh.DeviceMesh` or a mesh
     shape, on ranks ``0..`` of ``comm``; specs in Alpa's or JAX's notation).
     ``comm``: an mpi4py intracommunicator or a :class:`ccsynth.Communicator`
-    (the resharding runs on the communicator it wraps). ``dtype`` defaults to the local shard's. ``planner``: ``naive``,
-    ``broadcast`` (default) or ``milp``; ``topology`` (optional) gives the
-    hosts and links the planner balances over. ``out``: an array of the
+    (the resharding runs on the communicator it wraps). ``dtype`` defaults to the local shard's. ``planner``:
+    ``auto`` (default: the plan predicted fastest on ``topology``, run as the runtime runs it; without a
+    topology one ``MPI_Alltoallv``), ``alltoallv``, ``naive``, ``broadcast`` or ``milp``
+    (:mod:`~ccsynth.synth.reshard.planner`); ``topology`` (optional, e.g. a profile of the machine) gives the
+    hosts, links and costs the planner balances and predicts over; :func:`last_plan` says what ran. ``out``: an array of the
     destination shard's shape to fill instead of a new one (returned).
 
     Shards are what the communicator takes
@@ -170,14 +182,15 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
     # One allreduce per call: every rank's arguments are good (with a cached plan, its buffers too).
     reshard_calls.agree(comm, error, hit is not None)
     if hit is None:
-        prog, stride = _plan(task, comm, planner, topology, options)
+        prog, stride, info = _plan(task, comm, planner, topology, options)
         try:
             prog.check_input(local_shard, out)
         except CCSynthError as e:
             error = e
         reshard_calls.agree(comm, error, True)
     else:
-        prog, stride = hit
+        prog, stride, info = hit
         _plans.move_to_end(_key(task, comm, planner, topology))
+    _last[0] = info
     result = reshard_calls.run(comm, prog, stride, local_shard, out, stage=stage)
     return given_out if given_out is not None else result
