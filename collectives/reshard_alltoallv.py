@@ -120,30 +120,43 @@ class AlltoallvProgram(ShardProgram):
             return out
         ref = local_src if local_src is not None else out
         be = backend_for(ref) if ref is not None else backend_for(np.empty(0))
-        xp = be.xp
         if self.dst_shape is not None and out is None:
-            out = xp.empty(self.dst_shape, dtype=self.dtype)
+            out = be.xp.empty(self.dst_shape, dtype=self.dtype)
         s, r = self.send, self.recv
-        if s.direct and local_src is not None:
-            sbuf = local_src.reshape(-1)
-        else:
-            sbuf = self.buffer(be, "send", max(s.total, 1))
-            pos = 0
-            for boxes in s.boxes:
-                for b in boxes:
-                    tile = local_src[b]
-                    be.copy(sbuf[pos:pos + tile.size].reshape(tile.shape), tile)
-                    pos += tile.size
-        rbuf = out.reshape(-1) if r.direct and out is not None else self.buffer(be, "recv", max(r.total, 1))
+        sbuf = self.send_buffer(be, local_src)
+        rbuf = self.recv_buffer(be, out)
         mtype, k = self._type(MPI)
         be.synchronize()
         comm.Alltoallv([sbuf, ([c * k for c in s.counts], [d * k for d in s.displs]), mtype],
                        [rbuf, ([c * k for c in r.counts], [d * k for d in r.displs]), mtype])
+        self.finish(be, local_src, out, rbuf)
+        return out
+
+    def send_buffer(self, be, local_src):
+        """The flat send buffer: the source shard itself where the send side is direct, else the boxes packed."""
+        s = self.send
+        if s.direct and local_src is not None:
+            return local_src.reshape(-1)
+        sbuf = self.buffer(be, "send", max(s.total, 1))
+        pos = 0
+        for boxes in s.boxes:
+            for b in boxes:
+                tile = local_src[b]
+                be.copy(sbuf[pos:pos + tile.size].reshape(tile.shape), tile)
+                pos += tile.size
+        return sbuf
+
+    def recv_buffer(self, be, out):
+        """The flat receive buffer: the (C-contiguous) destination shard where the receive side is direct."""
+        return out.reshape(-1) if self.recv.direct and out is not None else self.buffer(be, "recv", max(self.recv.total, 1))
+
+    def finish(self, be, local_src, out, rbuf) -> None:
+        """After the exchange: unpack the received boxes (unless received in place), copy the local pieces."""
         if out is None:
-            return None
-        if not r.direct:
+            return
+        if not self.recv.direct:
             pos = 0
-            for boxes in r.boxes:
+            for boxes in self.recv.boxes:
                 for b in boxes:
                     tile = out[b]
                     be.copy(tile, rbuf[pos:pos + tile.size].reshape(tile.shape))
@@ -151,4 +164,3 @@ class AlltoallvProgram(ShardProgram):
         for src_box, dst_box in self.local:
             be.copy(out[dst_box], local_src[src_box])
         be.synchronize()
-        return out

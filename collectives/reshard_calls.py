@@ -53,8 +53,12 @@ def agree(comm, error: Exception | None, cached: bool) -> None:
     """Every rank raises if any rank has an ``error``, or if the ranks disagree on ``cached`` (one allreduce)."""
     MPI = _mpi()
     code = np.array([comm.rank + 1 if error is not None else 0, int(cached), -int(cached)], dtype=np.int64)
-    calls = mpi_calls(MPI, resolve_wait_mode("auto"))
-    calls.wait_any([comm.Iallreduce(MPI.IN_PLACE, code, op=MPI.MAX)], calls.status)
+    mode = resolve_wait_mode("auto")
+    if mode == "waitsome":  # a core per rank: MPI's blocking allreduce (a third of the nonblocking one's time here)
+        comm.Allreduce(MPI.IN_PLACE, code, op=MPI.MAX)
+    else:  # more ranks than cores: poll with yields, so that a waiting rank leaves its core to the others
+        calls = mpi_calls(MPI, mode)
+        calls.wait_any([comm.Iallreduce(MPI.IN_PLACE, code, op=MPI.MAX)], calls.status)
     first, some_cached, min_cached = int(code[0]), int(code[1]), -int(code[2])
     disagree = some_cached == 1 and min_cached == 0
     if first == 0 and not disagree:

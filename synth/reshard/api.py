@@ -86,7 +86,8 @@ def _key(task: ReshardTask, comm, planner: str, topology: Topology | None) -> tu
 
 def last_plan() -> dict:
     """What this process's last :func:`reshard` call ran: ``planner`` (the plan kind; ``auto`` names the one it
-    chose), ``executor`` (``alltoallv`` or ``dataflow``), ``requested``, and on a topology ``predicted_us`` (the
+    chose), ``executor`` (``alltoallv`` or ``dataflow``), ``requested``, ``schedule`` (the plan), and on a
+    topology ``predicted_us`` (the
     executor model's prediction of one call) and, for ``auto``, ``candidates_us``; empty before any call."""
     return dict(_last[0])
 
@@ -110,7 +111,7 @@ def _plan(task: ReshardTask, comm, planner: str, topology: Topology | None, opti
             pairs[(op.rank, op.peer)] = pairs.get((op.rank, op.peer), 0) + 1
     stride = max(pairs.values(), default=0) + 1
     info = {"requested": planner, "planner": sched.meta.get("planner", planner), "executor": prog.executor,
-            **{k: sched.meta[k] for k in ("predicted_us", "candidates_us") if k in sched.meta}}
+            "schedule": sched, **{k: sched.meta[k] for k in ("predicted_us", "candidates_us") if k in sched.meta}}
     _plans[key] = (prog, stride, info)
     while len(_plans) > MAX_CACHED_PLANS:
         _plans.popitem(last=False)

@@ -100,12 +100,14 @@ class _Builder:
         return out
 
 
-def _agreement(b: _Builder, n: int) -> list[int]:
-    """The agreement's allreduce on every rank, as a dissemination exchange; the last task of each rank."""
+def _agreement(b: _Builder, n: int, connected) -> list[int]:
+    """The agreement's allreduce on every rank, as a dissemination exchange; the last task of each rank (only the
+    tasks that start the call where the topology lacks a connection the exchange needs)."""
     last: list[int | None] = [None] * n
     k = 1
     rnd = 0
-    while k < n:
+    pairs = [(r, (r + d) % n) for d in range(1, n) if d & (d - 1) == 0 for r in range(n)]
+    while k < n and (connected is None or all(connected(a, c) for a, c in pairs)):
         for r in range(n):
             deps = () if last[r] is None else (last[r],)
             s = b.send(r, (r + k) % n, ("agree", rnd), AGREE_BYTES, deps, f"agreement round {rnd}")
@@ -161,13 +163,17 @@ def _alltoallv(b: _Builder, prog: AlltoallvProgram, start: int) -> None:
     b.add(r, "copy", local, [unpack], label="local pieces")
 
 
-def lower_reshard(schedule: Schedule) -> TaskGraph:
-    """The tasks one call of the resharding plan ``schedule`` runs, every rank's (see the module docstring)."""
+def lower_reshard(schedule: Schedule, topology: Topology | None = None) -> TaskGraph:
+    """The tasks one call of the resharding plan ``schedule`` runs, every rank's (see the module docstring).
+
+    ``topology``: where it lacks a connection the agreement's exchange needs (a ring, a cube mesh), the
+    agreement is left out of the graph (MPI routes it; the plan's own sends use only the topology's
+    connections)."""
     task = task_of_schedule(schedule)
     n = schedule.collective.n_ranks
     itemsize = task.itemsize
     b = _Builder(itemsize)
-    start = _agreement(b, n)
+    start = _agreement(b, n, topology.has_connection if topology is not None else None)
     working = 0
     for r in range(n):
         prog = rank_program(schedule, r)
@@ -196,5 +202,5 @@ def predict_reshard(schedule: Schedule, topology: Topology, *, footprint_bytes: 
     if topology.n_ranks != schedule.collective.n_ranks:
         raise ScheduleError(f"plan {schedule.name!r} is for {schedule.collective.n_ranks} ranks; topology "
                             f"{topology.name!r} has {topology.n_ranks}")
-    graph = lower_reshard(schedule)
+    graph = lower_reshard(schedule, topology)
     return simulate_graph(graph, topology, footprint_bytes=footprint_bytes)

@@ -205,6 +205,8 @@ def alltoallv_cases(seed: int, count: int) -> int:
     cases += [case(rng)[:3] for _ in range(count)]
     topo = fully_connected(size)
     fails = 0
+    if rank == 0:
+        print(f"A2AV CASES {3 * len(cases)}", flush=True)
     for i, (shape, src, dst) in enumerate(cases):
         dtype = ("float32", "int64", "float64", "int16")[i % 4]
         full = np.arange(int(np.prod(shape))).astype(dtype).reshape(shape)
@@ -265,4 +267,5 @@ if __name__ == "__main__":
         sys.exit(with_communicator(int(sys.argv[2]), int(sys.argv[3])))
     if sys.argv[1] in ("arraylike", "staged"):
         sys.exit(run_wrapped(int(sys.argv[2]), int(sys.argv[3]), sys.argv[1]))
-    sys.exit(run_cases(int(sys.argv[1]), int(sys.argv[2])))
+    # the random round trips, then the Alltoallv plan kind's cases (one launch per rank count for both)
+    sys.exit(run_cases(int(sys.argv[1]), int(sys.argv[2])) or alltoallv_cases(int(sys.argv[1]), 3))
