@@ -94,15 +94,22 @@ class AlltoallvProgram(ShardProgram):
         self.send = _Side(src_shape, tuple(tuple(b) for b in sends))
         self.recv = _Side(dst_shape, tuple(tuple(b) for b in recvs))
         self.local = tuple(local)
+        self._mpi_specs: tuple | None = None
 
-    def _type(self, MPI):
-        """The MPI type of one element and the factor to multiply counts by (1, or the itemsize for bytes)."""
-        from mpi4py.util.dtlib import from_numpy_dtype
+    def _specs(self, MPI) -> tuple:
+        """The MPI type of one element and both sides' counts and displacements in it (built once): the dtype's
+        own type, else bytes."""
+        if self._mpi_specs is None:
+            from mpi4py.util.dtlib import from_numpy_dtype
 
-        try:
-            return from_numpy_dtype(self.dtype), 1
-        except (ValueError, KeyError, TypeError):
-            return MPI.BYTE, self.dtype.itemsize
+            try:
+                mtype, k = from_numpy_dtype(self.dtype), 1
+            except (ValueError, KeyError, TypeError):
+                mtype, k = MPI.BYTE, self.dtype.itemsize
+            s, r = self.send, self.recv
+            self._mpi_specs = (mtype, ([c * k for c in s.counts], [d * k for d in s.displs]),
+                               ([c * k for c in r.counts], [d * k for d in r.displs]))
+        return self._mpi_specs
 
     def run(self, comm, local_src, out=None, *, call: int = 0, stride: int | None = None, wait: str = "auto"):
         """Run on ``comm`` (every rank of it calls); returns the destination shard (``out`` if given) or None.
@@ -122,13 +129,11 @@ class AlltoallvProgram(ShardProgram):
         be = backend_for(ref) if ref is not None else backend_for(np.empty(0))
         if self.dst_shape is not None and out is None:
             out = be.xp.empty(self.dst_shape, dtype=self.dtype)
-        s, r = self.send, self.recv
         sbuf = self.send_buffer(be, local_src)
         rbuf = self.recv_buffer(be, out)
-        mtype, k = self._type(MPI)
+        mtype, sspec, rspec = self._specs(MPI)
         be.synchronize()
-        comm.Alltoallv([sbuf, ([c * k for c in s.counts], [d * k for d in s.displs]), mtype],
-                       [rbuf, ([c * k for c in r.counts], [d * k for d in r.displs]), mtype])
+        comm.Alltoallv([sbuf, sspec, mtype], [rbuf, rspec, mtype])
         self.finish(be, local_src, out, rbuf)
         return out
 

@@ -77,7 +77,27 @@ def layout_of(value, shape=None) -> TensorLayout:
 def clear_cache() -> None:
     """Forget cached plans (and the duplicated communicators, and the staging buffers)."""
     _plans.clear()
+    _tasks.clear()
     reshard_calls.release()
+
+
+_tasks: OrderedDict = OrderedDict()  # (layouts, dtype, communicator size) -> task: no rebuilding per call
+
+
+def _task(s: TensorLayout, d: TensorLayout, dtype, comm) -> ReshardTask:
+    """The task of moving ``s`` to ``d`` (checked against the communicator's size), cached: building one
+    (the dtype's name, the ranks) cost a few hundred us per call on a loaded machine."""
+    k = (s, d, dtype if isinstance(dtype, str) else str(dtype), comm.Get_size())
+    task = _tasks.get(k)
+    if task is None:
+        task = ReshardTask(s.shape, parse_dtype(dtype).name, s, d)
+        for r in task.ranks:
+            if r >= comm.Get_size():
+                raise LayoutError(f"the meshes use rank {r}, but the communicator has {comm.Get_size()} ranks")
+        _tasks[k] = task
+        while len(_tasks) > MAX_CACHED_PLANS:
+            _tasks.popitem(last=False)
+    return task
 
 
 def _key(task: ReshardTask, comm, planner: str, topology: Topology | None) -> tuple:
@@ -171,11 +191,9 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
             if local_shard is None:
                 raise LayoutError("pass dtype= on ranks that hold no source shard")
             dtype = local_shard.dtype
-        task = ReshardTask(s.shape, parse_dtype(dtype).name, s, d)
-        for r in task.ranks:
-            if r >= comm.Get_size():
-                raise LayoutError(f"the meshes use rank {r}, but the communicator has {comm.Get_size()} ranks")
-        hit = _plans.get(_key(task, comm, planner, topology))
+        task = _task(s, d, dtype, comm)
+        key = _key(task, comm, planner, topology)
+        hit = _plans.get(key)
         if hit is not None:
             hit[0].check_input(local_shard, out)
     except CCSynthError as e:
@@ -191,7 +209,7 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
         reshard_calls.agree(comm, error, True)
     else:
         prog, stride, info = hit
-        _plans.move_to_end(_key(task, comm, planner, topology))
+        _plans.move_to_end(key)
     _last[0] = info
     result = reshard_calls.run(comm, prog, stride, local_shard, out, stage=stage)
     return given_out if given_out is not None else result
