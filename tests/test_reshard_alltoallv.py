@@ -108,7 +108,11 @@ def test_auto_picks_the_candidate_predicted_fastest_alltoallv_where_it_is():
     s = plan_reshard(TASK, topo, planner="auto")
     cand = s.meta["candidates_us"]
     assert set(cand) == set(planner_mod.AUTO_CANDIDATES)
-    assert s.meta["predicted_us"] == min(cand.values()) and cand[s.meta["planner"]] == min(cand.values())
+    chosen = cand[s.meta["planner"]]
+    assert s.meta["predicted_us"] == chosen
+    # the fastest, or alltoallv within the margin of it
+    assert chosen == min(cand.values()) or (s.meta["planner"] == "alltoallv"
+                                             and min(cand.values()) >= chosen * (1 - planner_mod.AUTO_MARGIN))
     # every candidate's prediction is its plan's, lowered as the runtime runs it
     for p, us in cand.items():
         assert predict_reshard(plan_reshard(TASK, topo, planner=p), topo).time_us == pytest.approx(us)
@@ -132,6 +136,10 @@ def test_auto_follows_the_predictions_and_without_a_topology_runs_alltoallv(monk
     s = plan_reshard(TASK, fully_connected(4), planner="auto")
     assert s.meta["planner"] == "naive" and s.meta["candidates_us"] == {"alltoallv": 2.0, "naive": 1.0,
                                                                         "broadcast": 2.0}
+    # ... but a plan predicted faster than alltoallv by less than the margin leaves MPI's own exchange in place
+    monkeypatch.setattr(planner_mod, "_priced", lambda sched, topology, seconds: real(sched, topology, seconds)
+                        .with_meta(predicted_us=1.99 if sched.meta["planner"] == "naive" else 2.0))
+    assert plan_reshard(TASK, fully_connected(4), planner="auto").meta["planner"] == "alltoallv"
 
 
 def test_lowered_alltoallv_run_has_the_agreement_one_message_per_peer_and_the_copies_it_makes():
