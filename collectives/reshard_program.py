@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -98,7 +98,7 @@ class ShardProgram:
         self.source = source
         self._buffers: dict = {}  # (backend, name) -> staging array kept across calls (no page faults per call)
 
-    def buffer(self, be, name: str, shape) -> object:
+    def buffer(self, be, name: str, shape) -> Any:
         """A staging array of ``shape`` kept across calls (one per backend and name)."""
         key = (type(be).__name__, name)
         a = self._buffers.get(key)
