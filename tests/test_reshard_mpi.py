@@ -63,6 +63,8 @@ def test_a_bad_shard_on_one_rank_raises_on_every_rank_without_hanging():
     assert p.returncode == 0, out[-3000:]
     assert "CASE bad FAIL" not in out and out.count("CASE bad PASS") == 3, out[-3000:]
     assert out.count("CASE badspec PASS") == 3, out[-3000:]
+    for name in ("cachedbad", "cachedearly", "cachedagain"):  # a cached alltoallv plan, errors before and after
+        assert out.count(f"CASE {name} PASS") == 3, (name, out[-3000:])
 
 
 BENCH = ["bench", "reshard", "--shape", "16x12x4", "--src-mesh", "2x2", "--src-spec", "S0,R,R", "--dst-mesh", "2x2",

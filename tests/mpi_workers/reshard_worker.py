@@ -251,6 +251,23 @@ def bad() -> int:
     else:
         print(f"CASE bad FAIL rank {rank}: no error", flush=True)
         return 1
+    # a cached alltoallv plan runs while the agreement completes: a bad shard on one rank (after the lookup) and a
+    # bad argument on another (before it) still raise on every rank, and nobody hangs
+    good = np.zeros(src.local_shape(rank), np.float32)
+    ccsynth.reshard(good, src=src, dst=dst, comm=comm, planner="alltoallv")
+    for what, mine, staging in (("cachedbad", np.zeros(shape, np.float32), "auto"),
+                                ("cachedearly", good, "bogus" if rank == 0 else "auto")):
+        want = {size - 1: BufferMismatchError} if what == "cachedbad" else {0: LayoutError}
+        try:
+            ccsynth.reshard(mine, src=src, dst=dst, comm=comm, planner="alltoallv", staging=staging)
+        except (BufferMismatchError, LayoutError, PeerError) as e:
+            ok = isinstance(e, want.get(rank, PeerError))
+            print(f"CASE {what} {'PASS' if ok else 'FAIL'} rank {rank}: {type(e).__name__}: {e}", flush=True)
+        else:
+            print(f"CASE {what} FAIL rank {rank}: no error", flush=True)
+            return 1
+    out = ccsynth.reshard(good, src=src, dst=dst, comm=comm, planner="alltoallv")  # and the plan still runs
+    print(f"CASE cachedagain {'PASS' if out.shape == dst.local_shape(rank) else 'FAIL'} rank {rank}", flush=True)
     try:
         ccsynth.reshard(np.zeros(shape, np.float32), src=(((size,), "S0,S0")), dst=dst, comm=comm, shape=(8, 4))
     except LayoutError as e:
