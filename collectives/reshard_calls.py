@@ -90,7 +90,7 @@ class Agreement:
         """Raise (on every rank alike) unless every rank's arguments are good and the ranks agree; waits."""
         self.wait()
         first, some_cached, min_cached = int(self.code[0]), int(self.code[1]), -int(self.code[2])
-        disagree = (some_cached == 1 and min_cached == 0) or int(self.code[3]) != -int(self.code[4]) and some_cached
+        disagree = some_cached == 1 and (min_cached == 0 or int(self.code[3]) != -int(self.code[4]))
         if first == 0 and not disagree:
             return
         if first == 0:
