@@ -68,10 +68,10 @@ class Agreement:
 
     def __init__(self, comm, error: Exception | None, plan: int | None) -> None:
         MPI = _mpi()
-        cached = plan is not None
         self.error = error
-        self.code = np.array([comm.rank + 1 if error is not None else 0, int(cached), -int(cached),
-                              plan + 1 if cached else 0, -(plan + 1) if cached else -_NO_PLAN], dtype=np.int64)
+        cached, number = (0, -1) if plan is None else (1, plan)
+        self.code = np.array([comm.rank + 1 if error is not None else 0, cached, -cached,
+                              number + 1, -(number + 1) if cached else -_NO_PLAN], dtype=np.int64)
         self.request = comm.Iallreduce(MPI.IN_PLACE, self.code, op=MPI.MAX)
         self.done = False
 

@@ -10,9 +10,11 @@ simulates it with :func:`~ccsynth.synth.simulate.simulate_graph`: the
 profile's per-message overheads, rounds, message, local, footprint and
 run curves apply exactly as they do to a collective's run.
 
-Every call starts with the agreement (one allreduce of three integers,
-:func:`ccsynth.collectives.reshard_calls.agree`), lowered as a
-dissemination exchange of 24 B messages (``ceil(log2 n)`` rounds). Then:
+Every call has the agreement (one allreduce of five integers,
+:class:`ccsynth.collectives.reshard_calls.Agreement`), lowered as a
+dissemination exchange of small messages (``ceil(log2 n)`` rounds): a
+dataflow plan starts after it, an ``alltoallv`` plan runs while it
+completes (as ``ccsynth.reshard`` runs a cached one). Then:
 
 =====================  =======================================================
 rank program           tasks
@@ -38,7 +40,7 @@ Example:
     >>> task = ReshardTask.of((64, 64), "float32", (2,), "S0,R", (2,), "R,S0")
     >>> g = lower_reshard(plan_reshard(task, planner="alltoallv"))
     >>> sorted({t.nbytes for t in g.ops if t.kind == "send"})   # the agreement's, then a 4 KiB block each way
-    [24, 4096]
+    [40, 4096]
     >>> predict_reshard(plan_reshard(task, planner="alltoallv"), fully_connected(2)).time_us > 0
     True
 """
@@ -62,8 +64,8 @@ __all__ = ["AGREE_BYTES", "lower_reshard", "predict_reshard"]
 
 log = logging.getLogger(__name__)
 
-#: bytes of the agreement's allreduce (three int64)
-AGREE_BYTES = 24
+#: bytes of the agreement's allreduce (five int64)
+AGREE_BYTES = 40
 
 
 class _Builder:
@@ -173,7 +175,10 @@ def lower_reshard(schedule: Schedule, topology: Topology | None = None) -> TaskG
     n = schedule.collective.n_ranks
     itemsize = task.itemsize
     b = _Builder(itemsize)
-    start = _agreement(b, n, topology.has_connection if topology is not None else None)
+    agreed = _agreement(b, n, topology.has_connection if topology is not None else None)
+    # a cached alltoallv plan runs while the agreement completes (ccsynth.reshard); the others wait for it
+    overlap = schedule.meta.get("executor") == "alltoallv"
+    start = [b.add(r, "copy", 0, (), label="call start") for r in range(n)] if overlap else agreed
     working = 0
     for r in range(n):
         prog = rank_program(schedule, r)
