@@ -21,13 +21,14 @@ rank 0 prints.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ccsynth.collectives.mpi_util import mpi_comm
 from ccsynth.errors import CCSynthError
-from ccsynth.synth.reshard.api import reshard
+from ccsynth.synth.reshard.api import last_plan, reshard
 from ccsynth.synth.reshard.layout import TensorLayout
 from ccsynth.synth.reshard.plan import needs
 from ccsynth.synth.reshard.task import ReshardTask
@@ -36,7 +37,7 @@ __all__ = ["ALGOS", "ReshardRow", "shard_values", "run_reshard_bench", "format_t
 
 log = logging.getLogger(__name__)
 
-ALGOS = ("naive", "broadcast", "milp", "mpi")
+ALGOS = ("naive", "broadcast", "milp", "alltoallv", "auto", "mpi")
 _EXACT_BITS = {"float16": 11, "float32": 24, "float64": 53}
 
 
@@ -51,6 +52,14 @@ class ReshardRow:
     max_us: float
     iters: int
     valid: bool | None
+    median_us: float = 0.0  # median over iterations of the slowest rank's time
+    path: str = ""  # the plan kind that ran (auto: the one it chose)
+    executor: str = ""  # what ran it: dataflow, alltoallv, or the bench's own Alltoallv
+    predicted_us: float | None = None  # the executor model's prediction on the topology (-t), if any
+
+    @property
+    def meas_over_pred(self) -> float | None:
+        return self.median_us / self.predicted_us if self.predicted_us else None
 
     @property
     def algbw(self) -> float:
@@ -149,9 +158,50 @@ def _check(layout: TensorLayout, rank: int, out, dtype) -> bool:
     return got.shape == want.shape and bool(np.array_equal(got, want))
 
 
+def _caller(algo: str, comm, task: ReshardTask, local, topology, options, buffer: str):
+    """The call that runs ``algo`` once, and the path it names (for ccsynth's rows: the plan that ran)."""
+    if algo == "mpi":
+        if buffer != "numpy":
+            raise CCSynthError("the mpi (Alltoallv) algorithm runs on numpy buffers only")
+        plan = _AlltoallvPlan(task, comm)
+        return (lambda: plan(comm, local)), {"planner": "mpi", "executor": "Alltoallv (bench)"}
+    info: dict = {}
+
+    def call():
+        out = reshard(local, src=task.src, dst=task.dst, comm=comm, dtype=task.dtype, planner=algo,
+                      topology=topology, options=options)
+        if not info:
+            info.update(last_plan())
+        return out
+    return call, info
+
+
+def _interleaved_predictions(task: ReshardTask, infos, topology) -> dict[int, float]:
+    """Each ccsynth row's prediction where the algorithms run in turn: a call's footprint (the bytes a rank
+    touches between two calls of the same algorithm) is every algorithm's working set together, the bench's own
+    Alltoallv its shards and two buffers (:mod:`ccsynth.bench.predict`, ``--interleave``)."""
+    from ccsynth.bench.predict import has_footprint_terms
+    from ccsynth.synth.reshard.predict import lower_reshard, predict_reshard
+
+    if not has_footprint_terms(topology):
+        return {}
+    graphs = {k: lower_reshard(info["schedule"], topology) for k, info in enumerate(infos) if "schedule" in info}
+    shards = max((math.prod(lay.local_shape(r)) for lay in (task.src, task.dst) for r in lay.mesh.ranks), default=0)
+    mpi = 4 * shards * task.itemsize * sum(1 for info in infos if "schedule" not in info)
+    footprint = sum(g.working_set_bytes for g in graphs.values()) + mpi
+    return {k: predict_reshard(infos[k]["schedule"], topology, footprint_bytes=footprint).time_us for k in graphs}
+
+
 def run_reshard_bench(comm, task: ReshardTask, algos, *, iters: int = 20, warmup: int = 2, validate: bool = False,
                       buffer: str = "numpy", topology=None, options=None):
-    """Yield one :class:`ReshardRow` per algorithm (on every rank; rows agree across ranks)."""
+    """One :class:`ReshardRow` per algorithm (on every rank; rows agree across ranks), measured interleaved.
+
+    Every algorithm is planned (and its plan cached) and warmed up first;
+    then each timed iteration runs every algorithm once, in an order
+    rotated from one iteration to the next, a barrier before each call,
+    so that all of them meet the same machine load. ``median_us`` is the
+    median over iterations of the slowest rank's time.
+    """
     from mpi4py import MPI
 
     comm = mpi_comm(comm)  # a ccsynth.Communicator: the mpi baseline is the MPI library's own Alltoallv
@@ -164,53 +214,69 @@ def run_reshard_bench(comm, task: ReshardTask, algos, *, iters: int = 20, warmup
     else:
         xp = np
     local = shard_values(task.src, rank, task.dtype, xp)
+    calls, infos, outs = [], [], []
     for algo in algos:
-        if algo == "mpi":
-            if buffer != "numpy":
-                raise CCSynthError("the mpi (Alltoallv) algorithm runs on numpy buffers only")
-            plan = _AlltoallvPlan(task, comm)
-
-            def call(plan=plan):
-                return plan(comm, local)
-        else:
-            def call(algo=algo):
-                return reshard(local, src=task.src, dst=task.dst, comm=comm, dtype=task.dtype, planner=algo,
-                               topology=topology, options=options)
+        call, info = _caller(algo, comm, task, local, topology, options, buffer)
         out = call()  # plans (and caches) before timing
         for _ in range(warmup):
             out = call()
-        total = 0.0
-        for _ in range(iters):
+        calls.append(call)
+        infos.append(info)
+        outs.append(out)
+    times = np.zeros((len(algos), iters))
+    for it in range(iters):
+        for j in range(len(algos)):
+            k = (j + it) % len(algos)
             comm.Barrier()
             t0 = MPI.Wtime()
-            out = call()
-            total += MPI.Wtime() - t0
-        avg = total / iters * 1e6
+            outs[k] = calls[k]()
+            times[k, it] = MPI.Wtime() - t0
+    slowest = np.empty_like(times)
+    comm.Allreduce(times, slowest, op=MPI.MAX)
+    predicted = _interleaved_predictions(task, infos, topology) if topology is not None else {}
+    rows = []
+    for k, algo in enumerate(algos):
+        avg = float(times[k].mean()) * 1e6
         valid = None
         if validate:
-            valid = bool(comm.allreduce(int(_check(task.dst, rank, out, task.dtype)), op=MPI.MIN))
+            valid = bool(comm.allreduce(int(_check(task.dst, rank, outs[k], task.dtype)), op=MPI.MIN))
         s = comm.allreduce(avg, op=MPI.SUM)
         lo = comm.allreduce(avg, op=MPI.MIN)
         hi = comm.allreduce(avg, op=MPI.MAX)
-        yield ReshardRow(algo, task.nbytes, s / comm.Get_size(), lo, hi, iters, valid)
+        info = infos[k]
+        rows.append(ReshardRow(algo, task.nbytes, s / comm.Get_size(), lo, hi, iters, valid,
+                               median_us=float(np.median(slowest[k])) * 1e6, path=str(info.get("planner", algo)),
+                               executor=str(info.get("executor", "")),
+                               predicted_us=predicted.get(k, info.get("predicted_us"))))
+    return rows
 
 
 def format_table(task: ReshardTask, rows, *, validate: bool, n_ranks: int) -> list[str]:
-    """OMB-style lines for ``rows`` (only rank 0 prints them)."""
+    """OMB-style lines for ``rows`` (only rank 0 prints them): the header, a line per row, then per row the path
+    it ran and its speed against the ``mpi`` row (medians of the same interleaved run), and the prediction error."""
     lines = [
         "# ccsynth OMB-style Resharding Test",
         f"# {task.describe()} ({task.nbytes} B) on {n_ranks} ranks; source ranks {list(task.src.mesh.ranks)}, "
         f"destination ranks {list(task.dst.mesh.ranks)}",
         f"# {'Algorithm':<12}{'Avg Latency(us)':>18}{'Min Latency(us)':>18}{'Max Latency(us)':>18}{'algbw(GB/s)':>14}"
-        f"{'Iterations':>12}" + (f"{'Validation':>12}" if validate else ""),
+        f"{'Iterations':>12}" + (f"{'Validation':>12}" if validate else "")
+        + f"{'Median(us)':>14}{'Predicted(us)':>15}{'Meas/Pred':>11}  Path",
     ]
     rows = list(rows)
     for r in rows:
         v = "" if not validate else f"{'Pass' if r.valid else 'Fail':>12}"
-        lines.append(f"{r.algo:<14}{r.avg_us:>18.2f}{r.min_us:>18.2f}{r.max_us:>18.2f}{r.algbw:>14.3f}{r.iters:>12}{v}")
+        pred = f"{r.predicted_us:>15.2f}{r.meas_over_pred:>11.2f}" if r.predicted_us else f"{'-':>15}{'-':>11}"
+        path = r.path if r.path == r.algo or r.algo == "mpi" else f"{r.algo}->{r.path}"
+        lines.append(f"{r.algo:<14}{r.avg_us:>18.2f}{r.min_us:>18.2f}{r.max_us:>18.2f}{r.algbw:>14.3f}{r.iters:>12}{v}"
+                     f"{r.median_us:>14.2f}{pred}  {path} ({r.executor})")
     ref = next((r for r in rows if r.algo == "mpi"), None)
     if ref is not None:
         for r in rows:
-            if r is not ref and r.avg_us > 0:
-                lines.append(f"# {r.algo}: {ref.avg_us / r.avg_us:.2f}x the speed of MPI Alltoallv")
+            if r is not ref and r.median_us > 0:
+                lines.append(f"# {r.algo} (ran {r.path}, {r.executor}): {ref.median_us / r.median_us:.2f}x the speed "
+                             "of MPI Alltoallv (medians, interleaved)")
+    errs = [abs(r.meas_over_pred - 1) for r in rows if r.meas_over_pred is not None]
+    if errs:
+        lines.append(f"# prediction error |measured/predicted - 1|: median {float(np.median(errs)):.0%}, "
+                     f"worst {max(errs):.0%} over {len(errs)} rows")
     return lines

@@ -29,14 +29,13 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ccsynth.collectives.reshard_program import ReshardProgram
-from ccsynth.collectives.runtime.primitives import mpi_calls, resolve_wait_mode
+from ccsynth.collectives.reshard_program import ShardProgram
 from ccsynth.collectives.staging import STAGING_MODES, Stager, decide
 from ccsynth.errors import LayoutError, PeerError
 from ccsynth.kernels import is_device_array
 from ccsynth.kernels.devices import Awareness, cuda_awareness
 
-__all__ = ["agree", "plan_on_root", "must_stage", "run", "release"]
+__all__ = ["Agreement", "agree", "plan_on_root", "must_stage", "run", "release"]
 
 _channels: dict = {}  # communicator handle -> [duplicate, call counter]
 _stager = Stager()  # pinned host stand-ins of device shards, kept across calls (as the communicator's)
@@ -49,21 +48,62 @@ def _mpi():
     return MPI
 
 
+#: a plan number no rank has (what a rank without a cached plan contributes to the smallest plan number)
+_NO_PLAN = 1 << 62
+
+
+class Agreement:
+    """The per-call agreement, started without waiting: one ``Iallreduce`` of five integers.
+
+    Every rank contributes its error (its rank + 1, or 0), whether its plan
+    was cached, and that plan's number (plans are numbered in the order they
+    are made, alike on every rank that made the same calls). :meth:`verdict`
+    waits for it and raises on every rank if any rank has an error, if the
+    ranks disagree on whether the plan is cached, or on which plan it is.
+    A rank may run an ``alltoallv`` plan before it waits (the exchange then
+    needs one synchronisation, not two); :attr:`join` tells a rank that had
+    no cached plan which plan the others are running, so that it takes part
+    (with blank buffers) and nobody is left waiting.
+    """
+
+    def __init__(self, comm, error: Exception | None, plan: int | None) -> None:
+        MPI = _mpi()
+        self.error = error
+        cached, number = (0, -1) if plan is None else (1, plan)
+        self.code = np.array([comm.rank + 1 if error is not None else 0, cached, -cached,
+                              number + 1, -(number + 1) if cached else -_NO_PLAN], dtype=np.int64)
+        self.request = comm.Iallreduce(MPI.IN_PLACE, self.code, op=MPI.MAX)
+        self.done = False
+
+    def wait(self) -> None:
+        if not self.done:
+            self.request.Wait()
+            self.done = True
+
+    @property
+    def join(self) -> int | None:
+        """The plan number the ranks with a cached plan run (None if none has one); waits."""
+        self.wait()
+        return int(self.code[3]) - 1 if int(self.code[1]) == 1 else None
+
+    def verdict(self) -> None:
+        """Raise (on every rank alike) unless every rank's arguments are good and the ranks agree; waits."""
+        self.wait()
+        first, some_cached, min_cached = int(self.code[0]), int(self.code[1]), -int(self.code[2])
+        disagree = some_cached == 1 and (min_cached == 0 or int(self.code[3]) != -int(self.code[4]))
+        if first == 0 and not disagree:
+            return
+        if first == 0:
+            raise PeerError("the ranks disagree on whether (or which) this resharding was planned before "
+                            "(a rank skipped a call?)")
+        if self.error is not None:
+            raise self.error
+        raise PeerError(f"rank {first - 1} failed in ccsynth.reshard (see its error); no data returned")
+
+
 def agree(comm, error: Exception | None, cached: bool) -> None:
     """Every rank raises if any rank has an ``error``, or if the ranks disagree on ``cached`` (one allreduce)."""
-    MPI = _mpi()
-    code = np.array([comm.rank + 1 if error is not None else 0, int(cached), -int(cached)], dtype=np.int64)
-    calls = mpi_calls(MPI, resolve_wait_mode("auto"))
-    calls.wait_any([comm.Iallreduce(MPI.IN_PLACE, code, op=MPI.MAX)], calls.status)
-    first, some_cached, min_cached = int(code[0]), int(code[1]), -int(code[2])
-    disagree = some_cached == 1 and min_cached == 0
-    if first == 0 and not disagree:
-        return
-    if first == 0:
-        raise PeerError("the ranks disagree on whether this resharding was planned before (a rank skipped a call?)")
-    if error is not None:
-        raise error
-    raise PeerError(f"rank {first - 1} failed in ccsynth.reshard (see its error); no data moved")
+    Agreement(comm, error, 0 if cached else None).verdict()
 
 
 def plan_on_root(comm, make: Callable[[], tuple[str | None, str | None]]) -> str:
@@ -86,8 +126,15 @@ def must_stage(staging: str, arrays: Iterable) -> bool:
     return decide(staging, _awareness[0], "ccsynth.reshard")
 
 
-def run(comm, prog: ReshardProgram, stride: int, local_shard, out, *, stage: bool):
-    """Run ``prog`` on this communicator's duplicate as its next resharding call (host stand-ins if ``stage``)."""
+def run(comm, prog: ShardProgram, stride: int, local_shard, out, *, stage: bool, blank: bool = False):
+    """Run ``prog`` on this communicator's duplicate as its next resharding call (host stand-ins if ``stage``).
+
+    ``blank``: take part with zeros for a source shard and no destination (a rank whose own arguments are bad,
+    or that has no plan of its own, while the others already run theirs); returns None.
+    """
+    if blank:
+        local_shard = None if prog.src_shape is None else np.zeros(prog.src_shape, prog.dtype)
+        out, stage = None, False
     key = comm.py2f()
     ch = _channels.get(key)
     if ch is None:
@@ -98,7 +145,8 @@ def run(comm, prog: ReshardProgram, stride: int, local_shard, out, *, stage: boo
     span = max(1, ub // stride)
     if stage:
         return prog.run_staged(dup, local_shard, out, _stager, call=call % span, stride=stride)
-    return prog.run(dup, local_shard, out, call=call % span, stride=stride)
+    result = prog.run(dup, local_shard, out, call=call % span, stride=stride)
+    return None if blank else result
 
 
 def release() -> None:

@@ -41,9 +41,11 @@ def add_reshard_args(p, *, planner: bool = True) -> None:
     p.add_argument("--solver", default="highs", choices=("highs", "cbc", "auto"), help="MILP solver (default highs)")
     p.add_argument("--time-limit", type=_seconds, default=10.0, metavar="SEC", help="MILP time limit (default 10 s)")
     if planner:
-        p.add_argument("--planner", default="broadcast", choices=("naive", "broadcast", "milp"),
-                       help="naive (point to point from the first replica), broadcast (Alpa's load-balanced "
-                            "broadcasts, the default) or milp (optimal senders, greedy warm start)")
+        p.add_argument("--planner", default="auto", choices=("auto", "alltoallv", "naive", "broadcast", "milp"),
+                       help="auto (the default: of alltoallv, naive and broadcast the one the executor model predicts "
+                            "fastest), alltoallv (one MPI_Alltoallv, senders balanced over replicas), naive (point "
+                            "to point from the first replica), broadcast (Alpa's load-balanced broadcasts) or milp "
+                            "(optimal senders, greedy warm start)")
 
 
 #: the longest MILP time limit taken (a day): beyond, a typo
@@ -111,7 +113,11 @@ def run(args) -> int:
     figures = json_doc("reshard", {
         "topology": topo.name,
         "collective": {"kind": "reshard", "task": task.to_dict(), "pieces": len(task_of_schedule(sched).pieces)},
-        "planner": args.planner,
+        "planner": sched.meta.get("planner", args.planner),
+        "requested": args.planner,
+        "executor": sched.meta.get("executor", "dataflow"),
+        "run_predicted_us": sched.meta.get("predicted_us"),
+        "candidates_us": sched.meta.get("candidates_us"),
         "size_bytes": task.nbytes,
         "time_us": res.time_us,
         "algbw_GBps": res.algbw,
@@ -127,10 +133,17 @@ def run(args) -> int:
     if args.json:
         print_json(figures)
         return 0
-    print(f"{args.planner} plan: {task.describe()} on {topo.name} ({human(task.nbytes)}): "
+    chosen = sched.meta.get("planner", args.planner)
+    print(f"{chosen} plan{' (auto)' if args.planner == 'auto' else ''}: {task.describe()} on {topo.name} "
+          f"({human(task.nbytes)}): "
           f"{sched.collective.describe()}, {len(sched.ops)} ops, verified, planned in {seconds:.2f} s")
     print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s")
     print(f"  lower bound    {res.lower_bound_us:.3f} us   gap {res.gap:.3f}x   ({res.bound_which})")
+    if "predicted_us" in sched.meta:
+        print(f"  predicted run  {sched.meta['predicted_us']:.3f} us   (as the runtime runs it: "
+              f"{sched.meta.get('executor', 'dataflow')}; ccsynth bench reshard -t measures it)")
+    for name, us in (sched.meta.get("candidates_us") or {}).items():
+        print(f"    candidate {name:<10} {us:.3f} us")
     if args.output:
         print(f"wrote {args.output} (ccsynth JSON)")
     return 0
@@ -146,9 +159,12 @@ def register_bench(names) -> None:
                                      "--algo naive,broadcast,milp,mpi")
     add_reshard_args(p, planner=False)
     p.add_argument("-t", "--topology", default=None, metavar="T",
-                   help="topology the planners balance over (default: every rank its own host)")
-    p.add_argument("--algo", default="naive,broadcast,milp,mpi", metavar="A[,B...]",
-                   help="naive, broadcast, milp (ccsynth.reshard with that planner), mpi (Alltoallv); default all")
+                   help="topology the planners balance over and predict on, e.g. a profile of this machine "
+                        "(ccsynth topo profile): each row then shows its predicted time and Meas/Pred "
+                        "(default: every rank its own host, no prediction)")
+    p.add_argument("--algo", default="naive,broadcast,alltoallv,auto,mpi", metavar="A[,B...]",
+                   help="naive, broadcast, milp, alltoallv, auto (ccsynth.reshard with that planner), mpi (the "
+                        "bench's own Alltoallv); default all but milp; all run interleaved, iteration by iteration")
     p.add_argument("-i", "--iterations", type=count_arg(1, "MAX_BENCH_ITERATIONS"), default=20, metavar="N",
                    help="timed iterations (default 20)")
     p.add_argument("-x", "--warmup", type=count_arg(0, "MAX_BENCH_ITERATIONS"), default=2, metavar="N",
@@ -194,7 +210,7 @@ def run_bench(args) -> int:
                                  validate=args.validation, buffer=args.buffer, topology=topo,
                                  options=solver_options(args)):
         rows.append(row)
-        say(format_table(task, [row], validate=args.validation, n_ranks=comm.Get_size())[-1], flush=True)
+        say(format_table(task, [row], validate=args.validation, n_ranks=comm.Get_size())[3], flush=True)
     for line in format_table(task, rows, validate=args.validation, n_ranks=comm.Get_size())[3 + len(rows):]:
         say(line)
     if rank == 0 and args.json:

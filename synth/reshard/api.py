@@ -37,7 +37,7 @@ from collections import OrderedDict
 from ccsynth.collectives import reshard_calls
 from ccsynth.collectives.arraylike import as_array
 from ccsynth.collectives.mpi_util import mpi_comm
-from ccsynth.collectives.reshard_program import ReshardProgram
+from ccsynth.collectives.reshard_program import ShardProgram
 from ccsynth.collectives.schedule import schedule_from_json
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import BufferMismatchError, CCSynthError, LayoutError
@@ -49,7 +49,7 @@ from ccsynth.synth.reshard.task import ReshardTask, parse_dtype
 from ccsynth.topologies.model import Topology
 from ccsynth.synth.solver import SolverOptions
 
-__all__ = ["reshard", "layout_of", "clear_cache", "MAX_CACHED_PLANS"]
+__all__ = ["reshard", "layout_of", "clear_cache", "last_plan", "MAX_CACHED_PLANS"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 MAX_CACHED_PLANS = 32
 
 _plans: OrderedDict = OrderedDict()
+_last: list[dict] = [{}]
+_made = [0]  # plans made by this process: their numbers agree across ranks that made the same calls
 
 
 def layout_of(value, shape=None) -> TensorLayout:
@@ -76,14 +78,42 @@ def layout_of(value, shape=None) -> TensorLayout:
 def clear_cache() -> None:
     """Forget cached plans (and the duplicated communicators, and the staging buffers)."""
     _plans.clear()
+    _tasks.clear()
     reshard_calls.release()
+
+
+_tasks: OrderedDict = OrderedDict()  # (layouts, dtype, communicator size) -> task: no rebuilding per call
+
+
+def _task(s: TensorLayout, d: TensorLayout, dtype, comm) -> ReshardTask:
+    """The task of moving ``s`` to ``d`` (checked against the communicator's size), cached: building one
+    (the dtype's name, the ranks) cost a few hundred us per call on a loaded machine."""
+    k = (s, d, dtype if isinstance(dtype, str) else str(dtype), comm.Get_size())
+    task = _tasks.get(k)
+    if task is None:
+        task = ReshardTask(s.shape, parse_dtype(dtype).name, s, d)
+        for r in task.ranks:
+            if r >= comm.Get_size():
+                raise LayoutError(f"the meshes use rank {r}, but the communicator has {comm.Get_size()} ranks")
+        _tasks[k] = task
+        while len(_tasks) > MAX_CACHED_PLANS:
+            _tasks.popitem(last=False)
+    return task
 
 
 def _key(task: ReshardTask, comm, planner: str, topology: Topology | None) -> tuple:
     return task, planner, getattr(topology, "name", None), comm.Get_size(), comm.Get_rank()
 
 
-def _plan(task: ReshardTask, comm, planner: str, topology: Topology | None, options) -> tuple[ReshardProgram, int]:
+def last_plan() -> dict:
+    """What this process's last :func:`reshard` call ran: ``planner`` (the plan kind; ``auto`` names the one it
+    chose), ``executor`` (``alltoallv`` or ``dataflow``), ``requested``, ``schedule`` (the plan), and on a
+    topology ``predicted_us`` (the
+    executor model's prediction of one call) and, for ``auto``, ``candidates_us``; empty before any call."""
+    return dict(_last[0])
+
+
+def _plan(task: ReshardTask, comm, planner: str, topology: Topology | None, options) -> tuple[ShardProgram, int, dict]:
     key = _key(task, comm, planner, topology)
 
     def make() -> tuple[str | None, str | None]:
@@ -101,10 +131,24 @@ def _plan(task: ReshardTask, comm, planner: str, topology: Topology | None, opti
         if op.kind == "send":
             pairs[(op.rank, op.peer)] = pairs.get((op.rank, op.peer), 0) + 1
     stride = max(pairs.values(), default=0) + 1
-    _plans[key] = (prog, stride)
+    _made[0] += 1
+    info = {"number": _made[0], "requested": planner, "planner": sched.meta.get("planner", planner), "executor": prog.executor,
+            "schedule": sched, **{k: sched.meta[k] for k in ("predicted_us", "candidates_us") if k in sched.meta}}
+    _plans[key] = (prog, stride, info)
     while len(_plans) > MAX_CACHED_PLANS:
         _plans.popitem(last=False)
-    return prog, stride
+    return prog, stride, info
+
+
+def _join(comm, number: int) -> None:
+    """Take part, with blank buffers, in the cached ``alltoallv`` plan ``number`` that the other ranks run (this
+    rank failed before finding it); the agreement's verdict raises next on every rank."""
+    for prog, stride, info in _plans.values():
+        if info["number"] == number:
+            if prog.executor == "alltoallv":
+                reshard_calls.run(comm, prog, stride, None, None, stage=False, blank=True)
+            return
+    log.warning("the other ranks run resharding plan %d, which this rank never made (a skipped call?)", number)
 
 
 def _array(obj, what: str, *, writable: bool = False):
@@ -118,7 +162,7 @@ def _array(obj, what: str, *, writable: bool = False):
     return arr
 
 
-def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str = "broadcast",
+def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str = "auto",
             topology: Topology | None = None,
             options: SolverOptions | None = None, out=None, staging: str = "auto"):
     """Reshard a tensor over ``comm``: returns this rank's shard of ``dst`` (None off the destination mesh).
@@ -127,9 +171,11 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
     pairs with ``shape=`` (a mesh is a :class:`~.mesh.DeviceMesh` or a mesh
     shape, on ranks ``0..`` of ``comm``; specs in Alpa's or JAX's notation).
     ``comm``: an mpi4py intracommunicator or a :class:`ccsynth.Communicator`
-    (the resharding runs on the communicator it wraps). ``dtype`` defaults to the local shard's. ``planner``: ``naive``,
-    ``broadcast`` (default) or ``milp``; ``topology`` (optional) gives the
-    hosts and links the planner balances over. ``out``: an array of the
+    (the resharding runs on the communicator it wraps). ``dtype`` defaults to the local shard's. ``planner``:
+    ``auto`` (default: the plan predicted fastest on ``topology``, run as the runtime runs it; without a
+    topology one ``MPI_Alltoallv``), ``alltoallv``, ``naive``, ``broadcast`` or ``milp``
+    (:mod:`~ccsynth.synth.reshard.planner`); ``topology`` (optional, e.g. a profile of the machine) gives the
+    hosts, links and costs the planner balances and predicts over; :func:`last_plan` says what ran. ``out``: an array of the
     destination shard's shape to fill instead of a new one (returned).
 
     Shards are what the communicator takes
@@ -158,26 +204,37 @@ def reshard(local_shard, *, src, dst, comm, shape=None, dtype=None, planner: str
             if local_shard is None:
                 raise LayoutError("pass dtype= on ranks that hold no source shard")
             dtype = local_shard.dtype
-        task = ReshardTask(s.shape, parse_dtype(dtype).name, s, d)
-        for r in task.ranks:
-            if r >= comm.Get_size():
-                raise LayoutError(f"the meshes use rank {r}, but the communicator has {comm.Get_size()} ranks")
-        hit = _plans.get(_key(task, comm, planner, topology))
+        task = _task(s, d, dtype, comm)
+        key = _key(task, comm, planner, topology)
+        hit = _plans.get(key)
         if hit is not None:
             hit[0].check_input(local_shard, out)
     except CCSynthError as e:
         error = e
-    # One allreduce per call: every rank's arguments are good (with a cached plan, its buffers too).
-    reshard_calls.agree(comm, error, hit is not None)
+    # One allreduce per call: every rank's arguments are good (with a cached plan, its buffers too). A cached
+    # alltoallv plan runs while it completes (one synchronisation per call, not two: on 4 ranks sharing 2 loaded
+    # cores the second one halved the speed at 1 MiB); every other waits for its verdict first.
+    agreement = reshard_calls.Agreement(comm, error, hit[2]["number"] if hit is not None else None)
+    if hit is not None and hit[0].executor == "alltoallv":
+        prog, stride, info = hit
+        _plans.move_to_end(key)
+        result = reshard_calls.run(comm, prog, stride, local_shard, out, stage=stage, blank=error is not None)
+        agreement.verdict()
+        _last[0] = info
+        return given_out if given_out is not None else result
+    if hit is None and agreement.join is not None:
+        _join(comm, agreement.join)  # the others run a cached plan: take part, then raise with them
+    agreement.verdict()
     if hit is None:
-        prog, stride = _plan(task, comm, planner, topology, options)
+        prog, stride, info = _plan(task, comm, planner, topology, options)
         try:
             prog.check_input(local_shard, out)
         except CCSynthError as e:
             error = e
         reshard_calls.agree(comm, error, True)
     else:
-        prog, stride = hit
-        _plans.move_to_end(_key(task, comm, planner, topology))
+        prog, stride, info = hit
+        _plans.move_to_end(key)
+    _last[0] = info
     result = reshard_calls.run(comm, prog, stride, local_shard, out, stage=stage)
     return given_out if given_out is not None else result

@@ -39,6 +39,8 @@ import time
 
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import LayoutError
+from ccsynth.errors import ScheduleError
+from ccsynth.synth.reshard.alltoallv import EXECUTOR, alltoallv_hops
 from ccsynth.synth.reshard.broadcast import broadcast_hops
 from ccsynth.synth.reshard.mesh import DeviceMesh, parse_mesh_shape, parse_rank_list
 from ccsynth.synth.reshard.milp import milp_hops
@@ -50,11 +52,17 @@ from ccsynth.synth.solver import SolverOptions
 from ccsynth.tolerance import is_less
 from ccsynth.topologies.model import Topology
 
-__all__ = ["PLANNERS", "DEFAULT_SPLIT", "MIN_SLAB_BYTES", "default_split", "DEFAULT_MILP_OPTIONS", "plan_reshard", "place_meshes"]
+__all__ = ["PLANNERS", "AUTO_CANDIDATES", "AUTO_MARGIN", "DEFAULT_SPLIT", "MIN_SLAB_BYTES", "default_split", "DEFAULT_MILP_OPTIONS", "plan_reshard", "place_meshes"]
 
 log = logging.getLogger(__name__)
 
-PLANNERS = ("naive", "broadcast", "milp")
+PLANNERS = ("naive", "broadcast", "milp", "alltoallv", "auto")
+#: what ``auto`` chooses among, by the executor model's prediction (the MILP is left out: 10 s of planning)
+AUTO_CANDIDATES = ("alltoallv", "naive", "broadcast")
+#: ``auto`` leaves MPI's own exchange (``alltoallv``) only for a plan predicted faster by more than this share
+#: (as a collective's plan keeps the default unless another is predicted faster by a margin): on 2 ranks at
+#: 16 MiB a naive plan predicted 0.06% faster ran 1.6x slower
+AUTO_MARGIN = 0.05
 #: most slabs per piece for the plans that forward (broadcast, milp): enough to hide the last hop's tail
 DEFAULT_SPLIT = 16
 #: ... but no slab smaller than this (smaller messages pay their per-message costs for no gain)
@@ -113,6 +121,13 @@ def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner
     n = topology.n_ranks if topology is not None else (n_ranks or max(task.ranks) + 1)
     if max(task.ranks) >= n:
         raise LayoutError(f"the meshes use rank {max(task.ranks)}, but there are only {n} ranks")
+    if planner == "auto":
+        return _auto(task, topology, n, options, split)
+    if planner == "alltoallv":
+        t0 = time.perf_counter()
+        sched = schedule_of(task.with_split(1), alltoallv_hops(task.with_split(1)), n_ranks=n, name="reshard-alltoallv",
+                            topology=topology.name if topology is not None else "", planner=planner, executor=EXECUTOR)
+        return _priced(sched, topology, time.perf_counter() - t0)
     if split is None:
         split = 1 if planner == "naive" or topology is None else default_split(task)
     task = task.with_split(split)
@@ -146,6 +161,48 @@ def plan_reshard(task: ReshardTask, topology: Topology | None = None, *, planner
                 if best is None or is_less(t, best[0]):
                     best = (t, s)
         sched = best[1] if best is not None else sched
-    seconds = time.perf_counter() - t0
-    log.info("%s plan for %s: %d ops in %.3f s", planner, task.describe(), len(sched.ops), seconds)
-    return sched.with_meta(plan_seconds=seconds)
+    return _priced(sched, topology, time.perf_counter() - t0)
+
+
+def _priced(sched: Schedule, topology: Topology | None, seconds: float) -> Schedule:
+    """``sched`` with its planning time, and on a topology the executor model's prediction of its run
+    (``predicted_us``, :func:`~ccsynth.synth.reshard.predict.predict_reshard`)."""
+    from ccsynth.synth.reshard.predict import predict_reshard  # the lowering imports the planner's modules
+
+    log.info("%s plan: %d ops in %.3f s", sched.name, len(sched.ops), seconds)
+    sched = sched.with_meta(plan_seconds=seconds)
+    if topology is None:
+        return sched
+    return sched.with_meta(predicted_us=predict_reshard(sched, topology).time_us)
+
+
+def _auto(task: ReshardTask, topology: Topology | None, n: int, options, split: int | None) -> Schedule:
+    """The plan of :data:`AUTO_CANDIDATES` predicted fastest on ``topology`` (its run as the runtime runs it),
+    ``alltoallv`` unless another is predicted faster by more than :data:`AUTO_MARGIN`; without a topology, the
+    ``alltoallv`` plan (MPI's own exchange: nothing to price the others against)."""
+    t0 = time.perf_counter()
+    if topology is None:
+        s = plan_reshard(task, None, planner="alltoallv", n_ranks=n)
+        return s.with_meta(requested="auto", plan_seconds=time.perf_counter() - t0)
+    best: Schedule | None = None
+    predicted: dict[str, float] = {}
+    for p in AUTO_CANDIDATES:
+        try:
+            s = plan_reshard(task, topology, planner=p, n_ranks=n, options=options, split=split)
+        except ScheduleError as e:  # e.g. alltoallv where the topology lacks a direct connection
+            log.info("auto: no %s plan on %s: %s", p, topology.name, e)
+            continue
+        predicted[p] = float(s.meta["predicted_us"])
+        if best is None:
+            best = s
+            continue
+        bar = float(best.meta["predicted_us"])
+        if best.meta["planner"] == "alltoallv":
+            bar *= 1 - AUTO_MARGIN
+        if is_less(predicted[p], bar):
+            best = s
+    if best is None:
+        raise LayoutError(f"no resharding plan of {', '.join(AUTO_CANDIDATES)} runs on topology {topology.name!r}")
+    log.info("auto: %s predicted fastest (%s)", best.meta["planner"],
+             ", ".join(f"{k} {v:.1f} us" for k, v in predicted.items()))
+    return best.with_meta(requested="auto", candidates_us=predicted, plan_seconds=time.perf_counter() - t0)

@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import cast
 
 from ccsynth.collectives.explicit import ExplicitCollective
-from ccsynth.collectives.reshard_program import COPY, RECV, SEND, BoxOp, ReshardProgram
+from ccsynth.collectives.reshard_alltoallv import AlltoallvProgram
+from ccsynth.collectives.reshard_program import COPY, RECV, SEND, BoxOp, ReshardProgram, ShardProgram
 from ccsynth.collectives.schedule import Chunks, Schedule
 from ccsynth.errors import ScheduleError
 from ccsynth.synth.reshard.plan import task_of_schedule
@@ -35,8 +36,14 @@ __all__ = ["rank_program"]
 _KINDS = {"send": SEND, "recv": RECV, "copy": COPY}
 
 
-def rank_program(schedule: Schedule, rank: int) -> ReshardProgram:
-    """Rank ``rank``'s ops of the reshard plan ``schedule`` as boxes of its shards (see the module doc)."""
+def rank_program(schedule: Schedule, rank: int) -> ShardProgram:
+    """Rank ``rank``'s ops of the reshard plan ``schedule`` as boxes of its shards (see the module doc).
+
+    A plan whose ``meta["executor"]`` is ``"alltoallv"`` becomes an
+    :class:`~ccsynth.collectives.reshard_alltoallv.AlltoallvProgram` (its
+    hops must be direct, from source shards); any other a
+    :class:`~ccsynth.collectives.reshard_program.ReshardProgram`.
+    """
     task = task_of_schedule(schedule)
     coll = cast(ExplicitCollective, schedule.collective)  # task_of_schedule refused a uniform (non-explicit) one
     if not 0 <= rank < coll.n_ranks:
@@ -56,6 +63,8 @@ def rank_program(schedule: Schedule, rank: int) -> ReshardProgram:
             raise ScheduleError(f"rank {rank} holds no destination tile, but the plan writes its output")
         return task.local_slices(pieces[coll.outputs[rank][chunks.index]], task.dst.box(dst_tile))
 
+    if schedule.meta.get("executor") == "alltoallv":
+        return _alltoallv_program(schedule, rank, box)
     mine = schedule.ops_of(rank)
     index = {op.id: k for k, op in enumerate(mine)}
     counters: dict[tuple[int, int], int] = {}
@@ -87,4 +96,32 @@ def rank_program(schedule: Schedule, rank: int) -> ReshardProgram:
         task.src.local_shape(rank) if src_tile is not None else None,
         task.dst.local_shape(rank) if dst_tile is not None else None,
         tuple(ops), relay_shapes, task.src.describe(),
+    )
+
+
+def _alltoallv_program(schedule: Schedule, rank: int, box) -> AlltoallvProgram:
+    """The rank's sends, receives and copies of a direct plan, per peer and in piece order on both ends."""
+    task = task_of_schedule(schedule)
+    coll = cast(ExplicitCollective, schedule.collective)
+    n = coll.n_ranks
+    sends: list[list] = [[] for _ in range(n)]
+    recvs: list[list] = [[] for _ in range(n)]
+    local = []
+    for op in schedule.ops_of(rank):
+        if op.kind == "copy" and op.src is not None and op.dst is not None and op.src.buf == "i" and op.dst.buf == "o":
+            local.append((box(op.src), box(op.dst)))
+        elif op.kind == "send" and op.src is not None and op.src.buf == "i":
+            sends[op.peer].append((coll.inputs[rank][op.src.index], box(op.src)))
+        elif op.kind == "recv" and op.dst is not None and op.dst.buf == "o":
+            recvs[op.peer].append((coll.outputs[rank][op.dst.index], box(op.dst)))
+        else:
+            raise ScheduleError(f"{op.describe()}: an alltoallv plan moves pieces straight from source to destination "
+                                "shards")
+    return AlltoallvProgram(
+        rank, task.dtype,
+        task.src.local_shape(rank) if task.src.tile_of_rank(rank) is not None else None,
+        task.dst.local_shape(rank) if task.dst.tile_of_rank(rank) is not None else None,
+        tuple(tuple(b for _, b in sorted(x, key=lambda t: t[0])) for x in sends),
+        tuple(tuple(b for _, b in sorted(x, key=lambda t: t[0])) for x in recvs),
+        tuple(local), task.src.describe(),
     )

@@ -10,7 +10,10 @@ torch CPU tensor or any buffer takes), ``reshard_worker.py staged SEED
 COUNT`` runs the plans through :meth:`ReshardProgram.run_staged` with a
 NumPy :class:`Stager` standing in for pinned host memory (the host-side
 logic device shards take on a library that is not CUDA-aware).
-``reshard_worker.py communicator SEED COUNT`` passes a ``ccsynth.Communicator``
+``reshard_worker.py alltoallv SEED COUNT`` runs the Alltoallv plan kind (and
+``auto`` without and with a topology) on fixed meshes and specs and COUNT
+random ones, with contiguous and strided shards and ``out=`` views, and
+checks ``last_plan()``. ``reshard_worker.py communicator SEED COUNT`` passes a ``ccsynth.Communicator``
 as ``comm`` to every entry point that takes one (``ccsynth.reshard``,
 :meth:`ReshardProgram.run`, the resharding bench, the tuner's timer, the
 multi-dimension runner) and checks the results against NumPy.
@@ -61,7 +64,7 @@ def case(rng: random.Random):
     src = TensorLayout.of(shape, DeviceMesh(sm, src_ranks), random_spec(rng, ndim, len(sm)))
     dst = TensorLayout.of(shape, DeviceMesh(dm, dst_ranks), random_spec(rng, ndim, len(dm)))
     dtype = rng.choice(("float32", "int64", "float64"))
-    planner = rng.choice(("naive", "broadcast", "milp"))
+    planner = rng.choice(("naive", "broadcast", "milp", "alltoallv", "auto"))
     return shape, src, dst, dtype, planner
 
 
@@ -179,6 +182,61 @@ def with_communicator(seed: int, count: int) -> int:
     return 0
 
 
+FIXED = (  # (shape, source mesh, source spec, destination mesh, destination spec)
+    ((16, 12, 4), (2, 2), "S0,R,R", (2, 2), "R,S1,R"),
+    ((16, 12), (1, 2), "S1,R", (2, 1), "S0,R"),
+    ((9, 7), (2,), "S0,R", (2,), "R,S0"),
+    ((8, 6, 2), (2, 2), "S01,R,R", (2, 2), "R,S01,R"),
+    ((10, 4), (2, 2), "R,R", (2, 2), "S0,S1"),
+    ((12, 6), (2, 2), "S0,S1", (2, 2), "R,R"),
+)
+
+
+def alltoallv_cases(seed: int, count: int) -> int:
+    """The Alltoallv plan kind, and ``auto``, against NumPy on fixed and random layouts (see the module doc)."""
+    from ccsynth.synth.reshard.api import last_plan
+    from ccsynth.topologies import fully_connected
+
+    rng = random.Random(seed)
+    cases = []
+    for shape, sm, sspec, dm, dspec in FIXED:
+        if int(np.prod(sm)) <= size and int(np.prod(dm)) <= size:
+            cases.append((shape, TensorLayout.of(shape, DeviceMesh(sm), sspec), TensorLayout.of(shape, DeviceMesh(dm), dspec)))
+    cases += [case(rng)[:3] for _ in range(count)]
+    topo = fully_connected(size)
+    fails = 0
+    if rank == 0:
+        print(f"A2AV CASES {3 * len(cases)}", flush=True)
+    for i, (shape, src, dst) in enumerate(cases):
+        dtype = ("float32", "int64", "float64", "int16")[i % 4]
+        full = np.arange(int(np.prod(shape))).astype(dtype).reshape(shape)
+        tile = src.tile_of_rank(rank)
+        mine = None if tile is None else np.ascontiguousarray(full[tuple(slice(a, b) for a, b in src.box(tile))])
+        if mine is not None and i % 3 == 2:
+            mine = np.asfortranarray(mine)  # a strided source shard
+        dtile = dst.tile_of_rank(rank)
+        want = None if dtile is None else full[tuple(slice(a, b) for a, b in dst.box(dtile))]
+        for planner, t in (("alltoallv", None), ("auto", None), ("auto", topo)):
+            view = None
+            if want is not None and i % 2 == 1:
+                big = np.full(tuple(2 * n for n in want.shape), -1, dtype)
+                view = big[tuple(slice(None, None, 2) for _ in want.shape)]  # a strided out=
+            got = [ccsynth.reshard(mine, src=src, dst=dst, comm=comm, dtype=dtype, planner=planner, topology=t,
+                                   out=view) for _ in range(2)]
+            info = last_plan()
+            ok = all((g is None) if want is None else (g is not None and np.array_equal(g, want)) for g in got)
+            ok = ok and (view is None or got[0] is view)
+            if planner == "alltoallv" or t is None:
+                ok = ok and info["executor"] == "alltoallv" and info["planner"] == "alltoallv"
+            else:
+                ok = ok and info["planner"] in info["candidates_us"] and info["predicted_us"] == min(
+                    info["candidates_us"].values())
+            fails += not ok
+            print(f"CASE a2av{i} {'PASS' if ok else 'FAIL'} rank {rank}: {shape} {dtype} {src.describe()} -> "
+                  f"{dst.describe()} ({planner}{' on ' + t.name if t else ''}: ran {info.get('planner')})", flush=True)
+    return int(fails > 0)
+
+
 def bad() -> int:
     src = TensorLayout.of((8, 4), DeviceMesh((size,)), "S0,R")
     dst = TensorLayout.of((8, 4), DeviceMesh((size,)), "R,S0")
@@ -193,6 +251,23 @@ def bad() -> int:
     else:
         print(f"CASE bad FAIL rank {rank}: no error", flush=True)
         return 1
+    # a cached alltoallv plan runs while the agreement completes: a bad shard on one rank (after the lookup) and a
+    # bad argument on another (before it) still raise on every rank, and nobody hangs
+    good = np.zeros(src.local_shape(rank), np.float32)
+    ccsynth.reshard(good, src=src, dst=dst, comm=comm, planner="alltoallv")
+    for what, mine, staging in (("cachedbad", np.zeros(shape, np.float32), "auto"),
+                                ("cachedearly", good, "bogus" if rank == 0 else "auto")):
+        want = {size - 1: BufferMismatchError} if what == "cachedbad" else {0: LayoutError}
+        try:
+            ccsynth.reshard(mine, src=src, dst=dst, comm=comm, planner="alltoallv", staging=staging)
+        except (BufferMismatchError, LayoutError, PeerError) as e:
+            ok = isinstance(e, want.get(rank, PeerError))
+            print(f"CASE {what} {'PASS' if ok else 'FAIL'} rank {rank}: {type(e).__name__}: {e}", flush=True)
+        else:
+            print(f"CASE {what} FAIL rank {rank}: no error", flush=True)
+            return 1
+    out = ccsynth.reshard(good, src=src, dst=dst, comm=comm, planner="alltoallv")  # and the plan still runs
+    print(f"CASE cachedagain {'PASS' if out.shape == dst.local_shape(rank) else 'FAIL'} rank {rank}", flush=True)
     try:
         ccsynth.reshard(np.zeros(shape, np.float32), src=(((size,), "S0,S0")), dst=dst, comm=comm, shape=(8, 4))
     except LayoutError as e:
@@ -203,8 +278,11 @@ def bad() -> int:
 if __name__ == "__main__":
     if sys.argv[1] == "bad":
         sys.exit(bad())
+    if sys.argv[1] == "alltoallv":
+        sys.exit(alltoallv_cases(int(sys.argv[2]), int(sys.argv[3])))
     if sys.argv[1] == "communicator":
         sys.exit(with_communicator(int(sys.argv[2]), int(sys.argv[3])))
     if sys.argv[1] in ("arraylike", "staged"):
         sys.exit(run_wrapped(int(sys.argv[2]), int(sys.argv[3]), sys.argv[1]))
-    sys.exit(run_cases(int(sys.argv[1]), int(sys.argv[2])))
+    # the random round trips, then the Alltoallv plan kind's cases (one launch per rank count for both)
+    sys.exit(run_cases(int(sys.argv[1]), int(sys.argv[2])) or alltoallv_cases(int(sys.argv[1]), 3))
