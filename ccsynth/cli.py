@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 
+from ccsynth.commands._progress import start_clock
 from ccsynth.commands._versions import version_lines
 from ccsynth.errors import CCSynthError
 
@@ -151,6 +152,7 @@ def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
 
 
 def main(argv: list[str] | None = None) -> int:
+    start_clock()  # the times commands print are the command's wall time (ccsynth.commands._progress)
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(*verbosity(args))

@@ -33,17 +33,50 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
 from typing import TextIO
 from collections.abc import Callable
 
-__all__ = ["QUIET", "SUMMARY", "DETAIL", "INTERVAL_S", "Progress", "Counter", "SynthStages", "level_from"]
+__all__ = ["QUIET", "SUMMARY", "DETAIL", "INTERVAL_S", "Progress", "Counter", "SynthStages", "level_from",
+           "start_clock", "elapsed_text", "seconds_text"]
 
 QUIET, SUMMARY, DETAIL = 0, 1, 2
 #: default seconds between two throttled lines
 INTERVAL_S = 2.0
+
+
+#: (wall, CPU) when the command started (:func:`start_clock`; ccsynth.cli.main calls it first)
+_START = (time.perf_counter(), time.process_time())
+
+
+def start_clock() -> None:
+    """Count the command's time from now (``ccsynth.cli.main`` calls it before parsing its arguments)."""
+    global _START
+    _START = (time.perf_counter(), time.process_time())
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished children (a solver run as a program)."""
+    t = os.times()
+    return time.process_time() + t.children_user + t.children_system
+
+
+def seconds_text(wall_s: float, cpu_s: float | None = None) -> str:
+    """``"12.3 s"``, or ``"109.2 s (13.0 s CPU)"`` where the CPU time differs from the wall time by more than a
+    fifth (a loaded machine, or waiting)."""
+    text = f"{wall_s:.1f} s"
+    if cpu_s is not None and abs(wall_s - cpu_s) > 0.2 * max(wall_s, 0.5):
+        text += f" ({cpu_s:.1f} s CPU)"
+    return text
+
+
+def elapsed_text() -> str:
+    """The wall time since the command started, with its CPU time beside it where they differ
+    (:func:`seconds_text`)."""
+    return seconds_text(time.perf_counter() - _START[0], _cpu_s() - _START[1])
 
 
 def level_from(verbose: int, quiet: bool) -> int:

@@ -19,7 +19,7 @@ from ccsynth.bench.omb import agree
 from ccsynth.bench.profile import ProfileOptions, fit_profile, measure_machine
 from ccsynth.collectives.mpi_util import install_abort_handler
 from ccsynth.commands._common import add_json_arg, json_doc, print_json, print_table
-from ccsynth.commands._progress import Progress
+from ccsynth.commands._progress import Progress, elapsed_text
 from ccsynth.errors import CCSynthError, TopologyError
 from ccsynth.topologies.io import topology_to_json
 from ccsynth.units import format_size, parse_sizes
@@ -68,6 +68,9 @@ def register(sub) -> None:
     pp.add_argument("--no-reference", action="store_true",
                     help="skip the reference collectives: no run curve (predictions of whole runs from the probes "
                          "alone)")
+    pp.add_argument("--busy-ok", action="store_true",
+                    help="profile even when the machine is busy (its load average above its cores; refused by "
+                         "default): the profile's description then says so and records the load")
     pp.add_argument("--raw", metavar="FILE",
                     help="also write every probe's measured times here (JSON), for ccsynth topo refit")
     pr = tsub.add_parser(
@@ -183,6 +186,7 @@ def _profile(args) -> int:
         agree(comm, lambda: check_writable(args.output, "topology", TopologyError) if rank == 0 else None)
         if args.raw:
             agree(comm, lambda: check_writable(args.raw, "raw profile", CCSynthError) if rank == 0 else None)
+        state = agree(comm, lambda: _machine_before_profile(args.busy_ok) if rank == 0 else None)
     except CCSynthError:
         if rank != 0:
             return 2
@@ -205,13 +209,41 @@ def _profile(args) -> int:
 
         save_raw(raw, args.raw)  # first: if the fit fails, the times are kept
     prof = fit_profile(raw)
-    write_text(args.output, topology_to_json(prof.topology), what="topology", error=TopologyError)
+    topology = _marked_busy(prof.topology, state)
+    write_text(args.output, topology_to_json(topology), what="topology", error=TopologyError)
     _summary(prof)
+    if state.busy:
+        print(f"warning: profiled on a busy machine ({state.describe()} when it started; --busy-ok): its figures "
+              f"include the other work, and its description says so")
     if args.raw:
         print(f"wrote {args.raw}: every probe's times (ccsynth topo refit {args.raw} -o FILE fits them again)")
-    print(f"wrote {args.output}: {prof.topology.name}, {prof.topology.n_ranks} ranks ({prof.seconds:.1f} s); "
+    print(f"wrote {args.output}: {prof.topology.name}, {prof.topology.n_ranks} ranks (measured in "
+          f"{prof.seconds:.1f} s; {elapsed_text()} in all); "
           f"use it with ccsynth synth -t {args.output} and ccsynth bench ... --predict {args.output}")
     return 0
+
+
+def _machine_before_profile(busy_ok: bool):
+    """Rank 0: the machine's load and cores (:mod:`ccsynth.bench.machine`); a busy machine is refused unless
+    ``busy_ok``."""
+    from ccsynth.bench.machine import busy_error, machine_state
+
+    state = machine_state()
+    if state.busy and not busy_ok:
+        raise busy_error(state, "a profile")
+    return state
+
+
+def _marked_busy(topology, state):
+    """``topology`` with the load it was profiled at in its sources, and a busy machine said first in its
+    description."""
+    from dataclasses import replace
+
+    when = f"when the profile started: {state.describe()}" + (" (busy: --busy-ok)" if state.busy else "")
+    marked = replace(topology, sources=(*topology.sources, when))
+    if state.busy:
+        marked = replace(marked, description=f"PROFILED BUSY ({state.describe()}): {topology.description}")
+    return marked
 
 
 def _refit(args) -> int:
