@@ -132,11 +132,27 @@ class _Formatter(logging.Formatter):
         return msg if record.levelno == logging.INFO else f"{record.levelname.lower()}: {msg}"
 
 
+class _NoRepeat(logging.Filter):
+    """Drops a record whose message is the one just shown: a line says a thing once."""
+
+    def __init__(self):
+        super().__init__()
+        self.last: tuple[int, str] | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.levelno, record.getMessage())
+        if key == self.last:
+            return False
+        self.last = key
+        return True
+
+
 def setup_logging(verbose: int, quiet: bool) -> None:
     """Warnings by default; ``-v`` INFO (every stage of long work), ``-vv`` DEBUG, ``-q`` errors only."""
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter(verbose >= 2))
+    handler.addFilter(_NoRepeat())
     root = logging.getLogger("ccsynth")
     root.handlers[:] = [handler]
     root.setLevel(level)

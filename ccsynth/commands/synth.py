@@ -316,8 +316,7 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
                      f"synthesized in {done.seconds:.1f} s")
 
     sized = synthesize_sized(topo, coll, sizes, sketch, opts, contiguity=not args.no_contiguity,
-                             stage_progress=lambda size: SynthStages(progress, summaries=False,
-                                                                     prefix=f"{human(size)} "),
+                             stage_progress=lambda size: SynthStages(progress, prefix=f"{human(size)} "),
                              on_size=size_done, default_margin=margin, judge=judge)
     plan, seconds = sized.plan, sized.synthesis_s
     rows = []
