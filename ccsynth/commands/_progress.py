@@ -107,7 +107,7 @@ class Progress:
         self.stream = stream
         self.interval = interval
         self.clock = clock or now
-        self._last = clock()
+        self._last = self.clock()
         self._last_text: str | None = None
 
     @classmethod
