@@ -57,7 +57,10 @@ the explicit collective declares (with their extents).
 The JSON form (``format: ccsynth.schedule``, ``version: 1``) round-trips
 exactly: ``Schedule.from_dict(s.to_dict()) == s``. ``"in_place": true`` is
 written only for in-place schedules; a file without it is out of place, so
-files written before the field existed read as they always did.
+files written before the field existed read as they always did. Likewise
+``"topology_inline"`` (the topology file the schedule was made for, where
+its ``topology`` name does not rebuild it; :mod:`ccsynth.formats.recorded_topology`)
+is written only when set.
 """
 
 from __future__ import annotations

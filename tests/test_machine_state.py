@@ -4,6 +4,7 @@ them; `dir(ccsynth)`; a quiet sub-second synth prints nothing on stderr (ccsynth
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -96,4 +97,4 @@ def test_a_sub_second_synth_prints_its_summary_only(tmp_path, capsys, monkeypatc
     lines = capsys.readouterr().err.splitlines()
     stages = [line for line in lines if line.startswith("[")]
     assert stages and sum("] verify:" in line for line in stages) == 1 and sum("] chosen:" in line for line in stages) == 1
-    assert all(a != b for a, b in zip(lines, lines[1:]))  # no line twice in a row
+    assert all(a != b for a, b in itertools.pairwise(lines))  # no line twice in a row
