@@ -24,11 +24,15 @@ Example:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ccsynth.errors import CCSynthError
 
-__all__ = ["LOAD_ENV", "CORES_ENV", "MachineState", "machine_state", "busy_error"]
+__all__ = ["LOAD_ENV", "CORES_ENV", "BUSY_MARK", "MachineState", "machine_state", "busy_error", "with_start_load",
+           "profiled_busy"]
+
+#: what a raw profile's ``load`` says of a machine profiled busy (``--busy-ok``), and its topology's description
+BUSY_MARK = "PROFILED BUSY"
 
 #: environment variables that replace the real load average and core count (tests; see the module docstring)
 LOAD_ENV = "CCSYNTH_LOADAVG"
@@ -101,3 +105,17 @@ def busy_error(state: MachineState, what: str, flag: str = "--busy-ok") -> CCSyn
     return CCSynthError(f"the machine is busy ({state.describe()}: more work wants to run than there are cores), so "
                         f"{what} would measure that work as much as the machine; run it when the load is below "
                         f"{state.cores}, or pass {flag} to measure anyway (the output then says it was busy)")
+
+
+def with_start_load(raw, state: MachineState):
+    """A raw profile (:class:`~ccsynth.bench.profiling.probes.RawProfile`, whose ``load`` is the load average when
+    it ended) with the state it started in before it, and :data:`BUSY_MARK` where that was busy: the fit writes
+    both into the topology (:func:`profiled_busy`), and a refit of the saved raw file gives the same."""
+    busy = f" ({BUSY_MARK}: --busy-ok)" if state.busy else ""
+    start = "n/a" if state.load is None else ", ".join(f"{x:.2f}" for x in state.load)
+    return replace(raw, load=f"{start} on {state.cores} cores when it started{busy}; {raw.load} when it ended")
+
+
+def profiled_busy(load: str) -> bool:
+    """Whether a raw profile's ``load`` says it was taken on a busy machine (:func:`with_start_load`)."""
+    return BUSY_MARK in load

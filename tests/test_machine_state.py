@@ -17,7 +17,15 @@ from ccsynth.bench.machine import CORES_ENV, LOAD_ENV, MachineState, machine_sta
 from ccsynth.cli import main
 from ccsynth.commands import _progress
 from ccsynth.commands._progress import seconds_text
+from ccsynth.bench.profile import ProfileOptions
+from ccsynth.bench.profiling.topology import profile_description
 from ccsynth.errors import CCSynthError
+from test_profile import _synthetic_raw
+
+
+def synthetic_raw():
+    """A raw profile of known figures (tests/test_profile.py), its load as the measurement leaves it."""
+    return _synthetic_raw(ProfileOptions(quick=True))
 
 BUSY = {LOAD_ENV: "14,12,10", CORES_ENV: "2"}
 
@@ -37,20 +45,23 @@ def test_injected_state(monkeypatch):
 
 
 def test_profile_refuses_a_busy_machine_and_marks_one_it_was_told_to_take(monkeypatch):
-    from ccsynth.commands.topo import _machine_before_profile, _marked_busy
-    from ccsynth.topologies import get_topology
+    from ccsynth.bench.machine import with_start_load
+    from ccsynth.bench.profile_raw import raw_from_dict, raw_to_dict
+    from ccsynth.commands.topo import _machine_before_profile
 
     monkeypatch.setenv(LOAD_ENV, "14")
     monkeypatch.setenv(CORES_ENV, "2")
     with pytest.raises(CCSynthError, match=r"busy \(load average 14.00.* on 2 cores.*--busy-ok"):
         _machine_before_profile(busy_ok=False)
-    state = _machine_before_profile(busy_ok=True)
-    marked = _marked_busy(get_topology("ring:2"), state)
-    assert marked.description.startswith("PROFILED BUSY (load average 14.00")
-    assert "load average 14.00, 14.00, 14.00 on 2 cores (busy" in marked.sources[-1]
+    raw = with_start_load(synthetic_raw(), _machine_before_profile(busy_ok=True))
+    assert raw.load == "14.00, 14.00, 14.00 on 2 cores when it started (PROFILED BUSY: --busy-ok); 0.5, 0.4, 0.3 when it ended"
+    assert profile_description(raw).startswith("PROFILED BUSY")
+    back = raw_from_dict(json.loads(json.dumps(raw_to_dict(raw))))  # the raw file keeps it: a refit says the same
+    assert back.load == raw.load and profile_description(back) == profile_description(raw)
     monkeypatch.setenv(LOAD_ENV, "0.5")
-    quiet = _marked_busy(get_topology("ring:2"), _machine_before_profile(busy_ok=False))
-    assert not quiet.description.startswith("PROFILED") and "load average 0.50" in quiet.sources[-1]
+    quiet = with_start_load(synthetic_raw(), _machine_before_profile(busy_ok=False))
+    assert quiet.load.startswith("0.50, 0.50, 0.50 on 2 cores when it started;")
+    assert "BUSY" not in profile_description(quiet) and "2 ranks on 1 node(s)" in profile_description(quiet)
 
 
 def _ccsynth(*argv, env: dict, cwd) -> subprocess.CompletedProcess:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ccsynth.atomic import check_writable, write_text
 from ccsynth.bench.omb import agree
+from ccsynth.bench.machine import with_start_load
 from ccsynth.bench.profile import ProfileOptions, fit_profile, measure_machine
 from ccsynth.collectives.mpi_util import install_abort_handler
 from ccsynth.commands._common import add_json_arg, json_doc, print_json, print_table
@@ -204,13 +205,13 @@ def _profile(args) -> int:
         raise
     if rank != 0:
         return 0
+    raw = with_start_load(raw, state)  # in the raw file too: a refit gives the same topology
     if args.raw:
         from ccsynth.bench.profile_raw import save_raw
 
         save_raw(raw, args.raw)  # first: if the fit fails, the times are kept
     prof = fit_profile(raw)
-    topology = _marked_busy(prof.topology, state)
-    write_text(args.output, topology_to_json(topology), what="topology", error=TopologyError)
+    write_text(args.output, topology_to_json(prof.topology), what="topology", error=TopologyError)
     _summary(prof)
     if state.busy:
         print(f"warning: profiled on a busy machine ({state.describe()} when it started; --busy-ok): its figures "
@@ -232,18 +233,6 @@ def _machine_before_profile(busy_ok: bool):
     if state.busy and not busy_ok:
         raise busy_error(state, "a profile")
     return state
-
-
-def _marked_busy(topology, state):
-    """``topology`` with the load it was profiled at in its sources, and a busy machine said first in its
-    description."""
-    from dataclasses import replace
-
-    when = f"when the profile started: {state.describe()}" + (" (busy: --busy-ok)" if state.busy else "")
-    marked = replace(topology, sources=(*topology.sources, when))
-    if state.busy:
-        marked = replace(marked, description=f"PROFILED BUSY ({state.describe()}): {topology.description}")
-    return marked
 
 
 def _refit(args) -> int:
