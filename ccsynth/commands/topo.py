@@ -187,7 +187,7 @@ def _profile(args) -> int:
         agree(comm, lambda: check_writable(args.output, "topology", TopologyError) if rank == 0 else None)
         if args.raw:
             agree(comm, lambda: check_writable(args.raw, "raw profile", CCSynthError) if rank == 0 else None)
-        state = agree(comm, lambda: _machine_before_profile(args.busy_ok) if rank == 0 else None)
+        state = agree(comm, lambda: _machine_before_profile(args.busy_ok))  # each node its own load
     except CCSynthError:
         if rank != 0:
             return 2
@@ -225,7 +225,7 @@ def _profile(args) -> int:
 
 
 def _machine_before_profile(busy_ok: bool):
-    """Rank 0: the machine's load and cores (:mod:`ccsynth.bench.machine`); a busy machine is refused unless
+    """This rank's machine's load and cores (:mod:`ccsynth.bench.machine`); a busy machine is refused unless
     ``busy_ok``."""
     from ccsynth.bench.machine import busy_error, machine_state
 
