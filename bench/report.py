@@ -60,6 +60,11 @@ def title_lines(bench, algo_name: str, meta: Mapping) -> list[str]:
     )
     if bench.sized:
         lines.append(f"# Size: {bench.size_doc}; algbw/busbw from the nccl-tests size, in GB/s")
+    machine = meta.get("machine") or {}
+    if machine.get("busy"):
+        load = ", ".join(f"{x:.2f}" for x in machine.get("load_average") or ())
+        lines.append(f"# BUSY machine: load average {load} on {machine.get('cores')} cores: the figures include "
+                     f"other work")
     if meta.get("predict"):
         lines.append(f"# Predicted: the simulator on {meta['predict']} (the schedule as ccsynth's executor runs it); "
                      f"Meas/Pred: median latency of the slowest rank / predicted")

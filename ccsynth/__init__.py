@@ -79,6 +79,12 @@ def __getattr__(name):
     raise AttributeError(f"module 'ccsynth' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # the lazy names of __getattr__ are in __all__ but not yet in globals(): list both, so that dir() and tab
+    # completion show synthesize, Communicator, save_plan, ... before their first use
+    return sorted(set(globals()) | set(__all__))
+
+
 __all__ = [
     "Collective",
     "Chunks",

@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 
+from ccsynth.commands._progress import start_clock
 from ccsynth.commands._versions import version_lines
 from ccsynth.errors import CCSynthError
 
@@ -205,11 +206,27 @@ class _Formatter(logging.Formatter):
         return msg if record.levelno == logging.INFO else f"{record.levelname.lower()}: {msg}"
 
 
+class _NoRepeat(logging.Filter):
+    """Drops a record whose message is the one just shown: a line says a thing once."""
+
+    def __init__(self):
+        super().__init__()
+        self.last: tuple[int, str] | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.levelno, record.getMessage())
+        if key == self.last:
+            return False
+        self.last = key
+        return True
+
+
 def setup_logging(verbose: int, quiet: bool) -> None:
     """Warnings by default; ``-v`` INFO (every stage of long work), ``-vv`` DEBUG, ``-q`` errors only."""
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter(verbose >= 2))
+    handler.addFilter(_NoRepeat())
     root = logging.getLogger("ccsynth")
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -225,6 +242,7 @@ def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
 
 
 def main(argv: list[str] | None = None) -> int:
+    start_clock()  # the times commands print are the command's wall time (ccsynth.commands._progress)
     _take_ctrl_c()
     previous = None
     command = ""

@@ -25,7 +25,9 @@ This is the same computation as ``ccsynth synth`` (``--size`` /
 ``--sizes``) with a ccsynth JSON output: the candidates are judged in the
 form they take (:mod:`ccsynth.formats.written`; for the schedule the
 communicator runs, the schedule itself); the command line writes the result
-to a file, this returns it.
+to a file, this returns it. The result records its topology
+(:mod:`ccsynth.formats.recorded_topology`): saved, it simulates and verifies
+without naming the topology again.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.spec import Collective
 from ccsynth.errors import CollectiveError, PlanError
 from ccsynth.formats.files import get_topology, load_sketch
+from ccsynth.formats.recorded_topology import with_topology
 from ccsynth.formats.written import best_written, written_judge
 from ccsynth.synth.sized_plan import synthesize_plan
 from ccsynth.synth.tables import DEFAULT_MARGIN
@@ -92,10 +95,11 @@ def synthesize(
         options = SolverOptions(time_limit=time_limit)
     if sizes is not None:
         values = parse_sizes(sizes) if isinstance(sizes, str) else [parse_size(s) for s in sizes]
-        return synthesize_plan(topo, coll, values, sketch, options, contiguity=contiguity, default_margin=margin,
-                               judge=written_judge("json"))
+        return with_topology(synthesize_plan(topo, coll, values, sketch, options, contiguity=contiguity,
+                                             default_margin=margin, judge=written_judge("json")), topo)
     nbytes = parse_size(size) if size is not None else None
     if nbytes is not None and nbytes <= 0:
         raise PlanError(f"size must be positive, got {size!r}")
     ranked = synthesize_candidates(topo, coll, sketch, options, nbytes, contiguity=contiguity)
-    return best_written(ranked, fmt="json").schedule  # what the communicator runs is the schedule itself
+    # what the communicator runs is the schedule itself; it records its topology, so that a saved file is used alone
+    return with_topology(best_written(ranked, fmt="json").schedule, topo)

@@ -166,6 +166,9 @@ class Plan:
     entries: tuple[PlanEntry, ...]
     topology: str = ""
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    #: the topology file the plan was made for where its name does not rebuild it (as a schedule's); the entries'
+    #: schedules record the name only
+    topology_inline: dict | None = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "entries", tuple(sorted(self.entries, key=lambda e: (e.kind, e.n_ranks, e.min_bytes))))
@@ -199,6 +202,7 @@ class Plan:
             "format": FORMAT,
             "version": VERSION,
             "topology": self.topology,
+            **({"topology_inline": self.topology_inline} if self.topology_inline is not None else {}),
             "meta": self.meta,
             "entries": [e.to_dict() for e in self.entries],
         }
@@ -220,10 +224,16 @@ class Plan:
         if not isinstance(meta, dict):
             raise PlanError(f"plan meta must be an object, got {meta!r:.40}")
         check_depth(meta, "plan meta", PlanError)
+        inline = d.get("topology_inline")
+        if inline is not None:
+            if not isinstance(inline, dict):
+                raise PlanError(f"plan topology_inline must be a topology object, got {inline!r:.40}")
+            check_depth(inline, "plan topology_inline", PlanError)
         return cls(
             tuple(PlanEntry.from_dict(e, f"entries[{i}]") for i, e in enumerate(entries)),
             topology,
             dict(meta),
+            inline,
         )
 
 

@@ -57,7 +57,10 @@ the explicit collective declares (with their extents).
 The JSON form (``format: ccsynth.schedule``, ``version: 1``) round-trips
 exactly: ``Schedule.from_dict(s.to_dict()) == s``. ``"in_place": true`` is
 written only for in-place schedules; a file without it is out of place, so
-files written before the field existed read as they always did.
+files written before the field existed read as they always did. Likewise
+``"topology_inline"`` (the topology file the schedule was made for, where
+its ``topology`` name does not rebuild it; :mod:`ccsynth.formats.recorded_topology`)
+is written only when set.
 """
 
 from __future__ import annotations
@@ -394,6 +397,9 @@ class Schedule:
     topology: str = ""
     meta: dict = field(default_factory=dict, compare=False, hash=False)
     in_place: bool = False
+    #: the topology file (``format: ccsynth.topology``) the schedule was made for, where its name alone does not
+    #: rebuild it (:mod:`ccsynth.formats.recorded_topology`); None: the name is the record
+    topology_inline: dict | None = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
@@ -553,6 +559,7 @@ class Schedule:
             "name": self.name,
             "collective": self.collective.to_dict(),
             "topology": self.topology,
+            **({"topology_inline": self.topology_inline} if self.topology_inline is not None else {}),
             "scratch_chunks": self.scratch_chunks,
             **({"in_place": True} if self.in_place else {}),
             "meta": self.meta,
@@ -583,6 +590,12 @@ class Schedule:
         if not isinstance(meta, dict):
             raise ScheduleFormatError(f"schedule meta must be an object, got {_json_type(meta)} {meta!r:.40}")
         check_depth(meta, "schedule meta", ScheduleFormatError)
+        inline = d.get("topology_inline")
+        if inline is not None:
+            if not isinstance(inline, dict):
+                raise ScheduleFormatError(f"schedule topology_inline must be a topology object, got "
+                                          f"{_json_type(inline)} {inline!r:.40}")
+            check_depth(inline, "schedule topology_inline", ScheduleFormatError)
         try:
             with gc_paused():  # millions of ops (see ccsynth.collectives.gc_pause)
                 return cls(
@@ -593,6 +606,7 @@ class Schedule:
                     topology=d.get("topology") or "",
                     meta=dict(meta),
                     in_place=in_place,
+                    topology_inline=inline,
                 )
         except ScheduleFormatError:
             raise
@@ -620,6 +634,14 @@ class Schedule:
         """
         out = copy.copy(self)
         object.__setattr__(out, "meta", {**self.meta, **kv})
+        return out
+
+    def with_topology(self, name: str, inline: dict | None) -> Schedule:
+        """This schedule recording topology ``name`` (and ``inline``, its file, or None); the ops are not checked
+        again (see :meth:`with_meta`)."""
+        out = copy.copy(self)
+        object.__setattr__(out, "topology", name)
+        object.__setattr__(out, "topology_inline", inline)
         return out
 
     def __repr__(self) -> str:

@@ -81,6 +81,8 @@ class PhasePlanFile:
     predicted_us: float | None = None
     priced_by: str = PRICED_BY
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    #: the topology file the plan was made for where its name does not rebuild it (as a schedule's)
+    topology_inline: dict | None = field(default=None, compare=False, hash=False)
 
     def to_dict(self) -> dict:
         p = self.plan
@@ -89,6 +91,7 @@ class PhasePlanFile:
             "version": VERSION,
             "collective": p.kind,
             "topology": self.topology,
+            **({"topology_inline": self.topology_inline} if self.topology_inline is not None else {}),
             "n_ranks": self.n_ranks,
             "sizes": list(p.sizes),
             "dims": list(p.dims),
@@ -192,6 +195,12 @@ def phase_plan_file_from_dict(d: Any, source: str = "<dict>") -> PhasePlanFile:
     if not isinstance(meta, dict):
         raise ScheduleFormatError(f"{source}: phase plan 'meta' must be an object, got {meta!r:.40}")
     check_depth(meta, "phase plan meta", ScheduleFormatError)
+    inline = d.get("topology_inline")
+    if inline is not None:
+        if not isinstance(inline, dict):
+            raise ScheduleFormatError(f"{source}: phase plan 'topology_inline' must be a topology object, got "
+                                      f"{inline!r:.40}")
+        check_depth(inline, "phase plan topology_inline", ScheduleFormatError)
     scheduler = d.get("scheduler") or ""
     if not isinstance(scheduler, str):
         raise ScheduleFormatError(f"{source}: phase plan 'scheduler' must be a name, got {scheduler!r:.40}")
@@ -210,7 +219,7 @@ def phase_plan_file_from_dict(d: Any, source: str = "<dict>") -> PhasePlanFile:
                      {**meta, "size_bytes": size, "topology": d.get("topology")})
     return PhasePlanFile(plan, str(_field(d, "topology", str, source)), _field(d, "n_ranks", int, source),
                          _field(d, "total_units", int, source), size, predicted,
-                         str(d.get("priced_by") or PRICED_BY), dict(meta))
+                         str(d.get("priced_by") or PRICED_BY), dict(meta), inline)
 
 
 def read_phase_plan_text(text: str, source: str) -> PhasePlanFile:

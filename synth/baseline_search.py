@@ -196,10 +196,11 @@ class _Builds:
         self.kept: dict[tuple[str, int], Schedule] = {}
 
     def say(self, message: str) -> None:
-        """Log ``message`` (INFO) and hand it to the progress callback, if any."""
-        log.info("%s", message)
+        """Hand ``message`` to the progress callback, which logs it; without one, log it (INFO)."""
         if self.progress is not None:
             self.progress(message)
+        else:
+            log.info("%s", message)
 
     def get(self, name: str, factor: int) -> Schedule | None:
         key = (name, factor)

@@ -407,6 +407,6 @@ class _ListScheduler:
         makespan = max((m.end for m in self.moves), default=0.0)
         plan = TransferPlan(self.kind, self.routing, self.moves, self.seq, self.eff, makespan,
                             {"overlap_alpha": self.overlap_alpha})
-        log.info("ordering: %d representative moves on %d connection orbits, estimated %.3f us",
-                 len(self.moves), len(self.seq), makespan)
+        log.info("ordering%s: %d representative moves on %d connection orbits, estimated %.3f us",
+                 " (latencies overlapped)" if self.overlap_alpha else "", len(self.moves), len(self.seq), makespan)
         return plan

@@ -268,7 +268,7 @@ def test_cli_synth_json_and_files(tmp_path):
     d = json.loads(out)
     assert d["verified"] and d["time_us"] >= d["lower_bound_us"] > 0 and d["speedup"] > 0
     assert d["schema"] == "ccsynth.synth/1" and d["busbw_GBps"] == pytest.approx(d["algbw_GBps"] * 3 / 4)
-    assert "candidates to route and order" in err and "verify:" in err  # stage summaries on stderr (-v: every stage)
+    assert len(set(err.splitlines())) == len(err.splitlines())  # stage heartbeats at most (-v: every stage), none twice
     from ccsynth.formats.files import load_schedule
 
     load_schedule(tmp_path / "algo.json", topology=ring4())

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ccsynth.bench import calibration as cal
+from ccsynth.bench.machine import BUSY_MARK, profiled_busy
 from ccsynth.bench.profiling.curves import fit_curve, fit_footprint, fit_forward_curve
 from ccsynth.bench.profiling.fit import (
     NO_SWITCH, CommunicatorFit, LinkFit, Predictor, ProtocolFit, fit_bandwidth, fit_patterns, fit_round_cost,
@@ -156,6 +157,13 @@ def _describe(n: int, hosts: Sequence[str], nodes: Sequence[int], cores: Sequenc
             f"{mpi_library}; figures measured with all ranks active, through ccsynth's executor")
 
 
+def profile_description(raw: RawProfile) -> str:
+    """The profiled topology's description: the ranks, nodes and cores, the MPI library; first, where the machine
+    was profiled busy (``--busy-ok``, :func:`ccsynth.bench.machine.with_start_load`), :data:`BUSY_MARK`."""
+    busy = f"{BUSY_MARK} (see its sources for the load): " if profiled_busy(raw.load) else ""
+    return busy + _describe(raw.n, raw.hosts, raw.nodes, raw.cores, raw.mpi_library)
+
+
 def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> MachineProfile:
     """The profile of what ``raw`` measured: every figure fitted as :mod:`ccsynth.bench.profile` says (no MPI: it runs on
     a saved file as on a fresh measurement, and gives the same topology from the same times).
@@ -200,7 +208,7 @@ def fit_profile(raw: RawProfile, footprints: Sequence[int] | None = None) -> Mac
     topo = build_topology(
         n, fits, call, kernels, nodes, ports=ports, pair_bw=pair_bw, name=f"profiled:{n}", protocol=protocol,
         message_curve=curve, local_curve=local_curve(kernels), forward_curve=forward, footprint_curve=footprint,
-        cold_call=cold, receiver_copies=copies, description=_describe(n, raw.hosts, nodes, cores, raw.mpi_library),
+        cold_call=cold, receiver_copies=copies, description=profile_description(raw),
         sources=(f"ccsynth topo profile on {raw.hosts[0]} at {raw.when}, load average {raw.load}, "
                  f"{len(samples) + sum(len(v) for v in pair_samples.values()) + len(round_samples)} probes",),
     )

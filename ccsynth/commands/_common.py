@@ -29,6 +29,7 @@ __all__ = [
     "count_arg",
     "sizes_from",
     "topology_from",
+    "file_topology",
     "collective_from",
     "KEYS",
     "json_doc",
@@ -101,6 +102,17 @@ def topology_from(spec: str, default_nodes: int | None = None):
     from ccsynth.formats.files import get_topology
 
     return get_topology(spec, default_nodes=default_nodes)
+
+
+def file_topology(args, record, source: str, *, required: bool = True):
+    """The topology for a schedule, plan or phase plan file ``record`` (anything with ``topology`` and
+    ``topology_inline``): ``-t`` where given (a warning where it differs from the recorded one), else the one the
+    file records (:func:`ccsynth.formats.recorded_topology.resolve`); None where none is recorded and none is
+    ``required``."""
+    from ccsynth.formats.recorded_topology import resolve
+
+    return resolve(getattr(args, "topology", None) or None, record.topology or "",
+                   getattr(record, "topology_inline", None), source, required=required, load=topology_from)
 
 
 def collective_from(args, n_ranks: int, default_chunks: int = 1) -> Collective:

@@ -5,16 +5,23 @@ callbacks; this module, the one place that prints progress, decides what
 the user sees at each verbosity:
 
 * ``-q`` (:data:`QUIET`): nothing;
-* default (:data:`SUMMARY`): stage summaries (:meth:`Progress.say`), and
+* default (:data:`SUMMARY`): summaries (:meth:`Progress.say`), and
   for work of N known items a ``[k/N]`` counter (:meth:`Progress.counter`)
-  whose lines are *throttled*: a line appears when :attr:`Progress.interval`
+  whose lines are *throttled*, as are the stages of a synthesis
+  (:class:`SynthStages`): a line appears when :attr:`Progress.interval`
   seconds have passed since the last one, and the last item's line appears
-  when the whole count took that long. A 0.3 s synthesis thus prints its few
-  summaries, and an 8 s stretch of solver work shows where it is every
-  couple of seconds;
+  when the whole count took that long. A 0.3 s synthesis thus prints no
+  progress at all (its result says what came of it), and an 8 s stretch of
+  solver work shows where it is every couple of seconds;
 * ``-v`` (:data:`DETAIL`): every line, details (:meth:`Progress.detail`)
   included. Where the same details are already logged at INFO (synthesis
-  stages) the callers leave them to the log, so that nothing prints twice.
+  stages) the callers leave them to the log, so that nothing prints twice;
+  and a line the same as the one before is not printed again.
+
+The times the commands print are the command's wall time, from
+:func:`start_clock` (``ccsynth.cli.main``) to now, with the CPU time beside
+it where the two differ (:func:`elapsed_text`): on a loaded machine a run
+of 109 s wall may have used 13 s of CPU, and the user waited the 109.
 
 Only rank 0 of an MPI job shows progress (``Progress.for_args(args,
 rank)``). No progress library is a dependency of ccsynth, hence this small
@@ -33,17 +40,55 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
 from typing import TextIO
 from collections.abc import Callable
 
-__all__ = ["QUIET", "SUMMARY", "DETAIL", "INTERVAL_S", "Progress", "Counter", "SynthStages", "level_from"]
+__all__ = ["QUIET", "SUMMARY", "DETAIL", "INTERVAL_S", "Progress", "Counter", "SynthStages", "level_from",
+           "start_clock", "elapsed_text", "seconds_text"]
 
 QUIET, SUMMARY, DETAIL = 0, 1, 2
 #: default seconds between two throttled lines
 INTERVAL_S = 2.0
+
+
+#: (wall, CPU) when the command started (:func:`start_clock`; ccsynth.cli.main calls it first)
+_START = (time.perf_counter(), time.process_time())
+
+
+def now() -> float:
+    """The clock of progress lines (``time.monotonic``; a test may replace this function to stop time)."""
+    return time.monotonic()
+
+
+def start_clock() -> None:
+    """Count the command's time from now (``ccsynth.cli.main`` calls it before parsing its arguments)."""
+    global _START
+    _START = (time.perf_counter(), time.process_time())
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished children (a solver run as a program)."""
+    t = os.times()
+    return time.process_time() + t.children_user + t.children_system
+
+
+def seconds_text(wall_s: float, cpu_s: float | None = None) -> str:
+    """``"12.3 s"``, or ``"109.2 s (13.0 s CPU)"`` where the CPU time differs from the wall time by more than a
+    fifth (a loaded machine, or waiting)."""
+    text = f"{wall_s:.1f} s"
+    if cpu_s is not None and abs(wall_s - cpu_s) > 0.2 * max(wall_s, 0.5):
+        text += f" ({cpu_s:.1f} s CPU)"
+    return text
+
+
+def elapsed_text() -> str:
+    """The wall time since the command started, with its CPU time beside it where they differ
+    (:func:`seconds_text`)."""
+    return seconds_text(time.perf_counter() - _START[0], _cpu_s() - _START[1])
 
 
 def level_from(verbose: int, quiet: bool) -> int:
@@ -57,12 +102,13 @@ class Progress:
     """Progress lines on ``stream`` (standard error) at a verbosity ``level``."""
 
     def __init__(self, level: int = SUMMARY, stream: TextIO | None = None, *, interval: float = INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] | None = None):
         self.level = level
         self.stream = stream
         self.interval = interval
-        self.clock = clock
-        self._last = clock()
+        self.clock = clock or now
+        self._last = self.clock()
+        self._last_text: str | None = None
 
     @classmethod
     def for_args(cls, args, rank: int = 0) -> Progress:
@@ -75,10 +121,13 @@ class Progress:
         return self.level >= DETAIL
 
     def _print(self, text: str) -> None:
+        if text == self._last_text:  # a line says a thing once
+            return
         out = self.stream if self.stream is not None else sys.stderr
         out.write(text + "\n")
         out.flush()
         self._last = self.clock()
+        self._last_text = text
 
     def due(self) -> bool:
         """Whether a throttled line may be printed now (the interval has passed since the last line)."""
@@ -122,24 +171,22 @@ class Counter:
 
 
 _CANDIDATES = re.compile(r"^(\d+) candidate")
-#: synthesis stages shown by default (the others are details: -v, or a heartbeat when a stretch is long)
-SUMMARY_STAGES = ("trees", "contiguity", "verify", "chosen", "baselines", "written")
 
 
 class SynthStages:
     """The progress callback of :func:`ccsynth.synth.synthesize.synthesize` (``progress(stage, seconds, detail)``).
 
-    By default: a ``[k/N]`` counter over the candidate sketches (N from the
-    ``sketches`` stage) and the summary stages (:data:`SUMMARY_STAGES`);
-    the rest as throttled heartbeats. With ``-v`` it prints nothing: the
-    library logs every stage at INFO, which ``-v`` shows. ``summaries=False``
-    (a ``--sizes`` sweep, whose own counter is the summary) turns the summary
-    stages into heartbeats too. ``prefix`` starts every line (e.g. the size).
+    By default every stage is a throttled heartbeat, and the candidate
+    sketches a ``[k/N]`` counter (N from the ``sketches`` stage): a synthesis
+    shorter than :attr:`Progress.interval` prints no stage line at all (its
+    summary on standard output says what came of it), a long one shows where
+    it is every couple of seconds. With ``-v`` it prints nothing: the library
+    logs every stage at INFO, which ``-v`` shows. ``prefix`` starts every line
+    (e.g. the size of a ``--sizes`` sweep).
     """
 
-    def __init__(self, progress: Progress, *, summaries: bool = True, prefix: str = ""):
+    def __init__(self, progress: Progress, *, prefix: str = ""):
         self.progress = progress
-        self.summaries = summaries
         self.prefix = prefix
         self._candidates: Counter | None = None
 
@@ -151,14 +198,10 @@ class SynthStages:
         if stage == "sketches":
             m = _CANDIDATES.match(detail)
             self._candidates = p.counter("candidate", int(m.group(1)) if m else 0)
-            if self.summaries:
-                p.say(f"{head} {m.group(0) + 's' if m else 'candidates'} to route and order")
+            p.detail(f"{head} {m.group(0) + 's' if m else 'candidates'} to route and order")
             return
         if stage == "candidate" and self._candidates is not None:
             self._candidates.label = f"{head} candidate:"
             self._candidates.step(detail)
             return
-        if self.summaries and stage in SUMMARY_STAGES:
-            p.say(f"{head} {stage}: {detail}")
-        else:
-            p.detail(f"{head} {stage}: {detail}")
+        p.detail(f"{head} {stage}: {detail}")

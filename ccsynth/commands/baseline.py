@@ -52,7 +52,9 @@ def run(args) -> int:
     default = min_chunk_factor(args.algo, canonical_kind(args.collective), topo)
     sched = make_baseline(args.algo, collective_from(args, topo.n_ranks, default), topo)
     if args.output is not None:
-        save_schedule(sched, args.output)
+        from ccsynth.formats.recorded_topology import with_topology
+
+        save_schedule(with_topology(sched, topo), args.output)
     info = {
         "algorithm": args.algo,
         "topology": topo.name,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from ccsynth.bench.omb import (
     run_benchmark,
     run_interleaved,
 )
+from ccsynth.bench.machine import machine_state
 from ccsynth.bench.predict import Predictor, drift_lines, drift_table, error_lines, error_table, load_predict_topology
 from ccsynth.bench.validate import DTYPES, OPS
 from ccsynth.commands._common import count_arg as _count
@@ -387,6 +387,7 @@ def _meta(args, comm, bench) -> dict:
         "buffer": args.buffer,
         "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
         "command": "ccsynth " + " ".join(sys.argv[1:]),
+        "machine": machine_state().to_dict(),  # the load it was measured at (ccsynth.bench.machine)
     }
     if bench.kind in ("allreduce", "reduce", "reduce_scatter"):
         meta["op"] = getattr(args, "op", "sum")
@@ -434,9 +435,17 @@ def _ranks_here(comm) -> int:
 
 
 def _warn_oversubscribed(comm, ranks_here: int) -> None:
-    """Rank 0: a warning when the ranks on its node outnumber its cores (timings then measure the scheduler)."""
-    cores = os.cpu_count() or 0
-    if comm.Get_rank() == 0 and cores and ranks_here > cores:
+    """Rank 0: a warning when the ranks on its node outnumber its cores, or other work keeps them busy (timings then
+    measure the scheduler and that work)."""
+    if comm.Get_rank() != 0:
+        return
+    state = machine_state()
+    if state.busy:
+        log.warning("the machine is busy (%s): the figures include the other work; compare algorithms run together "
+                    "(--interleave) or measure when the load is below %d (the --json output records the load)",
+                    state.describe(), state.cores)
+    cores = state.cores
+    if cores and ranks_here > cores:
         log.warning("%d ranks share this node's %d cores: ranks wait for a core, so the figures measure the "
                     "operating system's scheduler as well as the collectives (compare algorithms run together, "
                     "e.g. --interleave, or use at most %d ranks per node)", ranks_here, cores, cores)

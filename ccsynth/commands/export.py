@@ -16,7 +16,7 @@ import sys
 
 from ccsynth.atomic import check_writable, write_text
 from ccsynth.collectives.schedule import check_writes_cover_outputs
-from ccsynth.commands._common import topology_from
+from ccsynth.commands._common import file_topology
 from ccsynth.commands.phase_plan_files import export_plan_file
 from ccsynth.errors import CCSynthError, ScheduleFormatError
 from ccsynth.limits import check as check_limit
@@ -42,7 +42,7 @@ def register(sub) -> None:
                    help="output file (a directory for a plan exported to MSCCL XML); default: standard output")
     p.add_argument("-t", "--topology", metavar="T",
                    help="check that every transfer uses a link of this topology, and simulate MSCCL layouts on it "
-                        "(default: the topology the schedule names)")
+                        "(default: the topology the file records; MSCCL XML to JSON: recorded in the JSON)")
     g = p.add_argument_group("MSCCL XML options")
     g.add_argument("--min-bytes", metavar="S", default=None, help="smallest message size the algorithm is for (default 0)")
     g.add_argument("--max-bytes", metavar="S", default=None,
@@ -117,7 +117,7 @@ def run(args) -> int:
             raise CCSynthError(f"--channels must be a positive integer, got {args.channels}")
         check_limit("--channels", args.channels, "MAX_CHANNELS")
     what, obj, was_xml = _read(args.file)
-    topo = topology_from(args.topology) if args.topology else None
+    topo = file_topology(args, obj, args.file, required=False)
     fmt = args.format
     if fmt is None and args.output not in (None, "-"):
         ext = os.path.splitext(args.output)[1].lower()
@@ -176,6 +176,10 @@ def run(args) -> int:
     verify(sched, topo)
     if fmt == "json":
         check_json_options(args)
+        if topo is not None and not sched.topology:  # MSCCL XML names no topology: record the one given
+            from ccsynth.formats.recorded_topology import with_topology
+
+            sched = with_topology(sched, topo)
         _write(args.output, sched.to_json() + "\n")
         if to_file:
             print(f"wrote {args.output}: {sched.name!r}, {sched.collective.describe()}, {len(sched.ops)} ops (verified)")

@@ -23,20 +23,16 @@ from __future__ import annotations
 import sys
 
 from ccsynth.atomic import check_writable, write_text
-from ccsynth.commands._common import human, json_doc, print_json, print_table, sizes_from, topology_from
+from ccsynth.commands._common import human, json_doc, print_json, print_table, sizes_from, file_topology
 from ccsynth.errors import CCSynthError
 
 __all__ = ["verify_plan_file", "simulate_plan_file", "export_plan_file"]
 
 
 def _topology(args, pf, required: bool):
-    """The topology of ``-t``, else the one the file names (None where it names none and none is required)."""
-    spec = getattr(args, "topology", None) or None
-    if spec is None and required and not pf.topology:
-        raise CCSynthError(f"{args.file} names no topology; pass --topology")
-    if spec is None and not required:
-        return None
-    return topology_from(spec or pf.topology)
+    """The topology of ``-t``, else the one the file records (None where it records none that loads and none is
+    required)."""
+    return file_topology(args, pf, args.file, required=required)
 
 
 def verify_plan_file(args) -> int:
@@ -116,7 +112,9 @@ def export_plan_file(args, pf, topo, fmt: str, xml_opts: dict, min_bytes, max_by
     verify(sched, topo)
     sched = sched.with_meta(verified=True, size_bytes=pf.size_bytes)
     if fmt == "json":
-        text = sched.to_json() + "\n"
+        from ccsynth.formats.recorded_topology import with_topology
+
+        text = with_topology(sched, topo).to_json() + "\n"
     else:
         text = schedule_to_msccl_xml(sched, min_bytes=min_bytes, max_bytes=max_bytes, name=args.name,
                                      **{**xml_opts, "topology": topo})

@@ -109,7 +109,9 @@ def run(args) -> int:
     report = verify(sched, topo)  # raises (exit 2) naming the fault: a plan is never written unverified
     res = simulate(sched, topo, task.nbytes)
     if args.output is not None:
-        save_schedule(sched, args.output)
+        from ccsynth.formats.recorded_topology import with_topology
+
+        save_schedule(with_topology(sched, topo), args.output)
     figures = json_doc("reshard", {
         "topology": topo.name,
         "collective": {"kind": "reshard", "task": task.to_dict(), "pieces": len(task_of_schedule(sched).pieces)},

@@ -17,7 +17,7 @@ import os
 
 from ccsynth.collectives.schedule import check_writes_cover_outputs
 from ccsynth.commands._common import (add_json_arg, add_size_args, human, json_doc, print_json, print_table, renamed,
-                                      sizes_from, topology_from)
+                                      sizes_from, file_topology)
 from ccsynth.commands.phase_plan_files import simulate_plan_file
 from ccsynth.errors import CCSynthError
 from ccsynth.limits import check_min as check_limit_min
@@ -69,13 +69,8 @@ def run(args) -> int:
         if len(sizes) != 1:
             raise CCSynthError(f"--timeline draws one size; --sizes gave {len(sizes)}")
         check_writable(timeline, "timeline")
-    spec = args.topology or None
     sched = load_schedule(args.file, verify=False)
-    if spec is None:
-        if not sched.topology:
-            raise CCSynthError(f"{args.file} names no topology; pass --topology")
-        spec = sched.topology
-    topo = topology_from(spec)
+    topo = file_topology(args, sched, args.file)
     if args.size is None and args.sizes is None and isinstance(sched.meta.get("size_bytes"), int):
         sizes = [sched.meta["size_bytes"]]  # a resharding plan: the tensor's size unless told otherwise
     from ccsynth.collectives.verify import verify

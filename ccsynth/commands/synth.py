@@ -18,7 +18,7 @@ import time
 
 from ccsynth.atomic import check_writable, write_text
 from ccsynth.commands._common import human, json_doc, print_json, print_table, topology_from
-from ccsynth.commands._progress import Progress, SynthStages
+from ccsynth.commands._progress import Progress, SynthStages, elapsed_text
 from ccsynth.commands.synth_multidim import run_multidim
 from ccsynth.errors import CCSynthError, CollectiveError
 from ccsynth.limits import check as check_limit
@@ -205,7 +205,7 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
     speedup_at_least = None if base is not None or at_least is None else at_least / res.time_us
     wrote = None
     if args.output is not None:
-        write_text(args.output, choice.text)
+        write_text(args.output, _recorded_text(choice, topo, fmt))
         wrote = args.output
     figures = {
         "topology": topo.name,
@@ -245,6 +245,15 @@ def _run_one(args, topo, coll, sketch, opts, size: int, fmt: str, progress: Prog
     return 0
 
 
+def _recorded_text(choice, topo, fmt: str) -> str:
+    """The written file's text; JSON records its topology too (:mod:`ccsynth.formats.recorded_topology`)."""
+    if fmt != "json":
+        return choice.text
+    from ccsynth.formats.recorded_topology import with_topology
+
+    return with_topology(choice.written.schedule, topo).to_json() + "\n"
+
+
 def _baseline_label(b: dict) -> str:
     """The candidate label of a baseline row of the report (:mod:`ccsynth.synth.strategies.baselines`)."""
     return f"baseline {b['name']} (chunk factor {b['chunk_factor']})"
@@ -257,7 +266,7 @@ def _print_one(topo, size, fmt, choice, report, res, seconds, base, speedup, out
             }.get(report.chosen, f"chose baseline {sched.name} for")
     print(f"{what} {sched.collective.kind} on {topo.name} ({topo.n_ranks} ranks), {human(size)}: "
           f"{len(choice.written.schedule.ops)} ops, {'verified' if choice.verified else 'NOT verified'}, "
-          f"in {seconds:.1f} s")
+          f"in {elapsed_text()}")
     print(f"  predicted time {res.time_us:.3f} us   algbw {res.algbw:.2f} GB/s   busbw {res.busbw:.2f} GB/s   "
           f"(the {form} file" + (f", protocol {choice.proto})" if choice.proto else ")"))
     if choice.ir_time_us != res.time_us:
@@ -307,8 +316,7 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
                      f"synthesized in {done.seconds:.1f} s")
 
     sized = synthesize_sized(topo, coll, sizes, sketch, opts, contiguity=not args.no_contiguity,
-                             stage_progress=lambda size: SynthStages(progress, summaries=False,
-                                                                     prefix=f"{human(size)} "),
+                             stage_progress=lambda size: SynthStages(progress, prefix=f"{human(size)} "),
                              on_size=size_done, default_margin=margin, judge=judge)
     plan, seconds = sized.plan, sized.synthesis_s
     rows = []
@@ -338,7 +346,9 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
             for fname, text in files:
                 write_text(os.path.join(args.output, fname), text)
         else:
-            save_plan(plan, args.output)
+            from ccsynth.formats.recorded_topology import with_topology
+
+            save_plan(with_topology(plan, topo), args.output)
         wrote = args.output
     if args.json:
         print_json(json_doc("synth.sizes", {
@@ -347,7 +357,8 @@ def _run_sizes(args, topo, coll, sketch, opts, sizes: list[int], fmt: str, progr
             "default_margin": margin, "output": wrote, "output_format": fmt if wrote else None,
             "fallbacks": {str(k): list(v) for k, v in sorted(notes.items())}}))
         return 0
-    print(f"# {coll.kind} on {topo.name} ({topo.n_ranks} ranks): synthesized for {len(sized.synthesized)} sizes in {seconds:.1f} s")
+    print(f"# {coll.kind} on {topo.name} ({topo.n_ranks} ranks): synthesized for {len(sized.synthesized)} sizes in "
+          f"{elapsed_text()}")
     print_table(["size", "synth (us)", "busbw (GB/s)", "gap", "best baseline (us)", "speedup", "plan picks"], rows)
     for size, lines in sorted(notes.items()):
         for note in lines:

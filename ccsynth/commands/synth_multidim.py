@@ -106,7 +106,9 @@ def _phase_plan(topo, md, opts, size: int) -> Written:
     from ccsynth.formats.phase_plan_file import phase_plan_file, phase_plan_file_from_dict
     from ccsynth.synth.multidim.plan_price import price_phase_plan
 
-    pf = phase_plan_file(md)
+    from ccsynth.formats.recorded_topology import with_topology
+
+    pf = with_topology(phase_plan_file(md), topo)
     back = phase_plan_file_from_dict(json.loads(pf.to_json()), "the written phase plan")
     verify_phase_plan_file(back, topo)
     price = price_phase_plan(back.plan, md.net, size, opts)
@@ -146,7 +148,9 @@ def _ir(args, topo, md, fmt: str, size: int, opts) -> Written:
         verify(sched, topo)
         if fmt != "msccl-xml":
             res = simulate(sched, topo, size)
-            sched = sched.with_meta(verified=True, predicted_us=res.time_us, size_bytes=size)
+            from ccsynth.formats.recorded_topology import with_topology
+
+            sched = with_topology(sched.with_meta(verified=True, predicted_us=res.time_us, size_bytes=size), topo)
             return Written(fmt, cand, res.time_us, PRICED_BY_SIMULATOR, sched.to_json() + "\n", cand.makespan_us,
                            n_ops=len(sched.ops))
         try:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from ccsynth.atomic import check_writable, write_text
 from ccsynth.bench.omb import agree
+from ccsynth.bench.machine import with_start_load
 from ccsynth.bench.profile import ProfileOptions, fit_profile, measure_machine
 from ccsynth.collectives.mpi_util import install_abort_handler
 from ccsynth.commands._common import add_json_arg, count_arg, json_doc, print_json, print_table
-from ccsynth.commands._progress import Progress
+from ccsynth.commands._progress import Progress, elapsed_text
 from ccsynth.errors import CCSynthError, TopologyError
 from ccsynth.limits import check as check_limit
 from ccsynth.topologies.io import topology_to_json
@@ -69,6 +70,9 @@ def register(sub) -> None:
     pp.add_argument("--no-reference", action="store_true",
                     help="skip the reference collectives: no run curve (predictions of whole runs from the probes "
                          "alone)")
+    pp.add_argument("--busy-ok", action="store_true",
+                    help="profile even when the machine is busy (its load average above its cores; refused by "
+                         "default): the profile's description then says so and records the load")
     pp.add_argument("--raw", metavar="FILE",
                     help="also write every probe's measured times here (JSON), for ccsynth topo refit")
     pr = tsub.add_parser(
@@ -184,6 +188,7 @@ def _profile(args) -> int:
         agree(comm, lambda: check_writable(args.output, "topology", TopologyError) if rank == 0 else None)
         if args.raw:
             agree(comm, lambda: check_writable(args.raw, "raw profile", CCSynthError) if rank == 0 else None)
+        state = agree(comm, lambda: _machine_before_profile(args.busy_ok))  # each node its own load
     except CCSynthError:
         if rank != 0:
             return 2
@@ -201,6 +206,7 @@ def _profile(args) -> int:
         raise
     if rank != 0:
         return 0
+    raw = with_start_load(raw, state)  # in the raw file too: a refit gives the same topology
     if args.raw:
         from ccsynth.bench.profile_raw import save_raw
 
@@ -208,11 +214,26 @@ def _profile(args) -> int:
     prof = fit_profile(raw)
     write_text(args.output, topology_to_json(prof.topology), what="topology", error=TopologyError)
     _summary(prof)
+    if state.busy:
+        print(f"warning: profiled on a busy machine ({state.describe()} when it started; --busy-ok): its figures "
+              f"include the other work, and its description says so")
     if args.raw:
         print(f"wrote {args.raw}: every probe's times (ccsynth topo refit {args.raw} -o FILE fits them again)")
-    print(f"wrote {args.output}: {prof.topology.name}, {prof.topology.n_ranks} ranks ({prof.seconds:.1f} s); "
+    print(f"wrote {args.output}: {prof.topology.name}, {prof.topology.n_ranks} ranks (measured in "
+          f"{prof.seconds:.1f} s; {elapsed_text()} in all); "
           f"use it with ccsynth synth -t {args.output} and ccsynth bench ... --predict {args.output}")
     return 0
+
+
+def _machine_before_profile(busy_ok: bool):
+    """This rank's machine's load and cores (:mod:`ccsynth.bench.machine`); a busy machine is refused unless
+    ``busy_ok``."""
+    from ccsynth.bench.machine import busy_error, machine_state
+
+    state = machine_state()
+    if state.busy and not busy_ok:
+        raise busy_error(state, "a profile")
+    return state
 
 
 def _refit(args) -> int:

@@ -73,7 +73,9 @@ def run(args) -> int:
     if comm.Get_rank() != 0:
         return 0
     if args.output is not None:
-        save_plan(tuned, args.output)
+        from ccsynth.formats.recorded_topology import with_topology
+
+        save_plan(with_topology(tuned, topo), args.output)
     if args.json:
         print_json(json_doc("tune", {"plan": args.plan, "topology": topo.name, "rel": TUNE_REL, "n_iterations": iters,
                                      "choices": [c.to_dict() for c in choices], "output": args.output}))

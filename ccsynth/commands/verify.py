@@ -6,7 +6,7 @@ A multi-dimension phase plan file (``ccsynth.phase_plan``) is proven by its own 
 from __future__ import annotations
 
 from ccsynth.collectives.schedule import check_writes_cover_outputs
-from ccsynth.commands._common import add_json_arg, json_doc, print_json, renamed, topology_from
+from ccsynth.commands._common import add_json_arg, json_doc, print_json, renamed, file_topology
 from ccsynth.commands.phase_plan_files import verify_plan_file
 
 __all__ = ["register", "run"]
@@ -15,7 +15,8 @@ __all__ = ["register", "run"]
 def register(sub) -> None:
     p = sub.add_parser("verify", help="verify a schedule file (ccsynth JSON or MSCCL XML) or a phase plan", description=__doc__)
     p.add_argument("file", help="schedule file")
-    p.add_argument("-t", "--topology", metavar="T", help="also check that every transfer uses a link of this topology")
+    p.add_argument("-t", "--topology", metavar="T", help="check that every transfer uses a link of this topology (default: the one the file records, where it "
+                        "records one that loads)")
     add_json_arg(p)
     p.set_defaults(func=run)
 
@@ -27,7 +28,7 @@ def run(args) -> int:
     if file_kind(args.file) == "phase_plan":
         return verify_plan_file(args)
     sched = load_schedule(args.file, verify=False)
-    topo = topology_from(args.topology) if args.topology else None
+    topo = file_topology(args, sched, args.file, required=False)
     check_writes_cover_outputs(sched)
     report = verify(sched, topo)
     if args.json:
