@@ -110,7 +110,9 @@ def test_the_lp_on_themis_artifact_sample_is_within_2_percent_of_its_bounds():
     assert lp.makespan_us <= schedule_multidim(net, "allreduce", size, "themis").makespan_us
     # a fixed count is kept: no ramp, which would add chunks
     assert len(schedule_multidim(net, "allreduce", size, "lp", chunks=12).chunks) == 12
-    assert schedule_multidim(net, "allreduce", size, "lp").chunks == lp.chunks  # deterministic
+    # deterministic: test_multidim.py's test_schedules_and_plans_are_deterministic runs the LP's whole search
+    # (ramp and tuned shares) twice and compares chunks and tasks, at 64 MiB (here a second 1 GiB search doubled
+    # the test's time)
 
 
 def test_losses_sum_to_the_makespan_and_the_busiest_floor_is_at_least_t_star():

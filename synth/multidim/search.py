@@ -483,6 +483,13 @@ def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float,
     for an unknown scheduler or collective, :class:`~ccsynth.errors.SizeError`
     for a bad size.
     """
+    return _schedule(topology, kind, size_bytes, scheduler, chunks, max_chunks, options, ({}, {}))
+
+
+def _schedule(topology: Topology | DimNet, kind: str, size_bytes: float, scheduler: str, chunks: int | None,
+              max_chunks: int | None, options: SolverOptions | None, shared: tuple[dict, dict]) -> MultiDimSchedule:
+    """:func:`schedule_multidim` with the runs' remembered chunk plans and timings in ``shared`` (one case:
+    a chunk plan's timing is the same whichever policy made it, so the runs of one case may share them)."""
     name = check_scheduler(scheduler)
     kind = check_kind(kind)
     size = _check_size(size_bytes)
@@ -500,7 +507,6 @@ def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float,
     t0 = time.perf_counter()
     policies = POLICIES if name == "auto" else (name,)
     found = []
-    shared: tuple[dict, dict] = ({}, {})  # one case: a chunk plan's timing is the same whichever policy made it
     for policy in policies:
         run = _Run(net, costs, kind, size, policy, options, weighted=max_chunks is None,
                    ramp=max_chunks is None and chunks is None, shared=shared)
@@ -515,7 +521,9 @@ def schedule_multidim(topology: Topology | DimNet, kind: str, size_bytes: float,
 def compare_schedulers(topology: Topology | DimNet, kind: str, size_bytes: float,
                        schedulers: Sequence[str] = POLICIES, *, max_chunks: int | None = None,
                        options: SolverOptions | None = None) -> dict[str, MultiDimSchedule]:
-    """Several schedulers on the same case (the network is read once): name -> schedule."""
+    """Several schedulers on the same case (the network is read once, and a chunk plan timed for one scheduler
+    is not timed again for another: the LP's warm starts are the other policies' chunks): name -> schedule."""
     net = topology if isinstance(topology, DimNet) else dim_net(topology)
-    return {check_scheduler(s): schedule_multidim(net, kind, size_bytes, s, max_chunks=max_chunks, options=options)
+    shared: tuple[dict, dict] = ({}, {})
+    return {check_scheduler(s): _schedule(net, kind, size_bytes, s, None, max_chunks, options, shared)
             for s in schedulers}
