@@ -241,10 +241,10 @@ def _simulated_factors(name, coll, topo, size, beat):
 
 
 def test_factors_whose_pipeline_bounds_fall_are_simulated_fastest_bound_first():
-    """dgx_h100x4, 1 GiB: the hierarchical allgather's fill shrinks with the factor (2,427 us at factor 1, 1,952 at
-    32); factors 1 and 2 are left out by their pipeline bounds alone, the falling ones after them simulated only
+    """dgx_h100x2, 1 GiB: the hierarchical allgather's fill shrinks with the factor (its pipeline bound 2,424 us at
+    factor 1, 2,091 at 2; dgx_h100x4 shows the same at four times the simulation cost); factors 1 and 2 are left out by their pipeline bounds alone, the falling ones after them simulated only
     while a bound is below the best, and the walk picks what simulating every factor picks."""
-    topo = get_topology("dgx_h100x4")
+    topo = get_topology("dgx_h100x2")
     coll = Collective("allgather", topo.n_ranks)
     size = 1 << 30
     want = _walk_simulating_every_factor("hierarchical", coll, topo, size)
@@ -274,7 +274,7 @@ def test_against_a_time_above_every_baseline_the_walks_pick_what_simulating_ever
     assert {c.name for c in found.choices} == set(want)
 
 
-@pytest.mark.parametrize("topo_name,kind,size,frac", [("dgx_h100x4", "allgather", 1 << 30, 0.999),
+@pytest.mark.parametrize("topo_name,kind,size,frac", [("dgx_h100x2", "allgather", 1 << 30, 0.999),
                                                       ("dgx_a100x2", "allgather", 1 << 26, 0.99),
                                                       ("ndv2x2", "reduce_scatter", 1 << 22, 0.98),
                                                       ("dgx1", "allreduce", 1 << 20, 1.02)])
@@ -308,13 +308,13 @@ def test_against_a_time_the_best_baseline_is_what_the_static_rule_finds(topo_nam
 
 
 def test_when_no_baseline_is_simulated_the_one_left_out_by_its_fill_alone_is_simulated():
-    """dgx_h100x4, 1 GiB allgather against a time below every hierarchical factor's pipeline bound but above
+    """dgx_h100x2, 1 GiB allgather against a time below every hierarchical factor's pipeline bound but above
     its bytes: every factor is left out by its pipeline's fill alone, and nothing else is simulated; the
     comparison then simulates the hierarchical baseline as the static bound's rule does, so a best baseline
     with a time is still named."""
     from ccsynth.synth.baseline_search import _search
 
-    topo = get_topology("dgx_h100x4")
+    topo = get_topology("dgx_h100x2")
     coll = Collective("allgather", topo.n_ranks)
     size = 1 << 30
     s1 = make_baseline("hierarchical", Collective("allgather", topo.n_ranks, 1), topo)
