@@ -242,7 +242,8 @@ def _simulated_factors(name, coll, topo, size, beat):
 
 def test_factors_whose_pipeline_bounds_fall_are_simulated_fastest_bound_first():
     """dgx_h100x2, 1 GiB: the hierarchical allgather's fill shrinks with the factor (its pipeline bound 2,424 us at
-    factor 1, 2,091 at 2; dgx_h100x4 shows the same at four times the simulation cost); factors 1 and 2 are left out by their pipeline bounds alone, the falling ones after them simulated only
+    factor 1, 2,091 at 2; dgx_h100x4 shows the same at four times the simulation cost); factors 1 and 2 are
+    left out by their pipeline bounds alone, the falling ones after them simulated only
     while a bound is below the best, and the walk picks what simulating every factor picks."""
     topo = get_topology("dgx_h100x2")
     coll = Collective("allgather", topo.n_ranks)
