@@ -23,6 +23,7 @@ shows warnings by default, INFO with ``-v``, DEBUG with ``-vv``.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import itertools
 import logging
@@ -83,6 +84,19 @@ def launcher_rank() -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command in :data:`COMMANDS` (a new one each call; :func:`main` keeps one)."""
+    return _build_parser(COMMANDS)
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_parser(commands: tuple[str, ...]) -> argparse.ArgumentParser:
+    """One parser per process (per command list) for :func:`main`: building one costs 0.1-0.3 s (argparse makes
+    a help formatter per argument), parsing a command line milliseconds, and a program (or a test) may call
+    ``main`` thousands of times. Parsing leaves a parser as it was: every default is immutable."""
+    return _build_parser(commands)
+
+
+def _build_parser(commands: tuple[str, ...]) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="ccsynth",
         description="Synthesize, verify, simulate and run collective-communication schedules.",
@@ -90,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_VersionAction, help="versions of ccsynth, Python, MPI, CuPy and the solvers")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in COMMANDS:
+    for name in commands:
         importlib.import_module(f"ccsynth.commands.{name}").register(sub)
     return parser
 
@@ -151,8 +165,7 @@ def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _cached_parser(COMMANDS).parse_args(argv)
     setup_logging(*verbosity(args))
     # SIGTERM (kill, a batch system's time limit) unwinds the stack like Ctrl-C does, so that an
     # interrupted write removes its temporary file and leaves the previous output in place.
