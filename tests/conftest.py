@@ -1,13 +1,20 @@
-"""Hypothesis profiles for the property tests (docs/testing.md).
+"""Hypothesis profiles for the property tests, and the parallel run's one group of multi-rank tests (docs/testing.md).
 
 ``ci``, loaded by default, is the short run of ``pytest -q``: the property tests that leave their example count
 to the profile run 50 examples each (tests whose examples are costly state a smaller count themselves).
 ``thorough`` runs 300 each, as the suite did before the profile: ``pytest --hypothesis-profile=thorough``.
 Neither has a deadline: a loaded machine is no failure.
+
+``pytest -q`` runs on every core (pytest-xdist, ``-n auto --dist loadgroup`` in pyproject.toml). Every test
+marked ``mpi`` (it launches ``mpiexec``) joins one group, ``mpi``, which one worker runs test after test: one
+multi-rank job at a time, its ranks sharing the cores with the other workers' single-process tests, never
+with a second job's ranks (and ``tests/test_communicator_mpi.py``'s batches, one launch for the cases of a
+rank count, stay whole).
 """
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import settings
 
 __all__: list[str] = []
@@ -15,3 +22,10 @@ __all__: list[str] = []
 settings.register_profile("ci", max_examples=50, deadline=None)
 settings.register_profile("thorough", max_examples=300, deadline=None)
 settings.load_profile("ci")  # --hypothesis-profile=NAME, read after this file, loads another
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist names each item's group from its markers
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("mpi") is not None:
+            item.add_marker(pytest.mark.xdist_group("mpi"))
