@@ -29,3 +29,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("mpi") is not None:
             item.add_marker(pytest.mark.xdist_group("mpi"))
+
+
+@pytest.hookimpl(trylast=True)  # after xdist: a grouped test's id ends in @GROUP, or the groups are lost
+def pytest_collection_finish(session):
+    if getattr(session.config.option, "loadgroup", False):
+        lost = [item.nodeid for item in session.items
+                if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid]
+        if lost:
+            raise pytest.UsageError(f"pytest-xdist could not group {lost[0]} (and {len(lost) - 1} more): "
+                                    f"pytest {pytest.__version__} ignores its group names; "
+                                    "pip install -e '.[test]' installs a pytest it works with")
