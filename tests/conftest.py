@@ -38,4 +38,4 @@ def pytest_configure(config):
     if getattr(config.option, "dist", "no") == "loadgroup" and version >= (9, 2):
         raise pytest.UsageError(f"pytest {pytest.__version__} loses pytest-xdist's test groups (the multi-rank "
                                 "tests would run side by side): pip install -e '.[test]' installs pytest<9.2, "
-                                "or run in one process: pytest -q -p no:xdist")
+                                "or run in one process: pytest -q -n 0")
