@@ -46,6 +46,9 @@ from ccsynth.synth.sketch import Sketch, SwitchRule
 from ccsynth.topologies import ring
 from ccsynth.topologies.io import topology_to_dict
 
+#: one worker runs the whole module under pytest-xdist: test_coverage_report reads every test's count
+pytestmark = pytest.mark.xdist_group("bad_inputs")
+
 # ------------------------------------------------------------------ the rule
 COVERAGE: dict[str, int] = {}
 #: the inputs each test counted (by pytest node id), for test_coverage_report's floors

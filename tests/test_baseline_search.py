@@ -443,6 +443,7 @@ def test_a_worker_that_dies_is_an_error_not_a_hang(monkeypatch):
     assert started
 
 
+@pytest.mark.mpi
 def test_no_worker_process_in_a_multi_rank_mpi_job():
     """A rank of an MPI job of several ranks synthesizes in one process (a forked child of an MPI rank may break
     its library); a process that initialized MPI alone (the CLI: a singleton) keeps its worker."""

@@ -91,11 +91,17 @@ def collectives(comm: ccsynth.Communicator, tag: str) -> bool:
 
 
 def same_plans(comm: ccsynth.Communicator, tag: str) -> bool:
+    """Every rank derived the same plans: those of every call above (the planner keeps one per collective
+    and size, 8 B to 2 MiB) and, planned here, the three collectives at 8 B and 1 MiB. (Not at 64 MiB: an LP
+    plan of the three there costs each rank about 9 s, and the size changes no input the ranks could
+    disagree on.)"""
     planner = comm._planner  # the test looks inside: every rank's plans must be identical
-    sigs = [planner.plan(k, s).signature() for k in ("allreduce", "reduce_scatter", "allgather")
-            for s in (8, 1 << 20, 64 << 20)]
+    kept = getattr(planner, "_plans", None)  # a file's phases (FilePhases) keep the other collectives' plans
+    kept = getattr(getattr(planner, "_others", None), "_plans", {}) if kept is None else kept
+    keys = {(k, s) for k in ("allreduce", "reduce_scatter", "allgather") for s in (8, 1 << 20)} | set(kept)
+    sigs = [(key, planner.plan(*key).signature()) for key in sorted(keys)]
     every = MPI.COMM_WORLD.allgather(sigs)
-    return check(f"{tag}-same-plans", all(s == every[0] for s in every))
+    return check(f"{tag}-same-plans", len(sigs) > 6 and all(s == every[0] for s in every), f"{len(sigs)} plans")
 
 
 def failure_everywhere(comm: ccsynth.Communicator, tag: str) -> bool:
