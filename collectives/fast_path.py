@@ -175,8 +175,8 @@ class FastPath:
             # the same live objects (an id alone may be a new object's), of the same dtype, shape and strides
             s_ref, r_ref, s_sig, r_sig = hit.send_ref, hit.recv_ref, hit.send_sig, hit.recv_sig
             if ((s_ref is None or s_ref() is sendbuf) and (r_ref is None or r_ref() is recvbuf)
-                    and (s_sig is None or s_sig == (sendbuf.dtype, sendbuf.shape, sendbuf.strides))
-                    and (r_sig is None or r_sig == (recvbuf.dtype, recvbuf.shape, recvbuf.strides))
+                    and (s_sig is None or s_sig == spec_signature(sendbuf))
+                    and (r_sig is None or r_sig == spec_signature(recvbuf))
                     and (not hit.exclusive or hit.epoch == self.epoch)):
                 return hit
             del self.calls[key]
