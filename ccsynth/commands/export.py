@@ -108,9 +108,34 @@ def _write(path: str | None, text: str) -> None:
     write_text(path, text)
 
 
+def _xml_or_coarser(sched, topo, min_b, max_b, name, xml_opts) -> str:
+    """The schedule's MSCCL XML; where it does not fit the runtime and its topology is known, the same algorithm
+    with fewer chunks (one ``fallback:`` line on standard error), else the refusal naming the limit."""
+    from ccsynth.formats.msccl import fit_or_coarser, schedule_to_msccl_xml
+    from ccsynth.topologies import get_topology
+
+    def write(s):
+        return schedule_to_msccl_xml(s, min_bytes=min_b, max_bytes=max_b, name=name, **xml_opts)
+
+    on = topo
+    if on is None and sched.topology:
+        try:
+            on = get_topology(sched.topology)
+        except CCSynthError:
+            on = None
+    if on is None or on.n_ranks != sched.n_ranks:
+        return write(sched)
+    size = sched.meta.get("size_bytes")
+    size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 1 << 20
+    text, note = fit_or_coarser(sched, on, size, write)
+    if note is not None:
+        print(f"ccsynth export: fallback: {note}", file=sys.stderr)
+    return text
+
+
 def run(args) -> int:
     from ccsynth.collectives.verify import verify
-    from ccsynth.formats.msccl import describe_xml, plan_to_msccl_xmls, schedule_to_msccl_xml
+    from ccsynth.formats.msccl import describe_xml, plan_to_msccl_xmls
 
     if args.channels is not None:
         if args.channels < 1:
@@ -178,7 +203,7 @@ def run(args) -> int:
         if to_file:
             print(f"wrote {args.output}: {sched.name!r}, {sched.collective.describe()}, {len(sched.ops)} ops (verified)")
         return 0
-    text = schedule_to_msccl_xml(sched, min_bytes=min_b, max_bytes=max_b, name=args.name, **xml_opts)
+    text = _xml_or_coarser(sched, topo, min_b, max_b, args.name, xml_opts)
     _write(args.output, text)
     if to_file:
         d = describe_xml(text)
