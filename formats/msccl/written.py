@@ -53,7 +53,7 @@ from typing import TypeVar
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.collectives.verify import verify
 from ccsynth.errors import ExportLimitError, ScheduleError
-from ccsynth.formats.msccl.export import Lowering, lower_schedule
+from ccsynth.formats.msccl.export import lower_schedule
 from ccsynth.formats.msccl.limits import EXECUTOR_LIMITS, MscclLimits
 from ccsynth.formats.msccl.reader import schedule_from_msccl_xml
 from ccsynth.synth.coarser import coarser_forms
@@ -65,7 +65,7 @@ from ccsynth.topologies.protocols import PROTOCOL_PRICES
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WrittenXml", "write_msccl", "fit_or_coarser", "AUTO"]
+__all__ = ["WrittenXml", "write_msccl", "fit_or_coarser", "limit_clause", "AUTO"]
 
 T = TypeVar("T")
 
@@ -151,14 +151,14 @@ def fit_or_coarser(schedule: Schedule, topology: Topology, size_bytes: float, wr
             except ExportLimitError as e:
                 log.info("%s of %r does not fit either: %s", label, schedule.name, e)
                 continue
-            note = (f"{schedule.name!r} does not fit the MSCCL runtime ({_limit_of(refused)}); wrote the same "
+            note = (f"{schedule.name!r} does not fit the MSCCL runtime ({limit_clause(refused)}); wrote the same "
                     f"algorithm with fewer chunks: {label}")
             log.info("%s", note)
             return got, note
         raise
 
 
-def _limit_of(e: ExportLimitError) -> str:
+def limit_clause(e: ExportLimitError | str) -> str:
     """The clause of a refusal that names the limit (``gpu 0 needs 10213 XML elements, at most 4095 allowed``)."""
     text = str(e)
     clause = text.split(": ", 1)[-1]
