@@ -108,14 +108,22 @@ def _write(path: str | None, text: str) -> None:
     write_text(path, text)
 
 
-def _xml_or_coarser(sched, topo, min_b, max_b, name, xml_opts) -> str:
-    """The schedule's MSCCL XML; where it does not fit the runtime and its topology is known, the same algorithm
-    with fewer chunks (one ``fallback:`` line on standard error), else the refusal naming the limit."""
+def _xml_or_coarser(sched, topo, min_b, max_b, name, xml_opts):
+    """``(xml, schedule written)``: the schedule's MSCCL XML, laid out for the size it was made for (its
+    ``meta["size_bytes"]``, where that is in the file's size range); where it does not fit the runtime and its
+    topology is known, the same algorithm with fewer chunks (one ``fallback:`` line on standard error), else the
+    refusal naming the limit."""
     from ccsynth.formats.msccl import fit_or_coarser, schedule_to_msccl_xml
     from ccsynth.topologies import get_topology
 
+    made_for = sched.meta.get("size_bytes")
+    if isinstance(made_for, bool) or not isinstance(made_for, int) or not (
+            (min_b or 0) <= made_for <= (max_b if max_b is not None else made_for)) or made_for <= 0:
+        made_for = None
+
     def write(s):
-        return schedule_to_msccl_xml(s, min_bytes=min_b, max_bytes=max_b, name=name, **xml_opts)
+        return schedule_to_msccl_xml(s, min_bytes=min_b, max_bytes=max_b, name=name, size_bytes=made_for,
+                                     **xml_opts), s
 
     on = topo
     if on is None and sched.topology:
@@ -125,12 +133,10 @@ def _xml_or_coarser(sched, topo, min_b, max_b, name, xml_opts) -> str:
             on = None
     if on is None or on.n_ranks != sched.n_ranks:
         return write(sched)
-    size = sched.meta.get("size_bytes")
-    size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 1 << 20
-    text, note = fit_or_coarser(sched, on, size, write)
+    (text, written), note = fit_or_coarser(sched, on, made_for or 1 << 20, write)
     if note is not None:
         print(f"ccsynth export: fallback: {note}", file=sys.stderr)
-    return text
+    return text, written
 
 
 def run(args) -> int:
@@ -203,7 +209,7 @@ def run(args) -> int:
         if to_file:
             print(f"wrote {args.output}: {sched.name!r}, {sched.collective.describe()}, {len(sched.ops)} ops (verified)")
         return 0
-    text = _xml_or_coarser(sched, topo, min_b, max_b, args.name, xml_opts)
+    text, sched = _xml_or_coarser(sched, topo, min_b, max_b, args.name, xml_opts)
     _write(args.output, text)
     if to_file:
         d = describe_xml(text)
