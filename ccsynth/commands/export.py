@@ -113,7 +113,8 @@ def _xml_or_coarser(sched, topo, min_b, max_b, name, xml_opts):
     ``meta["size_bytes"]``, where that is in the file's size range); where it does not fit the runtime and its
     topology is known, the same algorithm with fewer chunks (one ``fallback:`` line on standard error), else the
     refusal naming the limit."""
-    from ccsynth.formats.msccl import fit_or_coarser, schedule_to_msccl_xml
+    from ccsynth.formats.msccl import fit_or_coarser
+    from ccsynth.formats.msccl.export import lower_schedule
     from ccsynth.topologies import get_topology
 
     made_for = sched.meta.get("size_bytes")
@@ -122,8 +123,8 @@ def _xml_or_coarser(sched, topo, min_b, max_b, name, xml_opts):
         made_for = None
 
     def write(s):
-        return schedule_to_msccl_xml(s, min_bytes=min_b, max_bytes=max_b, name=name, size_bytes=made_for,
-                                     **xml_opts), s
+        low = lower_schedule(s, min_bytes=min_b, max_bytes=max_b, name=name, size_bytes=made_for, **xml_opts)
+        return low.xml, s, low.time_us
 
     on = topo
     if on is None and sched.topology:
@@ -132,8 +133,9 @@ def _xml_or_coarser(sched, topo, min_b, max_b, name, xml_opts):
         except CCSynthError:
             on = None
     if on is None or on.n_ranks != sched.n_ranks:
-        return write(sched)
-    (text, written), note = fit_or_coarser(sched, on, made_for or 1 << 20, write)
+        return write(sched)[:2]
+    (text, written, _), note = fit_or_coarser(sched, on, made_for or 1 << 20, write,
+                                           time_of=(lambda r: r[2]) if made_for is not None else None)
     if note is not None:
         print(f"ccsynth export: fallback: {note}", file=sys.stderr)
     return text, written

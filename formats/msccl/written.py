@@ -25,8 +25,9 @@ multi-dimension pipeline of many interleaved chunks: nothing merges, and
 its ``nop`` steps exceed the XML elements a GPU may have), the same
 algorithm is made again with fewer chunks
 (:func:`~ccsynth.synth.coarser.coarser_forms`, from the schedule's
-``meta``: a baseline or a multi-dimension schedule) and the finest that
-fits is written, with one note saying so. It refuses
+``meta``: a baseline or a multi-dimension schedule) and the fastest as
+written of the forms that fit is kept (from the finest that fits, on while
+coarser ones run faster), with one note saying so. It refuses
 (:class:`~ccsynth.errors.ExportLimitError`, one message naming the limit)
 only when nothing fits.
 
@@ -125,7 +126,7 @@ def write_msccl(
     opts = dict(nchannels=nchannels, min_bytes=min_bytes, max_bytes=max_bytes, inplace=inplace, name=name, coll=coll,
                 limits=limits)
     w, note = fit_or_coarser(schedule, topo, size_bytes, lambda s: _write_one(s, topo, size_bytes, proto, opts),
-                             coarsen=coarsen)
+                             coarsen=coarsen, time_of=lambda w: w.time_us)
     if note is None:
         return w
     note += f", {w.time_us:.3f} us"
@@ -133,11 +134,16 @@ def write_msccl(
 
 
 def fit_or_coarser(schedule: Schedule, topology: Topology, size_bytes: float, write: Callable[[Schedule], T], *,
-                   coarsen: bool = True) -> tuple[T, str | None]:
-    """``write(schedule)``; where it raises :class:`~ccsynth.errors.ExportLimitError`, ``write`` of the
-    finest coarser form that fits (:func:`~ccsynth.synth.coarser.coarser_forms`) and one line saying so.
+                   coarsen: bool = True, time_of: Callable[[T], float | None] | None = None) -> tuple[T, str | None]:
+    """``write(schedule)``; where it raises :class:`~ccsynth.errors.ExportLimitError`, ``write`` of a coarser
+    form that fits (:func:`~ccsynth.synth.coarser.coarser_forms`) and one line saying so.
 
-    Returns ``(what write returned, None)`` or ``(..., the line)``; re-raises the first refusal (naming the
+    Without ``time_of`` the finest form that fits is written. With it (the
+    written time of what ``write`` returned, None if unknown), the forms
+    are tried on from the first that fits while each is faster than the
+    one before (a fitted fine form may run slower than a coarser one: its
+    streams spread over many channels). Returns ``(what write returned,
+    None)`` or ``(..., the line)``; re-raises the first refusal (naming the
     limit) when no form fits or ``coarsen`` is False.
     """
     try:
@@ -145,17 +151,25 @@ def fit_or_coarser(schedule: Schedule, topology: Topology, size_bytes: float, wr
     except ExportLimitError as refused:
         if not coarsen:
             raise
+        best: tuple[T, str, float | None] | None = None
         for label, coarse in coarser_forms(schedule, topology, size_bytes):
             try:
                 got = write(coarse)
             except ExportLimitError as e:
                 log.info("%s of %r does not fit either: %s", label, schedule.name, e)
                 continue
-            note = (f"{schedule.name!r} does not fit the MSCCL runtime ({limit_clause(refused)}); wrote the same "
-                    f"algorithm with fewer chunks: {label}")
-            log.info("%s", note)
-            return got, note
-        raise
+            t = time_of(got) if time_of is not None else None
+            if best is not None and (t is None or best[2] is None or not is_greater(best[2], t)):
+                break
+            best = (got, label, t)
+            if t is None:
+                break
+        if best is None:
+            raise
+        note = (f"{schedule.name!r} does not fit the MSCCL runtime ({limit_clause(refused)}); wrote the same "
+                f"algorithm with fewer chunks: {best[1]}")
+        log.info("%s", note)
+        return best[0], note
 
 
 def limit_clause(e: ExportLimitError | str) -> str:
