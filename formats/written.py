@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from ccsynth.collectives.schedule import Schedule
 from ccsynth.errors import CCSynthError, ExportLimitError
 from ccsynth.formats.msccl import EXECUTOR_LIMITS, MscclLimits, write_msccl
+from ccsynth.formats.msccl.written import limit_clause
 from ccsynth.synth.strategies.base import SynthCandidate
 from ccsynth.synth.synthesize import RankedCandidates
 from ccsynth.tolerance import is_less
@@ -176,7 +177,8 @@ def best_written(ranked: RankedCandidates, *, fmt: str, limits: MscclLimits | No
     if win.candidate is not best:
         reason = "is faster as written"
         lost = next(p for p in priced if p.candidate is best)
-        why = f"refused by the exporter ({lost.refused})" if lost.refused else f"{lost.time_us:.3f} us as written"
+        why = (f"refused by the exporter ({limit_clause(lost.refused)})" if lost.refused
+               else f"{lost.time_us:.3f} us as written")
         notes.insert(0, f"the fastest IR candidate, {best.label} ({best.time_us:.3f} us), is {why}; wrote "
                         f"{win.candidate.label} ({win.time_us:.3f} us as written)")
     schedule = ranked.choose(win.candidate, reason=reason)

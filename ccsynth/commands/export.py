@@ -108,9 +108,42 @@ def _write(path: str | None, text: str) -> None:
     write_text(path, text)
 
 
+def _xml_or_coarser(sched, topo, min_b, max_b, name, xml_opts):
+    """``(xml, schedule written)``: the schedule's MSCCL XML, laid out for the size it was made for (its
+    ``meta["size_bytes"]``, where that is in the file's size range); where it does not fit the runtime and its
+    topology is known, the same algorithm with fewer chunks (one ``fallback:`` line on standard error), else the
+    refusal naming the limit."""
+    from ccsynth.formats.msccl import fit_or_coarser
+    from ccsynth.formats.msccl.export import lower_schedule
+    from ccsynth.topologies import get_topology
+
+    made_for = sched.meta.get("size_bytes")
+    if isinstance(made_for, bool) or not isinstance(made_for, int) or not (
+            (min_b or 0) <= made_for <= (max_b if max_b is not None else made_for)) or made_for <= 0:
+        made_for = None
+
+    def write(s):
+        low = lower_schedule(s, min_bytes=min_b, max_bytes=max_b, name=name, size_bytes=made_for, **xml_opts)
+        return low.xml, s, low.time_us
+
+    on = topo
+    if on is None and sched.topology:
+        try:
+            on = get_topology(sched.topology)
+        except CCSynthError:
+            on = None
+    if on is None or on.n_ranks != sched.n_ranks:
+        return write(sched)[:2]
+    (text, written, _), note = fit_or_coarser(sched, on, made_for or 1 << 20, write,
+                                           time_of=(lambda r: r[2]) if made_for is not None else None)
+    if note is not None:
+        print(f"ccsynth export: fallback: {note}", file=sys.stderr)
+    return text, written
+
+
 def run(args) -> int:
     from ccsynth.collectives.verify import verify
-    from ccsynth.formats.msccl import describe_xml, plan_to_msccl_xmls, schedule_to_msccl_xml
+    from ccsynth.formats.msccl import describe_xml, plan_to_msccl_xmls
 
     if args.channels is not None:
         if args.channels < 1:
@@ -184,7 +217,7 @@ def run(args) -> int:
         if to_file:
             print(f"wrote {args.output}: {sched.name!r}, {sched.collective.describe()}, {len(sched.ops)} ops (verified)")
         return 0
-    text = schedule_to_msccl_xml(sched, min_bytes=min_b, max_bytes=max_b, name=args.name, **xml_opts)
+    text, sched = _xml_or_coarser(sched, topo, min_b, max_b, args.name, xml_opts)
     _write(args.output, text)
     if to_file:
         d = describe_xml(text)

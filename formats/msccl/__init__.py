@@ -56,12 +56,13 @@ from ccsynth.formats.msccl.export import plan_to_msccl_xmls, schedule_to_msccl_x
 from ccsynth.formats.msccl.limits import EXECUTOR_LIMITS, MAX_COUNT, MSCCL_LIMITS, UNBOUNDED, MscclLimits
 from ccsynth.formats.msccl.reader import describe_xml, schedule_from_msccl_xml
 from ccsynth.formats.msccl.schema import COLL_NAMES, PROTOCOLS, STEP_TYPES
-from ccsynth.formats.msccl.written import WrittenXml, write_msccl
+from ccsynth.formats.msccl.written import WrittenXml, fit_or_coarser, write_msccl
 
 __all__ = [
     "schedule_to_msccl_xml",
     "plan_to_msccl_xmls",
     "write_msccl",
+    "fit_or_coarser",
     "WrittenXml",
     "schedule_from_msccl_xml",
     "describe_xml",

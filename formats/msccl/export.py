@@ -351,19 +351,33 @@ def plan_to_msccl_xmls(plan, *, proto: str | None = None, **kwargs) -> list[tupl
     each row's protocol -- the fastest in the model at the row's
     representative size (:func:`row_size`) -- where a topology is known
     (the ``topology`` keyword, else the schedule's), else Simple; a
-    protocol name writes every row with it. ``kwargs`` go to
+    protocol name writes every row with it. A row whose schedule does not
+    fit the runtime is written as the same algorithm with fewer chunks
+    where a topology is known and one fits
+    (:func:`~.written.fit_or_coarser`; logged). ``kwargs`` go to
     :func:`schedule_to_msccl_xml`.
     """
+    from ccsynth.formats.msccl.written import fit_or_coarser  # written.py builds on this module
+
     out = []
     for e in plan.entries:
         if e.schedule is None:  # the MPI library's own collective ("mpi" rows): no file, the runtime's own runs there
             continue
         mx = None if e.max_bytes is None else e.max_bytes - 1
-        auto = proto in (None, "auto") and _topology_for(e.schedule, kwargs.get("topology")) is not None
-        if auto:
-            xml = _fastest_protocol(e.schedule, e.min_bytes, mx, kwargs).xml
-        else:
-            xml = schedule_to_msccl_xml(e.schedule, proto=proto, min_bytes=e.min_bytes, max_bytes=mx, **kwargs)
+        topo = _topology_for(e.schedule, kwargs.get("topology"))
+        auto = proto in (None, "auto") and topo is not None
+
+        def write(s, mn=e.min_bytes, mx=mx, auto=auto):
+            if auto:
+                return _fastest_protocol(s, mn, mx, kwargs).xml
+            return schedule_to_msccl_xml(s, proto=proto, min_bytes=mn, max_bytes=mx, **kwargs)
+
+        if topo is None:
+            xml = write(e.schedule)
+        else:  # a row that does not fit: the same algorithm with fewer chunks, where one fits
+            xml, note = fit_or_coarser(e.schedule, topo, row_size(e.min_bytes, e.max_bytes), write)
+            if note is not None:
+                log.warning("plan row [%d, %s]: %s", e.min_bytes, e.max_bytes, note)
         hi = "inf" if e.max_bytes is None else str(e.max_bytes)
         fname = f"{e.kind}_{e.n_ranks}_{_safe(e.algorithm)}_{e.min_bytes}-{hi}.xml"
         out.append((fname, xml))
