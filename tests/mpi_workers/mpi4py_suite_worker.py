@@ -1,11 +1,13 @@
 """Run mpi4py's own collective tests, plain and with the communicator wrapped, under mpiexec.
 
-``mpiexec -n N python mpi4py_suite_worker.py TESTDIR MODULE...`` imports each of mpi4py's test modules
+``mpiexec -n N python mpi4py_suite_worker.py TESTDIR [--arrays=ArrayNumPy,...] MODULE...`` imports each of mpi4py's test modules
 from ``TESTDIR`` (the ``test/`` folder of mpi4py's source distribution, fetched at test time by
 ``tests/test_mpi4py_suite.py``: mpi4py's tests are not ccsynth's code and are never copied here) and runs
 every test of its classes on ``COMM_WORLD`` (:data:`CLASSES`) twice: once as mpi4py wrote it, once with each test's ``COMM`` replaced by
 ``ccsynth.Communicator(COMM)`` (the class attribute ``COMM_WORLD``/``COMM_SELF``, or the ``Dup`` their
-``setUp`` makes). A test passes only where it passes on every rank. Rank 0 prints one JSON line
+``setUp`` makes). A test passes only where it passes on every rank. ``--arrays=`` keeps only those of mpi4py's
+array kinds (``arrayimpl.ArrayBackends``: ArrayArray, ArrayNumPy, DLPackArray, DLPackNumPy,
+FakeGPUArrayBasic, FakeGPUArrayNumPy) that every test loops over. Rank 0 prints one JSON line
 ``RESULT {"plain": [...], "wrapped": [...], "failures": {...}}`` with the passing test ids.
 """
 
@@ -104,6 +106,11 @@ def _flatten(suite: unittest.TestSuite) -> list[unittest.TestCase]:
 def main(testdir: str, names: list[str]) -> None:
     sys.path.insert(0, testdir)
     os.chdir(testdir)
+    if names and names[0].startswith("--arrays="):  # only these of mpi4py's array kinds (arrayimpl's classes)
+        import arrayimpl
+
+        keep = names.pop(0).split("=", 1)[1].split(",")
+        arrayimpl.ArrayBackends[:] = [a for a in arrayimpl.ArrayBackends if a.__name__ in keep]
     modules = [__import__(name) for name in names]
     plain, _ = _run(modules, wrapped=False)
     wrapped, failures = _run(modules, wrapped=True)
