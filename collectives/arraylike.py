@@ -39,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,8 @@ def as_array(obj: Any, *, writable: bool = False):
     if hasattr(obj, "__cuda_array_interface__"):
         if hasattr(obj, "flags") and hasattr(obj, "dtype") and type(obj).__module__.startswith("cupy"):
             return obj
+        if importlib.util.find_spec("cupy") is None:
+            return None  # as mpi4py does: the MPI library gets the pointer (host memory, or a CUDA-aware MPI)
         return _cupy().asarray(obj)  # wraps the same device memory
     dlpack = getattr(obj, "__dlpack__", None)
     if dlpack is not None and hasattr(obj, "__dlpack_device__"):
@@ -83,8 +86,8 @@ def as_array(obj: Any, *, writable: bool = False):
             return _cupy().from_dlpack(obj)
         if device_type in (DLPACK_CPU, DLPACK_CUDA_HOST):
             try:
-                return np.from_dlpack(obj)
-            except (TypeError, BufferError, RuntimeError):
+                return _host_from_dlpack(obj)
+            except (TypeError, BufferError, RuntimeError, ValueError):
                 pass  # e.g. a dtype NumPy lacks (bfloat16): try the other ways
     if hasattr(obj, "__array_interface__"):
         return np.asarray(obj)
@@ -101,6 +104,46 @@ def as_array(obj: Any, *, writable: bool = False):
             )
         return arr
     return None
+
+
+class _Capsule:
+    """One DLPack capsule, handed to ``numpy.from_dlpack`` as the object that made it."""
+
+    def __init__(self, capsule: Any, device: tuple) -> None:
+        self._capsule, self._device = capsule, device
+
+    def __dlpack__(self, **_kw: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple:
+        return self._device
+
+
+class _KeepCapsule:
+    """An array's memory, exposed again with the capsule it came in kept alive as long as the array.
+
+    Asked without ``max_version``, the producer hands an unversioned capsule, which has no read-only flag:
+    the memory is writable, as mpi4py takes it (NumPy would mark it read-only). A producer may free the tensor's record when its capsule dies (mpi4py's own test objects do), while
+    NumPy calls the record's deleter when the array dies: ``keep`` holds (capsule, array), and a tuple drops
+    its items last first, so the array (and the deleter call) goes before the capsule.
+    """
+
+    def __init__(self, capsule: Any, arr: np.ndarray) -> None:
+        self.keep = (capsule, arr)
+        iface = dict(arr.__array_interface__)
+        iface["data"] = (iface["data"][0], False)  # an unversioned capsule has no read-only flag: writable, as in mpi4py
+        self.__array_interface__ = iface
+
+
+def _host_from_dlpack(obj: Any) -> np.ndarray:
+    """A NumPy array on the host memory of a DLPack object (``numpy.from_dlpack``, the capsule kept alive)."""
+    device = tuple(obj.__dlpack_device__())
+    try:
+        capsule = obj.__dlpack__(stream=None)
+    except TypeError:
+        capsule = obj.__dlpack__()
+    arr = np.from_dlpack(_Capsule(capsule, device))
+    return np.asarray(_KeepCapsule(capsule, arr))
 
 
 def shares_memory_with(arr: np.ndarray, obj: Any) -> bool:

@@ -184,7 +184,7 @@ def bcast(calls: Calls, buf, _none, op, root) -> None:
     """Every rank's ``buf`` = the root's."""
     check_root(root, calls.size)
     calls.current = CallArgs("broadcast", buf, None, None, root)
-    if is_in_place(buf):
+    if buf is not None and is_in_place(buf):
         raise BufferMismatchError("Bcast takes one buffer; MPI.IN_PLACE has no meaning there")
     at_root = calls.rank == root
     try:

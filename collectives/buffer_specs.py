@@ -93,8 +93,8 @@ class Buf:
 
 
 def is_in_place(spec) -> bool:
-    """Whether ``spec`` is ``MPI.IN_PLACE`` (or its integer value)."""
-    return spec is MPI.IN_PLACE or (isinstance(spec, int) and spec == MPI.IN_PLACE)
+    """Whether the send buffer ``spec`` asks for in place: ``MPI.IN_PLACE`` (or its integer value) or, as in mpi4py, None."""
+    return spec is None or spec is MPI.IN_PLACE or (isinstance(spec, int) and spec == MPI.IN_PLACE)
 
 
 def front(spec, writable: bool = False):
@@ -123,8 +123,10 @@ def _typed_array(obj, what: str):
     """``obj`` as a NumPy or CuPy array (a buffer-protocol object through memoryview)."""
     if isinstance(obj, np.ndarray):
         return obj
-    if is_device_array(obj) and hasattr(obj, "dtype"):
-        return obj
+    if is_device_array(obj):
+        if hasattr(obj, "dtype") and type(obj).__module__.startswith("cupy"):
+            return obj
+        raise PassToMPI(f"{what} is a __cuda_array_interface__ object and CuPy is not installed")
     try:
         return np.asarray(memoryview(obj))
     except TypeError:
@@ -218,27 +220,48 @@ def parse(spec, what: str, blocks: int, writable: bool = False) -> Buf:
     return Buf(flat, flat.size // blocks, False)
 
 
-def parse_v(spec, what: str, n: int, writable: bool = False) -> VBuf:
-    """A v-collective buffer spec on ``n`` ranks -> flat array, counts and displacements (mpi4py's forms)."""
-    if not isinstance(spec, (list, tuple)) or len(spec) < 2:
-        raise PassToMPI(f"{what} gives no per-rank counts")
-    buf, rest = spec[0], list(spec[1:])
-    datatype = None
-    if rest and isinstance(rest[-1], (MPI.Datatype, str)):
-        datatype = rest.pop()
-    if len(rest) == 2:
-        counts, displs = rest
-    elif len(rest) == 1:
-        counts, displs = rest[0], None
-        if isinstance(counts, tuple) and len(counts) == 2 and all(
-                isinstance(x, (list, tuple, np.ndarray)) or x is None for x in counts):
-            counts, displs = counts
+def _split_v(spec, what: str) -> tuple[Any, Any, Any, Any]:
+    """``(buf, counts, displs, datatype)`` of a v-collective buffer spec, by mpi4py's rules (None where not given).
+
+    A tuple where the counts go is ``(counts, displs)``; a list is the counts.
+    """
+    if not isinstance(spec, (list, tuple)):
+        return spec, None, None, None
+    counts = displs = datatype = None
+    if len(spec) == 2:
+        buf, counts = spec
+        if isinstance(counts, (MPI.Datatype, str)):
+            counts, datatype = None, counts
+    elif len(spec) == 3:
+        buf, counts, datatype = spec
+    elif len(spec) == 4:
+        buf, counts, displs, datatype = spec
     else:
         raise BufferMismatchError(f"{what}: a v-collective buffer spec is [buf, counts, displs, datatype], "
                                   f"got {len(spec)} items")
-    if isinstance(counts, (int, np.integer)):
-        raise PassToMPI(f"{what} gives one count, not one per rank")
+    if isinstance(counts, tuple) and displs is None:
+        if len(counts) != 2:
+            raise BufferMismatchError(f"{what}: a tuple where the counts go is (counts, displs), "
+                                      f"got {len(counts)} items")
+        counts, displs = counts
+    return buf, counts, displs, datatype
+
+
+def parse_v(spec, what: str, n: int, writable: bool = False) -> VBuf:
+    """A v-collective buffer spec on ``n`` ranks -> flat array, counts and displacements (mpi4py's forms).
+
+    As in mpi4py: no counts -> the buffer split in ``n`` equal blocks; one count -> that count for every
+    rank; one displacement ``d`` -> rank ``i``'s block at ``i * d``; no displacements -> blocks one after
+    the other.
+    """
+    buf, counts, displs, datatype = _split_v(spec, what)
     flat = _flat(buf, what, writable, datatype, detail=False)
+    if counts is None:
+        counts = [flat.size // n] * n
+    elif isinstance(counts, (int, np.integer)):
+        counts = [int(counts)] * n
+    if isinstance(displs, (int, np.integer)):
+        displs = [int(displs) * i for i in range(n)]
     c, d = check_counts(what, counts, displs, n, flat.size)
     return VBuf(flat, c, d)
 

@@ -172,10 +172,14 @@ class DeviceStaging:
 
 
 def is_device_spec(spec) -> bool:
-    """Whether a buffer spec's buffer (``buf`` or ``[buf, ...]``) is device memory."""
-    if isinstance(spec, (list, tuple)):
-        return bool(spec) and is_device_array(spec[0])
-    return is_device_array(spec)
+    """Whether a buffer spec's buffer (``buf`` or ``[buf, ...]``) is device memory ccsynth stages.
+
+    Only an array (CuPy's, or an ndarray that says it is device memory) is staged; another
+    ``__cuda_array_interface__`` object still there was not made an array (no CuPy): it goes to the MPI
+    library as it is, as mpi4py hands it (host memory behind the interface, or a CUDA-aware MPI).
+    """
+    buf = (spec[0] if spec else None) if isinstance(spec, (list, tuple)) else spec
+    return is_device_array(buf) and (isinstance(buf, np.ndarray) or type(buf).__module__.startswith("cupy"))
 
 
 def run_on_host(stager: Stager, kind: str, impl: Callable, sendbuf, recvbuf, op, root, *, in_place: bool,
