@@ -83,7 +83,7 @@ def agree_on_setup(comm, slice_bytes: int | None, static_max_bytes: int, fingerp
     if len(groups) > 1:
         parts = "; ".join(
             f"rank{'s' if len(rs) > 1 else ''} {_ranges(rs)}: "
-            f"{'the default plan' if key == 'default' else 'plan ' + key}"
+            f"{_plan_text(key)}"
             for key, rs in sorted(groups.items(), key=lambda kv: kv[1][0])
         )
         raise PlanError(f"the ranks passed different plans to the Communicator ({parts}); every rank must "
@@ -203,3 +203,9 @@ def _raise_everywhere(channel: Channel, what: str, state: int, sig: str, error: 
         e = BufferMismatchError(f"the ranks disagree on the arguments of {what} (call {channel.seq}): {lines}")
     mark_shared(e)
     raise e
+
+
+def _plan_text(key: str) -> str:
+    """A plan fingerprint as the error names it: ``default`` is the default plan; a note in parentheses stays."""
+    base, sep, note = key.partition(" (")
+    return ("the default plan" if base == "default" else f"plan {base}") + (f" ({note}" if sep else "")

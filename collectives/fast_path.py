@@ -166,6 +166,7 @@ class FastPath:
     def __init__(self) -> None:
         self.calls: dict[tuple, Replay] = {}
         self.epoch = 0  # calls read in full so far
+        self.exclusive = 0  # replays kept that hold the communicator's private buffers (valid until the next epoch)
 
     def lookup(self, kind: str, sendbuf, recvbuf, op, root: int) -> Replay | None:
         """The replay of this call if it is a repeat on the same arrays, else None (the call is then read in full)."""
@@ -181,6 +182,9 @@ class FastPath:
                 return hit
             del self.calls[key]
         self.epoch += 1
+        if self.exclusive:  # their private buffers may be resized now: never replayed again, so let them go
+            self.calls = {k: r for k, r in self.calls.items() if not r.exclusive}
+            self.exclusive = 0
         return None
 
     def remember(self, call: CallArgs, run: Callable[[], None], name: str, *, exclusive: bool = False) -> None:
@@ -193,6 +197,7 @@ class FastPath:
         key = call_key(call.kind, call.sendbuf, call.recvbuf, call.op, call.root)
         self.calls[key] = Replay(_weak(call.sendbuf, sig_s), _weak(call.recvbuf, sig_r), sig_s, sig_r, run, name,
                                  exclusive, self.epoch)
+        self.exclusive += exclusive
 
     def forget(self, key: tuple | None = None) -> None:
         """Forget one call site (its run failed), or all of them."""

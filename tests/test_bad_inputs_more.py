@@ -302,6 +302,9 @@ def test_ctrl_c_while_the_parser_loads_is_one_line(capsys, monkeypatch):
     def interrupted(name, *a, **k):
         raise KeyboardInterrupt
 
+    from ccsynth import cli
+
+    cli._cached_parser.cache_clear()  # main() keeps one parser per process: this call must build its own
     monkeypatch.setattr("ccsynth.cli.importlib.import_module", interrupted)
     rc, out, err = run(["topo", "list"], capsys)
     assert rc == 130 and err == "ccsynth: interrupted\n" and out == ""
