@@ -97,17 +97,16 @@ class CallGuard:
 
     def _refuse(self, me: int) -> None:
         with self._lock:
-            fresh = self.poisoned is None
-            if fresh:
+            error = self.poisoned
+            fresh = error is None
+            if error is None:
                 owner = thread_name(self.owner) if self.owner is not None else "?"
-                self.poisoned = ConcurrentCallError(
+                error = self.poisoned = ConcurrentCallError(
                     f"rank {self.rank}: thread {thread_name(me)!r} called this Communicator while a call of "
                     f"thread {owner!r} was in flight; MPI needs the calls on one communicator "
                     f"in the same order on every rank, which two threads at once cannot promise, so the "
                     f"communicator refuses every call from now on, on every rank (give each thread its own: "
                     f"comm.Dup(), or order the threads' calls yourself)")
-            error = self.poisoned
-            assert error is not None
         if fresh and self.on_poison is not None:
             self.on_poison(error)
         raise error
